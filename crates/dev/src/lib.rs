@@ -1,0 +1,1 @@
+//! ustack-dev (skeleton; filled in by its owner).

@@ -1,0 +1,1 @@
+//! ustack-ipc (skeleton; filled in by its owner).

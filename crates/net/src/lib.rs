@@ -1,0 +1,1 @@
+//! ustack-net (skeleton; filled in by its owner).

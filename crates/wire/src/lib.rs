@@ -1,0 +1,10 @@
+//! Packet formats for ustack: zero-copy views (`*Packet<T: AsRef<[u8]>>`) with
+//! `new_checked` for untrusted bytes, and plain `*Repr` values with
+//! `parse` / `buffer_len` / `emit`. Parsing never allocates and, after
+//! `new_checked`, no accessor panics.
+#![forbid(unsafe_code)]
+
+pub mod checksum;
+mod error;
+
+pub use error::{Error, Result};
