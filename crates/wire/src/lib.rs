@@ -4,7 +4,14 @@
 //! `new_checked`, no accessor panics.
 #![forbid(unsafe_code)]
 
+pub mod arp;
 pub mod checksum;
 mod error;
+pub mod ethernet;
+pub mod icmpv4;
+pub mod ip;
+pub mod ipv4;
+pub mod tcp;
+pub mod udp;
 
 pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! TCP (RFC 9293) — being written.
