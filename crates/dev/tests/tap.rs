@@ -1,0 +1,199 @@
+//! TAP tests. They run as root inside network namespaces created by the test
+//! itself (`unshare(CLONE_NEWNET)` on a dedicated thread): nothing on the host
+//! is touched, and the namespaces vanish when the thread ends, even on failure.
+//! A machine without /dev/net/tun or privileges makes these tests fail loudly.
+
+use std::fs::File;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use ustack_dev::tap::{HostSide, Tap};
+use ustack_dev::Device;
+
+/// Run `f` on a fresh thread in a fresh network namespace.
+fn in_new_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        new_netns();
+        f()
+    })
+    .join()
+    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+fn new_netns() {
+    // SAFETY: unshare only changes the calling thread's network namespace.
+    let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+    assert_eq!(
+        rc,
+        0,
+        "unshare(CLONE_NEWNET) failed (need root): {}",
+        io::Error::last_os_error()
+    );
+}
+
+const OUR_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+fn arp_request(sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&OUR_MAC);
+    f.extend_from_slice(&[0x08, 0x06]);
+    f.extend_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&OUR_MAC);
+    f.extend_from_slice(&sender.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target.octets());
+    f
+}
+
+/// Wait (bounded, ~2 s) for an ARP reply from `from`; returns the sender MAC.
+fn wait_arp_reply(tap: &mut Tap, from: Ipv4Addr) -> Option<[u8; 6]> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut buf = [0u8; 2048];
+    while Instant::now() < deadline {
+        match tap.recv(&mut buf).expect("recv") {
+            Some(n) => {
+                let f = &buf[..n];
+                let is_reply = n >= 42 && f[12..14] == [0x08, 0x06] && f[20..22] == [0, 2];
+                if is_reply
+                    && f[28..32] == from.octets()
+                    && f[32..38] == OUR_MAC
+                    && f[0..6] == OUR_MAC
+                {
+                    let mut mac = [0; 6];
+                    mac.copy_from_slice(&f[22..28]);
+                    return Some(mac);
+                }
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    None
+}
+
+fn tap_name(tag: &str) -> String {
+    format!("ustk-{tag}{}", std::process::id())
+}
+
+#[test]
+fn kernel_answers_arp_through_tap() {
+    in_new_netns(|| {
+        let name = tap_name("t");
+        let mut tap = Tap::create(&name).expect("create TAP");
+        assert_eq!(tap.name(), name);
+        assert!(tap.raw_fd().is_some());
+        assert_eq!(tap.mtu(), 1500);
+        assert_eq!(
+            tap.recv(&mut [0u8; 2048]).expect("recv on a down TAP"),
+            None,
+            "non-blocking"
+        );
+        let host = tap.host().expect("host side");
+        host.set_ipv4(Ipv4Addr::new(10, 77, 0, 1), 24)
+            .expect("set address");
+        assert!(!host.is_up().unwrap());
+        host.set_up(true).expect("up");
+        assert!(host.is_up().unwrap());
+        tap.set_mtu(1400).expect("set mtu");
+        assert_eq!(host.mtu().unwrap(), 1400);
+        assert_eq!(tap.mtu(), 1400);
+        let kernel_mac = host.mac().expect("kernel mac");
+
+        tap.send(&arp_request(
+            Ipv4Addr::new(10, 77, 0, 2),
+            Ipv4Addr::new(10, 77, 0, 1),
+        ))
+        .expect("send ARP request");
+        let mac = wait_arp_reply(&mut tap, Ipv4Addr::new(10, 77, 0, 1))
+            .expect("kernel ARP reply within 2 s");
+        assert_eq!(mac, kernel_mac);
+
+        host.set_up(false).expect("down");
+        assert!(!host.is_up().unwrap());
+        drop(tap);
+        // Non-persistent: closing the fd removes the interface.
+        let err = HostSide::new(&name)
+            .unwrap()
+            .mtu()
+            .expect_err("interface must be gone after drop");
+        assert!(err.to_string().contains("no such interface"), "{err}");
+    });
+}
+
+#[test]
+fn second_open_of_same_name_is_busy_and_errors_are_clear() {
+    in_new_netns(|| {
+        let name = tap_name("b");
+        let _tap = Tap::create(&name).expect("create TAP");
+        let err = Tap::create(&name).expect_err("second open must fail");
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        assert_eq!(err.to_string(), format!("TAP name {name} is in use"));
+
+        let err = Tap::create("name-that-is-far-too-long").expect_err("long name");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+
+        let err = HostSide::new("ustk-nonexist")
+            .unwrap()
+            .set_up(true)
+            .expect_err("missing interface");
+        assert!(err.to_string().contains("no such interface"), "{err}");
+    });
+}
+
+#[test]
+fn kernel_picks_a_name_from_a_template() {
+    in_new_netns(|| {
+        let tap = Tap::create("ustk%d").expect("create TAP from template");
+        assert!(
+            tap.name().starts_with("ustk") && !tap.name().contains('%'),
+            "{}",
+            tap.name()
+        );
+        assert!(tap.host().unwrap().mtu().is_ok());
+    });
+}
+
+#[test]
+fn move_tap_into_another_namespace() {
+    in_new_netns(|| {
+        // ns1: the destination; keep a handle to it.
+        let ns1 = File::open("/proc/thread-self/ns/net").expect("open ns1");
+        // ns2: where the TAP is created.
+        new_netns();
+        let name = tap_name("m");
+        let mut tap = Tap::create(&name).expect("create TAP");
+        tap.host()
+            .unwrap()
+            .move_to_netns_fd(ns1.as_raw_fd())
+            .expect("move to ns1");
+        let err = HostSide::new(&name)
+            .unwrap()
+            .mtu()
+            .expect_err("gone from ns2");
+        assert!(err.to_string().contains("no such interface"), "{err}");
+        // SAFETY: setns only changes this thread's network namespace.
+        let rc = unsafe { libc::setns(ns1.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", io::Error::last_os_error());
+        let host = HostSide::new(&name).unwrap();
+        host.set_ipv4(Ipv4Addr::new(10, 78, 0, 1), 24)
+            .expect("address in ns1");
+        host.set_up(true).expect("up in ns1");
+        // The fd still works after the move: the kernel (now in ns1) answers.
+        tap.send(&arp_request(
+            Ipv4Addr::new(10, 78, 0, 2),
+            Ipv4Addr::new(10, 78, 0, 1),
+        ))
+        .expect("send");
+        assert!(
+            wait_arp_reply(&mut tap, Ipv4Addr::new(10, 78, 0, 1)).is_some(),
+            "ARP reply after move"
+        );
+
+        let err = host
+            .move_to_netns_named("ustk-no-such-ns")
+            .expect_err("missing named ns");
+        assert!(err.to_string().contains("ip netns add"), "{err}");
+    });
+}
