@@ -352,7 +352,7 @@ fn ipv4_fragment_pair() {
     assert_eq!((ip1.payload_len, ip2.payload_len), (1480, 128));
     assert!(ip2.to_string().ends_with("frag off 1480"));
     assert!(ip1.to_string().ends_with("frag off 0 MF"));
-    let p = Ipv4Packet::new_checked(&p1[..]).unwrap();
+    let p = Ipv4Packet::new_checked(p1).unwrap();
     assert!(p.is_fragment());
 
     // Reassembled, the payload is one ICMP echo request of 8 + 1600 bytes
