@@ -1,0 +1,195 @@
+//! ustack against the Linux kernel over a TAP device inside a private network
+//! namespace created (and always removed) by the test. Needs root and
+//! /dev/net/tun; if they are missing the test fails loudly.
+
+mod common;
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use ustack_net::dev::tap::Tap;
+use ustack_net::{Net, TcpListener, TcpStream};
+
+const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
+const USTACK_IP: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 2);
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip(8)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace that is deleted on drop (also when the test panics).
+struct NetNs {
+    name: String,
+}
+
+impl NetNs {
+    fn new(tag: &str) -> NetNs {
+        let name = format!("ustk-{tag}-{}", std::process::id());
+        // A leftover from a crashed earlier run with the same pid is ours to remove.
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        ip(&["netns", "add", &name]);
+        NetNs { name }
+    }
+
+    /// Run `f` on a thread that has joined this namespace.
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> thread::JoinHandle<T> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let file = File::open(&path).expect("open netns");
+        thread::spawn(move || {
+            // SAFETY: setns on a valid namespace fd; it changes only the
+            // network namespace of this (new, private) thread.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// Create the TAP inside the namespace (the host never sees it), give the
+/// kernel end KERNEL_IP/24 and bring it up.
+fn tap_in(ns: &NetNs) -> Tap {
+    let tap_name = format!("ustk{}", std::process::id() % 100_000_000);
+    let name = tap_name.clone();
+    let tap = ns
+        .run(move || Tap::create(&name))
+        .join()
+        .expect("tap thread")
+        .expect("create TAP (root and /dev/net/tun needed)");
+    ip(&[
+        "-n",
+        &ns.name,
+        "addr",
+        "add",
+        &format!("{KERNEL_IP}/24"),
+        "dev",
+        &tap_name,
+    ]);
+    ip(&["-n", &ns.name, "link", "set", &tap_name, "up"]);
+    ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+    tap
+}
+
+#[test]
+fn ustack_talks_tcp_and_icmp_with_the_linux_kernel() {
+    let ns = NetNs::new("net");
+    let tap = tap_in(&ns);
+
+    // Kernel side: a std::net echo server inside the namespace.
+    let listener = ns
+        .run(|| std::net::TcpListener::bind(SocketAddrV4::new(KERNEL_IP, 7007)))
+        .join()
+        .expect("bind thread")
+        .expect("kernel bind");
+    let kernel_echo = thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("kernel accept");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("t");
+        let mut buf = [0u8; 65536];
+        let mut total = 0usize;
+        loop {
+            let n = s.read(&mut buf).expect("kernel read");
+            if n == 0 {
+                break;
+            }
+            total += n;
+            s.write_all(&buf[..n]).expect("kernel write");
+        }
+        total
+    });
+
+    let net = Net::start(
+        common::config(USTACK_IP, 9),
+        Box::new(tap),
+        common::opts("ustack-tap"),
+    )
+    .expect("start");
+
+    // ICMP: the kernel answers our echo request.
+    let mut replied = false;
+    for seq in 0..5 {
+        if let Some(r) = net
+            .ping(KERNEL_IP, seq, b"ustack", Duration::from_secs(1))
+            .expect("ping")
+        {
+            assert_eq!(r.reply.from, KERNEL_IP);
+            replied = true;
+            break;
+        }
+    }
+    assert!(replied, "the kernel never answered ping");
+
+    // TCP: ustack connects to the kernel's echo server; 1 MB round trip.
+    let mut s =
+        TcpStream::connect(&net, SocketAddrV4::new(KERNEL_IP, 7007)).expect("connect to kernel");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("t");
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let writer = {
+        let s = s.try_clone().expect("clone");
+        let data = data.clone();
+        thread::spawn(move || {
+            (&s).write_all(&data).expect("write");
+            s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        })
+    };
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).expect("read echo");
+    writer.join().expect("writer");
+    assert_eq!(back.len(), data.len());
+    assert!(back == data, "echoed bytes differ");
+    assert_eq!(kernel_echo.join().expect("kernel echo"), data.len());
+
+    // And the other way round: the kernel connects to a ustack listener.
+    let ul = TcpListener::bind(&net, SocketAddrV4::new(USTACK_IP, 8080)).expect("ustack bind");
+    let kernel_client = ns.run(|| {
+        let mut c = std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::V4(SocketAddrV4::new(USTACK_IP, 8080)),
+            Duration::from_secs(10),
+        )?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))?;
+        c.write_all(b"hello from linux")?;
+        c.shutdown(std::net::Shutdown::Write)?;
+        let mut v = Vec::new();
+        c.read_to_end(&mut v)?;
+        Ok::<_, std::io::Error>(v)
+    });
+    let (mut conn, peer) = ul.accept().expect("accept kernel connection");
+    assert_eq!(peer.ip(), std::net::IpAddr::V4(KERNEL_IP));
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("t");
+    let mut got = Vec::new();
+    conn.read_to_end(&mut got).expect("read from kernel");
+    assert_eq!(got, b"hello from linux");
+    conn.write_all(b"hello from ustack")
+        .expect("write to kernel");
+    drop(conn);
+    let reply = kernel_client
+        .join()
+        .expect("kernel client")
+        .expect("kernel client io");
+    assert_eq!(reply, b"hello from ustack");
+
+    net.shutdown();
+}
