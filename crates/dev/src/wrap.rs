@@ -52,6 +52,30 @@ pub fn summarize(frame: &[u8]) -> String {
                     );
                 }
             }
+            if proto == 6 {
+                if let Some(t) = frame.get(14 + ihl..14 + ihl + 20) {
+                    let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
+                    let ack = u32::from_be_bytes([t[8], t[9], t[10], t[11]]);
+                    let flags = t[13];
+                    let names = [
+                        (0x02, 'S'),
+                        (0x10, '.'),
+                        (0x08, 'P'),
+                        (0x01, 'F'),
+                        (0x04, 'R'),
+                    ];
+                    let f: String = names
+                        .iter()
+                        .filter(|(b, _)| flags & b != 0)
+                        .map(|(_, c)| *c)
+                        .collect();
+                    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+                    let doff = usize::from(t[12] >> 4) * 4;
+                    let payload = total.saturating_sub(ihl + doff);
+                    let win = u16::from_be_bytes([t[14], t[15]]);
+                    let _ = write!(s, " [{f}] seq {seq} ack {ack} win {win} len {payload}");
+                }
+            }
         }
     } else if ethertype == 0x0806 {
         if let Some(op) = frame.get(20..22) {
