@@ -1,1 +1,52 @@
-//! ustack-ipc (skeleton; filled in by its owner).
+//! # ustack-ipc — Minix-3-style message passing between Linux processes
+//!
+//! Processes (and threads) bind to a **domain** — an isolated compartment backed by one
+//! shared-memory segment `/dev/shm/ustack-ipc-<name>` — and get an **endpoint** number.
+//! They exchange fixed 64-byte [`Message`]s with the Minix 3 primitives:
+//!
+//! * [`Endpoint::send`] — blocks until the destination has received the message (rendezvous);
+//! * [`Endpoint::receive`] — from one endpoint or [`ANY`]; pending notifications first;
+//! * [`Endpoint::sendrec`] — send then wait for the reply, as one operation;
+//! * [`Endpoint::notify`] — never blocks, one coalesced pending bit per (source, destination);
+//! * [`Endpoint::vcopy`] — copy a block between two endpoints' address spaces with one kernel
+//!   copy (`process_vm_readv/writev`).
+//!
+//! Every blocking call has a `try_` (non-blocking) and a `_timeout` variant. Waiting is
+//! adaptive (spin, then futex) by default; see [`WaitMode`]. Errors are [`Error`] values.
+//! A peer that dies (even SIGKILL) gives [`Error::DeadEndpoint`] within ~20 ms; ending a
+//! domain ([`Domain::end`]) fails every blocked call with [`Error::DomainEnded`].
+//!
+//! Endpoint numbers are `tag << 16 | slot` where `tag` is a per-domain 15-bit value, so an
+//! endpoint number from another domain gives [`Error::NotSameDomain`]; a bare slot number
+//! (tag 0) means "slot N of my domain", which is handy for well-known endpoints.
+//!
+//! A C API with the M3-IPC names (`mnx_send`, `mnx_receive`, ...) is in [`capi`] and
+//! `include/mnx.h`; the `ustack ipc` command line is in [`cli`].
+//!
+//! ```
+//! use ustack_ipc::{Domain, DomainConfig, Message, ANY, Error};
+//! let dom = Domain::create(&format!("doc-lib-{}", std::process::id()), DomainConfig::default()).unwrap();
+//! let mut a = dom.bind("a").unwrap();
+//! let mut b = dom.bind("b").unwrap();
+//! assert_eq!(b.try_receive(ANY), Err(Error::WouldBlock));
+//! a.notify(b.id()).unwrap();
+//! assert!(b.receive(a.id()).unwrap().is_notify());
+//! dom.end().unwrap();
+//! assert_eq!(a.notify(b.id()), Err(Error::DomainEnded));
+//! ```
+
+//pub mod bench;
+//pub mod capi;
+//pub mod cli;
+mod domain;
+mod endpoint;
+mod error;
+mod introspect;
+mod message;
+mod sys;
+
+pub use domain::{Domain, DomainConfig, WaitMode, DEFAULT_MAX_COPY, MAX_ENDPOINTS_LIMIT};
+pub use endpoint::{Endpoint, ANY};
+pub use error::{Error, Result};
+pub use introspect::{DomainInfo, EndpointInfo};
+pub use message::{Message, MsgKind, MESSAGE_SIZE, PAYLOAD_SIZE};

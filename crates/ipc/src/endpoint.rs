@@ -1,0 +1,850 @@
+//! Endpoints and the message-passing protocol.
+//!
+//! # Protocol
+//!
+//! Each slot has a 64-bit state word `seq | op | peer`. A message travels by one of two
+//! paths, whichever side arrives second completing the rendezvous:
+//!
+//! * **Hand-off** (receiver first): the receiver publishes `RECEIVING(filter)`. A sender
+//!   whose number matches the filter CASes it to `FILLING(sender)`, writes the receiver's
+//!   inbox, stores `FILLED` and wakes it. The CAS gives the sender exclusive use of the inbox.
+//! * **Outbox** (sender first): the sender writes its own outbox, publishes
+//!   `SENDING(dst)`, sets its bit in the destination's `senders` bitmap and wakes it. The
+//!   receiver copies the outbox and CASes the sender's state to `DELIVERED` (or, for
+//!   `sendrec`, straight to `RECEIVING_REPLY(dst)` so the reply cannot be missed).
+//!
+//! The single CAS on one state word is what makes a message delivered exactly once: a
+//! sender that times out CASes its own `SENDING` back to `RUNNING`, and either that or the
+//! receiver's CAS wins. Sequence numbers in the state word prevent ABA. Both sides publish
+//! their state before checking the other's (sequentially consistent), so one of them always
+//! sees the other. Notifications are one bit per (source, destination), coalesced.
+//!
+//! Waiting: a waiter spins (per its [`WaitMode`]) then sleeps on its own slot's futex with
+//! a timeout of at most 10 ms; anyone changing what it waits for bumps the futex word and
+//! calls `FUTEX_WAKE` only if the waiter announced that it sleeps. Every 10 ms (and on every
+//! wake-up) a waiter checks that its peer is alive (pid + start time + thread), so a killed
+//! peer gives [`Error::DeadEndpoint`] within ~10-20 ms.
+
+use crate::domain::*;
+use crate::error::{Error, Result};
+use crate::message::{Message, MsgKind};
+use crate::sys;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// "Any source" for [`Endpoint::receive`].
+pub const ANY: i32 = -1;
+
+const ADAPTIVE_SPIN_NS: u64 = 50_000;
+const LIVENESS_PERIOD_NS: u64 = 10_000_000;
+const COPY2_CHUNK: usize = 1 << 20;
+
+#[derive(Clone, Copy)]
+pub(crate) enum Deadline {
+    NonBlocking,
+    Never,
+    At(u64),
+}
+
+impl Deadline {
+    fn after(t: Duration) -> Deadline {
+        if t.is_zero() {
+            Deadline::NonBlocking
+        } else {
+            Deadline::At(sys::now_ns().saturating_add(t.as_nanos().min(u64::MAX as u128) as u64))
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Peer {
+    slot: u32,
+    gen: u32,
+    pid: u32,
+    tid: u32,
+    start: u64,
+}
+
+/// Snapshot of a peer's identity for liveness checks.
+fn peer_of(dom: &Domain, slot: u32) -> Result<Peer> {
+    let s = dom.slot(slot);
+    let a = s.alloc.load(Ordering::Acquire);
+    if a & 0xff != A_ACTIVE {
+        return Err(Error::BadEndpoint);
+    }
+    let p = Peer {
+        slot,
+        gen: s.gen.load(Ordering::Acquire),
+        pid: s.pid.load(Ordering::Relaxed),
+        tid: s.tid.load(Ordering::Relaxed),
+        start: s.start.load(Ordering::Relaxed),
+    };
+    if !sys::owner_alive(p.pid, p.tid, p.start) {
+        dom.reclaim_if_dead(slot);
+        return Err(Error::DeadEndpoint);
+    }
+    if s.alloc.load(Ordering::Acquire) & 0xff != A_ACTIVE || s.gen.load(Ordering::Acquire) != p.gen
+    {
+        return Err(Error::DeadEndpoint);
+    }
+    Ok(p)
+}
+
+/// Has the peer unbound, been replaced, or (if `full`) died?
+fn peer_gone(dom: &Domain, p: &Peer, full: bool) -> bool {
+    let s = dom.slot(p.slot);
+    if s.alloc.load(Ordering::Acquire) & 0xff != A_ACTIVE || s.gen.load(Ordering::Acquire) != p.gen
+    {
+        return true;
+    }
+    if full && !sys::owner_alive(p.pid, p.tid, p.start) {
+        dom.reclaim_if_dead(p.slot);
+        return true;
+    }
+    false
+}
+
+#[inline]
+fn bump(c: &AtomicU64, by: u64) {
+    // Counters are written only by the slot's owner: no RMW needed.
+    c.store(
+        c.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+#[inline]
+fn accepts(s: u64, from: u32) -> bool {
+    match st_op(s) {
+        OP_RECEIVING => st_peer(s) == PEER_ANY || st_peer(s) == from,
+        OP_RECEIVING_REPLY => st_peer(s) == from,
+        _ => false,
+    }
+}
+
+/// Visit the set bits of `bm` that match the filter (all of them for `None`, starting at
+/// word `rot / 64` for fairness) until `visit` returns a value.
+fn scan<T>(
+    bm: &[AtomicU64; BITMAP_WORDS],
+    f: Option<u32>,
+    nw: usize,
+    rot: u32,
+    mut visit: impl FnMut(u32) -> Option<T>,
+) -> Option<T> {
+    match f {
+        Some(f) => {
+            if bm[(f / 64) as usize].load(Ordering::Acquire) & (1u64 << (f % 64)) != 0 {
+                return visit(f);
+            }
+            None
+        }
+        None => {
+            for k in 0..nw {
+                let w = (rot as usize / 64 + k) % nw;
+                let mut x = bm[w].load(Ordering::Acquire);
+                while x != 0 {
+                    let b = x.trailing_zeros();
+                    x &= x - 1;
+                    if let Some(t) = visit(w as u32 * 64 + b) {
+                        return Some(t);
+                    }
+                }
+            }
+            None
+        }
+    }
+}
+
+/// Spin and/or sleep until `cond` yields a value, checking the domain, deadline and peer.
+fn wait_loop<R>(
+    dom: &Domain,
+    me: &Slot,
+    mode: WaitMode,
+    dl: Deadline,
+    peer: Option<&Peer>,
+    mut cond: impl FnMut() -> Option<R>,
+) -> Result<R> {
+    let spin_ns = match mode {
+        WaitMode::Adaptive => ADAPTIVE_SPIN_NS,
+        WaitMode::Spin => u64::MAX,
+        WaitMode::Block => 0,
+    };
+    let t0 = sys::now_ns();
+    let mut last_full = t0;
+    let mut spins: u32 = 0;
+    loop {
+        let v = me.futex.load(Ordering::SeqCst);
+        if let Some(r) = cond() {
+            return Ok(r);
+        }
+        spins = spins.wrapping_add(1);
+        if spin_ns > 0 && spins & 127 != 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        if mode == WaitMode::Spin && spins & 4095 == 0 {
+            // Let a peer sharing our CPU run.
+            std::thread::yield_now();
+        }
+        if dom.is_ended() {
+            return Err(Error::DomainEnded);
+        }
+        let now = sys::now_ns();
+        if let Deadline::At(t) = dl {
+            if now >= t {
+                return Err(Error::TimedOut);
+            }
+        }
+        if let Deadline::NonBlocking = dl {
+            return Err(Error::WouldBlock);
+        }
+        if let Some(p) = peer {
+            let full = now.saturating_sub(last_full) >= LIVENESS_PERIOD_NS;
+            if full {
+                last_full = now;
+            }
+            if peer_gone(dom, p, full) {
+                return Err(Error::DeadEndpoint);
+            }
+        }
+        if now.saturating_sub(t0) < spin_ns {
+            continue;
+        }
+        // Sleep. Anyone who changes our condition bumps `futex` after the change, so if it
+        // changed since we loaded `v` the wait returns at once.
+        me.sleeping.store(1, Ordering::SeqCst);
+        let mut tmo = LIVENESS_PERIOD_NS;
+        if let Deadline::At(t) = dl {
+            tmo = tmo.min(t.saturating_sub(now).max(1));
+        }
+        sys::futex_wait(&me.futex, v, Duration::from_nanos(tmo));
+        me.sleeping.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A bound endpoint: the calling thread's identity in a domain. Dropping it unbinds.
+///
+/// All blocking calls take `&mut self`: an endpoint performs one call at a time. Threads
+/// that want to communicate concurrently bind endpoints of their own.
+///
+/// ```
+/// use ustack_ipc::{Domain, DomainConfig, Message, ANY};
+/// let dom = Domain::create(&format!("doc-ep-{}", std::process::id()), DomainConfig::default()).unwrap();
+/// let mut server = dom.bind("server").unwrap();
+/// let sid = server.id();
+/// let d2 = dom.clone();
+/// let client = std::thread::spawn(move || {
+///     let mut c = d2.bind("client").unwrap();
+///     let reply = c.sendrec(sid, &Message::new(1).with_u64(0, 20)).unwrap();
+///     reply.u64_at(0)
+/// });
+/// let req = server.receive(ANY).unwrap();
+/// server.send(req.source, &Message::new(2).with_u64(0, req.u64_at(0) + 1)).unwrap();
+/// assert_eq!(client.join().unwrap(), 21);
+/// dom.end().unwrap();
+/// ```
+pub struct Endpoint {
+    dom: Domain,
+    slot: u32,
+    gen: u32,
+    ep: i32,
+    seq: u32,
+    mode: WaitMode,
+    rot: u32,
+    copybuf: Vec<u8>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("domain", &self.dom.name())
+            .field("ep", &self.ep)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    pub(crate) fn new(dom: Domain, slot: u32, gen: u32, seq: u32) -> Endpoint {
+        let ep = dom.endpoint_of_slot(slot);
+        Endpoint {
+            dom,
+            slot,
+            gen,
+            ep,
+            seq,
+            mode: WaitMode::Adaptive,
+            rot: 0,
+            copybuf: Vec::new(),
+        }
+    }
+
+    /// This endpoint's number (domain tag << 16 | slot).
+    pub fn id(&self) -> i32 {
+        self.ep
+    }
+
+    /// Slot index inside the domain.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The domain this endpoint is bound to.
+    pub fn domain(&self) -> &Domain {
+        &self.dom
+    }
+
+    /// Current wait strategy.
+    pub fn wait_mode(&self) -> WaitMode {
+        self.mode
+    }
+
+    /// Select the wait strategy for this endpoint's blocking calls.
+    pub fn set_wait_mode(&mut self, mode: WaitMode) {
+        self.mode = mode;
+        self.me().wait_mode.store(mode.to_u32(), Ordering::Relaxed);
+    }
+
+    fn me(&self) -> &Slot {
+        self.dom.slot(self.slot)
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    fn check_domain(&self) -> Result<()> {
+        if self.dom.is_ended() {
+            return Err(Error::DomainEnded);
+        }
+        Ok(())
+    }
+
+    fn peer(&self, ep: i32) -> Result<Peer> {
+        let slot = self.dom.resolve(ep)?;
+        if slot == self.slot {
+            return Err(Error::BadEndpoint);
+        }
+        peer_of(&self.dom, slot)
+    }
+
+    // ----------------------------------------------------------------- send
+
+    /// Send `msg` to `dst`, blocking until `dst` has received it (rendezvous).
+    pub fn send(&mut self, dst: i32, msg: &Message) -> Result<()> {
+        self.do_send(dst, msg, false, Deadline::Never).map(|_| ())
+    }
+
+    /// Non-blocking send: succeeds only if `dst` is already waiting in a matching receive,
+    /// else [`Error::WouldBlock`].
+    pub fn try_send(&mut self, dst: i32, msg: &Message) -> Result<()> {
+        self.do_send(dst, msg, false, Deadline::NonBlocking)
+            .map(|_| ())
+    }
+
+    /// Send with a timeout ([`Error::TimedOut`]; a zero timeout behaves like `try_send`).
+    pub fn send_timeout(&mut self, dst: i32, msg: &Message, timeout: Duration) -> Result<()> {
+        self.do_send(dst, msg, false, Deadline::after(timeout))
+            .map(|_| ())
+    }
+
+    fn do_send(&mut self, dst: i32, msg: &Message, rec: bool, dl: Deadline) -> Result<Peer> {
+        self.check_domain()?;
+        let p = self.peer(dst)?;
+        let mut out = *msg;
+        out.source = self.ep;
+        out.kind = if rec {
+            MsgKind::SendRec as u8
+        } else {
+            MsgKind::Send as u8
+        };
+        out.flags = 0;
+        let dom = self.dom.clone();
+        let me = dom.slot(self.slot);
+        let ds = dom.slot(p.slot);
+        let (w, bit) = ((self.slot / 64) as usize, 1u64 << (self.slot % 64));
+        loop {
+            // Hand-off path: the receiver is already waiting for us.
+            let s = ds.state.load(Ordering::Acquire);
+            if accepts(s, self.slot) {
+                if ds
+                    .state
+                    .compare_exchange(
+                        s,
+                        st_make(st_seq(s), OP_FILLING, self.slot),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    // SAFETY: our successful CAS to FILLING gives us exclusive write access to
+                    // the destination's inbox until we publish FILLED; the pointer is into the
+                    // live shared mapping and properly aligned.
+                    unsafe { std::ptr::write_volatile(ds.inbox.get(), out) };
+                    if rec {
+                        // Be ready for the reply before the request becomes visible.
+                        let q = self.next_seq();
+                        me.state
+                            .store(st_make(q, OP_RECEIVING_REPLY, p.slot), Ordering::SeqCst);
+                    }
+                    ds.state
+                        .store(st_make(st_seq(s), OP_FILLED, self.slot), Ordering::Release);
+                    ds.wake();
+                    bump(&me.c_sent, 1);
+                    return Ok(p);
+                }
+                continue;
+            }
+            if let Deadline::NonBlocking = dl {
+                if peer_gone(&dom, &p, false) {
+                    return Err(Error::DeadEndpoint);
+                }
+                return Err(Error::WouldBlock);
+            }
+            // Outbox path.
+            // SAFETY: our state is RUNNING, so no receiver reads our outbox now (a receiver
+            // that read a stale copy fails its CAS because the sequence number changes).
+            unsafe { std::ptr::write_volatile(me.outbox.get(), out) };
+            let q = self.next_seq();
+            let mine = st_make(q, if rec { OP_SENDREC_SENDING } else { OP_SENDING }, p.slot);
+            me.state.store(mine, Ordering::SeqCst);
+            ds.senders[w].fetch_or(bit, Ordering::SeqCst);
+            ds.wake();
+            let s2 = ds.state.load(Ordering::SeqCst);
+            let delivered = if accepts(s2, self.slot) {
+                // It started receiving before seeing our bit: take the message back and hand it off.
+                me.state
+                    .compare_exchange(
+                        mine,
+                        st_make(q, OP_RUNNING, 0),
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    )
+                    .is_err()
+            } else {
+                match wait_loop(&dom, me, self.mode, dl, Some(&p), || {
+                    (me.state.load(Ordering::Acquire) != mine).then_some(())
+                }) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        if me
+                            .state
+                            .compare_exchange(
+                                mine,
+                                st_make(q, OP_RUNNING, 0),
+                                Ordering::SeqCst,
+                                Ordering::SeqCst,
+                            )
+                            .is_ok()
+                        {
+                            ds.senders[w].fetch_and(!bit, Ordering::AcqRel);
+                            return Err(e);
+                        }
+                        true // delivered just before we gave up
+                    }
+                }
+            };
+            if !delivered {
+                continue;
+            }
+            if !rec {
+                me.state.store(st_make(q, OP_RUNNING, 0), Ordering::Release);
+            }
+            bump(&me.c_sent, 1);
+            return Ok(p);
+        }
+    }
+
+    // -------------------------------------------------------------- receive
+
+    /// Receive a message from `src` (or from anyone with [`ANY`]), blocking until one
+    /// arrives. Pending notifications are delivered first.
+    pub fn receive(&mut self, src: i32) -> Result<Message> {
+        self.receive_dl(src, Deadline::Never)
+    }
+
+    /// Non-blocking receive ([`Error::WouldBlock`] if nothing is pending).
+    pub fn try_receive(&mut self, src: i32) -> Result<Message> {
+        self.receive_dl(src, Deadline::NonBlocking)
+    }
+
+    /// Receive with a timeout ([`Error::TimedOut`]).
+    pub fn receive_timeout(&mut self, src: i32, timeout: Duration) -> Result<Message> {
+        self.receive_dl(src, Deadline::after(timeout))
+    }
+
+    fn receive_dl(&mut self, src: i32, dl: Deadline) -> Result<Message> {
+        self.check_domain()?;
+        let filter = if src == ANY {
+            None
+        } else {
+            Some(self.peer(src)?)
+        };
+        self.do_receive(filter, false, dl, false)
+    }
+
+    /// Is there something for us in the bitmaps that matches the filter?
+    fn has_candidates(&self, f: Option<u32>, reply_only: bool) -> bool {
+        let me = self.me();
+        match f {
+            Some(f) => {
+                let (w, b) = ((f / 64) as usize, 1u64 << (f % 64));
+                (!reply_only && me.notify[w].load(Ordering::Acquire) & b != 0)
+                    || me.senders[w].load(Ordering::Acquire) & b != 0
+            }
+            None => (0..self.dom.nwords()).any(|w| {
+                me.notify[w].load(Ordering::Acquire) != 0
+                    || me.senders[w].load(Ordering::Acquire) != 0
+            }),
+        }
+    }
+
+    /// Take a pending notification or a blocked sender's message (caller's state is RUNNING).
+    fn try_take(&mut self, f: Option<u32>, reply_only: bool) -> Option<Message> {
+        let nw = self.dom.nwords();
+        let me = self.dom.slot(self.slot);
+        let rot = self.rot;
+        if !reply_only
+            && (f.is_some() || (0..nw).any(|w| me.notify[w].load(Ordering::Relaxed) != 0))
+        {
+            let got = scan(&me.notify, f, nw, rot, |src| {
+                let (w, b) = ((src / 64) as usize, 1u64 << (src % 64));
+                (me.notify[w].fetch_and(!b, Ordering::AcqRel) & b != 0).then_some(src)
+            });
+            if let Some(src) = got {
+                self.rot = self.rot.wrapping_add(64);
+                bump(&me.c_notify_received, 1);
+                let m = Message {
+                    source: self.dom.endpoint_of_slot(src),
+                    kind: MsgKind::Notify as u8,
+                    ..Message::default()
+                }
+                .with_u64(0, sys::now_ns());
+                return Some(m);
+            }
+        }
+        let dom = &self.dom;
+        let my_slot = self.slot;
+        let got = scan(&me.senders, f, nw, rot, |src| {
+            let (w, b) = ((src / 64) as usize, 1u64 << (src % 64));
+            if me.senders[w].fetch_and(!b, Ordering::AcqRel) & b == 0 {
+                return None;
+            }
+            let ss = dom.slot(src);
+            let s = ss.state.load(Ordering::Acquire);
+            let op = st_op(s);
+            if (op == OP_SENDING || op == OP_SENDREC_SENDING) && st_peer(s) == my_slot {
+                // SAFETY: the sender does not write its outbox while in a SENDING state; if it
+                // left that state (and possibly rewrote the outbox) our CAS below fails and the
+                // copy is discarded (seqlock pattern). Volatile: the memory is shared.
+                let m = unsafe { std::ptr::read_volatile(ss.outbox.get()) };
+                let new = if op == OP_SENDING {
+                    st_make(st_seq(s), OP_DELIVERED, my_slot)
+                } else {
+                    st_make(st_seq(s), OP_RECEIVING_REPLY, my_slot)
+                };
+                if ss
+                    .state
+                    .compare_exchange(s, new, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    ss.wake();
+                    return Some(m);
+                }
+            }
+            None
+        });
+        if got.is_some() {
+            self.rot = self.rot.wrapping_add(64);
+            bump(&me.c_received, 1);
+        }
+        got
+    }
+
+    fn take_inbox(&mut self, s: u64) -> Message {
+        let me = self.me();
+        // SAFETY: state FILLED (loaded with Acquire, stored with Release by the filler) means
+        // the inbox is completely written and nobody writes it until we publish a receiving
+        // state again.
+        let m = unsafe { std::ptr::read_volatile(me.inbox.get()) };
+        me.state
+            .store(st_make(st_seq(s), OP_RUNNING, 0), Ordering::Release);
+        bump(&me.c_received, 1);
+        m
+    }
+
+    fn do_receive(
+        &mut self,
+        filter: Option<Peer>,
+        reply_only: bool,
+        dl: Deadline,
+        published: bool,
+    ) -> Result<Message> {
+        let f = filter.map(|p| p.slot);
+        let rop = if reply_only {
+            OP_RECEIVING_REPLY
+        } else {
+            OP_RECEIVING
+        };
+        let rpeer = f.unwrap_or(PEER_ANY);
+        let dom = self.dom.clone();
+        let me = dom.slot(self.slot);
+        if !published {
+            if let Some(m) = self.try_take(f, reply_only) {
+                return Ok(m);
+            }
+            if let Deadline::NonBlocking = dl {
+                if let Some(p) = &filter {
+                    if peer_gone(&dom, p, true) {
+                        return Err(Error::DeadEndpoint);
+                    }
+                }
+                return Err(Error::WouldBlock);
+            }
+            let q = self.next_seq();
+            me.state.store(st_make(q, rop, rpeer), Ordering::SeqCst);
+        }
+        let mode = self.mode;
+        let mut filling_since = 0u64;
+        loop {
+            let r = wait_loop(&dom, me, mode, dl, filter.as_ref(), || {
+                let s = me.state.load(Ordering::Acquire);
+                match st_op(s) {
+                    OP_FILLED => Some(Some(s)),
+                    OP_FILLING => {
+                        // A filler killed in the middle of a hand-off would leave us here.
+                        let now = sys::now_ns();
+                        if filling_since == 0 {
+                            filling_since = now;
+                        } else if now - filling_since > LIVENESS_PERIOD_NS {
+                            filling_since = now;
+                            let fp = dom.slot(st_peer(s)).pid.load(Ordering::Relaxed);
+                            if !sys::pid_running(fp) {
+                                let _ = me.state.compare_exchange(
+                                    s,
+                                    st_make(st_seq(s), rop, rpeer),
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                );
+                            }
+                        }
+                        None
+                    }
+                    _ => self.has_candidates(f, reply_only).then_some(None),
+                }
+            });
+            match r {
+                Ok(Some(s)) => return Ok(self.take_inbox(s)),
+                Ok(None) => {
+                    let s = me.state.load(Ordering::Acquire);
+                    if (st_op(s) == OP_RECEIVING || st_op(s) == OP_RECEIVING_REPLY)
+                        && me
+                            .state
+                            .compare_exchange(
+                                s,
+                                st_make(st_seq(s), OP_RUNNING, 0),
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
+                    {
+                        if let Some(m) = self.try_take(f, reply_only) {
+                            return Ok(m);
+                        }
+                        let q = self.next_seq();
+                        me.state.store(st_make(q, rop, rpeer), Ordering::SeqCst);
+                    }
+                }
+                Err(e) => {
+                    // Withdraw the receive, unless a message is being handed to us right now.
+                    let t0 = sys::now_ns();
+                    loop {
+                        let s = me.state.load(Ordering::Acquire);
+                        match st_op(s) {
+                            OP_RECEIVING | OP_RECEIVING_REPLY => {
+                                if me
+                                    .state
+                                    .compare_exchange(
+                                        s,
+                                        st_make(st_seq(s), OP_RUNNING, 0),
+                                        Ordering::AcqRel,
+                                        Ordering::Acquire,
+                                    )
+                                    .is_ok()
+                                {
+                                    return Err(e);
+                                }
+                            }
+                            OP_FILLED => return Ok(self.take_inbox(s)),
+                            OP_FILLING => {
+                                if sys::now_ns() - t0 > LIVENESS_PERIOD_NS
+                                    && !sys::pid_running(
+                                        dom.slot(st_peer(s)).pid.load(Ordering::Relaxed),
+                                    )
+                                {
+                                    let _ = me.state.compare_exchange(
+                                        s,
+                                        st_make(st_seq(s), OP_RUNNING, 0),
+                                        Ordering::AcqRel,
+                                        Ordering::Acquire,
+                                    );
+                                    return Err(e);
+                                }
+                                std::thread::yield_now();
+                            }
+                            _ => return Err(e),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // -------------------------------------------------------------- sendrec
+
+    /// Send `msg` to `dst` and wait for its reply, as one operation: we are receiving from
+    /// `dst` before the request becomes visible to it, so the reply cannot be lost (and a
+    /// non-blocking reply with `try_send` always succeeds). Notifications are not delivered
+    /// by `sendrec`; they stay pending.
+    pub fn sendrec(&mut self, dst: i32, msg: &Message) -> Result<Message> {
+        self.sendrec_dl(dst, msg, Deadline::Never, Deadline::Never)
+    }
+
+    /// `sendrec` whose send part is non-blocking ([`Error::WouldBlock`] if `dst` is not
+    /// receiving); once the request is accepted it waits for the reply.
+    pub fn try_sendrec(&mut self, dst: i32, msg: &Message) -> Result<Message> {
+        self.sendrec_dl(dst, msg, Deadline::NonBlocking, Deadline::Never)
+    }
+
+    /// `sendrec` with one timeout covering both the send and the reply.
+    pub fn sendrec_timeout(
+        &mut self,
+        dst: i32,
+        msg: &Message,
+        timeout: Duration,
+    ) -> Result<Message> {
+        let dl = Deadline::after(timeout);
+        let rdl = if let Deadline::NonBlocking = dl {
+            Deadline::At(sys::now_ns())
+        } else {
+            dl
+        };
+        self.sendrec_dl(dst, msg, dl, rdl)
+    }
+
+    fn sendrec_dl(
+        &mut self,
+        dst: i32,
+        msg: &Message,
+        sdl: Deadline,
+        rdl: Deadline,
+    ) -> Result<Message> {
+        let p = self.do_send(dst, msg, true, sdl)?;
+        self.do_receive(Some(p), true, rdl, true)
+    }
+
+    // --------------------------------------------------------------- notify
+
+    /// Post a notification to `dst`. Never blocks; coalesced (one pending bit per source).
+    pub fn notify(&mut self, dst: i32) -> Result<()> {
+        self.check_domain()?;
+        let p = self.peer(dst)?;
+        let ds = self.dom.slot(p.slot);
+        ds.notify[(self.slot / 64) as usize].fetch_or(1u64 << (self.slot % 64), Ordering::SeqCst);
+        ds.wake();
+        bump(&self.me().c_notify_sent, 1);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- vcopy
+
+    /// Copy `len` bytes from address `src_addr` of endpoint `src_ep`'s process to
+    /// `dst_addr` of `dst_ep`'s process.
+    ///
+    /// * COPY1 (the caller's process is the source or the destination): **one** copy by the
+    ///   kernel (`process_vm_writev` / `process_vm_readv`), no intermediate buffer.
+    /// * COPY2 (a third party asks for a copy between two other processes): **two** copies,
+    ///   through a 1 MiB buffer in the caller (`process_vm_readv` then `process_vm_writev`
+    ///   per chunk) — Linux has no call that copies between two foreign address spaces.
+    ///
+    /// Bad or unmapped ranges give [`Error::BadAddress`] (never a crash); more than the
+    /// domain's `max_copy` gives [`Error::TooLarge`].
+    pub fn vcopy(
+        &mut self,
+        src_ep: i32,
+        src_addr: usize,
+        dst_ep: i32,
+        dst_addr: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.check_domain()?;
+        if len as u64 > self.dom.max_copy() {
+            return Err(Error::TooLarge);
+        }
+        let sp = self.copy_pid(src_ep)?;
+        let dp = self.copy_pid(dst_ep)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if src_addr.checked_add(len).is_none() || dst_addr.checked_add(len).is_none() {
+            return Err(Error::BadAddress);
+        }
+        let me = sys::getpid();
+        if sp == me {
+            sys::vm_copy(sys::VmDir::Write, dp, src_addr, dst_addr, len)?;
+        } else if dp == me {
+            sys::vm_copy(sys::VmDir::Read, sp, dst_addr, src_addr, len)?;
+        } else {
+            let chunk = len.min(COPY2_CHUNK);
+            if self.copybuf.len() < chunk {
+                self.copybuf.resize(chunk, 0);
+            }
+            let buf = self.copybuf.as_mut_ptr() as usize;
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(chunk);
+                sys::vm_copy(sys::VmDir::Read, sp, buf, src_addr + off, n)?;
+                sys::vm_copy(sys::VmDir::Write, dp, buf, dst_addr + off, n)?;
+                off += n;
+            }
+        }
+        let s = self.me();
+        bump(&s.c_copies, 1);
+        bump(&s.c_bytes, len as u64);
+        Ok(())
+    }
+
+    fn copy_pid(&self, ep: i32) -> Result<u32> {
+        let slot = self.dom.resolve(ep)?;
+        if slot == self.slot {
+            return Ok(sys::getpid());
+        }
+        Ok(peer_of(&self.dom, slot)?.pid)
+    }
+
+    /// Unbind explicitly (also done on drop). Peers blocked on us get `DeadEndpoint`.
+    pub fn unbind(self) {
+        drop(self)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let s = self.me();
+        let a = s.alloc.load(Ordering::Acquire);
+        if a & 0xff == A_ACTIVE
+            && (a >> 32) as u32 == sys::getpid()
+            && s.gen.load(Ordering::Acquire) == self.gen
+            && s.alloc
+                .compare_exchange(
+                    a,
+                    ((sys::getpid() as u64) << 32) | A_RECLAIMING,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        {
+            self.dom.release_slot(self.slot);
+        }
+    }
+}

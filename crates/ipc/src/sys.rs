@@ -1,0 +1,193 @@
+//! Thin wrappers around the Linux system calls the IPC needs: futexes on shared memory,
+//! thread ids, process liveness and `process_vm_readv`/`process_vm_writev`.
+
+use crate::error::{Error, Result};
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Wait on a (process-shared) futex word while it still holds `expected`, at most `timeout`.
+/// Spurious returns are fine: callers always re-check their condition.
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned 32-bit atomic that lives in a shared mapping (or
+    // process memory) for the duration of the call; FUTEX_WAIT (not PRIVATE, because the
+    // word is shared between processes) only reads it. `ts` is a valid relative timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wake every waiter sleeping on a (process-shared) futex word.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid aligned futex word; FUTEX_WAKE does not access memory
+    // beyond hashing the address.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
+    }
+}
+
+/// Kernel thread id of the calling thread.
+pub(crate) fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// Process id of the caller.
+pub(crate) fn getpid() -> u32 {
+    std::process::id()
+}
+
+/// State letter and start time of a process (fields 3 and 22 of `/proc/<pid>/stat`,
+/// start time in clock ticks since boot), used to tell a live owner from a zombie or a
+/// recycled pid. `None` if the process does not exist.
+pub(crate) fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: parse after the last ')'.
+    let rest = s.get(s.rfind(')')? + 1..)?;
+    let mut it = rest.split_whitespace();
+    let state = it.next()?.chars().next()?;
+    // Field 3 was `state`; start time is field 22, i.e. 18 further fields on.
+    let start = it.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Start time of a process, see [`proc_stat`].
+pub(crate) fn proc_start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|(_, s)| s)
+}
+
+/// Does process `pid` exist and is it not a zombie? (Cheap check without start time.)
+pub(crate) fn pid_running(pid: u32) -> bool {
+    matches!(proc_stat(pid), Some((st, _)) if st != 'Z' && st != 'X')
+}
+
+/// Is the owner (process `pid` started at `start`, thread `tid`) still alive?
+/// Zombies (killed but not yet reaped) count as dead.
+pub(crate) fn owner_alive(pid: u32, tid: u32, start: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // SAFETY: tgkill with signal 0 only performs the existence/permission check.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::pid_t, tid as libc::pid_t, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    match proc_stat(pid) {
+        Some((st, s)) => s == start && st != 'Z' && st != 'X',
+        None => false,
+    }
+}
+
+/// Monotonic time in nanoseconds.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Which direction a single-copy transfer goes, seen from the caller.
+pub(crate) enum VmDir {
+    /// Copy from the remote process into the caller (`process_vm_readv`).
+    Read,
+    /// Copy from the caller into the remote process (`process_vm_writev`).
+    Write,
+}
+
+/// One kernel copy between the caller's `local` range and `remote` in process `pid`.
+/// Repeats on partial transfers; a fault anywhere gives `BadAddress`.
+pub(crate) fn vm_copy(dir: VmDir, pid: u32, local: usize, remote: usize, len: usize) -> Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let liov = libc::iovec {
+            iov_base: (local + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let riov = libc::iovec {
+            iov_base: (remote + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: process_vm_readv/writev validate both address ranges in the kernel and
+        // return EFAULT instead of faulting; the iovec structs are valid for the call.
+        // Memory of the *caller* is only written by readv into `local`, which the caller of
+        // this function guarantees is a writable range it owns (or accepts EFAULT for).
+        let n = unsafe {
+            match dir {
+                VmDir::Read => libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0),
+                VmDir::Write => libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0),
+            }
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(Error::from_errno(e));
+        }
+        if n == 0 {
+            // No progress: the next byte is not accessible.
+            return Err(Error::BadAddress);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_and_liveness_of_self() {
+        let pid = getpid();
+        let st = proc_start_time(pid).expect("own /proc entry");
+        assert!(owner_alive(pid, gettid(), st));
+        assert!(
+            !owner_alive(pid, gettid(), st + 1),
+            "wrong start time must look dead"
+        );
+        assert!(!owner_alive(0, 0, 0));
+        assert!(pid_running(pid));
+    }
+
+    #[test]
+    fn vm_copy_within_self_and_bad_address() {
+        let src = vec![7u8; 10_000];
+        let mut dst = vec![0u8; 10_000];
+        vm_copy(
+            VmDir::Read,
+            getpid(),
+            dst.as_mut_ptr() as usize,
+            src.as_ptr() as usize,
+            src.len(),
+        )
+        .unwrap();
+        assert_eq!(src, dst);
+        let r = vm_copy(VmDir::Read, getpid(), dst.as_mut_ptr() as usize, 8, 16);
+        assert_eq!(r, Err(Error::BadAddress));
+    }
+}
