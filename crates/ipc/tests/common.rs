@@ -1,0 +1,100 @@
+#![allow(dead_code)]
+//! Helpers shared by the integration tests.
+
+use std::time::{Duration, Instant};
+use ustack_ipc::{Domain, DomainConfig};
+
+/// A domain that is ended when the guard drops (also on test failure).
+pub struct DomGuard(pub Domain);
+
+impl Drop for DomGuard {
+    fn drop(&mut self) {
+        let _ = self.0.end();
+    }
+}
+
+impl std::ops::Deref for DomGuard {
+    type Target = Domain;
+    fn deref(&self) -> &Domain {
+        &self.0
+    }
+}
+
+pub fn unique(tag: &str) -> String {
+    format!("t-{}-{}", tag, std::process::id())
+}
+
+pub fn domain(tag: &str, max: u32) -> DomGuard {
+    let cfg = DomainConfig {
+        max_endpoints: max,
+        ..DomainConfig::default()
+    };
+    DomGuard(Domain::create(&unique(tag), cfg).expect("create domain"))
+}
+
+/// Fork a child that runs `f` and exits with its return value (panics exit with 101).
+/// Only the calling thread exists in the child; `f` must not rely on other threads.
+pub fn fork_child(f: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: fork in a (multi-threaded) test process: the child only runs `f`, which uses
+    // async-signal-unsafe functions that glibc makes fork-safe (malloc), then `_exit`s
+    // without running atexit handlers or unwinding into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: terminating the child immediately is always sound.
+        unsafe { libc::_exit(code) };
+    }
+    pid
+}
+
+/// Wait for a child with a time bound; returns its exit status (or -signal).
+pub fn wait_child(pid: libc::pid_t, limit: Duration) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        let mut st = 0;
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+        if r == pid {
+            if libc::WIFEXITED(st) {
+                return libc::WEXITSTATUS(st);
+            }
+            return -libc::WTERMSIG(st);
+        }
+        if t0.elapsed() > limit {
+            kill(pid);
+            panic!("child {pid} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+pub fn kill(pid: libc::pid_t) {
+    // SAFETY: sending SIGKILL to our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// Kills the child on drop unless disarmed (so failing tests leave no stray processes).
+pub struct ChildGuard(pub libc::pid_t);
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            kill(self.0);
+            let mut st = 0;
+            // SAFETY: reaping our own child.
+            unsafe { libc::waitpid(self.0, &mut st, 0) };
+        }
+    }
+}
+
+/// Poll `f` until true or `limit` passes.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
+}
