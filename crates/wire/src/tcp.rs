@@ -759,7 +759,7 @@ mod tests {
     fn with_options(opts: &[u8]) -> Vec<u8> {
         let mut v = LINUX_SYN[..20].to_vec();
         v.extend_from_slice(opts);
-        while v.len() % 4 != 0 {
+        while v.len() & 3 != 0 {
             v.push(0);
         }
         v[12] = ((v.len() / 4) as u8) << 4;

@@ -1,0 +1,127 @@
+//! The send side: the send buffer and the decision of how much to send now
+//! (Nagle, sender-side silly window syndrome avoidance).
+
+use ustack_wire::tcp::SeqNum;
+
+use super::ring::Ring;
+
+/// Bytes the application queued, from the oldest unacknowledged byte on.
+/// `seq` is the sequence number of the first byte held; a FIN, once queued,
+/// sits right after the last byte.
+#[derive(Debug, Clone)]
+pub(crate) struct SendQueue {
+    pub(crate) ring: Ring,
+    pub(crate) seq: SeqNum,
+    pub(crate) fin_queued: bool,
+}
+
+impl SendQueue {
+    pub(crate) fn new(capacity: usize, first: SeqNum) -> Self {
+        SendQueue {
+            ring: Ring::new(capacity),
+            seq: first,
+            fin_queued: false,
+        }
+    }
+
+    /// Sequence number of the FIN (valid once `fin_queued`).
+    pub(crate) fn fin_seq(&self) -> SeqNum {
+        self.seq + self.ring.len()
+    }
+
+    /// Drop data acknowledged up to `ack`; returns data bytes acknowledged.
+    pub(crate) fn ack_to(&mut self, ack: SeqNum) -> usize {
+        if ack.le(self.seq) {
+            return 0;
+        }
+        let n = (ack.wrapping_sub(self.seq) as usize).min(self.ring.len());
+        self.ring.consume(n);
+        self.seq += n;
+        n
+    }
+}
+
+/// What the window and buffer allow for one segment of new data.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendCheck {
+    /// Bytes that could go in this segment.
+    pub(crate) len: usize,
+    /// Bytes queued and not yet sent from this position.
+    pub(crate) avail: usize,
+    /// Full-sized segment payload.
+    pub(crate) max_payload: usize,
+    /// Nothing unacknowledged is in flight.
+    pub(crate) idle: bool,
+    pub(crate) nodelay: bool,
+    /// A FIN follows the data (the application closed: push everything).
+    pub(crate) fin_queued: bool,
+    /// Largest window the peer ever offered.
+    pub(crate) max_snd_wnd: usize,
+}
+
+/// RFC 1122 4.2.3.4 (sender SWS avoidance, with Nagle's algorithm, RFC 896,
+/// as the bracketed condition): "send data ... (1) if a maximum-sized segment
+/// can be sent, i.e, if: min(D,U) >= Eff.snd.MSS; (2) or if the data is
+/// pushed and all queued data can be sent now, i.e., if: [SND.NXT = SND.UNA
+/// and] PUSHED and D <= U; (3) or if at least a fraction Fs of the maximum
+/// window can be sent, i.e., if: [SND.NXT = SND.UNA and] min(D,U) >= Fs *
+/// Max(SND.WND); (4) or if data is PUSHed and the override timeout occurs."
+/// Every write is treated as pushed (as sockets do); (4) is the persist
+/// timer's `force` in the caller.
+pub(crate) fn sws_allows(c: &SendCheck) -> bool {
+    if c.len == 0 {
+        return false;
+    }
+    let nagle_ok = c.nodelay || c.idle || c.fin_queued;
+    c.len >= c.max_payload
+        || (c.len == c.avail && nagle_ok)
+        || (c.len >= c.max_snd_wnd / 2 && c.max_snd_wnd > 0 && nagle_ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(len: usize, avail: usize, idle: bool, nodelay: bool) -> SendCheck {
+        SendCheck {
+            len,
+            avail,
+            max_payload: 1000,
+            idle,
+            nodelay,
+            fin_queued: false,
+            max_snd_wnd: 64_000,
+        }
+    }
+
+    #[test]
+    fn nagle_holds_small_segment_while_data_in_flight() {
+        assert!(
+            sws_allows(&check(1000, 5000, false, false)),
+            "full segment always goes"
+        );
+        assert!(
+            !sws_allows(&check(10, 10, false, false)),
+            "Nagle holds a runt"
+        );
+        assert!(
+            sws_allows(&check(10, 10, true, false)),
+            "idle connection sends"
+        );
+        assert!(sws_allows(&check(10, 10, false, true)), "nodelay sends");
+        assert!(
+            !sws_allows(&check(10, 5000, true, true)),
+            "window-limited runt waits (SWS)"
+        );
+    }
+
+    #[test]
+    fn send_queue_acks() {
+        let mut q = SendQueue::new(100, SeqNum(u32::MAX - 2));
+        assert_eq!(q.ring.push(b"hello"), 5);
+        assert_eq!(q.fin_seq(), SeqNum(2));
+        assert_eq!(q.ack_to(SeqNum(u32::MAX)), 2);
+        assert_eq!(q.ack_to(SeqNum(100)), 3);
+        assert_eq!(q.seq, SeqNum(2));
+    }
+}

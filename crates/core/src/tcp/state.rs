@@ -1,0 +1,1793 @@
+//! The connection: state machine and segment arrival processing
+//! (RFC 9293 3.10), timers, and segment emission.
+
+use std::net::SocketAddrV4;
+
+use ustack_wire::tcp::{SeqNum, TcpRepr, MAX_WINDOW_SHIFT};
+
+use super::cc::{CongestionControl, NewReno};
+use super::recv::RecvQueue;
+use super::rtt::RttEstimator;
+use super::sack::Scoreboard;
+use super::send::{sws_allows, SendCheck, SendQueue};
+use super::{KeepAlive, State, TcpConfig, TcpCounters, TcpError};
+use crate::time::{Duration, Instant};
+
+/// Most segments one `dispatch` call emits (bounded work per poll).
+const MAX_BURST: usize = 64;
+/// RFC 9293 3.7.1: "If an MSS Option is not received at connection
+/// setup, TCP implementations MUST assume a default send MSS of 536".
+const DEFAULT_MSS: usize = 536;
+/// RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// When `emit` refuses a segment, retry this much later.
+const TX_RETRY: Duration = Duration::from_millis(10);
+
+/// ICMP errors relevant to a connection (RFC 1122 4.2.3.9, RFC 5927).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcmpUnreachable {
+    NetUnreachable,
+    HostUnreachable,
+    ProtoUnreachable,
+    PortUnreachable,
+    /// Fragmentation needed and DF set; the next-hop MTU (0 if unknown).
+    FragRequired {
+        mtu: u16,
+    },
+    AdminProhibited,
+    Other,
+}
+
+/// A snapshot for `ss`-like views.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConnInfo {
+    pub state: State,
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    pub send_queue: usize,
+    pub recv_queue: usize,
+    pub can_recv: bool,
+    pub can_send: bool,
+    pub pending_error: Option<TcpError>,
+    pub srtt: Option<Duration>,
+    pub rttvar: Duration,
+    pub rto: Duration,
+    pub cwnd: usize,
+    pub ssthresh: usize,
+    pub smss: usize,
+    pub snd_wnd: usize,
+    pub rcv_wnd: usize,
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
+    pub timestamps: bool,
+    pub sack: bool,
+    pub retransmits: u32,
+}
+
+/// One TCP connection (a TCB), sans-IO.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: TcpConfig,
+    state: State,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    passive: bool,
+
+    // Send sequence space (RFC 9293 3.3.1). `snd_max` is the highest
+    // sequence number sent; `snd_nxt` rewinds to SND.UNA on timeout.
+    iss: SeqNum,
+    snd_una: SeqNum,
+    snd_nxt: SeqNum,
+    snd_max: SeqNum,
+    snd_wnd: usize,
+    snd_wl1: SeqNum,
+    snd_wl2: SeqNum,
+    max_snd_wnd: usize,
+    snd_wscale: u8,
+    sendq: SendQueue,
+
+    // Receive sequence space.
+    irs: SeqNum,
+    rcv_nxt: SeqNum,
+    rcv_adv: SeqNum,
+    rcv_wscale: u8,
+    recvq: RecvQueue,
+    rcv_fin: Option<SeqNum>,
+    fin_received: bool,
+
+    // Negotiated options.
+    adv_mss: u16,
+    route_mss: usize,
+    smss: usize,
+    ws_ok: bool,
+    ts_ok: bool,
+    sack_ok: bool,
+    ts_offset: u32,
+    ts_recent: u32,
+    ts_recent_at: Instant,
+    last_ack_sent: SeqNum,
+
+    // Retransmission and congestion control.
+    rtt: RttEstimator,
+    rto_at: Option<Instant>,
+    retries: u32,
+    total_retrans: u32,
+    rtt_probe: Option<(SeqNum, Instant)>,
+    cc: Box<dyn CongestionControl>,
+    dupacks: u32,
+    recovery: Option<SeqNum>,
+    last_recover: Option<SeqNum>,
+    rtx_pending: Option<SeqNum>,
+    high_rxt: SeqNum,
+    scoreboard: Scoreboard,
+
+    // ACK generation.
+    ack_now: bool,
+    ack_delay_at: Option<Instant>,
+    unacked_bytes: usize,
+    last_data_at: Option<Instant>,
+
+    // Other timers.
+    persist_at: Option<Instant>,
+    persist_backoff: u32,
+    force_send: bool,
+    probe_pending: bool,
+    keepalive: Option<KeepAlive>,
+    ka_probes: u32,
+    last_rcv_at: Instant,
+    last_send_at: Instant,
+    timewait_at: Option<Instant>,
+    finwait2_at: Option<Instant>,
+    tx_retry_at: Option<Instant>,
+
+    // Application-facing.
+    error: Option<TcpError>,
+    soft_error: Option<TcpError>,
+    rst_pending: bool,
+    rst_reply: Option<(SeqNum, Option<SeqNum>)>,
+    app_closed: bool,
+    abort_on_close: bool,
+    linger_zero: bool,
+    nodelay: bool,
+    open_counted: bool,
+    in_estab: bool,
+    scratch: Vec<u8>,
+}
+
+fn window_shift_for(buf: usize) -> u8 {
+    let mut s = 0u8;
+    while s < MAX_WINDOW_SHIFT && (buf >> s) > 0xffff {
+        s += 1;
+    }
+    s
+}
+
+impl Connection {
+    fn new(
+        cfg: &TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+        route_mss: u16,
+        now: Instant,
+        passive: bool,
+    ) -> Connection {
+        let route_mss = usize::from(route_mss.max(64));
+        let adv_mss = cfg.mss.min(route_mss as u16).max(64);
+        let smss = DEFAULT_MSS.min(route_mss);
+        Connection {
+            cfg: cfg.clone(),
+            state: State::Closed,
+            local,
+            remote,
+            passive,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            snd_wl1: SeqNum(0),
+            snd_wl2: iss,
+            max_snd_wnd: 0,
+            snd_wscale: 0,
+            sendq: SendQueue::new(cfg.snd_buf.max(1), iss + 1u32),
+            irs: SeqNum(0),
+            rcv_nxt: SeqNum(0),
+            rcv_adv: SeqNum(0),
+            rcv_wscale: 0,
+            recvq: RecvQueue::new(cfg.rcv_buf.max(1)),
+            rcv_fin: None,
+            fin_received: false,
+            adv_mss,
+            route_mss,
+            smss,
+            ws_ok: false,
+            ts_ok: false,
+            sack_ok: false,
+            ts_offset: iss.0.rotate_left(13) ^ 0x5a5a_5a5a,
+            ts_recent: 0,
+            ts_recent_at: now,
+            last_ack_sent: SeqNum(0),
+            rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+            rto_at: None,
+            retries: 0,
+            total_retrans: 0,
+            rtt_probe: None,
+            cc: Box::new(NewReno::new(cfg.initial_cwnd, smss)),
+            dupacks: 0,
+            recovery: None,
+            last_recover: None,
+            rtx_pending: None,
+            high_rxt: iss,
+            scoreboard: Scoreboard::default(),
+            ack_now: false,
+            ack_delay_at: None,
+            unacked_bytes: 0,
+            last_data_at: None,
+            persist_at: None,
+            persist_backoff: 0,
+            force_send: false,
+            probe_pending: false,
+            keepalive: cfg.keepalive,
+            ka_probes: 0,
+            last_rcv_at: now,
+            last_send_at: now,
+            timewait_at: None,
+            finwait2_at: None,
+            tx_retry_at: None,
+            error: None,
+            soft_error: None,
+            rst_pending: false,
+            rst_reply: None,
+            app_closed: false,
+            abort_on_close: false,
+            linger_zero: false,
+            nodelay: cfg.nodelay,
+            open_counted: false,
+            in_estab: false,
+            scratch: vec![0u8; route_mss.max(usize::from(adv_mss))],
+        }
+    }
+
+    /// Active open: the connection starts in SYN-SENT and sends its SYN on
+    /// the next `dispatch`.
+    pub fn connect(
+        cfg: &TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+        route_mss: u16,
+        now: Instant,
+    ) -> Connection {
+        let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, false);
+        c.state = State::SynSent;
+        c.rcv_wscale = if cfg.window_scale {
+            window_shift_for(cfg.rcv_buf)
+        } else {
+            0
+        };
+        c
+    }
+
+    /// Passive open from a listener's received SYN: the connection starts in
+    /// SYN-RECEIVED and sends its SYN-ACK on the next `dispatch`. Data in the
+    /// SYN is not accepted (no TCP Fast Open); the peer retransmits it.
+    pub fn accept(
+        cfg: &TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        syn: &TcpRepr,
+        iss: SeqNum,
+        route_mss: u16,
+        now: Instant,
+    ) -> Connection {
+        let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, true);
+        c.state = State::SynReceived;
+        c.negotiate(syn, now);
+        c.irs = syn.seq;
+        c.rcv_nxt = syn.seq + 1u32;
+        c.snd_wnd = usize::from(syn.window);
+        c.max_snd_wnd = c.snd_wnd;
+        c.snd_wl1 = syn.seq;
+        c.snd_wl2 = iss;
+        c
+    }
+
+    /// Take the options of the peer's SYN (RFC 9293 3.7.1, RFC 7323, RFC 2018).
+    fn negotiate(&mut self, syn: &TcpRepr, now: Instant) {
+        // MSS: "the TCP sender MUST use ... the minimum of the received MSS
+        // option ... and the path MTU-derived value".
+        let peer = syn.max_seg_size.map_or(DEFAULT_MSS, usize::from).max(64);
+        self.smss = peer.min(self.route_mss);
+        // RFC 7323 2.2: "If a TCP receives a <SYN> segment containing a
+        // Window Scale option, it SHOULD send its own Window Scale option
+        // in the <SYN,ACK> segment"; scaling is on only if both sent one.
+        match (self.cfg.window_scale, syn.window_scale) {
+            (true, Some(s)) => {
+                self.ws_ok = true;
+                self.snd_wscale = s.min(MAX_WINDOW_SHIFT);
+                self.rcv_wscale = window_shift_for(self.cfg.rcv_buf);
+            }
+            _ => {
+                self.ws_ok = false;
+                self.snd_wscale = 0;
+                self.rcv_wscale = 0;
+            }
+        }
+        self.sack_ok = self.cfg.sack && syn.sack_permitted;
+        match (self.cfg.timestamps, syn.timestamp) {
+            (true, Some((tsval, _))) => {
+                self.ts_ok = true;
+                self.ts_recent = tsval;
+                self.ts_recent_at = now;
+            }
+            _ => self.ts_ok = false,
+        }
+        self.cc = Box::new(NewReno::new(self.cfg.initial_cwnd, self.max_payload_base()));
+    }
+
+    // ----- status getters -------------------------------------------------
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+    pub fn local(&self) -> SocketAddrV4 {
+        self.local
+    }
+    pub fn remote(&self) -> SocketAddrV4 {
+        self.remote
+    }
+    /// Created by a listener (passive open).
+    pub fn is_passive(&self) -> bool {
+        self.passive
+    }
+    /// Bytes queued by the application and not yet acknowledged.
+    pub fn send_queue(&self) -> usize {
+        self.sendq.ring.len()
+    }
+    /// Bytes received in order and not yet read.
+    pub fn recv_queue(&self) -> usize {
+        self.recvq.ring.len()
+    }
+    /// Free space in the send buffer.
+    pub fn send_capacity(&self) -> usize {
+        self.sendq.ring.free()
+    }
+    /// A `recv` would not block: data, end of stream, or an error.
+    pub fn can_recv(&self) -> bool {
+        self.recvq.ring.len() > 0
+            || self.fin_received
+            || self.error.is_some()
+            || (self.state == State::Closed && self.open_counted)
+    }
+    /// A `send` would not block: buffer space in a sending state, or an error.
+    pub fn can_send(&self) -> bool {
+        self.error.is_some()
+            || (matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            ) && !self.sendq.fin_queued
+                && self.sendq.ring.free() > 0)
+    }
+    /// The error that ended (or is ending) the connection, if any.
+    pub fn pending_error(&self) -> Option<TcpError> {
+        self.error
+    }
+    /// Take the error (like `SO_ERROR`).
+    pub fn take_error(&mut self) -> Option<TcpError> {
+        self.error.take()
+    }
+    /// Connection reached ESTABLISHED at some point (or is there).
+    pub fn is_synchronized(&self) -> bool {
+        !matches!(
+            self.state,
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        )
+    }
+    /// End of stream was received and everything before it read.
+    pub fn is_eof(&self) -> bool {
+        self.fin_received && self.recvq.ring.is_empty()
+    }
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.srtt()
+    }
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+    pub fn cwnd(&self) -> usize {
+        self.cc.cwnd()
+    }
+    /// The effective send MSS.
+    pub fn mss(&self) -> usize {
+        self.smss
+    }
+    pub fn nodelay(&self) -> bool {
+        self.nodelay
+    }
+    pub fn info(&self) -> TcpConnInfo {
+        TcpConnInfo {
+            state: self.state,
+            local: self.local,
+            remote: self.remote,
+            send_queue: self.send_queue(),
+            recv_queue: self.recv_queue(),
+            can_recv: self.can_recv(),
+            can_send: self.can_send(),
+            pending_error: self.error,
+            srtt: self.rtt.srtt(),
+            rttvar: self.rtt.rttvar(),
+            rto: self.rtt.rto(),
+            cwnd: self.cc.cwnd(),
+            ssthresh: self.cc.ssthresh(),
+            smss: self.smss,
+            snd_wnd: self.snd_wnd,
+            rcv_wnd: self.rcv_wnd(),
+            snd_wscale: self.snd_wscale,
+            rcv_wscale: self.rcv_wscale,
+            timestamps: self.ts_ok,
+            sack: self.sack_ok,
+            retransmits: self.total_retrans,
+        }
+    }
+
+    // ----- settings -------------------------------------------------------
+
+    pub fn set_nodelay(&mut self, on: bool) {
+        self.nodelay = on;
+    }
+    /// `SO_KEEPALIVE` with idle time and probe interval both `interval`
+    /// and Linux's 9 probes; `None` turns keep-alive off.
+    pub fn set_keepalive(&mut self, interval: Option<Duration>) {
+        self.set_keepalive_params(interval.map(|d| KeepAlive {
+            idle: d,
+            interval: d,
+            count: KeepAlive::default().count,
+        }));
+    }
+    /// Keep-alive with full parameters.
+    pub fn set_keepalive_params(&mut self, ka: Option<KeepAlive>) {
+        self.keepalive = ka;
+        self.ka_probes = 0;
+    }
+    /// `SO_LINGER` with a zero timeout: `close` sends RST.
+    pub fn set_linger_zero(&mut self, on: bool) {
+        self.linger_zero = on;
+    }
+    /// Replace the congestion controller (e.g. for experiments).
+    pub fn set_congestion_control(&mut self, cc: Box<dyn CongestionControl>) {
+        self.cc = cc;
+    }
+
+    // ----- application calls ---------------------------------------------
+
+    /// Queue data; `Ok(0)` when the buffer is full.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, TcpError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.sendq.fin_queued {
+            return Err(TcpError::BrokenPipe);
+        }
+        match self.state {
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait => {
+                Ok(self.sendq.ring.push(data))
+            }
+            State::Closed | State::Listen => Err(TcpError::NotConnected),
+            _ => Err(TcpError::BrokenPipe),
+        }
+    }
+
+    /// Read in-order data; `Ok(0)` at end of stream; `WouldBlock` when empty.
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
+        if !self.recvq.ring.is_empty() {
+            let before = self.rcv_wnd_available();
+            let n = self.recvq.ring.pop(buf);
+            self.maybe_window_update(before);
+            return Ok(n);
+        }
+        if self.fin_received {
+            return Ok(0);
+        }
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        match self.state {
+            State::Closed | State::Listen => Err(if self.open_counted {
+                TcpError::NotConnected
+            } else {
+                TcpError::NotConnected
+            }),
+            _ => Err(TcpError::WouldBlock),
+        }
+    }
+
+    /// Half-close: send FIN after the queued data (RFC 9293 3.10.4 CLOSE on
+    /// the sending side). Further `send` calls fail with `BrokenPipe`.
+    pub fn shutdown(&mut self) {
+        match self.state {
+            State::SynSent | State::SynReceived => self.sendq.fin_queued = true,
+            // "Queue this until all preceding SENDs have been segmentized,
+            // then form a FIN segment and send it. In any case, enter
+            // FIN-WAIT-1 state."
+            State::Established => {
+                self.sendq.fin_queued = true;
+                self.state = State::FinWait1;
+            }
+            // "Queue this request until all preceding SENDs have been
+            // segmentized; then send a FIN segment, enter LAST-ACK state."
+            State::CloseWait => {
+                self.sendq.fin_queued = true;
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Close: release the connection to finish on its own. Unread data or
+    /// linger-0 turns this into an abort (RST), as Linux does (RFC 2525 2.17).
+    pub fn close(&mut self) {
+        self.app_closed = true;
+        match self.state {
+            State::Closed | State::Listen | State::TimeWait => {}
+            State::SynSent => self.state = State::Closed,
+            _ if self.linger_zero || !self.recvq.ring.is_empty() => {
+                self.abort_with(true);
+            }
+            State::SynReceived => self.abort_with(false),
+            _ => {
+                self.shutdown();
+                if self.state == State::FinWait2 {
+                    self.finwait2_at = Some(self.last_rcv_at + self.cfg.fin_wait2_timeout);
+                }
+            }
+        }
+    }
+
+    /// Abort: RST now (in synchronized states) and close.
+    pub fn abort(&mut self) {
+        self.app_closed = true;
+        match self.state {
+            State::Closed | State::Listen | State::TimeWait | State::SynSent => {
+                self.state = State::Closed;
+                self.clear_timers();
+            }
+            _ => self.abort_with(false),
+        }
+    }
+
+    fn abort_with(&mut self, on_close: bool) {
+        self.rst_pending = true;
+        self.abort_on_close = on_close;
+    }
+
+    /// Does this TIME-WAIT connection allow a new SYN to reuse the 4-tuple?
+    /// RFC 9293 3.6.1 / RFC 6191: with timestamps, "if the TSval of the
+    /// SYN is larger than TS.Recent"; without, if "the SYN's sequence
+    /// number is larger than the last sequence number seen".
+    pub fn accepts_reuse_syn(&self, seg: &TcpRepr) -> bool {
+        if self.state != State::TimeWait || !seg.syn || seg.ack.is_some() || seg.rst {
+            return false;
+        }
+        match (self.ts_ok, seg.timestamp) {
+            (true, Some((tsval, _))) => tsval.wrapping_sub(self.ts_recent) as i32 > 0,
+            _ => seg.seq.gt(self.rcv_nxt),
+        }
+    }
+
+    /// An ICMP destination unreachable quoting one of our segments.
+    /// RFC 1122 4.2.3.9: soft errors (net/host unreachable) "MUST NOT"
+    /// abort; like Linux, port/protocol unreachable is a hard error only
+    /// while the connection is being opened.
+    pub fn on_icmp_unreachable(&mut self, _now: Instant, kind: IcmpUnreachable) {
+        match kind {
+            IcmpUnreachable::PortUnreachable | IcmpUnreachable::ProtoUnreachable => {
+                if self.state == State::SynSent {
+                    self.error = Some(TcpError::ConnectionRefused);
+                    self.state = State::Closed;
+                    self.clear_timers();
+                } else {
+                    self.soft_error = Some(TcpError::ConnectionRefused);
+                }
+            }
+            IcmpUnreachable::NetUnreachable
+            | IcmpUnreachable::HostUnreachable
+            | IcmpUnreachable::AdminProhibited
+            | IcmpUnreachable::Other => self.soft_error = Some(TcpError::HostUnreachable),
+            IcmpUnreachable::FragRequired { mtu } => {
+                // RFC 1191: lower the MSS to fit the reported MTU.
+                let m = usize::from(mtu).saturating_sub(40);
+                if m >= DEFAULT_MSS && m < self.smss {
+                    self.smss = m;
+                    self.route_mss = m;
+                }
+            }
+        }
+    }
+
+    // ----- helpers --------------------------------------------------------
+
+    fn clear_timers(&mut self) {
+        self.rto_at = None;
+        self.persist_at = None;
+        self.ack_delay_at = None;
+        self.finwait2_at = None;
+        self.timewait_at = None;
+        self.ack_now = false;
+        self.rtx_pending = None;
+        self.probe_pending = false;
+    }
+
+    /// Keep `CurrEstab` ("the number of TCP connections for which the
+    /// current state is either ESTABLISHED or CLOSE-WAIT", RFC 4022) in
+    /// step with the state, also after application calls that change it.
+    fn sync_estab(&mut self, ctr: &mut TcpCounters) {
+        let is = matches!(self.state, State::Established | State::CloseWait);
+        if is != self.in_estab {
+            if is {
+                ctr.CurrEstab += 1;
+            } else {
+                ctr.CurrEstab = ctr.CurrEstab.saturating_sub(1);
+            }
+            self.in_estab = is;
+        }
+    }
+
+    fn set_state(&mut self, s: State, ctr: &mut TcpCounters) {
+        self.state = s;
+        self.sync_estab(ctr);
+        match s {
+            State::TimeWait => {
+                let at = self.now_hint() + self.cfg.time_wait;
+                self.clear_timers();
+                self.timewait_at = Some(at);
+            }
+            State::Closed => self.clear_timers(),
+            _ => {}
+        }
+    }
+
+    /// The last time we were told about (timers are set relative to it).
+    fn now_hint(&self) -> Instant {
+        self.last_rcv_at.max(self.last_send_at)
+    }
+
+    fn rcv_wnd(&self) -> usize {
+        if self.rcv_adv.gt(self.rcv_nxt) {
+            self.rcv_adv.wrapping_sub(self.rcv_nxt) as usize
+        } else {
+            0
+        }
+    }
+
+    fn rcv_wnd_available(&self) -> usize {
+        let max = if self.ws_ok {
+            0xffff_usize << self.rcv_wscale
+        } else {
+            0xffff
+        };
+        self.recvq.free().min(max)
+    }
+
+    /// After the application read: RFC 1122 4.2.3.3 receiver SWS avoidance
+    /// decides whether the opened window is worth an update.
+    fn maybe_window_update(&mut self, _before: usize) {
+        if !self.is_synchronized() || self.fin_received {
+            return;
+        }
+        let cur = self.rcv_wnd();
+        let now_avail = self.rcv_wnd_available();
+        let thresh = (self.recvq.ring.capacity() / 2).min(usize::from(self.adv_mss));
+        if now_avail >= cur + thresh && cur < self.recvq.ring.capacity() / 2 {
+            self.ack_now = true;
+        }
+    }
+
+    /// The window to advertise; records the right edge. RFC 1122 4.2.3.3:
+    /// "The suggested SWS avoidance algorithm for the receiver is to keep
+    /// RCV.NXT+RCV.WND fixed until the reduction satisfies: RCV.BUFF -
+    /// RCV.USER - RCV.WND >= min( Fr * RCV.BUFF, Eff.snd.MSS )".
+    fn advertise_window(&mut self, syn: bool) -> u16 {
+        let avail = self.rcv_wnd_available();
+        let cur = self.rcv_wnd();
+        let thresh = (self.recvq.ring.capacity() / 2).min(usize::from(self.adv_mss));
+        let mut win = if avail > cur && avail - cur < thresh {
+            cur
+        } else {
+            avail
+        };
+        // Never shrink the window (RFC 9293 3.8.6.2.2 "SHOULD NOT shrink").
+        win = win.max(cur);
+        if syn {
+            // RFC 7323 2.2: "The window field in a segment where the SYN bit
+            // is set MUST NOT be scaled".
+            let w = win.min(0xffff);
+            self.rcv_adv = self.rcv_nxt + w;
+            return w as u16;
+        }
+        let shift = if self.ws_ok { self.rcv_wscale } else { 0 };
+        // Round up so the advertised edge never moves left (Linux does too).
+        let field = win.div_ceil(1usize << shift).min(0xffff);
+        let w = field << shift;
+        if self.rcv_nxt.gt(self.rcv_adv) || (self.rcv_nxt + w).gt(self.rcv_adv) {
+            self.rcv_adv = self.rcv_nxt + w;
+        }
+        field as u16
+    }
+
+    fn ts_now(&self, now: Instant) -> u32 {
+        (now.total_millis() as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// Largest payload given the negotiated MSS and our timestamp option.
+    fn max_payload_base(&self) -> usize {
+        let ts = if self.ts_ok { 12 } else { 0 };
+        self.smss.saturating_sub(ts).max(1)
+    }
+
+    fn sack_blocks(&self) -> [Option<(SeqNum, SeqNum)>; 4] {
+        if self.sack_ok && self.recvq.has_out_of_order() {
+            self.recvq
+                .sack_blocks(self.rcv_nxt, if self.ts_ok { 3 } else { 4 })
+        } else {
+            [None; 4]
+        }
+    }
+
+    fn max_payload(&self) -> usize {
+        let n = self.sack_blocks().iter().flatten().count();
+        let sack = if n > 0 { 4 + 8 * n } else { 0 };
+        self.max_payload_base().saturating_sub(sack).max(1)
+    }
+
+    /// A segment carrying our current ACK, window and options.
+    fn base_repr(&mut self, now: Instant, seq: SeqNum) -> TcpRepr<'static> {
+        let synchronized = !matches!(self.state, State::SynSent);
+        let window = self.advertise_window(false);
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq,
+            ack: if synchronized {
+                Some(self.rcv_nxt)
+            } else {
+                None
+            },
+            window,
+            timestamp: if self.ts_ok {
+                Some((self.ts_now(now), self.ts_recent))
+            } else {
+                None
+            },
+            sack_ranges: self.sack_blocks(),
+            ..TcpRepr::default()
+        }
+    }
+
+    fn sent_ack(&mut self, ctr: &mut TcpCounters, now: Instant) {
+        self.ack_now = false;
+        self.ack_delay_at = None;
+        self.unacked_bytes = 0;
+        self.last_ack_sent = self.rcv_nxt;
+        self.last_send_at = now;
+        ctr.OutSegs += 1;
+    }
+
+    fn arm_rto(&mut self, now: Instant) {
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rtt.rto());
+        }
+    }
+
+    fn can_send_data_state(&self) -> bool {
+        self.snd_una.gt(self.iss)
+            && matches!(
+                self.state,
+                State::Established
+                    | State::CloseWait
+                    | State::FinWait1
+                    | State::Closing
+                    | State::LastAck
+            )
+    }
+
+    fn fin_acked(&self) -> bool {
+        self.sendq.fin_queued && self.snd_una.gt(self.sendq.fin_seq())
+    }
+
+    /// The next data/FIN segment to send now: (seq, len, fin).
+    fn next_segment(&self, force: bool) -> Option<(SeqNum, usize, bool)> {
+        if !self.can_send_data_state() {
+            return None;
+        }
+        let mut seq = self.snd_nxt;
+        if seq.lt(self.snd_max) {
+            if let Some(end) = self.scoreboard.sacked_end(seq) {
+                seq = end.min(self.snd_max);
+            }
+        }
+        if seq.lt(self.sendq.seq) {
+            seq = self.sendq.seq;
+        }
+        let off = seq.wrapping_sub(self.sendq.seq) as usize;
+        let qlen = self.sendq.ring.len();
+        if off > qlen {
+            return None;
+        }
+        let avail = qlen - off;
+        let fin_pending = self.sendq.fin_queued;
+        if avail == 0 && !fin_pending {
+            return None;
+        }
+        let flight = seq.wrapping_sub(self.snd_una) as usize;
+        let wnd_room = self.snd_wnd.saturating_sub(flight);
+        let cwnd_room = self.cc.cwnd().saturating_sub(flight);
+        let maxp = self.max_payload();
+        let n = avail.min(maxp).min(wnd_room).min(cwnd_room);
+        let is_rtx = seq.lt(self.snd_max);
+        // RFC 9293: the FIN occupies one sequence number inside the window.
+        let fin = fin_pending && n == avail && (n < wnd_room || force);
+        if n == 0 && !fin {
+            return None;
+        }
+        if !is_rtx && !force && n > 0 {
+            let check = SendCheck {
+                len: n,
+                avail,
+                max_payload: maxp,
+                idle: self.snd_max == self.snd_una,
+                nodelay: self.nodelay,
+                fin_queued: fin_pending,
+                max_snd_wnd: self.max_snd_wnd,
+            };
+            if !sws_allows(&check) {
+                return None;
+            }
+        }
+        Some((seq, n, fin))
+    }
+
+    fn syn_needed(&self) -> bool {
+        matches!(self.state, State::SynSent | State::SynReceived) && self.snd_nxt == self.iss
+    }
+
+    fn has_immediate_work(&self) -> bool {
+        if self.rst_reply.is_some() {
+            return true;
+        }
+        if matches!(self.state, State::Closed | State::Listen) {
+            return false;
+        }
+        self.rst_pending
+            || self.ack_now
+            || self.probe_pending
+            || self.syn_needed()
+            || self.rtx_pending.is_some()
+            || self.next_segment(self.force_send).is_some()
+    }
+
+    /// When `dispatch` must next be called; `Instant::ZERO` means now.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut min = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        if self.has_immediate_work() {
+            min(Some(self.tx_retry_at.unwrap_or(Instant::ZERO)));
+        }
+        if !matches!(self.state, State::Closed | State::Listen) {
+            min(self.rto_at);
+            min(self.persist_at);
+            min(self.ack_delay_at);
+            min(self.timewait_at);
+            min(self.finwait2_at);
+            min(self.keepalive_at());
+        }
+        t
+    }
+
+    fn keepalive_at(&self) -> Option<Instant> {
+        let ka = self.keepalive?;
+        if !matches!(self.state, State::Established | State::CloseWait) {
+            return None;
+        }
+        Some(self.last_rcv_at + ka.idle + ka.interval.saturating_mul(self.ka_probes))
+    }
+
+    // ----- segment arrival -------------------------------------------------
+
+    /// Process one segment addressed to this connection.
+    pub fn process(&mut self, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+        self.sync_estab(ctr);
+        self.process_inner(now, seg, ctr);
+        self.sync_estab(ctr);
+    }
+
+    fn process_inner(&mut self, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+        match self.state {
+            State::Closed | State::Listen => return,
+            State::SynSent => {
+                self.last_rcv_at = now;
+                self.process_syn_sent(now, seg, ctr);
+                return;
+            }
+            _ => {}
+        }
+        if self.rst_pending {
+            return;
+        }
+        self.last_rcv_at = self.last_rcv_at.max(now);
+        self.ka_probes = 0;
+
+        // Simultaneous open / lost SYN-ACK (RFC 9293 3.10.7.4 SYN-RECEIVED):
+        // the peer's SYN again, or its SYN-ACK.
+        let mut seg = *seg;
+        if self.state == State::SynReceived && seg.syn && seg.seq == self.irs && !seg.rst {
+            if seg.ack.is_none() {
+                // Our SYN-ACK was lost: send it again.
+                self.snd_nxt = self.iss;
+                return;
+            }
+            seg.syn = false;
+            seg.seq = seg.seq + 1u32;
+        }
+
+        // RFC 7323 5.3 PAWS: "If there is a Timestamps option in the
+        // arriving segment, SEG.TSval < TS.Recent, TS.Recent is valid, and
+        // if the RST bit is not set, then treat the arriving segment as not
+        // acceptable: Send an acknowledgment in reply ... and drop".
+        if self.ts_ok && !seg.rst {
+            if let Some((tsval, _)) = seg.timestamp {
+                let valid = now.saturating_duration_since(self.ts_recent_at) < PAWS_IDLE;
+                if valid && (tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
+                    ctr.PAWSEstab += 1;
+                    self.ack_now = true;
+                    return;
+                }
+            }
+        }
+
+        // First: check sequence number (RFC 9293 3.10.7.4).
+        let seg_len = seg.seq_len();
+        let wnd = self.rcv_wnd();
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => seg.seq == self.rcv_nxt,
+            (0, _) => seg.seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd),
+            (_, 0) => false,
+            (_, _) => {
+                seg.seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+                    || (seg.seq + (seg_len - 1)).in_range(self.rcv_nxt, self.rcv_nxt + wnd)
+            }
+        };
+        let mut ack_only = false;
+        if !acceptable {
+            if seg.rst {
+                return;
+            }
+            // "If the RCV.WND is zero, no segments will be acceptable, but
+            // special allowance should be made to accept valid ACKs, URGs,
+            // and RSTs."
+            if wnd == 0 && seg.seq == self.rcv_nxt {
+                ack_only = true;
+            } else {
+                // "If an incoming segment is not acceptable, an
+                // acknowledgment should be sent in reply".
+                self.ack_now = true;
+                if self.state == State::TimeWait && seg.fin {
+                    self.restart_time_wait(now);
+                }
+                return;
+            }
+        }
+
+        // Second: check the RST bit (RFC 5961 3.2): "If the RST bit is set
+        // and the sequence number exactly matches the next expected sequence
+        // number (RCV.NXT), then TCP MUST reset the connection ... [else if
+        // within the window] TCP MUST send an ACK (challenge ACK)".
+        if seg.rst {
+            if seg.seq == self.rcv_nxt {
+                self.on_reset(ctr);
+            } else {
+                ctr.TCPChallengeACK += 1;
+                self.ack_now = true;
+            }
+            return;
+        }
+
+        // Fourth: check the SYN bit (RFC 5961 4.2): "the TCP MUST send an
+        // ACK (challenge ACK) to the remote peer" and drop the segment.
+        if seg.syn {
+            ctr.TCPChallengeACK += 1;
+            self.ack_now = true;
+            return;
+        }
+
+        // Fifth: check the ACK field. "if the ACK bit is off, drop the
+        // segment and return".
+        let Some(ack) = seg.ack else {
+            return;
+        };
+        if self.state == State::SynReceived {
+            // "If SND.UNA < SEG.ACK =< SND.NXT, then enter ESTABLISHED state
+            // ... If the segment acknowledgment is not acceptable, form a
+            // reset segment <SEQ=SEG.ACK><CTL=RST> and send it."
+            if ack.gt(self.snd_una) && ack.le(self.snd_max) {
+                self.established(ctr);
+                self.snd_wnd = usize::from(seg.window) << self.snd_wscale;
+                self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+                self.snd_wl1 = seg.seq;
+                self.snd_wl2 = ack;
+            } else {
+                self.rst_reply = Some((ack, None));
+                return;
+            }
+        }
+        if !self.process_ack(now, &seg, ack, ctr) {
+            return;
+        }
+        if self.state == State::Closed {
+            return;
+        }
+        if ack_only {
+            self.ack_now = true;
+            return;
+        }
+
+        // RFC 7323 4.3: "If SEG.TSval >= TS.Recent and SEG.SEQ <=
+        // Last.ACK.sent then SEG.TSval is copied to TS.Recent".
+        if self.ts_ok {
+            if let Some((tsval, _)) = seg.timestamp {
+                if (tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+                    && seg.seq.le(self.last_ack_sent)
+                {
+                    self.ts_recent = tsval;
+                    self.ts_recent_at = now;
+                }
+            }
+        }
+
+        // Seventh: process the segment text.
+        self.process_text(now, &seg, ctr);
+        if self.state == State::Closed || self.rst_pending {
+            return;
+        }
+
+        // Eighth: check the FIN bit.
+        if seg.fin && self.rcv_fin.is_none() && !self.fin_received {
+            let fin_seq = seg.seq + seg.payload.len();
+            if fin_seq.ge(self.rcv_nxt) && self.accepted_whole(&seg) {
+                self.rcv_fin = Some(fin_seq);
+            }
+        }
+        if self.state == State::TimeWait && seg.fin {
+            // "Remain in the TIME-WAIT state. Restart the 2 MSL time-wait
+            // timeout." and acknowledge.
+            self.ack_now = true;
+            self.restart_time_wait(now);
+        }
+        self.check_fin(now, ctr);
+    }
+
+    fn accepted_whole(&self, seg: &TcpRepr) -> bool {
+        // The FIN is only acceptable if all data before it fits the window.
+        let end = seg.seq + seg.payload.len();
+        let right = self.rcv_nxt + self.recvq.free();
+        end.le(right)
+    }
+
+    fn restart_time_wait(&mut self, now: Instant) {
+        if self.state == State::TimeWait {
+            self.timewait_at = Some(now + self.cfg.time_wait);
+        }
+    }
+
+    fn established(&mut self, ctr: &mut TcpCounters) {
+        if self.sendq.fin_queued {
+            self.set_state(State::FinWait1, ctr);
+        } else {
+            self.set_state(State::Established, ctr);
+        }
+    }
+
+    fn on_reset(&mut self, ctr: &mut TcpCounters) {
+        match self.state {
+            State::SynReceived => {
+                // "If this connection was initiated with a passive OPEN ...
+                // return this connection to LISTEN state"; the Stack drops
+                // the embryonic connection. Active (simultaneous) open:
+                // "connection refused".
+                ctr.AttemptFails += 1;
+                self.error = Some(TcpError::ConnectionRefused);
+            }
+            State::Established | State::CloseWait => {
+                ctr.EstabResets += 1;
+                self.error = Some(TcpError::ConnectionReset);
+            }
+            State::FinWait1 | State::FinWait2 => {
+                self.error = Some(TcpError::ConnectionReset);
+            }
+            _ => {}
+        }
+        self.set_state(State::Closed, ctr);
+    }
+
+    fn process_syn_sent(&mut self, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+        // RFC 9293 3.10.7.3. "If SEG.ACK =< ISS or SEG.ACK > SND.NXT, send a
+        // reset (unless the RST bit is set, if so drop the segment)".
+        if let Some(ack) = seg.ack {
+            if ack.le(self.iss) || ack.gt(self.snd_max) {
+                if !seg.rst {
+                    self.rst_reply = Some((ack, None));
+                }
+                return;
+            }
+        }
+        if seg.rst {
+            // "If the ACK was acceptable, then signal to the user 'error:
+            // connection reset', drop the segment, enter CLOSED state".
+            if seg.ack.is_some() {
+                ctr.AttemptFails += 1;
+                self.error = Some(TcpError::ConnectionRefused);
+                self.set_state(State::Closed, ctr);
+            }
+            return;
+        }
+        if !seg.syn {
+            return;
+        }
+        self.negotiate(seg, now);
+        self.irs = seg.seq;
+        self.rcv_nxt = seg.seq + 1u32;
+        self.snd_wnd = usize::from(seg.window);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = seg.seq;
+        if let Some(ack) = seg.ack {
+            self.snd_wl2 = ack;
+            self.snd_una = ack;
+            if self.snd_nxt.lt(ack) {
+                self.snd_nxt = ack;
+            }
+            // Karn's rule: only time the SYN if it was not retransmitted.
+            if let Some((_, t)) = self.rtt_probe.take() {
+                self.rtt.sample(now.saturating_duration_since(t));
+            }
+            self.retries = 0;
+            self.rto_at = None;
+            // "If SND.UNA > ISS (our SYN has been ACKed), change the
+            // connection state to ESTABLISHED, form an ACK segment ... and
+            // send it."
+            self.established(ctr);
+            self.ack_now = true;
+            self.last_ack_sent = self.rcv_nxt;
+            if !seg.payload.is_empty() || seg.fin {
+                let mut rest = *seg;
+                rest.syn = false;
+                rest.seq = self.rcv_nxt;
+                self.process_text(now, &rest, ctr);
+                if rest.fin && self.accepted_whole(&rest) {
+                    self.rcv_fin = Some(rest.seq + rest.payload.len());
+                }
+                self.check_fin(now, ctr);
+            }
+        } else {
+            // Simultaneous open: "enter SYN-RECEIVED, form a SYN,ACK segment
+            // <SEQ=ISS><ACK=RCV.NXT><CTL=SYN,ACK> and send it".
+            self.set_state(State::SynReceived, ctr);
+            self.snd_nxt = self.iss;
+            self.rtt_probe = None;
+        }
+    }
+
+    /// ACK processing for synchronized states; false = drop the segment.
+    fn process_ack(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        ack: SeqNum,
+        ctr: &mut TcpCounters,
+    ) -> bool {
+        // "If the ACK acks something not yet sent (SEG.ACK > SND.NXT), then
+        // send an ACK, drop the segment, and return."
+        if ack.gt(self.snd_max) {
+            self.ack_now = true;
+            return false;
+        }
+        // RFC 5961 5.2: an ACK older than SND.UNA - MAX.SND.WND is bogus.
+        if ack.lt(self.snd_una - self.max_snd_wnd.max(1)) {
+            ctr.TCPChallengeACK += 1;
+            self.ack_now = true;
+            return false;
+        }
+        let new_wnd = usize::from(seg.window) << self.snd_wscale;
+        // SACK information (RFC 2018) before the cumulative ACK moves.
+        if self.sack_ok {
+            for (l, r) in seg.sack_ranges.iter().flatten() {
+                self.scoreboard
+                    .add(*l, *r, ack.max(self.snd_una), self.snd_max);
+            }
+        }
+        if ack.gt(self.snd_una) {
+            let acked_seq = ack.wrapping_sub(self.snd_una) as usize;
+            let mut acked_data = self.sendq.ack_to(ack);
+            if acked_data > acked_seq {
+                acked_data = acked_seq;
+            }
+            self.snd_una = ack;
+            if self.snd_nxt.lt(ack) {
+                self.snd_nxt = ack;
+            }
+            self.scoreboard.ack(ack);
+            // RTT measurement: RFC 7323 4.1 from TSecr, else one timed
+            // segment, never a retransmitted one (Karn).
+            let mut sampled = false;
+            if self.ts_ok {
+                if let Some((_, ecr)) = seg.timestamp {
+                    if ecr != 0 {
+                        let ms = self.ts_now(now).wrapping_sub(ecr);
+                        if ms < 60_000 {
+                            self.rtt.sample(Duration::from_millis(u64::from(ms)));
+                            sampled = true;
+                        }
+                    }
+                }
+            }
+            if let Some((seq, t)) = self.rtt_probe {
+                if ack.gt(seq) {
+                    if !sampled {
+                        self.rtt.sample(now.saturating_duration_since(t));
+                    }
+                    self.rtt_probe = None;
+                }
+            }
+            self.retries = 0;
+            self.rtt.reset_backoff();
+            self.persist_backoff = 0;
+            let mss = self.max_payload_base();
+            match self.recovery {
+                Some(recover) if ack.ge(recover) => {
+                    // Full acknowledgment: leave fast recovery.
+                    let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
+                    self.cc.on_exit_recovery(flight, mss);
+                    self.recovery = None;
+                    self.last_recover = Some(recover);
+                }
+                Some(_) => {
+                    // RFC 6582 3.2 (5) partial ACK: "retransmit the first
+                    // unacknowledged segment".
+                    self.cc.on_partial_ack(acked_seq, mss);
+                    self.rtx_pending = Some(self.snd_una);
+                }
+                None => self.cc.on_ack(acked_seq, mss),
+            }
+            self.dupacks = 0;
+            // RFC 6298 5.2/5.3: stop the timer when all is acked, else restart.
+            self.rto_at = if self.snd_una == self.snd_max {
+                None
+            } else {
+                Some(now + self.rtt.rto())
+            };
+            let _ = acked_data;
+        } else if ack == self.snd_una
+            && seg.payload.is_empty()
+            && !seg.syn
+            && !seg.fin
+            && new_wnd == self.snd_wnd
+            && self.snd_max != self.snd_una
+        {
+            // RFC 5681 2: a duplicate ACK.
+            self.dupacks += 1;
+            let mss = self.max_payload_base();
+            let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
+            if self.recovery.is_none() && self.dupacks == 3 {
+                // RFC 6582 3.2 (2): only if "the cumulative acknowledgment
+                // field covers more than recover".
+                if self.last_recover.map_or(true, |r| ack.gt(r)) {
+                    self.recovery = Some(self.snd_max);
+                    self.cc.on_enter_recovery(flight, mss);
+                    self.rtx_pending = Some(self.snd_una);
+                    self.high_rxt = self.snd_una;
+                    ctr.TCPFastRetrans += 1;
+                    if self.sack_ok && !self.scoreboard.is_empty() {
+                        ctr.TCPSackRecovery += 1;
+                    } else {
+                        ctr.TCPRenoRecovery += 1;
+                    }
+                }
+            } else if self.recovery.is_some() {
+                self.cc.on_dupack(mss);
+                // With SACK, retransmit the next hole below the highest
+                // SACKed byte (RFC 6675 NextSeg rule 1).
+                if self.rtx_pending.is_none() {
+                    if let Some((l, _)) = self.scoreboard.next_hole(self.high_rxt.max(self.snd_una))
+                    {
+                        if self.scoreboard.highest().is_some_and(|h| l.lt(h)) {
+                            self.rtx_pending = Some(l);
+                        }
+                    }
+                }
+            }
+        }
+        // Window update: "If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and
+        // SND.WL2 =< SEG.ACK), set SND.WND <- SEG.WND, set SND.WL1 <-
+        // SEG.SEQ, and set SND.WL2 <- SEG.ACK."
+        if self.snd_wl1.lt(seg.seq) || (self.snd_wl1 == seg.seq && self.snd_wl2.le(ack)) {
+            self.snd_wnd = new_wnd;
+            self.snd_wl1 = seg.seq;
+            self.snd_wl2 = ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(new_wnd);
+            if new_wnd > 0 {
+                self.persist_at = None;
+            }
+        }
+        // State transitions on our FIN being acknowledged.
+        if self.fin_acked() {
+            match self.state {
+                // "In addition to the processing for the ESTABLISHED state, if
+                // the FIN segment is now acknowledged, then enter FIN-WAIT-2".
+                State::FinWait1 => {
+                    self.set_state(State::FinWait2, ctr);
+                    if self.app_closed {
+                        self.finwait2_at = Some(now + self.cfg.fin_wait2_timeout);
+                    }
+                }
+                // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state"
+                State::Closing => self.set_state(State::TimeWait, ctr),
+                // "If our FIN is now acknowledged, delete the TCB, enter the
+                // CLOSED state, and return."
+                State::LastAck => {
+                    self.set_state(State::Closed, ctr);
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    fn process_text(&mut self, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+        if seg.payload.is_empty() {
+            return;
+        }
+        if !matches!(
+            self.state,
+            State::Established | State::FinWait1 | State::FinWait2
+        ) {
+            // "This should not occur since a FIN has been received from the
+            // remote side. Ignore the segment text."
+            return;
+        }
+        let end = seg.seq + seg.payload.len();
+        if end.le(self.rcv_nxt) {
+            self.ack_now = true;
+            return;
+        }
+        if self.app_closed {
+            // Linux: data for a socket the application closed is answered
+            // with RST (TCPAbortOnData, RFC 2525 2.17).
+            ctr.TCPAbortOnData += 1;
+            self.rst_pending = true;
+            return;
+        }
+        // Trim what we already have.
+        let (off, data) = if seg.seq.lt(self.rcv_nxt) {
+            let skip = self.rcv_nxt.wrapping_sub(seg.seq) as usize;
+            (0, seg.payload.get(skip..).unwrap_or(&[]))
+        } else {
+            (seg.seq.wrapping_sub(self.rcv_nxt) as usize, seg.payload)
+        };
+        let had_ooo = self.recvq.has_out_of_order();
+        let ins = self.recvq.insert(off, data, self.cfg.ooo_limit.max(1));
+        if ins.out_of_order {
+            // RFC 5681 4.2: "an out-of-order data segment SHOULD be
+            // acknowledged immediately".
+            ctr.TCPOFOQueue += 1;
+            self.ack_now = true;
+            return;
+        }
+        self.rcv_nxt += ins.advanced;
+        // Quick-ack: filling a hole (RFC 5681 4.2 "if the segment fills in
+        // all or part of a gap"), or the first data after an idle period
+        // longer than the RTO (Linux quick-ack mode).
+        let idle = match self.last_data_at {
+            None => true,
+            Some(t) => now.saturating_duration_since(t) > self.rtt.rto(),
+        };
+        self.last_data_at = Some(now);
+        self.unacked_bytes += ins.advanced;
+        if had_ooo || idle || ins.advanced == 0 {
+            self.ack_now = true;
+        } else if self.unacked_bytes >= 2 * usize::from(self.adv_mss).min(self.smss.max(1)) {
+            // RFC 5681 4.2: "an ACK SHOULD be generated for at least every
+            // second full-sized segment".
+            self.ack_now = true;
+        } else if self.ack_delay_at.is_none() {
+            // RFC 1122 4.2.3.2 delayed ACK.
+            self.ack_delay_at = Some(now + self.cfg.delayed_ack);
+        }
+    }
+
+    fn check_fin(&mut self, now: Instant, ctr: &mut TcpCounters) {
+        let Some(fin) = self.rcv_fin else {
+            return;
+        };
+        if fin != self.rcv_nxt {
+            return;
+        }
+        self.rcv_fin = None;
+        self.fin_received = true;
+        // "advance RCV.NXT over the FIN, and send an acknowledgment for the FIN."
+        self.rcv_nxt += 1u32;
+        self.ack_now = true;
+        let _ = now;
+        match self.state {
+            State::SynReceived | State::Established => self.set_state(State::CloseWait, ctr),
+            // "If our FIN has been ACKed (perhaps in this segment), then enter
+            // TIME-WAIT, start the time-wait timer, turn off the other timers;
+            // otherwise, enter the CLOSING state."
+            State::FinWait1 => {
+                if self.fin_acked() {
+                    self.set_state(State::TimeWait, ctr);
+                } else {
+                    self.set_state(State::Closing, ctr);
+                }
+            }
+            State::FinWait2 => self.set_state(State::TimeWait, ctr),
+            _ => {}
+        }
+    }
+
+    // ----- timers -----------------------------------------------------------
+
+    fn run_timers(&mut self, now: Instant, ctr: &mut TcpCounters) {
+        if self.timewait_at.is_some_and(|t| now >= t) {
+            self.timewait_at = None;
+            self.set_state(State::Closed, ctr);
+            return;
+        }
+        if self.finwait2_at.is_some_and(|t| now >= t) {
+            self.finwait2_at = None;
+            if self.state == State::FinWait2 {
+                self.set_state(State::Closed, ctr);
+                return;
+            }
+        }
+        if self.ack_delay_at.is_some_and(|t| now >= t) {
+            self.ack_delay_at = None;
+            ctr.DelayedACKs += 1;
+            self.ack_now = true;
+        }
+        if self.rto_at.is_some_and(|t| now >= t) {
+            self.rto_at = None;
+            self.on_rto(now, ctr);
+            if self.state == State::Closed {
+                return;
+            }
+        }
+        if self.persist_at.is_some_and(|t| now >= t) {
+            self.persist_at = None;
+            self.persist_backoff += 1;
+            if self.persist_backoff > self.cfg.max_retries.max(1) {
+                self.time_out(ctr);
+                return;
+            }
+            if self.snd_wnd == 0 {
+                // Zero-window probe (RFC 9293 3.8.6.1), Linux style: an old
+                // sequence number so the receiver answers with an ACK.
+                ctr.TCPWinProbe += 1;
+                self.probe_pending = true;
+            } else {
+                // RFC 1122 4.2.3.4 (4): the override timeout.
+                self.force_send = true;
+            }
+        }
+        if let (Some(at), Some(ka)) = (self.keepalive_at(), self.keepalive) {
+            if now >= at {
+                if self.ka_probes >= ka.count {
+                    self.error = Some(TcpError::TimedOut);
+                    ctr.TCPAbortOnTimeout += 1;
+                    self.rst_pending = true;
+                } else if self.snd_una == self.snd_max && self.sendq.ring.is_empty() {
+                    ctr.TCPKeepAlive += 1;
+                    self.ka_probes += 1;
+                    self.probe_pending = true;
+                } else {
+                    // Data outstanding: retransmissions cover liveness.
+                    self.last_rcv_at = now;
+                }
+            }
+        }
+    }
+
+    fn time_out(&mut self, ctr: &mut TcpCounters) {
+        ctr.TCPAbortOnTimeout += 1;
+        if matches!(self.state, State::SynSent | State::SynReceived) {
+            ctr.AttemptFails += 1;
+        }
+        if matches!(self.state, State::Established | State::CloseWait) {
+            ctr.EstabResets += 1;
+        }
+        let e = match self.soft_error {
+            Some(TcpError::HostUnreachable) => TcpError::HostUnreachable,
+            Some(TcpError::ConnectionRefused) if self.state == State::SynSent => {
+                TcpError::ConnectionRefused
+            }
+            _ => TcpError::TimedOut,
+        };
+        self.error = Some(e);
+        self.set_state(State::Closed, ctr);
+    }
+
+    /// RFC 6298 5.4-5.6 on expiry: retransmit the earliest unacknowledged
+    /// segment, back off the timer; RFC 5681 3.1 collapse cwnd.
+    fn on_rto(&mut self, now: Instant, ctr: &mut TcpCounters) {
+        if self.snd_una == self.snd_max {
+            return;
+        }
+        self.retries += 1;
+        let limit = match self.state {
+            State::SynSent => self.cfg.syn_retries,
+            State::SynReceived => self.cfg.synack_retries,
+            _ => self.cfg.max_retries,
+        };
+        if self.retries > limit {
+            self.time_out(ctr);
+            return;
+        }
+        ctr.TCPTimeouts += 1;
+        let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
+        self.cc.on_timeout(flight, self.max_payload_base());
+        self.rtt.backoff();
+        self.recovery = None;
+        self.last_recover = Some(self.snd_max);
+        self.dupacks = 0;
+        self.rtx_pending = None;
+        // Karn: no sample from anything sent before the retransmission.
+        self.rtt_probe = None;
+        // Go back: resend from the first unacknowledged sequence number.
+        self.snd_nxt = self.snd_una;
+        let _ = now;
+    }
+
+    // ----- emission -------------------------------------------------------
+
+    /// Emit everything due at `now`: SYN, data (within cwnd, the peer window
+    /// and Nagle), FIN, ACKs, RST, probes and retransmissions. `emit`
+    /// returns false if the segment could not be sent now; we try again
+    /// a little later. Work per call is bounded.
+    pub fn dispatch(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+    ) {
+        self.sync_estab(ctr);
+        self.run_timers(now, ctr);
+        if self.tx_retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        self.tx_retry_at = None;
+
+        if let Some((seq, ack)) = self.rst_reply {
+            let r = TcpRepr {
+                src_port: self.local.port(),
+                dst_port: self.remote.port(),
+                seq,
+                ack,
+                rst: true,
+                ..TcpRepr::default()
+            };
+            if !emit(&r) {
+                return self.blocked(now);
+            }
+            self.rst_reply = None;
+            ctr.OutSegs += 1;
+            ctr.OutRsts += 1;
+        }
+        if matches!(self.state, State::Closed | State::Listen) {
+            return;
+        }
+
+        if self.rst_pending {
+            // RFC 9293 3.10.4 ABORT: "Send a reset segment:
+            // <SEQ=SND.NXT><CTL=RST>" (Linux also sets ACK).
+            let mut r = self.base_repr(now, self.snd_max);
+            r.rst = true;
+            r.window = 0;
+            r.sack_ranges = [None; 4];
+            // A failed emit drops the RST: the peer will learn by its own RST.
+            if emit(&r) {
+                ctr.OutSegs += 1;
+                ctr.OutRsts += 1;
+            }
+            if matches!(self.state, State::Established | State::CloseWait) {
+                ctr.EstabResets += 1;
+            }
+            if self.abort_on_close {
+                ctr.TCPAbortOnClose += 1;
+            }
+            self.rst_pending = false;
+            self.set_state(State::Closed, ctr);
+            return;
+        }
+
+        if self.syn_needed() {
+            let syn_ack = self.state == State::SynReceived;
+            let is_rtx = self.snd_max != self.iss;
+            let window = self.advertise_window(true);
+            let r = TcpRepr {
+                src_port: self.local.port(),
+                dst_port: self.remote.port(),
+                seq: self.iss,
+                ack: if syn_ack { Some(self.rcv_nxt) } else { None },
+                syn: true,
+                window,
+                max_seg_size: Some(self.adv_mss),
+                window_scale: if (syn_ack && self.ws_ok) || (!syn_ack && self.cfg.window_scale) {
+                    Some(self.rcv_wscale)
+                } else {
+                    None
+                },
+                sack_permitted: if syn_ack { self.sack_ok } else { self.cfg.sack },
+                timestamp: if (syn_ack && self.ts_ok) || (!syn_ack && self.cfg.timestamps) {
+                    Some((self.ts_now(now), if syn_ack { self.ts_recent } else { 0 }))
+                } else {
+                    None
+                },
+                ..TcpRepr::default()
+            };
+            if !emit(&r) {
+                return self.blocked(now);
+            }
+            self.sent_ack(ctr, now);
+            if !self.open_counted {
+                self.open_counted = true;
+                if self.passive {
+                    ctr.PassiveOpens += 1;
+                } else {
+                    ctr.ActiveOpens += 1;
+                }
+            }
+            if is_rtx {
+                ctr.RetransSegs += 1;
+                self.total_retrans += 1;
+            } else {
+                self.rtt_probe = Some((self.iss, now));
+            }
+            self.snd_nxt = self.iss + 1u32;
+            self.snd_max = self.snd_max.max(self.snd_nxt);
+            self.arm_rto(now);
+        }
+
+        // A retransmission decided by ACK processing (fast retransmit,
+        // NewReno partial ACK, SACK hole).
+        if let Some(seq) = self.rtx_pending.take() {
+            if seq.lt(self.snd_max) && seq.ge(self.snd_una) && self.can_send_data_state() {
+                let off = seq.wrapping_sub(self.sendq.seq) as usize;
+                let qlen = self.sendq.ring.len();
+                let avail = qlen.saturating_sub(off);
+                let to_max = self.snd_max.wrapping_sub(seq) as usize;
+                let n = avail.min(self.max_payload()).min(to_max);
+                let fin = self.sendq.fin_queued && n == avail && to_max > n;
+                if !self.send_segment(now, ctr, emit, seq, n, fin) {
+                    self.rtx_pending = Some(seq);
+                    return self.blocked(now);
+                }
+                self.high_rxt = self.high_rxt.max(seq + n);
+            }
+        }
+
+        for _ in 0..MAX_BURST {
+            let force = self.force_send;
+            let Some((seq, n, fin)) = self.next_segment(force) else {
+                break;
+            };
+            self.force_send = false;
+            if !self.send_segment(now, ctr, emit, seq, n, fin) {
+                self.force_send = force;
+                return self.blocked(now);
+            }
+            let end = seq + n + usize::from(fin);
+            self.snd_nxt = end;
+        }
+        self.force_send = false;
+
+        // Persist timer: unsent data, nothing in flight, window too small.
+        let unsent = self.can_send_data_state()
+            && (self.sendq.ring.len() > self.snd_nxt.wrapping_sub(self.sendq.seq) as usize
+                || (self.sendq.fin_queued && self.snd_max.le(self.sendq.fin_seq())));
+        if unsent
+            && self.snd_nxt == self.snd_una
+            && self.rto_at.is_none()
+            && self.next_segment(false).is_none()
+        {
+            if self.persist_at.is_none() {
+                let mut d = self.rtt.rto();
+                for _ in 0..self.persist_backoff.min(16) {
+                    d = d.saturating_mul(2);
+                }
+                self.persist_at = Some(now + d.min(self.cfg.max_rto));
+            }
+        } else if !unsent {
+            self.persist_at = None;
+        }
+
+        if self.probe_pending && self.is_synchronized() {
+            let r = self.base_repr(now, self.snd_una - 1usize);
+            if !emit(&r) {
+                return self.blocked(now);
+            }
+            self.probe_pending = false;
+            self.sent_ack(ctr, now);
+        }
+
+        if self.ack_now {
+            let r = self.base_repr(now, self.snd_max);
+            if !emit(&r) {
+                return self.blocked(now);
+            }
+            self.sent_ack(ctr, now);
+        }
+    }
+
+    fn blocked(&mut self, now: Instant) {
+        self.tx_retry_at = Some(now + TX_RETRY);
+    }
+
+    /// Emit one data/FIN segment at `seq`; false if `emit` refused it.
+    fn send_segment(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+        seq: SeqNum,
+        n: usize,
+        fin: bool,
+    ) -> bool {
+        let mut r = self.base_repr(now, seq);
+        let off = seq.wrapping_sub(self.sendq.seq) as usize;
+        r.fin = fin;
+        r.psh = n > 0 && off + n == self.sendq.ring.len();
+        let ok = {
+            let contiguous = self.sendq.ring.contiguous(off, n);
+            let payload: &[u8] = if contiguous.len() == n {
+                contiguous
+            } else {
+                if self.scratch.len() < n {
+                    self.scratch.resize(n, 0);
+                }
+                let buf = self.scratch.get_mut(..n).unwrap_or(&mut []);
+                let got = self.sendq.ring.peek(off, buf);
+                self.scratch.get(..got).unwrap_or(&[])
+            };
+            let seg = TcpRepr { payload, ..r };
+            emit(&seg)
+        };
+        if !ok {
+            return false;
+        }
+        if self.snd_max == self.snd_una
+            && now.saturating_duration_since(self.last_send_at) > self.rtt.rto()
+        {
+            // RFC 5681 4.1: restart after idle.
+            self.cc.on_idle(self.max_payload_base());
+        }
+        self.sent_ack(ctr, now);
+        let end = seq + n + usize::from(fin);
+        if seq.lt(self.snd_max) {
+            ctr.RetransSegs += 1;
+            self.total_retrans += 1;
+            // Karn: a retransmission covering the timed segment voids it.
+            if let Some((t, _)) = self.rtt_probe {
+                if t.ge(seq) && t.lt(end) {
+                    self.rtt_probe = None;
+                }
+            }
+        } else if self.rtt_probe.is_none() && !self.ts_ok && n > 0 {
+            self.rtt_probe = Some((seq, now));
+        }
+        self.snd_max = self.snd_max.max(end);
+        self.arm_rto(now);
+        true
+    }
+}
