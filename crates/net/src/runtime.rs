@@ -725,8 +725,8 @@ impl Net {
         timeout: Duration,
     ) -> io::Result<Option<PingReply>> {
         let ident = self.inner.ping_ident;
-        let sent_at = self.shared().op(|s, now, tx| {
-            s.icmp_echo_send(now, dst, ident, seq, payload, tx)
+        let sent_at = self.shared().op(|s, now, _tx| {
+            s.icmp_echo_send(now, dst, ident, seq, payload)
                 .map(|()| now)
         });
         let sent_at = sent_at.map_err(|e| e.into_io())?;
@@ -747,5 +747,85 @@ impl Net {
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::RawFd;
+
+    /// Accepts `room` frames, then says WouldBlock; optionally fails hard.
+    struct Choky {
+        room: usize,
+        sent: Vec<Vec<u8>>,
+        fail_next: bool,
+    }
+
+    impl Device for Choky {
+        fn recv(&mut self, _buf: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(None)
+        }
+        fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+            if self.fail_next {
+                self.fail_next = false;
+                return Err(io::Error::other("link down"));
+            }
+            if self.room == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            self.room -= 1;
+            self.sent.push(frame.to_vec());
+            Ok(())
+        }
+        fn mtu(&self) -> usize {
+            1500
+        }
+        fn mac(&self) -> Option<[u8; 6]> {
+            None
+        }
+        fn raw_fd(&self) -> Option<RawFd> {
+            None
+        }
+    }
+
+    #[test]
+    fn backlog_keeps_order_and_bounds() {
+        let mut dev = Choky {
+            room: 1,
+            sent: Vec::new(),
+            fail_next: false,
+        };
+        let mut q = TxBacklog::new(2);
+        let mut st = RuntimeStats::default();
+        transmit(&mut dev, &mut q, &mut st, b"one");
+        transmit(&mut dev, &mut q, &mut st, b"two"); // device full -> queued
+        transmit(&mut dev, &mut q, &mut st, b"three"); // queued behind "two"
+        transmit(&mut dev, &mut q, &mut st, b"four"); // backlog full -> dropped
+        assert_eq!(st.tx_frames, 1);
+        assert_eq!(st.tx_would_block, 1);
+        assert_eq!(st.tx_backlog_drops, 1);
+        assert!(!q.flush(&mut dev, &mut st), "still full");
+        dev.room = 10;
+        assert!(q.flush(&mut dev, &mut st));
+        let sent: Vec<&[u8]> = dev.sent.iter().map(|v| &v[..]).collect();
+        assert_eq!(sent, vec![&b"one"[..], b"two", b"three"]);
+        assert_eq!(st.tx_frames, 3);
+        // Buffers are recycled, not reallocated.
+        assert_eq!(q.free.len(), 2);
+        // A hard error drops the frame and counts it; the next one goes out.
+        dev.fail_next = true;
+        transmit(&mut dev, &mut q, &mut st, b"lost");
+        transmit(&mut dev, &mut q, &mut st, b"five");
+        assert_eq!(st.tx_errors, 1);
+        assert_eq!(dev.sent.last().map(|v| &v[..]), Some(&b"five"[..]));
+    }
+
+    #[test]
+    fn due_only_when_deadline_reached() {
+        let now = Instant::from_millis(10);
+        assert!(!is_due(None, now));
+        assert!(is_due(Some(Instant::from_millis(10)), now));
+        assert!(!is_due(Some(Instant::from_millis(11)), now));
     }
 }

@@ -146,3 +146,44 @@ pub(crate) fn getrandom(buf: &mut [u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eventfd_wakes_epoll_and_drains() {
+        let ep = Epoll::new().expect("epoll");
+        let ev = EventFd::new().expect("eventfd");
+        ep.add(ev.raw(), EPOLLIN, 7).expect("add");
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        assert_eq!(ep.wait(&mut events, Some(Duration::ZERO)).expect("wait"), 0);
+        ev.signal();
+        ev.signal();
+        let n = ep
+            .wait(&mut events, Some(Duration::from_secs(5)))
+            .expect("wait");
+        assert_eq!(n, 1);
+        assert_eq!({ events[0].u64 }, 7);
+        ev.drain();
+        assert_eq!(ep.wait(&mut events, Some(Duration::ZERO)).expect("wait"), 0);
+    }
+
+    #[test]
+    fn timeout_rounds_up_and_getrandom_fills() {
+        let ep = Epoll::new().expect("epoll");
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 1];
+        let t = std::time::Instant::now();
+        assert_eq!(
+            ep.wait(&mut events, Some(Duration::from_micros(1500)))
+                .expect("wait"),
+            0
+        );
+        assert!(t.elapsed() >= Duration::from_micros(1500));
+        let mut a = [0u8; 32];
+        let mut b = [0u8; 32];
+        getrandom(&mut a).expect("getrandom");
+        getrandom(&mut b).expect("getrandom");
+        assert_ne!(a, b);
+    }
+}

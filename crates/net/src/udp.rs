@@ -90,12 +90,12 @@ impl UdpSocket {
             .into_iter()
             .next()
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        self.send_with(|s, now, h, tx| s.udp_send_to(now, h, buf, dst, tx))
+        self.send_with(|s, now, h, _tx| s.udp_send_to(now, h, buf, dst))
     }
 
     /// Send one datagram to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        self.send_with(|s, now, h, tx| s.udp_send(now, h, buf, tx))
+        self.send_with(|s, now, h, _tx| s.udp_send(now, h, buf))
     }
 
     fn send_with(
