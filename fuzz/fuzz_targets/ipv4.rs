@@ -6,10 +6,31 @@ use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
 
 fuzz_target!(|data: &[u8]| {
     let _ = Ipv4Repr::parse_quoted(data);
-    let Ok(p) = Ipv4Packet::new_checked(data) else { return };
-    let _ = (p.version(), p.header_len(), p.dscp(), p.ecn(), p.total_len(), p.ident());
-    let _ = (p.reserved_flag(), p.dont_frag(), p.more_frags(), p.frag_offset(), p.is_fragment());
-    let _ = (p.ttl(), p.protocol(), p.checksum(), p.src_addr(), p.dst_addr());
+    let Ok(p) = Ipv4Packet::new_checked(data) else {
+        return;
+    };
+    let _ = (
+        p.version(),
+        p.header_len(),
+        p.dscp(),
+        p.ecn(),
+        p.total_len(),
+        p.ident(),
+    );
+    let _ = (
+        p.reserved_flag(),
+        p.dont_frag(),
+        p.more_frags(),
+        p.frag_offset(),
+        p.is_fragment(),
+    );
+    let _ = (
+        p.ttl(),
+        p.protocol(),
+        p.checksum(),
+        p.src_addr(),
+        p.dst_addr(),
+    );
     let _ = (p.options().len(), p.verify_checksum());
     let checked = Ipv4Repr::parse(&p, true);
     let Ok(repr) = Ipv4Repr::parse(&p, false) else {

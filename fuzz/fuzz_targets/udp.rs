@@ -9,10 +9,23 @@ const SRC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const DST: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(p) = UdpPacket::new_checked(data) else { return };
-    let _ = (p.src_port(), p.dst_port(), p.len(), p.is_empty(), p.checksum());
-    let _ = (p.verify_checksum(SRC, DST), UdpRepr::parse(&p, SRC, DST, true));
-    let Ok(repr) = UdpRepr::parse(&p, SRC, DST, false) else { return };
+    let Ok(p) = UdpPacket::new_checked(data) else {
+        return;
+    };
+    let _ = (
+        p.src_port(),
+        p.dst_port(),
+        p.len(),
+        p.is_empty(),
+        p.checksum(),
+    );
+    let _ = (
+        p.verify_checksum(SRC, DST),
+        UdpRepr::parse(&p, SRC, DST, true),
+    );
+    let Ok(repr) = UdpRepr::parse(&p, SRC, DST, false) else {
+        return;
+    };
     let payload = p.payload();
     let mut out = vec![0u8; repr.buffer_len(payload.len())];
     let mut q = UdpPacket::new_unchecked(&mut out[..]);
