@@ -3,6 +3,8 @@
 //! application behaviour. Every byte must arrive exactly once and in order,
 //! both ends must finish in CLOSED/TIME-WAIT, in bounded virtual time.
 
+#![allow(clippy::field_reassign_with_default)]
+
 mod tcp_common;
 
 use tcp_common::*;

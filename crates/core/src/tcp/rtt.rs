@@ -43,7 +43,7 @@ impl RttEstimator {
             // RFC 6298 2.3: "RTTVAR <- (1 - beta) * RTTVAR + beta * |SRTT - R'|
             // SRTT <- (1 - alpha) * SRTT + alpha * R'" with alpha=1/8, beta=1/4.
             Some(srtt) => {
-                let delta = if srtt > r { srtt - r } else { r - srtt };
+                let delta = srtt.abs_diff(r);
                 self.rttvar = (self.rttvar * 3) / 4 + delta / 4;
                 self.srtt = Some((srtt * 7) / 8 + r / 8);
             }

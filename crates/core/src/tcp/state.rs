@@ -151,6 +151,7 @@ pub struct Connection {
     nodelay: bool,
     open_counted: bool,
     in_estab: bool,
+    rcv_mss: usize,
     scratch: Vec<u8>,
 }
 
@@ -245,6 +246,7 @@ impl Connection {
             nodelay: cfg.nodelay,
             open_counted: false,
             in_estab: false,
+            rcv_mss: DEFAULT_MSS.min(usize::from(adv_mss)),
             scratch: vec![0u8; route_mss.max(usize::from(adv_mss))],
         }
     }
@@ -355,7 +357,7 @@ impl Connection {
     }
     /// A `recv` would not block: data, end of stream, or an error.
     pub fn can_recv(&self) -> bool {
-        self.recvq.ring.len() > 0
+        !self.recvq.ring.is_empty()
             || self.fin_received
             || self.error.is_some()
             || (self.state == State::Closed && self.open_counted)
@@ -492,11 +494,7 @@ impl Connection {
             return Err(e);
         }
         match self.state {
-            State::Closed | State::Listen => Err(if self.open_counted {
-                TcpError::NotConnected
-            } else {
-                TcpError::NotConnected
-            }),
+            State::Closed | State::Listen => Err(TcpError::NotConnected),
             _ => Err(TcpError::WouldBlock),
         }
     }
@@ -930,7 +928,7 @@ impl Connection {
                 return;
             }
             seg.syn = false;
-            seg.seq = seg.seq + 1u32;
+            seg.seq += 1u32;
         }
 
         // RFC 7323 5.3 PAWS: "If there is a Timestamps option in the
@@ -1282,7 +1280,7 @@ impl Connection {
             if self.recovery.is_none() && self.dupacks == 3 {
                 // RFC 6582 3.2 (2): only if "the cumulative acknowledgment
                 // field covers more than recover".
-                if self.last_recover.map_or(true, |r| ack.gt(r)) {
+                if self.last_recover.is_none_or(|r| ack.gt(r)) {
                     self.recovery = Some(self.snd_max);
                     self.cc.on_enter_recovery(flight, mss);
                     self.rtx_pending = Some(self.snd_una);
@@ -1395,9 +1393,14 @@ impl Connection {
         };
         self.last_data_at = Some(now);
         self.unacked_bytes += ins.advanced;
+        // Estimate the peer's full segment size from what it sends (as
+        // Linux's rcv_mss does) to recognise "full-sized" segments.
+        self.rcv_mss = self
+            .rcv_mss
+            .max(seg.payload.len().min(usize::from(self.adv_mss)));
         if had_ooo || idle || ins.advanced == 0 {
             self.ack_now = true;
-        } else if self.unacked_bytes >= 2 * usize::from(self.adv_mss).min(self.smss.max(1)) {
+        } else if self.unacked_bytes >= 2 * self.rcv_mss {
             // RFC 5681 4.2: "an ACK SHOULD be generated for at least every
             // second full-sized segment".
             self.ack_now = true;
