@@ -387,15 +387,19 @@ impl<'a> Icmpv4Repr<'a> {
     }
 
     /// RFC 4884 5.1: "the length attribute ... represents the length of the
-    /// padded 'original datagram' field ... measured in 32-bit words". When
-    /// it is present and fits, the quote ends there (extensions follow).
+    /// padded 'original datagram' field ... measured in 32-bit words", and
+    /// when extensions are present that field "MUST contain at least 128
+    /// octets". A plausible length (128 octets up to what arrived) ends the
+    /// quote there (extensions follow); anything else is treated as a
+    /// pre-RFC 4884 message whose quote is all the remaining bytes (Linux's
+    /// `ip_icmp_error_rfc4884` applies the same bounds).
     fn parse_quote<T: AsRef<[u8]> + ?Sized>(
         packet: &Icmpv4Packet<&'a T>,
         data: &'a [u8],
     ) -> Result<(Ipv4Repr, &'a [u8])> {
         let ext = usize::from(packet.ext_length()) * 4;
         let quoted = match data.get(..ext) {
-            Some(q) if ext != 0 => q,
+            Some(q) if ext >= 128 => q,
             _ => data,
         };
         Ipv4Repr::parse_quoted(quoted)
@@ -416,10 +420,14 @@ impl<'a> Icmpv4Repr<'a> {
     /// Write the message and fill its checksum. Error messages quote a
     /// 20-byte header (with a fresh checksum) and then `data` in full: the
     /// caller chooses how much to quote (RFC 792: 64 bits; RFC 1812 4.3.2.3:
-    /// as much as fits in 576 bytes). The packet must be exactly
-    /// `buffer_len()` long, since the checksum covers the whole buffer.
-    /// Panics if the buffer is shorter than `buffer_len()`.
+    /// as much as fits in 576 bytes).
+    /// The checksum covers the first `buffer_len()` bytes of the packet;
+    /// anything after them is left alone. Panics if the buffer is shorter
+    /// than `buffer_len()` (a bug in the caller, who sizes it with
+    /// `buffer_len`).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Icmpv4Packet<T>) {
+        let len = self.buffer_len();
+        let mut packet = Icmpv4Packet::new_unchecked(&mut packet.buffer.as_mut()[..len]);
         packet.set_msg_code(0);
         packet.set_rest_of_header([0; 4]);
         match *self {
@@ -451,7 +459,7 @@ impl<'a> Icmpv4Repr<'a> {
                 packet.set_msg_type(Icmpv4Message::DstUnreachable);
                 packet.set_msg_code(reason.into());
                 packet.set_next_hop_mtu(next_hop_mtu);
-                Self::emit_quote(packet, &header, data);
+                Self::emit_quote(&mut packet, &header, data);
             }
             Icmpv4Repr::TimeExceeded {
                 reason,
@@ -460,7 +468,7 @@ impl<'a> Icmpv4Repr<'a> {
             } => {
                 packet.set_msg_type(Icmpv4Message::TimeExceeded);
                 packet.set_msg_code(reason.into());
-                Self::emit_quote(packet, &header, data);
+                Self::emit_quote(&mut packet, &header, data);
             }
         }
         packet.fill_checksum();

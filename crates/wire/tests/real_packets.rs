@@ -480,3 +480,34 @@ fn rfc4884_length_attribute_limits_the_quote() {
     assert_eq!(header.payload_len, 64);
     assert_eq!(data, &icmp[8 + 20..8 + 84]);
 }
+
+#[test]
+fn implausible_length_attribute_is_ignored() {
+    // A non-RFC 4884 sender leaving junk in the "unused" byte: a length under
+    // 128 octets, or beyond what arrived, must not cut the quote.
+    let frame = hex(TIME_EXCEEDED);
+    let (_, ip_bytes) = eth(&frame);
+    let (_, icmp) = ipv4(ip_bytes);
+    for junk in [3u8, 31, 200] {
+        let mut m = icmp.to_vec();
+        m[5] = junk;
+        Icmpv4Packet::new_unchecked(&mut m[..]).fill_checksum();
+        let r = Icmpv4Repr::parse(&Icmpv4Packet::new_checked(&m[..]).unwrap(), true).unwrap();
+        let Icmpv4Repr::TimeExceeded { data, .. } = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(data.len(), 64, "length attribute {junk}");
+    }
+}
+
+#[test]
+fn icmp_emit_into_larger_buffer_checksums_only_the_message() {
+    let frame = hex(ECHO_REQUEST);
+    let (_, ip_bytes) = eth(&frame);
+    let (_, icmp) = ipv4(ip_bytes);
+    let r = Icmpv4Repr::parse(&Icmpv4Packet::new_checked(icmp).unwrap(), true).unwrap();
+    let mut big = vec![0xeeu8; r.buffer_len() + 7];
+    r.emit(&mut Icmpv4Packet::new_unchecked(&mut big[..]));
+    assert_eq!(&big[..r.buffer_len()], icmp);
+    assert_eq!(&big[r.buffer_len()..], &[0xee; 7]);
+}
