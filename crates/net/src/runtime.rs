@@ -17,10 +17,13 @@
 //!
 //! Application threads lock, run the socket operation, then call
 //! `Stack::poll` so whatever the operation produced (a SYN, data, a window
-//! update) leaves right away from the calling thread. They park on a
-//! `Condvar` only when they must block; the stack thread notifies it after
-//! each iteration that received frames or ran timers, and only if someone
-//! waits. When an operation moves `poll_at` earlier than the deadline the
+//! update) leaves right away from the calling thread. They park only when
+//! they must block, after registering what they wait for (an `Interest`:
+//! readable, writable, acceptable, connected, ...). After each iteration
+//! that received frames or ran timers, the stack thread checks the
+//! registered interests against the stack and unparks only the threads
+//! whose socket became ready — a thousand idle connections do not all wake
+//! up for every packet. When an operation moves `poll_at` earlier than the deadline the
 //! stack thread sleeps until, or leaves frames in the transmit backlog, the
 //! caller kicks the stack thread's `eventfd`.
 
@@ -28,13 +31,14 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
+use ustack_core::tcp::State;
 use ustack_core::time::Instant;
-use ustack_core::{Config, Counters, EchoReply, Stack};
+use ustack_core::{Config, Counters, EchoReply, Stack, TcpHandle, UdpHandle};
 use ustack_dev::Device;
 
 use crate::error::IntoIoError;
@@ -101,11 +105,62 @@ pub struct RuntimeStats {
     pub rx_errors: u64,
     /// Stack thread loop iterations.
     pub loops: u64,
+    /// Parked application threads woken because their socket became ready
+    /// (or for a shutdown/abort that concerns everyone).
+    pub wakeups: u64,
 }
 
 /// Whether a `poll_at` deadline has come.
 fn is_due(at: Option<Instant>, now: Instant) -> bool {
     at.is_some_and(|t| t <= now)
+}
+
+/// What a parked thread waits for; the stack thread unparks it when the
+/// condition holds (or the socket is gone, or has an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interest {
+    /// Data, EOF or an error to read.
+    TcpRead(TcpHandle),
+    /// Send buffer space (or an error).
+    TcpWrite(TcpHandle),
+    /// A connection to accept.
+    TcpAccept(TcpHandle),
+    /// The handshake finished or failed.
+    TcpConnect(TcpHandle),
+    /// A datagram or an error.
+    UdpRecv(UdpHandle),
+    /// Anything that changed (echo replies, UDP send space).
+    Any,
+}
+
+impl Interest {
+    fn ready(self, stack: &Stack) -> bool {
+        let tcp = |h| stack.tcp_status(h);
+        match self {
+            Interest::TcpRead(h) => {
+                tcp(h).map_or(true, |s| s.can_recv || s.pending_error.is_some())
+            }
+            Interest::TcpWrite(h) => {
+                tcp(h).map_or(true, |s| s.can_send || s.pending_error.is_some())
+            }
+            Interest::TcpAccept(h) => {
+                tcp(h).map_or(true, |s| s.accept_ready || s.pending_error.is_some())
+            }
+            Interest::TcpConnect(h) => tcp(h).map_or(true, |s| {
+                s.pending_error.is_some() || !matches!(s.state, State::SynSent | State::SynReceived)
+            }),
+            Interest::UdpRecv(h) => stack
+                .udp_status(h)
+                .map_or(true, |s| s.can_recv || s.pending_error.is_some()),
+            Interest::Any => true,
+        }
+    }
+}
+
+struct Waiter {
+    id: u64,
+    interest: Interest,
+    thread: Thread,
 }
 
 /// What the stack thread is doing, so app threads know when to kick it.
@@ -198,7 +253,8 @@ pub(crate) struct Inner {
     dev: Box<dyn Device + Send>,
     backlog: TxBacklog,
     stats: RuntimeStats,
-    waiters: usize,
+    waiters: Vec<Waiter>,
+    next_waiter: u64,
     sleep: Sleep,
     stopped: bool,
     echo: VecDeque<EchoReply>,
@@ -255,6 +311,24 @@ impl Inner {
         }
     }
 
+    /// Unpark the threads whose interest is now satisfied.
+    fn wake_ready(&mut self) {
+        for w in &self.waiters {
+            if w.interest.ready(&self.stack) {
+                w.thread.unpark();
+                self.stats.wakeups += 1;
+            }
+        }
+    }
+
+    /// Unpark every parked thread (they re-check their own condition).
+    fn wake_all(&mut self) {
+        for w in &self.waiters {
+            w.thread.unpark();
+            self.stats.wakeups += 1;
+        }
+    }
+
     pub(crate) fn take_echo(&mut self, pred: impl Fn(&EchoReply) -> bool) -> Option<EchoReply> {
         let i = self.echo.iter().position(pred)?;
         self.echo.remove(i)
@@ -264,7 +338,6 @@ impl Inner {
 /// State shared by the stack thread and every handle.
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
-    cond: Condvar,
     wake: EventFd,
     epoch: std::time::Instant,
     stop: AtomicBool,
@@ -303,8 +376,10 @@ impl Shared {
             g.sleep = Sleep::Awake;
             self.wake.signal();
         }
-        if (notify || due_before) && g.waiters > 0 {
-            self.cond.notify_all();
+        if notify {
+            g.wake_all();
+        } else if due_before {
+            g.wake_ready();
         }
     }
 
@@ -334,12 +409,14 @@ impl Shared {
         r
     }
 
-    /// Run `attempt` until it is ready, parking between attempts.
+    /// Run `attempt` until it is ready, parking between attempts until
+    /// `interest` holds.
     ///
     /// `nonblocking` gives `WouldBlock` instead of parking; when `timeout`
     /// passes, the result is `Err(timeout_kind)`.
     pub(crate) fn block_on<T>(
         &self,
+        interest: Interest,
         nonblocking: bool,
         timeout: Option<Duration>,
         timeout_kind: io::ErrorKind,
@@ -370,17 +447,24 @@ impl Shared {
                     Some(rem)
                 }
             };
-            g.waiters += 1;
-            g = match remaining {
-                None => self.cond.wait(g).unwrap_or_else(PoisonError::into_inner),
-                Some(rem) => {
-                    self.cond
-                        .wait_timeout(g, rem)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-            };
-            g.waiters -= 1;
+            let id = g.next_waiter;
+            g.next_waiter = g.next_waiter.wrapping_add(1);
+            g.waiters.push(Waiter {
+                id,
+                interest,
+                thread: std::thread::current(),
+            });
+            drop(g);
+            // A wake-up between unlocking and parking is not lost: unpark
+            // leaves a token that makes this park return at once.
+            match remaining {
+                None => std::thread::park(),
+                Some(rem) => std::thread::park_timeout(rem),
+            }
+            g = self.lock();
+            if let Some(i) = g.waiters.iter().position(|w| w.id == id) {
+                g.waiters.swap_remove(i);
+            }
         }
     }
 
@@ -393,7 +477,7 @@ impl Shared {
         let mut g = self.lock();
         g.stopped = true;
         g.sleep = Sleep::Awake;
-        self.cond.notify_all();
+        g.wake_all();
     }
 }
 
@@ -481,8 +565,8 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
             if is_due(g.stack.poll_at(), now) {
                 more = true;
             }
-            if changed && g.waiters > 0 {
-                shared.cond.notify_all();
+            if changed {
+                g.wake_ready();
             }
             if changed {
                 last_activity = std::time::Instant::now();
@@ -649,12 +733,12 @@ impl Net {
                 dev: device,
                 backlog: TxBacklog::new(opts.tx_backlog),
                 stats: RuntimeStats::default(),
-                waiters: 0,
+                waiters: Vec::new(),
+                next_waiter: 0,
                 sleep: Sleep::Awake,
                 stopped: false,
                 echo: VecDeque::new(),
             }),
-            cond: Condvar::new(),
             wake,
             epoch,
             stop: AtomicBool::new(false),
@@ -730,15 +814,19 @@ impl Net {
                 .map(|()| now)
         });
         let sent_at = sent_at.map_err(|e| e.into_io())?;
-        let r = self
-            .shared()
-            .block_on(false, Some(timeout), io::ErrorKind::TimedOut, |g, _| {
+        let r = self.shared().block_on(
+            Interest::Any,
+            false,
+            Some(timeout),
+            io::ErrorKind::TimedOut,
+            |g, _| {
                 g.collect_echo_replies();
                 match g.take_echo(|r| r.ident == ident && r.seq == seq && r.from == dst) {
                     Some(reply) => Poll::Ready(Ok(reply)),
                     None => Poll::Pending,
                 }
-            });
+            },
+        );
         match r {
             Ok(reply) => {
                 let rtt = reply.at.saturating_duration_since(sent_at);

@@ -11,7 +11,7 @@ use ustack_core::tcp::State;
 use ustack_core::{TcpError, TcpHandle};
 
 use crate::error::{v4_addrs, IntoIoError};
-use crate::runtime::Net;
+use crate::runtime::{Interest, Net};
 
 /// Listen backlog used by [`TcpListener::bind`] (Linux's `SOMAXCONN`).
 pub const DEFAULT_BACKLOG: usize = 4096;
@@ -97,17 +97,17 @@ impl TcpListener {
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let l = &self.inner;
         let nonblocking = l.nonblocking.load(Ordering::Relaxed);
-        let h = l
-            .net
-            .shared()
-            .block_on(nonblocking, None, io::ErrorKind::WouldBlock, |g, _| match g
-                .stack
-                .tcp_accept(l.handle)
-            {
+        let h = l.net.shared().block_on(
+            Interest::TcpAccept(l.handle),
+            nonblocking,
+            None,
+            io::ErrorKind::WouldBlock,
+            |g, _| match g.stack.tcp_accept(l.handle) {
                 Ok(Some(h)) => Poll::Ready(Ok(h)),
                 Ok(None) | Err(TcpError::WouldBlock) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e.into_io())),
-            })?;
+            },
+        )?;
         let stream = TcpStream::from_handle(&l.net, h);
         let peer = stream.peer_addr()?;
         Ok((stream, peer))
@@ -210,6 +210,7 @@ fn is_synchronized(state: State) -> bool {
 
 impl TcpStream {
     fn from_handle(net: &Net, handle: TcpHandle) -> TcpStream {
+        let nodelay = net.shared().lock().stack.config().tcp.nodelay;
         TcpStream {
             inner: Arc::new(StreamInner {
                 net: net.clone(),
@@ -217,7 +218,7 @@ impl TcpStream {
                 read_timeout: Mutex::new(None),
                 write_timeout: Mutex::new(None),
                 nonblocking: AtomicBool::new(false),
-                nodelay: AtomicBool::new(false),
+                nodelay: AtomicBool::new(nodelay),
                 read_shut: AtomicBool::new(false),
                 released: AtomicBool::new(false),
             }),
@@ -289,24 +290,26 @@ impl TcpStream {
             .op(|s, now, _tx| s.tcp_connect(now, remote, local))
             .map_err(|e| e.into_io())?;
         let stream = TcpStream::from_handle(net, h);
-        let r = net
-            .shared()
-            .block_on(false, timeout, io::ErrorKind::TimedOut, |g, _| {
-                match g.stack.tcp_status(h) {
-                    Err(e) => Poll::Ready(Err(e.into_io())),
-                    Ok(st) => {
-                        if let Some(e) = st.pending_error {
-                            Poll::Ready(Err(e.into_io()))
-                        } else if is_synchronized(st.state) {
-                            Poll::Ready(Ok(()))
-                        } else if st.state == State::Closed {
-                            Poll::Ready(Err(io::ErrorKind::ConnectionRefused.into()))
-                        } else {
-                            Poll::Pending
-                        }
+        let r = net.shared().block_on(
+            Interest::TcpConnect(h),
+            false,
+            timeout,
+            io::ErrorKind::TimedOut,
+            |g, _| match g.stack.tcp_status(h) {
+                Err(e) => Poll::Ready(Err(e.into_io())),
+                Ok(st) => {
+                    if let Some(e) = st.pending_error {
+                        Poll::Ready(Err(e.into_io()))
+                    } else if is_synchronized(st.state) {
+                        Poll::Ready(Ok(()))
+                    } else if st.state == State::Closed {
+                        Poll::Ready(Err(io::ErrorKind::ConnectionRefused.into()))
+                    } else {
+                        Poll::Pending
                     }
                 }
-            });
+            },
+        );
         match r {
             Ok(()) => Ok(stream),
             Err(e) => {
@@ -361,12 +364,10 @@ impl TcpStream {
         s.net
             .shared()
             .op_notify(|st, _, _tx| {
-                let status = st.tcp_status(h)?;
-                if !is_synchronized(status.state) && status.state != State::SynSent {
-                    // Linux: shutdown on a socket that is not connected is ENOTCONN.
-                    if status.state == State::Closed {
-                        return Err(TcpError::NotConnected);
-                    }
+                // Linux: shutdown(2) on a socket that is not connected (here:
+                // reset, refused or timed out) is ENOTCONN.
+                if st.tcp_status(h)?.state == State::Closed {
+                    return Err(TcpError::NotConnected);
                 }
                 if matches!(how, Shutdown::Write | Shutdown::Both) {
                     st.tcp_shutdown(h)?;
@@ -459,9 +460,12 @@ impl TcpStream {
         let h = s.handle;
         let nonblocking = s.nonblocking.load(Ordering::Relaxed);
         let timeout = lock_opt(&s.read_timeout);
-        s.net
-            .shared()
-            .block_on(nonblocking, timeout, io::ErrorKind::WouldBlock, |g, _| {
+        s.net.shared().block_on(
+            Interest::TcpRead(h),
+            nonblocking,
+            timeout,
+            io::ErrorKind::WouldBlock,
+            |g, _| {
                 if s.read_shut.load(Ordering::Acquire) || s.released.load(Ordering::Acquire) {
                     return Poll::Ready(Ok(0));
                 }
@@ -470,7 +474,8 @@ impl TcpStream {
                     Err(TcpError::WouldBlock) => Poll::Pending,
                     Err(e) => Poll::Ready(Err(e.into_io())),
                 }
-            })
+            },
+        )
     }
 
     fn do_write(&self, buf: &[u8]) -> io::Result<usize> {
@@ -488,10 +493,12 @@ impl TcpStream {
         // A blocking write waits until everything is queued, like Linux's
         // send(2) on a blocking socket; a timeout or error after a partial
         // write reports the partial count.
-        let r = s
-            .net
-            .shared()
-            .block_on(nonblocking, timeout, io::ErrorKind::WouldBlock, |g, _| {
+        let r = s.net.shared().block_on(
+            Interest::TcpWrite(h),
+            nonblocking,
+            timeout,
+            io::ErrorKind::WouldBlock,
+            |g, _| {
                 if s.released.load(Ordering::Acquire) {
                     return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
                 }
@@ -509,7 +516,8 @@ impl TcpStream {
                     }
                 }
                 Poll::Ready(Ok(()))
-            });
+            },
+        );
         match r {
             Ok(()) => Ok(written),
             Err(_) if written > 0 => Ok(written),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ustack_core::{UdpError, UdpHandle};
 
 use crate::error::{v4_addrs, IntoIoError};
-use crate::runtime::Net;
+use crate::runtime::{Interest, Net};
 
 struct UdpInner {
     net: Net,
@@ -112,6 +112,7 @@ impl UdpSocket {
         let nonblocking = u.nonblocking.load(Ordering::Relaxed);
         let timeout = get(&u.write_timeout);
         u.net.shared().block_on(
+            Interest::Any,
             nonblocking,
             timeout,
             io::ErrorKind::WouldBlock,
@@ -130,6 +131,7 @@ impl UdpSocket {
         let nonblocking = u.nonblocking.load(Ordering::Relaxed);
         let timeout = get(&u.read_timeout);
         u.net.shared().block_on(
+            Interest::UdpRecv(h),
             nonblocking,
             timeout,
             io::ErrorKind::WouldBlock,

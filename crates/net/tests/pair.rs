@@ -516,3 +516,86 @@ fn net_shutdown_wakes_blocked_threads() {
     assert!(!a.is_running());
     assert!(b.is_running());
 }
+
+#[test]
+fn abort_resets_the_peer_and_nodelay_round_trips() {
+    let (a, b) = pair();
+    let listener = TcpListener::bind(&a, sa(A_IP, 88)).expect("bind");
+    let client = TcpStream::connect(&b, sa(A_IP, 88)).expect("connect");
+    let (server, _) = listener.accept().expect("accept");
+    assert!(!client.nodelay().expect("get"));
+    client.set_nodelay(true).expect("set");
+    assert!(client.nodelay().expect("get"));
+    let clone = client.try_clone().expect("clone");
+    server.set_read_timeout(Some(PATIENCE)).expect("t");
+    client.abort();
+    let err = (&server).read(&mut [0u8; 8]).expect_err("reset");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+    assert_eq!(
+        (&clone).write(b"x").expect_err("gone").kind(),
+        ErrorKind::NotConnected
+    );
+    assert_eq!(
+        clone.peer_addr().expect_err("gone").kind(),
+        ErrorKind::NotConnected
+    );
+}
+
+#[test]
+fn linger_zero_close_resets_the_peer() {
+    let (a, b) = pair();
+    let listener = TcpListener::bind(&a, sa(A_IP, 89)).expect("bind");
+    let client = TcpStream::connect(&b, sa(A_IP, 89)).expect("connect");
+    let (server, _) = listener.accept().expect("accept");
+    server.set_read_timeout(Some(PATIENCE)).expect("t");
+    client.set_linger_zero(true).expect("linger");
+    drop(client);
+    let err = (&server).read(&mut [0u8; 8]).expect_err("reset");
+    assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+}
+
+/// Idle blocked readers must not be woken for every packet of someone
+/// else's transfer (targeted wake-ups, not a broadcast).
+#[test]
+fn idle_blocked_readers_are_not_woken_by_other_traffic() {
+    const IDLE: usize = 16;
+    let (a, b) = pair();
+    let listener = TcpListener::bind(&a, sa(A_IP, 90)).expect("bind");
+    let mut idle_servers = Vec::new();
+    let mut readers = Vec::new();
+    for _ in 0..IDLE {
+        let c = TcpStream::connect(&b, sa(A_IP, 90)).expect("connect");
+        let (s, _) = listener.accept().expect("accept");
+        idle_servers.push(s);
+        let r = c.try_clone().expect("clone");
+        readers.push((c, thread::spawn(move || (&r).read(&mut [0u8; 8]))));
+    }
+    thread::sleep(Duration::from_millis(50));
+    let before = b.runtime_stats();
+    // Busy connection: 4 MB from A to B.
+    let busy_client = TcpStream::connect(&b, sa(A_IP, 90)).expect("connect");
+    let (busy_server, _) = listener.accept().expect("accept");
+    let writer = thread::spawn(move || {
+        let data = vec![5u8; 4 << 20];
+        (&busy_server).write_all(&data).expect("write");
+    });
+    busy_client.set_read_timeout(Some(PATIENCE)).expect("t");
+    let mut got = 0;
+    let mut buf = vec![0u8; 65536];
+    while got < 4 << 20 {
+        got += (&busy_client).read(&mut buf).expect("read");
+    }
+    writer.join().expect("writer");
+    let after = b.runtime_stats();
+    let loops = after.loops - before.loops;
+    let wakeups = after.wakeups - before.wakeups;
+    assert!(loops > 10, "the transfer took {loops} stack loops");
+    // A broadcast would cost IDLE wake-ups per loop; targeted costs about one.
+    assert!(wakeups < loops * 3, "{wakeups} wake-ups for {loops} loops");
+    // The idle readers are still blocked, then see EOF when their peers close.
+    drop(idle_servers);
+    for (c, r) in readers {
+        assert_eq!(r.join().expect("reader").expect("EOF"), 0);
+        drop(c);
+    }
+}
