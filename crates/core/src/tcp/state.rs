@@ -151,6 +151,7 @@ pub struct Connection {
     nodelay: bool,
     open_counted: bool,
     in_estab: bool,
+    probes_out: u32,
     rcv_mss: usize,
     scratch: Vec<u8>,
 }
@@ -246,6 +247,7 @@ impl Connection {
             nodelay: cfg.nodelay,
             open_counted: false,
             in_estab: false,
+            probes_out: 0,
             rcv_mss: DEFAULT_MSS.min(usize::from(adv_mss)),
             scratch: vec![0u8; route_mss.max(usize::from(adv_mss))],
         }
@@ -1197,6 +1199,7 @@ impl Connection {
             self.ack_now = true;
             return false;
         }
+        self.probes_out = 0;
         let new_wnd = usize::from(seg.window) << self.snd_wscale;
         // SACK information (RFC 2018) before the cumulative ACK moves.
         if self.sack_ok {
@@ -1470,7 +1473,10 @@ impl Connection {
         if self.persist_at.is_some_and(|t| now >= t) {
             self.persist_at = None;
             self.persist_backoff += 1;
-            if self.persist_backoff > self.cfg.max_retries.max(1) {
+            self.probes_out += 1;
+            // Like Linux, give up only after this many probes in a row got
+            // no ACK at all (an answered probe resets the count).
+            if self.probes_out > self.cfg.max_retries.max(1) {
                 self.time_out(ctr);
                 return;
             }
