@@ -681,9 +681,19 @@ pub struct Net {
 
 impl std::fmt::Debug for Net {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Net")
-            .field("addr", &self.with_stack(|s| s.config().addr))
-            .finish()
+        let addr = self.shared().lock().stack.config().addr;
+        f.debug_struct("Net").field("addr", &addr).finish()
+    }
+}
+
+/// The contract's spelling (docs/CONTRACTS.md): `Runtime::start(config,
+/// device)` is [`Net::start`] with default [`RuntimeOptions`].
+#[derive(Debug, Clone, Copy)]
+pub struct Runtime;
+
+impl Runtime {
+    pub fn start(config: Config, device: Box<dyn Device + Send>) -> io::Result<Net> {
+        Net::start(config, device, RuntimeOptions::default())
     }
 }
 

@@ -599,3 +599,29 @@ fn idle_blocked_readers_are_not_woken_by_other_traffic() {
         drop(c);
     }
 }
+
+#[test]
+fn busy_poll_and_contract_spelling_start() {
+    let (da, db) = common::seqpacket_pair().expect("socketpair");
+    let a = ustack_net::Runtime::start(common::config(A_IP, 1), Box::new(da)).expect("start A");
+    let opts = ustack_net::RuntimeOptions {
+        busy_poll: Some(Duration::from_millis(2)),
+        rx_batch: 4,
+        ..common::opts("ustack-busy")
+    };
+    let b = ustack_net::Net::start(common::config(B_IP, 2), Box::new(db), opts).expect("start B");
+    let listener = TcpListener::bind(&a, sa(A_IP, 7)).expect("bind");
+    let mut c = TcpStream::connect(&b, sa(A_IP, 7)).expect("connect");
+    let (mut s, _) = listener.accept().expect("accept");
+    c.set_read_timeout(Some(PATIENCE)).expect("t");
+    s.set_read_timeout(Some(PATIENCE)).expect("t");
+    for i in 0..100u32 {
+        c.write_all(&i.to_be_bytes()).expect("write");
+        let mut v = [0u8; 4];
+        s.read_exact(&mut v).expect("read");
+        s.write_all(&v).expect("echo");
+        c.read_exact(&mut v).expect("read back");
+        assert_eq!(u32::from_be_bytes(v), i);
+    }
+    assert!(format!("{a:?}").contains("10.0.0.1"));
+}
