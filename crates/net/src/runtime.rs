@@ -48,6 +48,8 @@ const TOKEN_WAKE: u64 = 0;
 const TOKEN_DEV: u64 = 1;
 /// Upper bound on consecutive `Stack::poll` calls in one loop iteration.
 const MAX_POLL_ROUNDS: usize = 8;
+/// Pause after a device receive error (see `run`).
+const RX_ERROR_BACKOFF: Duration = Duration::from_millis(10);
 /// Echo replies kept for `Net::ping` callers that have not collected them.
 const MAX_ECHO_BACKLOG: usize = 64;
 
@@ -499,6 +501,9 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
     let mut watching_out = false;
     let mut last_activity = std::time::Instant::now();
+    // Set when the device failed to receive: a broken device (link gone,
+    // EIO) stays "readable" for epoll, so back off instead of spinning.
+    let mut rx_failed;
     while !shared.stop.load(Ordering::Acquire) {
         let timeout;
         let want_out;
@@ -523,6 +528,7 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
             // 2. A bounded batch of received frames.
             let mut received = 0;
             let mut more = false;
+            rx_failed = false;
             while received < opts.rx_batch.max(1) {
                 match g.dev.recv(&mut rxbuf) {
                     Ok(Some(n)) => {
@@ -538,6 +544,7 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => {
                         g.stats.rx_errors += 1;
+                        rx_failed = true;
                         break;
                     }
                 }
@@ -618,6 +625,9 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
                 // epoll itself failing is not recoverable by retrying fast.
                 std::thread::sleep(opts.idle_poll);
             }
+        }
+        if rx_failed {
+            std::thread::sleep(RX_ERROR_BACKOFF);
         }
     }
 }

@@ -625,3 +625,24 @@ fn busy_poll_and_contract_spelling_start() {
     }
     assert!(format!("{a:?}").contains("10.0.0.1"));
 }
+
+#[test]
+fn broken_device_does_not_spin_the_stack_thread() {
+    let (a, b) = pair();
+    // Closing A's end makes B's fd permanently readable with an error.
+    drop(a);
+    thread::sleep(Duration::from_millis(50));
+    let before = b.runtime_stats();
+    thread::sleep(Duration::from_millis(300));
+    let after = b.runtime_stats();
+    assert!(
+        after.rx_errors > before.rx_errors,
+        "the broken link is noticed"
+    );
+    let loops = after.loops - before.loops;
+    assert!(
+        loops < 100,
+        "{loops} loops in 300 ms: the stack thread spins"
+    );
+    assert!(b.is_running());
+}

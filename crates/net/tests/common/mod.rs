@@ -70,6 +70,13 @@ impl Device for SeqPacketDev {
             }
             return Err(e);
         }
+        if n == 0 {
+            // SOCK_SEQPACKET: 0 = the peer closed its end.
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "peer closed the link",
+            ));
+        }
         Ok(Some(n as usize))
     }
 
