@@ -1,0 +1,245 @@
+//! Scenarios: everything a run does is derived from a family and a seed.
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use ustack_core::tcp::TcpConfig;
+use ustack_dev::memlink::Impairments;
+
+/// Kinds of link trouble a scenario draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// No impairments; random delay, buffers and application behaviour.
+    Clean,
+    /// Loss 0–20% per direction, delay and jitter.
+    Lossy,
+    /// Reordering and duplication 0–20% per direction, jitter.
+    Reorder,
+    /// Corruption 0–20% per direction plus some loss.
+    Corrupt,
+    /// All of the above at once, plus rate limits and tail drops.
+    Mixed,
+}
+
+impl Family {
+    pub const ALL: [Family; 5] = [
+        Family::Clean,
+        Family::Lossy,
+        Family::Reorder,
+        Family::Corrupt,
+        Family::Mixed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Clean => "clean",
+            Family::Lossy => "lossy",
+            Family::Reorder => "reorder",
+            Family::Corrupt => "corrupt",
+            Family::Mixed => "mixed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == s)
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How one side's application ends its half of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Write everything, `tcp_shutdown`, read until EOF, `tcp_close`.
+    ShutdownThenClose,
+    /// Write everything, read every expected byte, `tcp_close` (FIN from
+    /// close, possibly before the peer's FIN arrives).
+    Close,
+}
+
+/// Behaviour of one side of one connection.
+#[derive(Debug, Clone)]
+pub struct AppPlan {
+    /// Bytes this side writes.
+    pub bytes: u64,
+    /// Largest single `tcp_send`.
+    pub max_write: usize,
+    /// Largest single `tcp_recv`.
+    pub max_read: usize,
+    /// Probability, after each step, of pausing (not reading or writing).
+    pub pause_prob: f64,
+    pub max_pause: Duration,
+    pub ending: Ending,
+    pub nodelay: bool,
+}
+
+/// One connection of a run.
+#[derive(Debug, Clone)]
+pub struct ConnPlan {
+    /// The client is on host A (else on host B).
+    pub client_on_a: bool,
+    /// When the client calls `tcp_connect`.
+    pub start: Duration,
+    pub client: AppPlan,
+    pub server: AppPlan,
+}
+
+/// A complete, deterministic description of a run.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub family: Family,
+    pub seed: u64,
+    /// Impairments from A to B and from B to A.
+    pub ab: Impairments,
+    pub ba: Impairments,
+    pub tcp_a: TcpConfig,
+    pub tcp_b: TcpConfig,
+    /// IP MTU of the link and both stacks.
+    pub mtu: usize,
+    pub conns: Vec<ConnPlan>,
+    /// The run fails if it has not finished by this virtual time.
+    pub max_time: Duration,
+}
+
+fn pick<T: Copy>(rng: &mut ChaCha8Rng, items: &[T]) -> T {
+    items[rng.gen_range(0..items.len())]
+}
+
+fn prob(rng: &mut ChaCha8Rng, max: f64) -> f64 {
+    if rng.gen_bool(0.2) {
+        0.0
+    } else {
+        rng.gen_range(0.0..=max)
+    }
+}
+
+fn millis(rng: &mut ChaCha8Rng, max: u64) -> Duration {
+    Duration::from_micros(rng.gen_range(0..=max * 1000))
+}
+
+fn impairments(rng: &mut ChaCha8Rng, family: Family) -> Impairments {
+    let mut i = Impairments {
+        delay: millis(rng, 20),
+        ..Impairments::none()
+    };
+    match family {
+        Family::Clean => {}
+        Family::Lossy => {
+            i.loss = prob(rng, 0.2);
+            i.jitter = millis(rng, 2);
+        }
+        Family::Reorder => {
+            i.reorder = prob(rng, 0.2);
+            i.duplicate = prob(rng, 0.2);
+            i.jitter = millis(rng, 5);
+            i.reorder_hold = millis(rng, 20).max(Duration::from_micros(1));
+        }
+        Family::Corrupt => {
+            i.corrupt = prob(rng, 0.2);
+            i.loss = prob(rng, 0.05);
+        }
+        Family::Mixed => {
+            i.loss = prob(rng, 0.2);
+            i.reorder = prob(rng, 0.2);
+            i.duplicate = prob(rng, 0.2);
+            i.corrupt = prob(rng, 0.2);
+            i.jitter = millis(rng, 5);
+            i.reorder_hold = millis(rng, 20).max(Duration::from_micros(1));
+            if rng.gen_bool(0.5) {
+                i.rate_bps = Some(rng.gen_range(1_000_000..=100_000_000));
+            }
+            if rng.gen_bool(0.3) {
+                i.queue_limit = rng.gen_range(8..=200);
+            }
+        }
+    }
+    i
+}
+
+fn tcp_config(rng: &mut ChaCha8Rng) -> TcpConfig {
+    TcpConfig {
+        mss: pick(rng, &[536, 1000, 1460, 1460]),
+        rcv_buf: pick(rng, &[4096, 16 * 1024, 64 * 1024, 256 * 1024]),
+        snd_buf: pick(rng, &[4096, 16 * 1024, 64 * 1024, 256 * 1024]),
+        window_scale: rng.gen_bool(0.8),
+        timestamps: rng.gen_bool(0.7),
+        sack: rng.gen_bool(0.7),
+        nodelay: rng.gen_bool(0.5),
+        // Give up far later than Linux would: at 20% loss each way a
+        // handshake fails 6 times in a row often enough to show up in
+        // thousands of runs, and the properties are about delivery, not
+        // about giving up.
+        syn_retries: 30,
+        synack_retries: 30,
+        max_retries: 30,
+        max_rto: Duration::from_secs(pick(rng, &[2, 10, 60])),
+        ..TcpConfig::default()
+    }
+}
+
+fn app(rng: &mut ChaCha8Rng, big: bool) -> AppPlan {
+    let bytes = match rng.gen_range(0..10) {
+        0 => 0,
+        1..=3 => rng.gen_range(1..2_000),
+        4..=8 => rng.gen_range(2_000..40_000),
+        _ if big => rng.gen_range(40_000..300_000),
+        _ => rng.gen_range(40_000..80_000),
+    };
+    AppPlan {
+        bytes,
+        max_write: pick(rng, &[1, 100, 1460, 8192, 65536]),
+        max_read: pick(rng, &[1, 100, 1460, 8192, 65536]),
+        pause_prob: prob(rng, 0.1),
+        max_pause: millis(rng, 300),
+        ending: if rng.gen_bool(0.6) {
+            Ending::ShutdownThenClose
+        } else {
+            Ending::Close
+        },
+        nodelay: rng.gen_bool(0.5),
+    }
+}
+
+impl Scenario {
+    /// The scenario for `(family, seed)`; the same pair always gives the same run.
+    pub fn generate(family: Family, seed: u64) -> Scenario {
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(seed ^ (family as u64).wrapping_mul(0x51_7cc1_b727_220a));
+        let ab = impairments(&mut rng, family);
+        let ba = if rng.gen_bool(0.3) {
+            ab.clone()
+        } else {
+            impairments(&mut rng, family)
+        };
+        let tcp_a = tcp_config(&mut rng);
+        let tcp_b = tcp_config(&mut rng);
+        let mtu = pick(&mut rng, &[576, 1280, 1500, 1500, 1500]);
+        let n = rng.gen_range(1..=4);
+        let big = family == Family::Clean;
+        let conns = (0..n)
+            .map(|_| ConnPlan {
+                client_on_a: rng.gen_bool(0.6),
+                start: millis(&mut rng, 100),
+                client: app(&mut rng, big),
+                server: app(&mut rng, big),
+            })
+            .collect();
+        Scenario {
+            family,
+            seed,
+            ab,
+            ba,
+            tcp_a,
+            tcp_b,
+            mtu,
+            conns,
+            max_time: Duration::from_secs(3600),
+        }
+    }
+}
