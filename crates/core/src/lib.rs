@@ -2,7 +2,38 @@
 //!
 //! The engine never reads a clock, a random source or a file descriptor:
 //! time comes in as an argument and randomness from a seeded source.
+//!
+//! | module | concern |
+//! | --- | --- |
+//! | `stack` | the [`Stack`]: receive path, ICMP, UDP API, timers |
+//! | `tcp_api` / `tcp_table` | TCP demux, listeners, socket API |
+//! | `tcp` | the per-connection TCP engine |
+//! | `iface` | routing, IPv4 output and fragmentation, framing |
+//! | `arp` | the neighbour cache |
+//! | `frag` | IPv4 reassembly |
+//! | `udp` | the UDP socket table |
+//! | `counters` | `/proc/net/snmp`-named counters |
 #![forbid(unsafe_code)]
 
-pub mod time;
 pub mod tcp;
+pub mod time;
+
+mod arp;
+pub mod counters;
+mod error;
+mod frag;
+mod hash;
+mod iface;
+mod stack;
+mod tcp_api;
+mod tcp_table;
+mod udp;
+
+pub use arp::ArpLimits;
+pub use counters::Counters;
+pub use error::{BindError, ConnectError, IcmpError, UdpError};
+pub use frag::ReasmLimits;
+pub use stack::{Config, EchoReply, Limits, Stack};
+pub use tcp::TcpError;
+pub use tcp_table::{TcpHandle, TcpInfo, TcpStatus};
+pub use udp::{UdpHandle, UdpStatus, EPHEMERAL_FIRST, EPHEMERAL_LAST};

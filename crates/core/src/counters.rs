@@ -1,0 +1,103 @@
+//! SNMP-style counters with the names Linux uses in `/proc/net/snmp` (and a few
+//! `netstat`-like extras), so `ustack nstat` reads like `nstat -a` does.
+
+use crate::tcp::TcpCounters;
+
+macro_rules! counter_group {
+    ($(#[$m:meta])* $name:ident, $group:literal, { $($(#[$fm:meta])* $field:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[allow(non_snake_case)]
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: u64,)*
+        }
+        impl $name {
+            /// Group name as printed by `nstat` (e.g. "Ip").
+            pub const GROUP: &'static str = $group;
+            /// `(name, value)` for every counter, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                [$((stringify!($field), self.$field)),*].into_iter()
+            }
+        }
+    };
+}
+
+counter_group!(
+    /// IPv4 counters (`Ip:` in `/proc/net/snmp`).
+    IpCounters, "Ip", {
+    InReceives, InHdrErrors, InAddrErrors, InUnknownProtos, InDiscards, InDelivers,
+    OutRequests, OutDiscards, OutNoRoutes, ReasmTimeout, ReasmReqds, ReasmOKs,
+    ReasmFails, FragOKs, FragFails, FragCreates,
+    /// Extra (IpExt-like): IPv4 header checksum failures (also counted in InHdrErrors).
+    InCsumErrors,
+    /// Extra (IpExt-like): frames carrying a destination that is not ours.
+    InNotForUs,
+});
+
+counter_group!(
+    /// ICMP counters (`Icmp:` in `/proc/net/snmp`).
+    IcmpCounters, "Icmp", {
+    InMsgs, InErrors, InCsumErrors, InDestUnreachs, InTimeExcds, InEchos, InEchoReps,
+    OutMsgs, OutErrors, OutDestUnreachs, OutTimeExcds, OutEchos, OutEchoReps,
+    /// Extra: ICMP errors not sent because the token bucket was empty.
+    OutRateLimited,
+});
+
+counter_group!(
+    /// UDP counters (`Udp:` in `/proc/net/snmp`).
+    UdpCounters, "Udp", {
+    InDatagrams, NoPorts, InErrors, OutDatagrams, RcvbufErrors, SndbufErrors, InCsumErrors,
+});
+
+counter_group!(
+    /// Link-layer and ARP counters (ustack extras; no `/proc/net/snmp` equivalent).
+    LinkCounters, "Link", {
+    InFrames, OutFrames, InMalformed, InNotForUs, InUnknownEthertype,
+    ArpInRequests, ArpInReplies, ArpOutRequests, ArpOutReplies, ArpInvalid,
+    ArpConflicts, ArpResolved, ArpFailed, ArpQueueDrops, ArpUnresolvedDiscards,
+    ArpCacheFull,
+});
+
+counter_group!(
+    /// Listener counters kept by the socket table (`TcpExt:` in `/proc/net/netstat`).
+    TcpStackCounters, "TcpExt", {
+    ListenOverflows, ListenDrops, TCPReqQFullDrop,
+});
+
+/// All counters of one stack.
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    pub ip: IpCounters,
+    pub icmp: IcmpCounters,
+    pub udp: UdpCounters,
+    pub tcp: TcpCounters,
+    pub tcp_ext: TcpStackCounters,
+    pub link: LinkCounters,
+}
+
+impl Counters {
+    /// Every counter as `(group, name, value)`, grouped like `nstat` prints them.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &'static str, u64)> + '_ {
+        let ip = self.ip.iter().map(|(n, v)| (IpCounters::GROUP, n, v));
+        let icmp = self.icmp.iter().map(|(n, v)| (IcmpCounters::GROUP, n, v));
+        let udp = self.udp.iter().map(|(n, v)| (UdpCounters::GROUP, n, v));
+        let tcp = self
+            .tcp
+            .counters_list()
+            .into_iter()
+            .map(|(n, v)| ("Tcp", n, v));
+        let ext = self
+            .tcp_ext
+            .iter()
+            .map(|(n, v)| (TcpStackCounters::GROUP, n, v));
+        let link = self.link.iter().map(|(n, v)| (LinkCounters::GROUP, n, v));
+        ip.chain(icmp).chain(udp).chain(tcp).chain(ext).chain(link)
+    }
+
+    /// Look one counter up by group and name (e.g. `("Ip", "ReasmOKs")`).
+    pub fn get(&self, group: &str, name: &str) -> Option<u64> {
+        self.iter()
+            .find(|(g, n, _)| *g == group && *n == name)
+            .map(|(_, _, v)| v)
+    }
+}

@@ -1,0 +1,954 @@
+//! The `Stack`: one interface, its neighbour cache, IPv4 input/output with
+//! reassembly, ICMP, UDP and TCP sockets. Sans-IO: time comes in as an
+//! argument, frames go out through a `tx` callback.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr};
+use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
+use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr, TimeExceeded};
+use ustack_wire::ip::IpProtocol;
+use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr};
+use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
+use ustack_wire::Error as WireError;
+
+use crate::arp::{ArpCache, ArpLimits, ArpRequest};
+use crate::counters::Counters;
+use crate::error::{IcmpError, UdpError};
+use crate::frag::{Expired, Reasm, ReasmLimits, Reassembler};
+use crate::hash::{KeyedState, SplitMix};
+use crate::iface::{Iface, IpOut, TokenBucket, TxError};
+use crate::tcp::TcpConfig;
+use crate::tcp_table::TcpTable;
+use crate::time::Instant;
+use crate::udp::{Deliver, UdpHandle, UdpStatus, UdpTable};
+use crate::BindError;
+
+/// Resource limits. Every table and queue an attacker can grow is bounded by one of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub arp: ArpLimits,
+    pub reasm: ReasmLimits,
+    /// Open UDP sockets.
+    pub max_udp_sockets: usize,
+    /// Per-socket UDP receive queue in payload bytes (Linux `rmem_default`).
+    pub udp_rcvbuf: usize,
+    /// Per-socket UDP receive queue in datagrams.
+    pub udp_rcv_datagrams: usize,
+    /// TCP control blocks of all kinds (listeners, connections, TIME-WAIT).
+    pub max_tcp_sockets: usize,
+    /// Half-open (SYN-RECEIVED) connections per listener (Linux
+    /// `tcp_max_syn_backlog`), on top of the accept queue bounded by `backlog`.
+    pub max_syn_backlog: usize,
+    /// ICMP errors per second and burst (Linux `icmp_msgs_per_sec`/`_burst`).
+    pub icmp_error_rate: u32,
+    pub icmp_error_burst: u32,
+    /// Echo replies kept for `icmp_echo_replies` (oldest dropped).
+    pub echo_reply_queue: usize,
+    /// TCP connections dispatched per `poll` call (round-robin).
+    pub poll_budget: usize,
+    /// Bytes of frames from UDP/ICMP socket calls waiting for the next
+    /// `poll` (beyond it sends fail with ENOBUFS).
+    pub tx_queue_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            arp: ArpLimits::default(),
+            reasm: ReasmLimits::default(),
+            max_udp_sockets: 4096,
+            udp_rcvbuf: 212_992,
+            udp_rcv_datagrams: 1024,
+            max_tcp_sockets: 16_384,
+            max_syn_backlog: 256,
+            icmp_error_rate: 1000,
+            icmp_error_burst: 50,
+            echo_reply_queue: 1024,
+            poll_budget: 256,
+            tx_queue_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Configuration of one stack instance.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub mac: MacAddr,
+    /// Our address and prefix.
+    pub addr: Ipv4Cidr,
+    pub gateway: Option<Ipv4Addr>,
+    /// IP MTU (1500 = Ethernet payload size). Clamped to 68..=65535.
+    pub mtu: usize,
+    pub tcp: TcpConfig,
+    pub limits: Limits,
+    /// Keyed-hash secret for ISNs, ephemeral ports and hash tables.
+    pub secret: [u8; 16],
+    /// Seed for any other randomness (IP ident start, ...).
+    pub seed: u64,
+}
+
+/// An ICMP echo reply received for `icmp_echo_send`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EchoReply {
+    pub from: Ipv4Addr,
+    pub ident: u16,
+    pub seq: u16,
+    /// Payload bytes (without the 8-byte ICMP header).
+    pub len: usize,
+    pub ttl: u8,
+    pub at: Instant,
+}
+
+/// An ICMP error to send about a received datagram.
+#[derive(Debug, Clone, Copy)]
+enum IcmpErr {
+    Unreachable(DstUnreachable),
+    FragExpired,
+}
+
+/// The sans-IO network stack.
+pub struct Stack {
+    pub(crate) config: Config,
+    pub(crate) counters: Counters,
+    pub(crate) iface: Iface,
+    icmp_bucket: TokenBucket,
+    reasm: Reassembler,
+    udp: UdpTable,
+    pub(crate) tcp: TcpTable,
+    echo: VecDeque<EchoReply>,
+    /// Reused buffer where transport payloads are built before IP output.
+    scratch: Vec<u8>,
+    /// Frames produced by socket calls, sent on the next `poll`.
+    txq: TxQueue,
+    arp_requests: Vec<ArpRequest>,
+    reasm_expired: Vec<Expired>,
+    /// Gratuitous ARP still to announce.
+    announce: bool,
+    started: Instant,
+    /// Latest time seen in `receive`/`poll` (for `poll_at` when work remains).
+    pub(crate) last_now: Instant,
+}
+
+impl Stack {
+    /// Create a stack. A gratuitous ARP is sent on the first `poll`.
+    pub fn new(config: Config, now: Instant) -> Stack {
+        let secret = config.secret;
+        let mut rng = SplitMix::new(config.seed);
+        let arp = ArpCache::new(config.limits.arp, KeyedState::new(&secret, 1));
+        let iface = Iface::new(
+            config.mac,
+            config.addr,
+            config.gateway,
+            config.mtu,
+            arp,
+            rng.next_u64() as u16,
+        );
+        let l = &config.limits;
+        Stack {
+            icmp_bucket: TokenBucket::new(l.icmp_error_rate, l.icmp_error_burst, now),
+            reasm: Reassembler::new(l.reasm, KeyedState::new(&secret, 2)),
+            udp: UdpTable::new(
+                l.max_udp_sockets,
+                l.udp_rcvbuf,
+                l.udp_rcv_datagrams,
+                secret,
+                KeyedState::new(&secret, 3),
+            ),
+            tcp: TcpTable::new(
+                config.tcp.clone(),
+                secret,
+                iface.route_mss(),
+                l.max_tcp_sockets,
+                l.max_syn_backlog,
+                KeyedState::new(&secret, 4),
+            ),
+            echo: VecDeque::new(),
+            scratch: Vec::new(),
+            txq: TxQueue::new(l.tx_queue_bytes),
+            arp_requests: Vec::new(),
+            reasm_expired: Vec::new(),
+            announce: true,
+            started: now,
+            last_now: now,
+            counters: Counters::default(),
+            iface,
+            config,
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The MAC currently cached for `ip`, if resolved (diagnostics).
+    pub fn neighbour(&self, now: Instant, ip: Ipv4Addr) -> Option<MacAddr> {
+        self.iface.arp.peek(now, ip)
+    }
+
+    /// Bytes currently held by IPv4 reassembly (diagnostics).
+    pub fn reassembly_memory(&self) -> usize {
+        self.reasm.mem()
+    }
+
+    /// Datagrams being reassembled (diagnostics).
+    pub fn reassembly_datagrams(&self) -> usize {
+        self.reasm.len()
+    }
+
+    // ------------------------------------------------------------------
+    // Receive path
+    // ------------------------------------------------------------------
+
+    /// Handle one received Ethernet frame; may transmit replies through `tx`.
+    /// Never panics, whatever the bytes.
+    pub fn receive(&mut self, now: Instant, frame: &[u8], tx: &mut dyn FnMut(&[u8])) {
+        self.last_now = self.last_now.max(now);
+        self.counters.link.InFrames += 1;
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            self.counters.link.InMalformed += 1;
+            return;
+        };
+        let Ok(repr) = EthernetRepr::parse(&eth) else {
+            self.counters.link.InMalformed += 1;
+            return;
+        };
+        let link_bcast = repr.dst.is_broadcast();
+        if repr.dst != self.iface.mac && !link_bcast {
+            self.counters.link.InNotForUs += 1;
+            return;
+        }
+        let payload = eth.payload_ref();
+        match repr.ethertype {
+            EtherType::Arp => self.receive_arp(now, payload, tx),
+            EtherType::Ipv4 => self.receive_ipv4(now, payload, link_bcast, tx),
+            _ => self.counters.link.InUnknownEthertype += 1,
+        }
+    }
+
+    fn receive_arp(&mut self, now: Instant, bytes: &[u8], tx: &mut dyn FnMut(&[u8])) {
+        let link = &mut self.counters.link;
+        let Ok(pkt) = ArpPacket::new_checked(bytes) else {
+            link.ArpInvalid += 1;
+            return;
+        };
+        let Ok(arp) = ArpRepr::parse(&pkt) else {
+            link.ArpInvalid += 1;
+            return;
+        };
+        match arp.operation {
+            ArpOperation::Request => link.ArpInRequests += 1,
+            ArpOperation::Reply => link.ArpInReplies += 1,
+            _ => {
+                link.ArpInvalid += 1;
+                return;
+            }
+        }
+        let me = self.iface.addr();
+        if !arp.sender_mac.is_unicast() || self.iface.is_martian_source(arp.sender_ip) {
+            // Probes (RFC 5227, sender 0.0.0.0) are answered but not learned.
+            if !(arp.sender_ip.is_unspecified()
+                && arp.operation == ArpOperation::Request
+                && arp.target_ip == me
+                && arp.sender_mac.is_unicast())
+            {
+                link.ArpInvalid += 1;
+                return;
+            }
+        } else if arp.sender_ip == me {
+            // Someone else claims our address.
+            if arp.sender_mac != self.iface.mac {
+                link.ArpConflicts += 1;
+            }
+            return;
+        } else {
+            // RFC 826: update an existing entry; add one only when the
+            // packet targets us ("?Am I the target protocol address? Yes:
+            // If Merge_flag is false, add the triplet").
+            let for_us = arp.target_ip == me;
+            if let Some(queue) =
+                self.iface
+                    .arp
+                    .learn(now, arp.sender_ip, arp.sender_mac, for_us, link)
+            {
+                self.iface.flush_queue(queue, arp.sender_mac, link, tx);
+            }
+        }
+        // RFC 826: "If the opcode is ares_op$REQUEST ... swap fields, put the
+        // local hardware and protocol addresses in the sender fields, set the
+        // opcode to ares_op$REPLY and send the packet to the (new) target
+        // hardware address". We answer only for our own address.
+        if arp.operation == ArpOperation::Request && arp.target_ip == me {
+            self.iface.send_arp(
+                ArpOperation::Reply,
+                arp.sender_mac,
+                arp.sender_mac,
+                arp.sender_ip,
+                &mut self.counters.link,
+                tx,
+            );
+        }
+    }
+
+    fn receive_ipv4(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        link_bcast: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let ipc = &mut self.counters.ip;
+        ipc.InReceives += 1;
+        let Ok(pkt) = Ipv4Packet::new_checked(bytes) else {
+            ipc.InHdrErrors += 1;
+            return;
+        };
+        let repr = match Ipv4Repr::parse(&pkt, true) {
+            Ok(r) => r,
+            Err(WireError::Checksum) => {
+                ipc.InCsumErrors += 1;
+                ipc.InHdrErrors += 1;
+                return;
+            }
+            Err(_) => {
+                ipc.InHdrErrors += 1;
+                return;
+            }
+        };
+        let me = self.iface.addr();
+        let ip_bcast = self.iface.is_broadcast(repr.dst);
+        if repr.dst != me && !ip_bcast {
+            // RFC 1122 3.3.4.2 / 3.2.1.3: not ours and we do not forward.
+            ipc.InAddrErrors += 1;
+            return;
+        }
+        if self.iface.is_martian_source(repr.src) || repr.src == me {
+            ipc.InAddrErrors += 1;
+            return;
+        }
+        let payload = pkt.payload_ref();
+        if repr.more_frags || repr.frag_offset != 0 {
+            if ip_bcast {
+                // Fragmented broadcasts are not worth the reassembly memory.
+                ipc.InDiscards += 1;
+                return;
+            }
+            match self.reasm.insert(now, &repr, payload, ipc) {
+                Reasm::Pending => {}
+                Reasm::Complete(header, data) => {
+                    self.deliver(now, &header, &data, false, link_bcast, tx);
+                }
+            }
+            return;
+        }
+        self.deliver(now, &repr, payload, ip_bcast, link_bcast, tx);
+    }
+
+    /// A whole datagram for us: hand it to the transport.
+    fn deliver(
+        &mut self,
+        now: Instant,
+        ip: &Ipv4Repr,
+        payload: &[u8],
+        ip_bcast: bool,
+        link_bcast: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        match ip.protocol {
+            IpProtocol::Icmp => {
+                self.counters.ip.InDelivers += 1;
+                self.receive_icmp(now, ip, payload, ip_bcast, tx);
+            }
+            IpProtocol::Udp => {
+                self.counters.ip.InDelivers += 1;
+                self.receive_udp(now, ip, payload, ip_bcast, link_bcast, tx);
+            }
+            IpProtocol::Tcp => {
+                if ip_bcast {
+                    self.counters.ip.InAddrErrors += 1;
+                    return;
+                }
+                self.counters.ip.InDelivers += 1;
+                self.receive_tcp(now, ip, payload, tx);
+            }
+            _ => {
+                self.counters.ip.InUnknownProtos += 1;
+                // RFC 1122 3.2.2.1: a host SHOULD generate Protocol Unreachable.
+                let err = IcmpErr::Unreachable(DstUnreachable::ProtoUnreachable);
+                self.send_icmp_error(now, ip, payload, err, ip_bcast || link_bcast, tx);
+            }
+        }
+    }
+
+    fn receive_icmp(
+        &mut self,
+        now: Instant,
+        ip: &Ipv4Repr,
+        payload: &[u8],
+        ip_bcast: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let c = &mut self.counters.icmp;
+        c.InMsgs += 1;
+        let Ok(pkt) = Icmpv4Packet::new_checked(payload) else {
+            c.InErrors += 1;
+            return;
+        };
+        let repr = match Icmpv4Repr::parse(&pkt, true) {
+            Ok(r) => r,
+            Err(WireError::Checksum) => {
+                c.InCsumErrors += 1;
+                c.InErrors += 1;
+                return;
+            }
+            // Types we do not handle (timestamps, redirects...) are ignored.
+            Err(WireError::Unsupported) => return,
+            Err(_) => {
+                c.InErrors += 1;
+                return;
+            }
+        };
+        match repr {
+            Icmpv4Repr::EchoRequest {
+                ident,
+                seq_no,
+                data,
+            } => {
+                c.InEchos += 1;
+                if ip_bcast {
+                    // Linux default icmp_echo_ignore_broadcasts = 1 (smurf defence).
+                    return;
+                }
+                // RFC 1122 3.2.2.6: "Every host MUST implement an ICMP Echo
+                // server function that receives Echo Requests and sends
+                // corresponding Echo Replies." ... "The data received in the
+                // ICMP Echo Request MUST be entirely included in the resulting
+                // Echo Reply."
+                let reply = Icmpv4Repr::EchoReply {
+                    ident,
+                    seq_no,
+                    data,
+                };
+                if self.send_icmp(now, ip.src, &reply, tx).is_ok() {
+                    self.counters.icmp.OutEchoReps += 1;
+                }
+            }
+            Icmpv4Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            } => {
+                c.InEchoReps += 1;
+                if self.echo.len() >= self.config.limits.echo_reply_queue {
+                    self.echo.pop_front();
+                }
+                if self.config.limits.echo_reply_queue > 0 {
+                    self.echo.push_back(EchoReply {
+                        from: ip.src,
+                        ident,
+                        seq: seq_no,
+                        len: data.len(),
+                        ttl: ip.ttl,
+                        at: now,
+                    });
+                }
+            }
+            Icmpv4Repr::DstUnreachable {
+                reason,
+                next_hop_mtu,
+                header,
+                data,
+            } => {
+                c.InDestUnreachs += 1;
+                self.icmp_error_to_transport(now, reason, next_hop_mtu, &header, data);
+            }
+            Icmpv4Repr::TimeExceeded { .. } => {
+                c.InTimeExcds += 1;
+            }
+        }
+    }
+
+    /// Route an ICMP destination-unreachable to the socket it concerns.
+    fn icmp_error_to_transport(
+        &mut self,
+        now: Instant,
+        reason: DstUnreachable,
+        next_hop_mtu: u16,
+        header: &Ipv4Repr,
+        data: &[u8],
+    ) {
+        // The quoted datagram must be one we sent.
+        if header.src != self.iface.addr() {
+            return;
+        }
+        let (Some(sp), Some(dp)) = (data.get(0..2), data.get(2..4)) else {
+            return;
+        };
+        let local_port = u16::from_be_bytes([sp[0], sp[1]]);
+        let remote = SocketAddrV4::new(header.dst, u16::from_be_bytes([dp[0], dp[1]]));
+        match header.protocol {
+            IpProtocol::Udp => {
+                let Some(sock) = self.udp.lookup_connected_mut(local_port, remote) else {
+                    return;
+                };
+                // Linux reports ICMP errors only on connected UDP sockets
+                // (without IP_RECVERR), as ECONNREFUSED / EHOSTUNREACH.
+                sock.pending_error = match reason {
+                    DstUnreachable::PortUnreachable | DstUnreachable::ProtoUnreachable => {
+                        Some(UdpError::ConnectionRefused)
+                    }
+                    DstUnreachable::FragRequired => return,
+                    _ => Some(UdpError::NoRoute),
+                };
+            }
+            IpProtocol::Tcp => {
+                let local = SocketAddrV4::new(header.src, local_port);
+                self.tcp_icmp_unreachable(now, local, remote, reason, next_hop_mtu);
+            }
+            _ => {}
+        }
+    }
+
+    fn receive_udp(
+        &mut self,
+        now: Instant,
+        ip: &Ipv4Repr,
+        payload: &[u8],
+        ip_bcast: bool,
+        link_bcast: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let c = &mut self.counters.udp;
+        let Ok(pkt) = UdpPacket::new_checked(payload) else {
+            c.InErrors += 1;
+            return;
+        };
+        let repr = match UdpRepr::parse(&pkt, ip.src, ip.dst, true) {
+            Ok(r) => r,
+            Err(WireError::Checksum) => {
+                c.InCsumErrors += 1;
+                c.InErrors += 1;
+                return;
+            }
+            Err(_) => {
+                c.InErrors += 1;
+                return;
+            }
+        };
+        let from = SocketAddrV4::new(ip.src, repr.src_port);
+        let limits = self.udp.limits();
+        match self.udp.lookup_mut(from, repr.dst_port, ip_bcast) {
+            Some(sock) => match sock.deliver(from, pkt.payload_ref(), limits) {
+                Deliver::Queued => c.InDatagrams += 1,
+                Deliver::QueueFull => {
+                    c.RcvbufErrors += 1;
+                    c.InErrors += 1;
+                }
+            },
+            None => {
+                c.NoPorts += 1;
+                // RFC 1122 4.1.3.1: "If a datagram arrives addressed to a UDP
+                // port for which there is no pending LISTEN call, UDP SHOULD
+                // send an ICMP Port Unreachable message."
+                let err = IcmpErr::Unreachable(DstUnreachable::PortUnreachable);
+                self.send_icmp_error(now, ip, payload, err, ip_bcast || link_bcast, tx);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // ICMP output
+    // ------------------------------------------------------------------
+
+    /// Build `repr` in the scratch buffer and send it to `dst`.
+    fn send_icmp(
+        &mut self,
+        now: Instant,
+        dst: Ipv4Addr,
+        repr: &Icmpv4Repr,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TxError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(repr.buffer_len(), 0);
+        repr.emit(&mut Icmpv4Packet::new_unchecked(&mut scratch[..]));
+        let out = IpOut {
+            dst,
+            protocol: IpProtocol::Icmp,
+            dont_frag: false,
+        };
+        let r = self.iface.send_ip(
+            now,
+            &mut self.counters.ip,
+            &mut self.counters.link,
+            out,
+            &scratch,
+            tx,
+        );
+        self.scratch = scratch;
+        match r {
+            Ok(()) => self.counters.icmp.OutMsgs += 1,
+            Err(_) => self.counters.icmp.OutErrors += 1,
+        }
+        r
+    }
+
+    /// Send an ICMP error about a received datagram, unless RFC 1122 3.2.2
+    /// forbids it or the rate limit is exhausted.
+    fn send_icmp_error(
+        &mut self,
+        now: Instant,
+        orig: &Ipv4Repr,
+        orig_payload: &[u8],
+        err: IcmpErr,
+        broadcast: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        // RFC 1122 3.2.2: "An ICMP error message MUST NOT be sent as the
+        // result of receiving: an ICMP error message, or a datagram destined
+        // to an IP broadcast or IP multicast address, or a datagram sent as a
+        // link-layer broadcast, or a non-initial fragment, or a datagram whose
+        // source address does not define a single host".
+        if broadcast
+            || orig.dst.is_multicast()
+            || self.iface.is_broadcast(orig.dst)
+            || orig.frag_offset != 0
+            || self.iface.is_martian_source(orig.src)
+        {
+            return;
+        }
+        if orig.protocol == IpProtocol::Icmp
+            && !matches!(
+                orig_payload.first(),
+                Some(0 | 8 | 13 | 14 | 15 | 16 | 17 | 18)
+            )
+        {
+            return;
+        }
+        // RFC 1812 4.3.2.8 / RFC 1122 3.2.2: limit the rate of ICMP errors.
+        if !self.icmp_bucket.take(now) {
+            self.counters.icmp.OutRateLimited += 1;
+            return;
+        }
+        // RFC 792: "the internet header plus the first 64 bits of the
+        // original datagram's data".
+        let data = orig_payload.get(..8).unwrap_or(orig_payload);
+        let repr = match err {
+            IcmpErr::Unreachable(reason) => Icmpv4Repr::DstUnreachable {
+                reason,
+                next_hop_mtu: 0,
+                header: *orig,
+                data,
+            },
+            IcmpErr::FragExpired => Icmpv4Repr::TimeExceeded {
+                reason: TimeExceeded::FragExpired,
+                header: *orig,
+                data,
+            },
+        };
+        if self.send_icmp(now, orig.src, &repr, tx).is_ok() {
+            match err {
+                IcmpErr::Unreachable(_) => self.counters.icmp.OutDestUnreachs += 1,
+                IcmpErr::FragExpired => self.counters.icmp.OutTimeExcds += 1,
+            }
+        }
+    }
+
+    /// Send an ICMP echo request (for `ustack ping`). Replies show up in
+    /// [`icmp_echo_replies`](Self::icmp_echo_replies).
+    pub fn icmp_echo_send(
+        &mut self,
+        now: Instant,
+        dst: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        payload: &[u8],
+    ) -> Result<(), IcmpError> {
+        if dst.is_unspecified() || dst.is_multicast() {
+            return Err(IcmpError::InvalidAddress);
+        }
+        if payload.len() > 65535 - 20 - 8 {
+            return Err(IcmpError::TooLarge);
+        }
+        if !self.txq.has_room(self.frames_bytes(8 + payload.len())) {
+            return Err(IcmpError::Exhausted);
+        }
+        let repr = Icmpv4Repr::EchoRequest {
+            ident,
+            seq_no: seq,
+            data: payload,
+        };
+        let mut q = std::mem::take(&mut self.txq);
+        let r = self.send_icmp(now, dst, &repr, &mut |f| q.push(now, f));
+        self.txq = q;
+        match r {
+            Ok(()) => {
+                self.counters.icmp.OutEchos += 1;
+                Ok(())
+            }
+            Err(TxError::NoRoute) => Err(IcmpError::NoRoute),
+            Err(TxError::TooLarge) => Err(IcmpError::TooLarge),
+        }
+    }
+
+    /// Echo replies received since the last call (drained).
+    pub fn icmp_echo_replies(&mut self) -> impl Iterator<Item = EchoReply> + '_ {
+        self.echo.drain(..)
+    }
+
+    // ------------------------------------------------------------------
+    // UDP API
+    // ------------------------------------------------------------------
+
+    /// Bind a UDP socket (`port == 0` = ephemeral, 32768–60999).
+    pub fn udp_bind(&mut self, local: SocketAddrV4) -> Result<UdpHandle, BindError> {
+        if !local.ip().is_unspecified() && *local.ip() != self.iface.addr() {
+            return Err(BindError::AddrNotAvailable);
+        }
+        self.udp.bind(local)
+    }
+
+    /// Fix the peer: filters incoming datagrams and enables `udp_send`.
+    pub fn udp_connect(&mut self, h: UdpHandle, remote: SocketAddrV4) -> Result<(), UdpError> {
+        if remote.port() == 0 || remote.ip().is_unspecified() || remote.ip().is_multicast() {
+            return Err(UdpError::InvalidAddress);
+        }
+        if self.iface.route(*remote.ip()).is_none() {
+            self.udp.get(h)?;
+            return Err(UdpError::NoRoute);
+        }
+        let s = self.udp.get_mut(h)?;
+        s.remote = Some(remote);
+        s.pending_error = None;
+        Ok(())
+    }
+
+    /// Send one datagram to `remote` (fragmented when larger than the MTU).
+    /// The frames go out on the next `poll`.
+    pub fn udp_send_to(
+        &mut self,
+        now: Instant,
+        h: UdpHandle,
+        data: &[u8],
+        remote: SocketAddrV4,
+    ) -> Result<usize, UdpError> {
+        let local = self.udp.get(h)?.local;
+        if remote.port() == 0 || remote.ip().is_unspecified() || remote.ip().is_multicast() {
+            return Err(UdpError::InvalidAddress);
+        }
+        if data.len() > 65535 - 20 - UDP_HEADER_LEN {
+            return Err(UdpError::TooLarge);
+        }
+        if !self
+            .txq
+            .has_room(self.frames_bytes(UDP_HEADER_LEN + data.len()))
+        {
+            self.counters.udp.SndbufErrors += 1;
+            return Err(UdpError::Exhausted);
+        }
+        let src = self.iface.addr();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(UDP_HEADER_LEN + data.len(), 0);
+        if let Some(p) = scratch.get_mut(UDP_HEADER_LEN..) {
+            p.copy_from_slice(data);
+        }
+        let repr = UdpRepr {
+            src_port: local.port(),
+            dst_port: remote.port(),
+        };
+        repr.emit(
+            &mut UdpPacket::new_unchecked(&mut scratch[..]),
+            src,
+            *remote.ip(),
+            data.len(),
+            true,
+        );
+        let out = IpOut {
+            dst: *remote.ip(),
+            protocol: IpProtocol::Udp,
+            dont_frag: false,
+        };
+        let q = &mut self.txq;
+        let r = self.iface.send_ip(
+            now,
+            &mut self.counters.ip,
+            &mut self.counters.link,
+            out,
+            &scratch,
+            &mut |f| q.push(now, f),
+        );
+        self.scratch = scratch;
+        match r {
+            Ok(()) => {
+                self.counters.udp.OutDatagrams += 1;
+                Ok(data.len())
+            }
+            Err(TxError::NoRoute) => Err(UdpError::NoRoute),
+            Err(TxError::TooLarge) => Err(UdpError::TooLarge),
+        }
+    }
+
+    /// Send on a connected socket. A pending ICMP error is reported first
+    /// (once), as Linux does.
+    pub fn udp_send(&mut self, now: Instant, h: UdpHandle, data: &[u8]) -> Result<usize, UdpError> {
+        let s = self.udp.get_mut(h)?;
+        let remote = s.remote.ok_or(UdpError::NotConnected)?;
+        if let Some(e) = s.pending_error.take() {
+            return Err(e);
+        }
+        self.udp_send_to(now, h, data, remote)
+    }
+
+    /// Receive one datagram (truncated to `buf`). `WouldBlock` when empty.
+    pub fn udp_recv_from(
+        &mut self,
+        h: UdpHandle,
+        buf: &mut [u8],
+    ) -> Result<(usize, SocketAddrV4), UdpError> {
+        self.udp.get_mut(h)?.recv(buf)
+    }
+
+    pub fn udp_status(&self, h: UdpHandle) -> Result<UdpStatus, UdpError> {
+        Ok(self.udp.get(h)?.status())
+    }
+
+    /// Number of open UDP sockets (diagnostics).
+    pub fn udp_socket_count(&self) -> usize {
+        self.udp.len()
+    }
+
+    /// Close the socket; the handle becomes invalid. Stale handles are ignored.
+    pub fn udp_close(&mut self, h: UdpHandle) {
+        self.udp.close(h);
+    }
+
+    /// Frame bytes (with Ethernet and IP headers) an IP payload of `len` needs.
+    fn frames_bytes(&self, len: usize) -> usize {
+        let per = self.iface.mtu.saturating_sub(20).max(8);
+        let n = len.div_ceil(per).max(1);
+        len + n * 34
+    }
+
+    // ------------------------------------------------------------------
+    // Timers
+    // ------------------------------------------------------------------
+
+    /// Do everything due at `now` (timers, queued data, ARP) and transmit
+    /// through `tx`. Bounded work per call; call again if `poll_at() <= now`.
+    pub fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
+        self.last_now = self.last_now.max(now);
+        if self.announce {
+            self.announce = false;
+            // RFC 5227 2.3 / RFC 826: announce our address (gratuitous ARP
+            // request: sender and target protocol address both ours).
+            let me = self.iface.addr();
+            self.iface.send_arp(
+                ArpOperation::Request,
+                MacAddr::BROADCAST,
+                MacAddr::UNSPECIFIED,
+                me,
+                &mut self.counters.link,
+                tx,
+            );
+            self.counters.link.ArpOutRequests += 1;
+        }
+        // Frames produced by socket calls since the last poll.
+        self.txq.flush(tx);
+        // Neighbour cache: retries, give-ups, re-validation.
+        let mut reqs = std::mem::take(&mut self.arp_requests);
+        self.iface.arp.poll(now, &mut self.counters.link, &mut reqs);
+        for req in reqs.drain(..) {
+            let (eth_dst, target_mac) = match req.unicast {
+                Some(mac) => (mac, mac),
+                None => (MacAddr::BROADCAST, MacAddr::UNSPECIFIED),
+            };
+            self.iface.send_arp(
+                ArpOperation::Request,
+                eth_dst,
+                target_mac,
+                req.target,
+                &mut self.counters.link,
+                tx,
+            );
+        }
+        self.arp_requests = reqs;
+        // Reassembly timeouts.
+        let mut expired = std::mem::take(&mut self.reasm_expired);
+        self.reasm.poll(now, &mut self.counters.ip, &mut expired);
+        for e in expired.drain(..) {
+            let d = e.data.get(..e.data_len).unwrap_or(&e.data[..]);
+            self.send_icmp_error(now, &e.header, d, IcmpErr::FragExpired, false, tx);
+        }
+        self.reasm_expired = expired;
+        self.poll_tcp(now, tx);
+    }
+
+    /// When `poll` must next be called; `None` = only when something happens.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let announce = self.announce.then_some(self.started);
+        [
+            announce,
+            self.txq.since(),
+            self.iface.arp.poll_at(),
+            self.reasm.poll_at(),
+            self.tcp_poll_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+/// Frames produced outside `poll` (socket calls have no `tx`), kept in pooled
+/// buffers so steady-state sending does not allocate.
+#[derive(Default)]
+struct TxQueue {
+    frames: VecDeque<Vec<u8>>,
+    pool: Vec<Vec<u8>>,
+    bytes: usize,
+    limit: usize,
+    since: Option<Instant>,
+}
+
+impl TxQueue {
+    fn new(limit: usize) -> Self {
+        TxQueue {
+            limit,
+            ..TxQueue::default()
+        }
+    }
+
+    fn has_room(&self, bytes: usize) -> bool {
+        self.bytes + bytes <= self.limit
+    }
+
+    fn push(&mut self, now: Instant, frame: &[u8]) {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(frame);
+        self.bytes += b.len();
+        self.frames.push_back(b);
+        self.since.get_or_insert(now);
+    }
+
+    fn flush(&mut self, tx: &mut dyn FnMut(&[u8])) {
+        while let Some(f) = self.frames.pop_front() {
+            tx(&f);
+            self.bytes -= f.len();
+            if self.pool.len() < 64 {
+                self.pool.push(f);
+            }
+        }
+        self.since = None;
+    }
+
+    fn since(&self) -> Option<Instant> {
+        self.since
+    }
+}

@@ -1,0 +1,256 @@
+//! The `Stack`'s TCP side: segment input/output glue and the socket API.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use ustack_wire::icmpv4::DstUnreachable;
+use ustack_wire::ipv4::Ipv4Repr;
+use ustack_wire::tcp::{TcpPacket, TcpRepr};
+use ustack_wire::Error as WireError;
+
+use crate::counters::Counters;
+use crate::error::{BindError, ConnectError};
+use crate::iface::Iface;
+use crate::stack::Stack;
+use crate::tcp::{rst_for_unmatched, IcmpUnreachable, TcpError};
+use crate::tcp_table::{Demux, TcpHandle, TcpInfo, TcpStatus};
+use crate::time::{Duration, Instant};
+
+/// Emit closure shared by receive and poll: frame a segment and send it.
+fn emitter<'a>(
+    iface: &'a mut Iface,
+    counters: &'a mut Counters,
+    now: Instant,
+    tx: &'a mut dyn FnMut(&[u8]),
+) -> impl FnMut(SocketAddrV4, &TcpRepr) -> bool + 'a {
+    move |remote: SocketAddrV4, seg: &TcpRepr| {
+        iface
+            .send_tcp(
+                now,
+                &mut counters.ip,
+                &mut counters.link,
+                *remote.ip(),
+                seg,
+                tx,
+            )
+            .is_ok()
+    }
+}
+
+impl Stack {
+    pub(crate) fn receive_tcp(
+        &mut self,
+        now: Instant,
+        ip: &Ipv4Repr,
+        payload: &[u8],
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let Ok(pkt) = TcpPacket::new_checked(payload) else {
+            self.counters.tcp.InErrs += 1;
+            return;
+        };
+        self.counters.tcp.InSegs += 1;
+        let seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, true) {
+            Ok(s) => s,
+            Err(WireError::Checksum) => {
+                self.counters.tcp.InCsumErrors += 1;
+                self.counters.tcp.InErrs += 1;
+                return;
+            }
+            Err(_) => {
+                self.counters.tcp.InErrs += 1;
+                return;
+            }
+        };
+        let local = SocketAddrV4::new(ip.dst, seg.dst_port);
+        let remote = SocketAddrV4::new(ip.src, seg.src_port);
+        let Stack {
+            tcp,
+            iface,
+            counters,
+            ..
+        } = self;
+        let ctr = &mut counters.tcp;
+        match tcp.input(now, local, remote, &seg, ctr, &mut counters.tcp_ext) {
+            Demux::Conn(idx) => {
+                let mut tctr = std::mem::take(&mut counters.tcp);
+                tcp.dispatch(idx, now, &mut tctr, &mut emitter(iface, counters, now, tx));
+                counters.tcp = tctr;
+            }
+            Demux::Unmatched => {
+                // RFC 9293 3.10.7.1: answer a segment to no connection with a
+                // RST (never a RST in answer to a RST).
+                if let Some(rst) = rst_for_unmatched(&seg) {
+                    if iface
+                        .send_tcp(now, &mut counters.ip, &mut counters.link, ip.src, &rst, tx)
+                        .is_ok()
+                    {
+                        counters.tcp.OutSegs += 1;
+                        counters.tcp.OutRsts += 1;
+                    }
+                }
+            }
+            Demux::Dropped => {}
+        }
+    }
+
+    pub(crate) fn poll_tcp(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
+        let budget = self.config.limits.poll_budget;
+        let Stack {
+            tcp,
+            iface,
+            counters,
+            ..
+        } = self;
+        let mut tctr = std::mem::take(&mut counters.tcp);
+        tcp.poll(
+            now,
+            budget,
+            &mut tctr,
+            &mut emitter(iface, counters, now, tx),
+        );
+        counters.tcp = tctr;
+    }
+
+    pub(crate) fn tcp_poll_at(&self) -> Option<Instant> {
+        self.tcp.poll_at(self.last_now)
+    }
+
+    pub(crate) fn tcp_icmp_unreachable(
+        &mut self,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        reason: DstUnreachable,
+        next_hop_mtu: u16,
+    ) {
+        let kind = match reason {
+            DstUnreachable::FragRequired => IcmpUnreachable::FragRequired { mtu: next_hop_mtu },
+            DstUnreachable::PortUnreachable => IcmpUnreachable::PortUnreachable,
+            DstUnreachable::ProtoUnreachable => IcmpUnreachable::ProtoUnreachable,
+            DstUnreachable::NetUnreachable => IcmpUnreachable::NetUnreachable,
+            DstUnreachable::HostUnreachable => IcmpUnreachable::HostUnreachable,
+            DstUnreachable::NetProhibited
+            | DstUnreachable::HostProhibited
+            | DstUnreachable::AdminProhibited => IcmpUnreachable::AdminProhibited,
+            _ => IcmpUnreachable::Other,
+        };
+        self.tcp
+            .icmp(local, remote, |c| c.on_icmp_unreachable(now, kind));
+    }
+
+    // ------------------------------------------------------------------
+    // Socket API
+    // ------------------------------------------------------------------
+
+    /// Listen on `local` (address unspecified or ours; port 0 = ephemeral).
+    /// `backlog` bounds the accept queue (clamped to 1..=4096).
+    pub fn tcp_listen(
+        &mut self,
+        local: SocketAddrV4,
+        backlog: usize,
+    ) -> Result<TcpHandle, BindError> {
+        if !local.ip().is_unspecified() && *local.ip() != self.iface.addr() {
+            return Err(BindError::AddrNotAvailable);
+        }
+        self.tcp.listen(local, backlog)
+    }
+
+    /// The next established connection, `Ok(None)` when none is waiting.
+    pub fn tcp_accept(&mut self, listener: TcpHandle) -> Result<Option<TcpHandle>, TcpError> {
+        self.tcp.accept(listener)
+    }
+
+    /// Start an active open; the SYN goes out on the next `poll`.
+    pub fn tcp_connect(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+        local: Option<SocketAddrV4>,
+    ) -> Result<TcpHandle, ConnectError> {
+        let r = *remote.ip();
+        if remote.port() == 0
+            || r.is_unspecified()
+            || r.is_multicast()
+            || self.iface.is_broadcast(r)
+        {
+            return Err(ConnectError::InvalidAddress);
+        }
+        if self.iface.route(r).is_none() {
+            self.counters.ip.OutNoRoutes += 1;
+            return Err(ConnectError::NoRoute);
+        }
+        let me = self.iface.addr();
+        let local = match local {
+            None => SocketAddrV4::new(me, 0),
+            Some(l) if l.ip().is_unspecified() || *l.ip() == me => SocketAddrV4::new(me, l.port()),
+            Some(_) => return Err(ConnectError::InvalidAddress),
+        };
+        self.last_now = self.last_now.max(now);
+        self.tcp.connect(now, local, remote)
+    }
+
+    /// Queue data; returns how much was taken (0 = send buffer full).
+    pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
+        self.tcp.conn_mut(h)?.send(data)
+    }
+
+    /// Read received data; `Ok(0)` = end of stream, `WouldBlock` = nothing yet.
+    pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, TcpError> {
+        self.tcp.conn_mut(h)?.recv(buf)
+    }
+
+    /// Send FIN after the queued data (`shutdown(SHUT_WR)`).
+    pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        self.tcp.conn_mut(h)?.shutdown();
+        Ok(())
+    }
+
+    /// Release the handle: FIN (or RST if unread data / linger 0); the
+    /// connection finishes in the background and is reaped.
+    pub fn tcp_close(&mut self, h: TcpHandle) {
+        self.tcp.close(h, false);
+    }
+
+    /// RST now and release the handle.
+    pub fn tcp_abort(&mut self, h: TcpHandle) {
+        self.tcp.close(h, true);
+    }
+
+    pub fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.conn_mut(h)?.set_nodelay(on);
+        Ok(())
+    }
+
+    pub fn tcp_set_keepalive(
+        &mut self,
+        h: TcpHandle,
+        interval: Option<Duration>,
+    ) -> Result<(), TcpError> {
+        self.tcp.conn_mut(h)?.set_keepalive(interval);
+        Ok(())
+    }
+
+    pub fn tcp_set_linger_zero(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.conn_mut(h)?.set_linger_zero(on);
+        Ok(())
+    }
+
+    pub fn tcp_status(&self, h: TcpHandle) -> Result<TcpStatus, TcpError> {
+        self.tcp.status(h)
+    }
+
+    /// Every TCP socket (listeners, connections, orphans), for `ss`-like views.
+    pub fn tcp_sockets(&self) -> Vec<TcpInfo> {
+        self.tcp.sockets()
+    }
+
+    /// Number of TCP control blocks held (diagnostics, memory bounds).
+    pub fn tcp_socket_count(&self) -> usize {
+        self.tcp.len()
+    }
+
+    /// Our address (convenience).
+    pub fn addr(&self) -> Ipv4Addr {
+        self.iface.addr()
+    }
+}

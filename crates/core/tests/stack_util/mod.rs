@@ -1,0 +1,208 @@
+//! Two `Stack`s wired back to back on a virtual clock (shared by the
+//! `stack_*` integration tests).
+#![allow(dead_code)]
+
+use std::net::Ipv4Addr;
+
+use ustack_core::tcp::TcpConfig;
+use ustack_core::time::{Duration, Instant};
+use ustack_core::{Config, Limits, Stack};
+use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
+use ustack_wire::ip::IpProtocol;
+use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr};
+
+pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub const A_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+pub const B_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+pub fn config(mac: MacAddr, ip: Ipv4Addr, seed: u64) -> Config {
+    Config {
+        mac,
+        addr: Ipv4Cidr {
+            address: ip,
+            prefix_len: 24,
+        },
+        gateway: None,
+        mtu: 1500,
+        tcp: TcpConfig::default(),
+        limits: Limits::default(),
+        secret: [seed as u8; 16],
+        seed,
+    }
+}
+
+/// Decides the fate of a frame in flight: `true` = deliver.
+pub type Filter = Box<dyn FnMut(&[u8]) -> bool>;
+
+pub struct Net {
+    pub a: Stack,
+    pub b: Stack,
+    pub now: Instant,
+    /// Every frame sent by A / B (delivered or not), for inspection.
+    pub log_ab: Vec<Vec<u8>>,
+    pub log_ba: Vec<Vec<u8>>,
+    pub filter_ab: Option<Filter>,
+    pub filter_ba: Option<Filter>,
+    q_ab: Vec<Vec<u8>>,
+    q_ba: Vec<Vec<u8>>,
+    pub keep_log: bool,
+}
+
+impl Net {
+    pub fn new() -> Net {
+        Self::with_configs(config(A_MAC, A_IP, 1), config(B_MAC, B_IP, 2))
+    }
+
+    pub fn with_configs(ca: Config, cb: Config) -> Net {
+        let now = Instant::from_secs(1);
+        Net {
+            a: Stack::new(ca, now),
+            b: Stack::new(cb, now),
+            now,
+            log_ab: Vec::new(),
+            log_ba: Vec::new(),
+            filter_ab: None,
+            filter_ba: None,
+            q_ab: Vec::new(),
+            q_ba: Vec::new(),
+            keep_log: true,
+        }
+    }
+
+    /// Run both stacks at the current time until no frame is in flight.
+    pub fn pump(&mut self) {
+        for _ in 0..100_000 {
+            let now = self.now;
+            let mut q_ab = std::mem::take(&mut self.q_ab);
+            let mut q_ba = std::mem::take(&mut self.q_ba);
+            if self.a.poll_at().is_some_and(|t| t <= now) {
+                self.a.poll(now, &mut |f| q_ab.push(f.to_vec()));
+            }
+            if self.b.poll_at().is_some_and(|t| t <= now) {
+                self.b.poll(now, &mut |f| q_ba.push(f.to_vec()));
+            }
+            if q_ab.is_empty() && q_ba.is_empty() {
+                return;
+            }
+            let mut next_ab = Vec::new();
+            let mut next_ba = Vec::new();
+            for f in q_ab {
+                if self.keep_log {
+                    self.log_ab.push(f.clone());
+                }
+                if self.filter_ab.as_mut().is_none_or(|p| p(&f)) {
+                    self.b.receive(now, &f, &mut |r| next_ba.push(r.to_vec()));
+                }
+            }
+            for f in q_ba {
+                if self.keep_log {
+                    self.log_ba.push(f.clone());
+                }
+                if self.filter_ba.as_mut().is_none_or(|p| p(&f)) {
+                    self.a.receive(now, &f, &mut |r| next_ab.push(r.to_vec()));
+                }
+            }
+            self.q_ab = next_ab;
+            self.q_ba = next_ba;
+        }
+        panic!("network did not settle at {:?}", self.now);
+    }
+
+    /// Deliver a frame to B as if A had sent it (bypassing A), collecting B's answers.
+    pub fn inject_to_b(&mut self, frame: &[u8]) {
+        let now = self.now;
+        let mut out = Vec::new();
+        self.b.receive(now, frame, &mut |r| out.push(r.to_vec()));
+        self.q_ba.extend(out);
+        self.pump();
+    }
+
+    pub fn next_event(&self) -> Option<Instant> {
+        [self.a.poll_at(), self.b.poll_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Advance virtual time event by event (at most `limit`) until `cond`.
+    pub fn run_until(&mut self, limit: Duration, mut cond: impl FnMut(&mut Net) -> bool) -> bool {
+        let deadline = self.now + limit;
+        for _ in 0..1_000_000 {
+            self.pump();
+            if cond(self) {
+                return true;
+            }
+            match self.next_event() {
+                Some(t) if t <= deadline => self.now = self.now.max(t),
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// Advance to `now + d`, processing every event on the way.
+    pub fn advance(&mut self, d: Duration) {
+        let end = self.now + d;
+        for _ in 0..1_000_000 {
+            self.pump();
+            match self.next_event() {
+                Some(t) if t <= end => self.now = self.now.max(t),
+                _ => break,
+            }
+        }
+        self.now = end;
+        self.pump();
+    }
+}
+
+/// An Ethernet frame A -> B carrying an IPv4 datagram (or fragment) with
+/// the given header fields and payload.
+pub fn ip_frame(repr: &Ipv4Repr, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + payload.len()];
+    EthernetRepr {
+        src: A_MAC,
+        dst: B_MAC,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
+    let r = Ipv4Repr {
+        payload_len: payload.len(),
+        ..*repr
+    };
+    r.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
+    f[34..].copy_from_slice(payload);
+    f
+}
+
+pub fn ip_repr(protocol: IpProtocol, ident: u16, frag_offset: u16, more_frags: bool) -> Ipv4Repr {
+    Ipv4Repr {
+        src: A_IP,
+        dst: B_IP,
+        protocol,
+        payload_len: 0,
+        ttl: 64,
+        dscp_ecn: 0,
+        ident,
+        dont_frag: false,
+        more_frags,
+        frag_offset,
+    }
+}
+
+/// Parse the IPv4 header of an Ethernet frame, if it carries one.
+pub fn parse_ip(frame: &[u8]) -> Option<(Ipv4Repr, Vec<u8>)> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EtherType::Ipv4 {
+        return None;
+    }
+    let p = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    let r = Ipv4Repr::parse(&p, true).ok()?;
+    Some((r, p.payload().to_vec()))
+}
+
+pub fn counter(s: &Stack, group: &str, name: &str) -> u64 {
+    s.counters()
+        .get(group, name)
+        .unwrap_or_else(|| panic!("no counter {group}:{name}"))
+}
