@@ -535,15 +535,17 @@ impl TcpTable {
             Ok(Sock::Listener(l)) => (l.syn_queue, l.accept.len(), l.backlog),
             _ => return Demux::Unmatched,
         };
-        // Bounded backlog: a full accept queue or a full SYN queue drops the
-        // SYN (Linux without syncookies: ListenOverflows / ListenDrops).
-        if accept_len >= backlog {
-            ext.ListenOverflows += 1;
+        // Bounded backlog, as Linux without syncookies: a full SYN queue
+        // (half-open connections, at most min(backlog, tcp_max_syn_backlog))
+        // drops the SYN (TCPReqQFullDrop), so does a full accept queue
+        // (ListenOverflows); both count ListenDrops.
+        if syn_queue >= backlog.min(self.max_syn_backlog) || self.live >= self.max_sockets {
+            ext.TCPReqQFullDrop += 1;
             ext.ListenDrops += 1;
             return Demux::Dropped;
         }
-        if syn_queue >= self.max_syn_backlog || self.live >= self.max_sockets {
-            ext.TCPReqQFullDrop += 1;
+        if accept_len >= backlog {
+            ext.ListenOverflows += 1;
             ext.ListenDrops += 1;
             return Demux::Dropped;
         }

@@ -1,0 +1,303 @@
+//! TCP through two wired `Stack`s: handshake, bulk transfer, close,
+//! RST for closed ports, listener backlog bounds and SYN floods.
+
+mod stack_util;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use stack_util::*;
+use ustack_core::tcp::State;
+use ustack_core::time::Duration;
+use ustack_core::{ConnectError, TcpError, TcpHandle};
+use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
+use ustack_wire::ip::IpProtocol;
+use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
+use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
+
+fn established(n: &mut Net, listener: TcpHandle, client: TcpHandle) -> TcpHandle {
+    let mut server = None;
+    assert!(n.run_until(Duration::from_secs(5), |n| {
+        if server.is_none() {
+            server = n.b.tcp_accept(listener).unwrap();
+        }
+        server.is_some() && n.a.tcp_status(client).unwrap().state == State::Established
+    }));
+    server.unwrap()
+}
+
+#[test]
+fn connect_transfer_one_megabyte_and_close() {
+    let mut n = Net::new();
+    n.keep_log = false;
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+            .unwrap();
+    let s = established(&mut n, l, c);
+    let st = n.b.tcp_status(s).unwrap();
+    assert_eq!(st.remote, n.a.tcp_status(c).unwrap().local);
+    assert_eq!(st.local, SocketAddrV4::new(B_IP, 80));
+
+    let total = 1 << 20;
+    let data: Vec<u8> = (0..total).map(|i| (i * 31 % 251) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::with_capacity(total);
+    let mut buf = vec![0u8; 65536];
+    let mut fin_sent = false;
+    let ok = n.run_until(Duration::from_secs(60), |n| {
+        while sent < total {
+            match n.a.tcp_send(c, &data[sent..]) {
+                Ok(0) | Err(TcpError::WouldBlock) => break,
+                Ok(k) => sent += k,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        if sent == total && !fin_sent {
+            n.a.tcp_close(c);
+            fin_sent = true;
+        }
+        loop {
+            match n.b.tcp_recv(s, &mut buf) {
+                Ok(0) => return true,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(TcpError::WouldBlock) => return false,
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+    });
+    assert!(ok, "EOF reached (got {} of {total})", got.len());
+    assert!(got == data, "every byte once and in order");
+    n.b.tcp_close(s);
+    // A goes through TIME-WAIT (60 s) and is reaped; B's side is reaped at LAST-ACK.
+    n.advance(Duration::from_secs(1));
+    let a_socks = n.a.tcp_sockets();
+    assert_eq!(a_socks.len(), 1);
+    assert_eq!(a_socks[0].state, State::TimeWait);
+    assert!(a_socks[0].orphan);
+    assert_eq!(n.b.tcp_socket_count(), 1, "only the listener");
+    n.advance(Duration::from_secs(61));
+    assert_eq!(n.a.tcp_socket_count(), 0);
+    assert_eq!(n.a.tcp_status(c), Err(TcpError::InvalidHandle));
+    let t = &n.a.counters().tcp;
+    assert_eq!((t.ActiveOpens, t.CurrEstab), (1, 0));
+    assert_eq!(n.b.counters().tcp.PassiveOpens, 1);
+    assert!(n.a.counters().ip.FragFails == 0 && n.a.counters().ip.FragCreates == 0);
+}
+
+#[test]
+fn connect_to_closed_port_is_refused_by_rst() {
+    let mut n = Net::new();
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 81), None)
+            .unwrap();
+    assert!(n.run_until(Duration::from_secs(5), |n| n
+        .a
+        .tcp_status(c)
+        .unwrap()
+        .pending_error
+        .is_some()
+        || n.a.tcp_status(c).unwrap().state == State::Closed));
+    let mut buf = [0u8; 4];
+    assert_eq!(n.a.tcp_recv(c, &mut buf), Err(TcpError::ConnectionRefused));
+    assert_eq!(n.b.counters().tcp.OutRsts, 1);
+    assert_eq!(n.a.counters().tcp.AttemptFails, 1);
+    n.a.tcp_close(c);
+    assert_eq!(n.a.tcp_socket_count(), 0);
+}
+
+#[test]
+fn connect_errors() {
+    let mut n = Net::new();
+    let far = SocketAddrV4::new(Ipv4Addr::new(192, 168, 1, 1), 80);
+    assert_eq!(
+        n.a.tcp_connect(n.now, far, None),
+        Err(ConnectError::NoRoute)
+    );
+    assert_eq!(n.a.counters().ip.OutNoRoutes, 1);
+    let bcast = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 255), 80);
+    assert_eq!(
+        n.a.tcp_connect(n.now, bcast, None),
+        Err(ConnectError::InvalidAddress)
+    );
+    assert_eq!(
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 0), None),
+        Err(ConnectError::InvalidAddress)
+    );
+    let l =
+        n.a.tcp_listen(SocketAddrV4::new(0.into(), 5000), 1)
+            .unwrap();
+    let local = Some(SocketAddrV4::new(0.into(), 5000));
+    assert_eq!(
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), local),
+        Err(ConnectError::AddrInUse)
+    );
+    assert_eq!(
+        n.a.tcp_listen(SocketAddrV4::new(A_IP, 5000), 1),
+        Err(ustack_core::BindError::AddrInUse)
+    );
+    assert_eq!(n.a.tcp_send(l, b"x"), Err(TcpError::InvalidState));
+    n.a.tcp_close(l);
+    assert_eq!(n.a.tcp_accept(l), Err(TcpError::InvalidHandle));
+}
+
+#[test]
+fn ephemeral_ports_are_distinct_and_in_range() {
+    let mut n = Net::new();
+    let mut ports = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let c =
+            n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+                .unwrap();
+        let p = n.a.tcp_status(c).unwrap().local.port();
+        assert!((32768..=60999).contains(&p));
+        assert!(ports.insert(p));
+    }
+}
+
+#[test]
+fn listen_backlog_overflow_drops_syns() {
+    let mut n = Net::new();
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 2).unwrap();
+    let clients: Vec<_> = (0..5)
+        .map(|_| {
+            n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+                .unwrap()
+        })
+        .collect();
+    n.advance(Duration::from_millis(100));
+    assert!(n.b.tcp_status(l).unwrap().accept_ready);
+    let ext = &n.b.counters().tcp_ext;
+    assert_eq!(
+        (ext.TCPReqQFullDrop, ext.ListenDrops, ext.ListenOverflows),
+        (3, 3, 0)
+    );
+    assert_eq!(n.b.tcp_socket_count(), 3, "listener + 2 queued");
+    // The retransmitted SYNs find the accept queue full.
+    n.advance(Duration::from_millis(1500));
+    let ext = &n.b.counters().tcp_ext;
+    assert_eq!(ext.ListenOverflows, 3);
+    assert_eq!(n.b.tcp_socket_count(), 3);
+    // Accepting makes room; the dropped SYNs are retransmitted and succeed.
+    let mut accepted = 0;
+    assert!(n.run_until(Duration::from_secs(30), |n| {
+        while let Ok(Some(_)) = n.b.tcp_accept(l) {
+            accepted += 1;
+        }
+        accepted == 5
+    }));
+    for c in clients {
+        assert_eq!(n.a.tcp_status(c).unwrap().state, State::Established);
+    }
+}
+
+/// A raw SYN from `src` to B.
+fn syn_frame(src: SocketAddrV4, dst_port: u16, seq: u32) -> Vec<u8> {
+    let seg = TcpRepr {
+        src_port: src.port(),
+        dst_port,
+        seq: SeqNum(seq),
+        syn: true,
+        window: 64240,
+        max_seg_size: Some(1460),
+        ..TcpRepr::default()
+    };
+    let tcp_len = seg.buffer_len();
+    let mut f = vec![0u8; 14 + 20 + tcp_len];
+    EthernetRepr {
+        src: A_MAC,
+        dst: B_MAC,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
+    let ip = Ipv4Repr {
+        src: *src.ip(),
+        dst: B_IP,
+        protocol: IpProtocol::Tcp,
+        payload_len: tcp_len,
+        ttl: 64,
+        dscp_ecn: 0,
+        ident: 0,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
+    seg.emit(
+        &mut TcpPacket::new_unchecked(&mut f[34..]),
+        *src.ip(),
+        B_IP,
+        true,
+    );
+    f
+}
+
+#[test]
+fn syn_flood_to_closed_port_answers_rst_without_state() {
+    let mut n = Net::new();
+    n.keep_log = false;
+    n.pump();
+    for i in 0..5000u32 {
+        let src = SocketAddrV4::new(A_IP, 1024 + (i % 60000) as u16);
+        n.inject_to_b(&syn_frame(src, 22, i.wrapping_mul(2654435761)));
+    }
+    let t = &n.b.counters().tcp;
+    assert_eq!((t.InSegs, t.OutRsts, t.OutSegs), (5000, 5000, 5000));
+    assert_eq!(n.b.tcp_socket_count(), 0);
+    // A has no such connections: it must not answer the RSTs (never RST a RST).
+    assert_eq!(n.a.counters().tcp.OutRsts, 0);
+}
+
+#[test]
+fn syn_flood_to_listener_is_bounded_and_drains() {
+    let mut n = Net::new();
+    n.keep_log = false;
+    n.pump();
+    let l =
+        n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 1024)
+            .unwrap();
+    // Spoofed sources that never answer the SYN-ACK (filtered out).
+    n.filter_ba = Some(Box::new(|f: &[u8]| {
+        parse_ip(f).is_none_or(|(r, _)| r.protocol != IpProtocol::Tcp)
+    }));
+    for i in 0..3000u32 {
+        let src = SocketAddrV4::new(A_IP, 1024 + i as u16);
+        n.inject_to_b(&syn_frame(src, 80, i));
+    }
+    let ext = &n.b.counters().tcp_ext;
+    assert_eq!(
+        n.b.tcp_socket_count(),
+        1 + 256,
+        "listener + max_syn_backlog half-open"
+    );
+    assert_eq!(ext.TCPReqQFullDrop, 3000 - 256);
+    assert_eq!(ext.ListenDrops, 3000 - 256);
+    // A legitimate client still gets through once the half-open ones time out.
+    n.filter_ba = None;
+    n.advance(Duration::from_secs(120));
+    assert_eq!(
+        n.b.tcp_socket_count(),
+        1,
+        "half-open connections reaped after SYN-ACK retries"
+    );
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+            .unwrap();
+    let _ = established(&mut n, l, c);
+}
+
+#[test]
+fn close_with_unaccepted_children_resets_them() {
+    let mut n = Net::new();
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 4).unwrap();
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+            .unwrap();
+    n.advance(Duration::from_millis(10));
+    assert_eq!(n.a.tcp_status(c).unwrap().state, State::Established);
+    n.b.tcp_close(l);
+    n.advance(Duration::from_millis(10));
+    let mut buf = [0u8; 1];
+    assert_eq!(n.a.tcp_recv(c, &mut buf), Err(TcpError::ConnectionReset));
+    n.advance(Duration::from_secs(1));
+    assert_eq!(n.b.tcp_socket_count(), 0);
+}
