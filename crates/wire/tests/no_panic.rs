@@ -26,6 +26,7 @@ const SEEDS: &[&[u8]] = &[
     include_bytes!("data/ipv4_frag2.bin"),
     include_bytes!("data/icmp_frag_needed.bin"),
     include_bytes!("data/icmp_time_exceeded.bin"),
+    include_bytes!("data/ipv4_record_route.bin"),
 ];
 
 fn check_ethernet(b: &[u8]) {

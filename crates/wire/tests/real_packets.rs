@@ -511,3 +511,40 @@ fn icmp_emit_into_larger_buffer_checksums_only_the_message() {
     assert_eq!(&big[..r.buffer_len()], icmp);
     assert_eq!(&big[r.buffer_len()..], &[0xee; 7]);
 }
+
+// `ping -R -s 8 10.0.0.2`: a 60-byte header carrying NOP + Record Route.
+const RECORD_ROUTE: &str = "02000000000202000000000108004f00004c0f2640004001db780a0000010a000002010727080a00000100000000000000000000000000000000000000000000000000000000000000000800b5d7361700010001020304050607";
+
+#[test]
+fn ipv4_options_are_skipped() {
+    let frame = hex(RECORD_ROUTE);
+    let (e, payload) = eth(&frame);
+    let p = Ipv4Packet::new_checked(payload).unwrap();
+    assert_eq!(p.header_len(), 60);
+    assert_eq!(p.options().len(), 40);
+    assert_eq!(&p.options()[..3], &[0x01, 0x07, 0x27]); // NOP, RR type, RR length 39
+    let (ip, icmp) = ipv4(payload);
+    assert_eq!(
+        (ip.src, ip.dst, ip.payload_len, ip.ident),
+        (IP_A, IP_R, 16, 0x0f26)
+    );
+    let r = Icmpv4Repr::parse(&Icmpv4Packet::new_checked(icmp).unwrap(), true).unwrap();
+    assert_eq!(
+        r,
+        Icmpv4Repr::EchoRequest {
+            ident: 0x3617,
+            seq_no: 1,
+            data: &[0, 1, 2, 3, 4, 5, 6, 7]
+        }
+    );
+    // The repr re-emits without options: 40 bytes shorter, same meaning.
+    let out = build(&e, &ip, |b| r.emit(&mut Icmpv4Packet::new_unchecked(b)));
+    assert_eq!(out.len(), frame.len() - 40);
+    assert_eq!(ipv4(&out[ETHERNET_HEADER_LEN..]).0, ip);
+    assert_eq!(&out[ETHERNET_HEADER_LEN + 20..], icmp);
+    // Header length past the end of the buffer: truncated, not a panic.
+    assert_eq!(
+        Ipv4Packet::new_checked(&payload[..40]).err(),
+        Some(Error::Truncated)
+    );
+}
