@@ -632,6 +632,31 @@ mod tests {
     }
 
     #[test]
+    fn quoted_header_with_options_and_short_quote() {
+        // IHL 6 (4 option bytes), total length 24 + 100, only 8 payload bytes quoted.
+        let mut b = [0u8; 32];
+        b[..20].copy_from_slice(&header());
+        b[0] = 0x46;
+        b[2..4].copy_from_slice(&124u16.to_be_bytes());
+        b[20..24].copy_from_slice(&[1, 1, 1, 0]); // NOP NOP NOP EOL
+        b[24..32].copy_from_slice(&[9, 8, 7, 6, 5, 4, 3, 2]);
+        let (r, data) = Ipv4Repr::parse_quoted(&b).unwrap();
+        assert_eq!(r.payload_len, 100);
+        assert_eq!(data, &[9, 8, 7, 6, 5, 4, 3, 2]);
+        // More quoted than the original carried: cut at its payload length.
+        b[2..4].copy_from_slice(&28u16.to_be_bytes());
+        assert_eq!(Ipv4Repr::parse_quoted(&b).unwrap().1, &[9, 8, 7, 6]);
+        // Total length below the header length, bad version, cut header.
+        b[2..4].copy_from_slice(&23u16.to_be_bytes());
+        assert_eq!(Ipv4Repr::parse_quoted(&b), Err(Error::Malformed));
+        b[2..4].copy_from_slice(&124u16.to_be_bytes());
+        assert_eq!(Ipv4Repr::parse_quoted(&b[..23]), Err(Error::Truncated));
+        assert_eq!(Ipv4Repr::parse_quoted(&b[..19]), Err(Error::Truncated));
+        b[0] = 0x66;
+        assert_eq!(Ipv4Repr::parse_quoted(&b), Err(Error::Malformed));
+    }
+
+    #[test]
     fn decrement_ttl_keeps_checksum_valid() {
         let mut b = header();
         let mut p = Ipv4Packet::new_unchecked(&mut b[..]);
