@@ -134,8 +134,12 @@ impl Stack {
             | DstUnreachable::AdminProhibited => IcmpUnreachable::AdminProhibited,
             _ => IcmpUnreachable::Other,
         };
-        self.tcp
-            .icmp(local, remote, |c| c.on_icmp_unreachable(now, kind));
+        if let Some(idx) = self
+            .tcp
+            .icmp(local, remote, |c| c.on_icmp_unreachable(now, kind))
+        {
+            self.tcp.after_activity(idx);
+        }
     }
 
     // ------------------------------------------------------------------

@@ -620,7 +620,7 @@ impl TcpTable {
     }
 
     /// Move established children to the accept queue; reap finished ones.
-    fn after_activity(&mut self, idx: usize) {
+    pub(crate) fn after_activity(&mut self, idx: usize) {
         let Some(h) = self.handle_of(idx) else { return };
         let (state, owner) = match self.sock(h) {
             Ok(Sock::Conn(c)) => (c.conn.state(), c.owner),

@@ -10,6 +10,7 @@ use ustack_core::tcp::State;
 use ustack_core::time::Duration;
 use ustack_core::{ConnectError, TcpError, TcpHandle};
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
+use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
@@ -300,4 +301,113 @@ fn close_with_unaccepted_children_resets_them() {
     assert_eq!(n.a.tcp_recv(c, &mut buf), Err(TcpError::ConnectionReset));
     n.advance(Duration::from_secs(1));
     assert_eq!(n.b.tcp_socket_count(), 0);
+}
+
+#[test]
+fn icmp_port_unreachable_refuses_a_connecting_socket() {
+    let mut n = Net::new();
+    n.pump();
+    // B never sees A's TCP segments.
+    n.filter_ab = Some(Box::new(|f: &[u8]| {
+        parse_ip(f).is_none_or(|(r, _)| r.protocol != IpProtocol::Tcp)
+    }));
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+            .unwrap();
+    n.advance(Duration::from_millis(10));
+    let (syn_ip, syn) = n
+        .log_ab
+        .iter()
+        .filter_map(|f| parse_ip(f))
+        .find(|(r, _)| r.protocol == IpProtocol::Tcp)
+        .expect("A sent a SYN");
+    // An ICMP error quoting another port pair is ignored ...
+    let mut wrong = syn.clone();
+    wrong[2] ^= 1;
+    for (quote, expect_closed) in [(wrong, false), (syn, true)] {
+        let icmp = Icmpv4Repr::DstUnreachable {
+            reason: DstUnreachable::PortUnreachable,
+            next_hop_mtu: 0,
+            header: syn_ip,
+            data: &quote[..8],
+        };
+        let mut body = vec![0u8; icmp.buffer_len()];
+        icmp.emit(&mut Icmpv4Packet::new_unchecked(&mut body[..]));
+        let mut f = vec![0u8; 14 + 20 + body.len()];
+        EthernetRepr {
+            src: B_MAC,
+            dst: A_MAC,
+            ethertype: EtherType::Ipv4,
+        }
+        .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
+        let ip = Ipv4Repr {
+            src: B_IP,
+            dst: A_IP,
+            protocol: IpProtocol::Icmp,
+            payload_len: body.len(),
+            ..syn_ip
+        };
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
+        f[34..].copy_from_slice(&body);
+        n.a.receive(n.now, &f, &mut |_| {});
+        let st = n.a.tcp_status(c).unwrap();
+        assert_eq!(st.state == State::Closed, expect_closed);
+    }
+    // ... the matching one is a hard error while connecting (as Linux).
+    let mut buf = [0u8; 1];
+    assert_eq!(n.a.tcp_recv(c, &mut buf), Err(TcpError::ConnectionRefused));
+    assert_eq!(n.a.counters().icmp.InDestUnreachs, 2);
+}
+
+#[test]
+fn poll_work_is_bounded_and_round_robin() {
+    let mut ca = config(A_MAC, A_IP, 1);
+    ca.limits.poll_budget = 3;
+    let mut n = Net::with_configs(ca, config(B_MAC, B_IP, 2));
+    n.pump();
+    n.b.icmp_echo_send(n.now, A_IP, 1, 1, b"arp").unwrap();
+    n.pump();
+    let conns: Vec<_> = (0..10)
+        .map(|_| {
+            n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+                .unwrap()
+        })
+        .collect();
+    let mut syns = 0;
+    let mut polls = 0;
+    while n.a.poll_at().is_some_and(|t| t <= n.now) {
+        let mut sent = 0;
+        n.a.poll(n.now, &mut |_| sent += 1);
+        assert!(sent <= 3, "at most the budget per poll ({sent})");
+        syns += sent;
+        polls += 1;
+        assert!(polls < 10);
+    }
+    assert_eq!((syns, polls), (10, 4));
+    for c in conns {
+        assert_eq!(n.a.tcp_status(c).unwrap().state, State::SynSent);
+    }
+}
+
+#[test]
+fn counters_iterate_with_linux_names() {
+    let mut n = Net::new();
+    n.a.icmp_echo_send(n.now, B_IP, 1, 1, b"x").unwrap();
+    n.pump();
+    let all: Vec<_> = n.a.counters().iter().collect();
+    for (g, name) in [
+        ("Ip", "InReceives"),
+        ("Ip", "ReasmOKs"),
+        ("Icmp", "OutEchos"),
+        ("Udp", "NoPorts"),
+        ("Tcp", "OutRsts"),
+        ("TcpExt", "ListenOverflows"),
+    ] {
+        assert!(
+            all.iter().any(|(gg, nn, _)| *gg == g && *nn == name),
+            "{g}:{name}"
+        );
+    }
+    assert_eq!(counter(&n.a, "Icmp", "OutEchos"), 1);
+    assert_eq!(counter(&n.a, "Icmp", "InEchoReps"), 1);
 }
