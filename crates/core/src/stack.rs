@@ -270,7 +270,9 @@ impl Stack {
             // RFC 826: update an existing entry; add one only when the
             // packet targets us ("?Am I the target protocol address? Yes:
             // If Merge_flag is false, add the triplet").
-            let for_us = arp.target_ip == me;
+            // Unsolicited replies do not create entries (Linux `arp_accept=0`);
+            // a reply to our request finds its incomplete entry and resolves it.
+            let for_us = arp.target_ip == me && arp.operation == ArpOperation::Request;
             if let Some(queue) =
                 self.iface
                     .arp

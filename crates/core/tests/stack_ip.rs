@@ -393,3 +393,38 @@ fn icmp_errors_are_rate_limited() {
         "refilled at 1000/s"
     );
 }
+
+#[test]
+fn unsolicited_arp_reply_creates_no_entry_but_updates_one() {
+    let mut n = Net::new();
+    n.pump();
+    let mut f = vec![0u8; 42];
+    let reply = |mac: MacAddr, f: &mut Vec<u8>| {
+        ustack_wire::ethernet::EthernetRepr {
+            src: mac,
+            dst: B_MAC,
+            ethertype: EtherType::Arp,
+        }
+        .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
+        ArpRepr {
+            operation: ArpOperation::Reply,
+            sender_mac: mac,
+            sender_ip: A_IP,
+            target_mac: B_MAC,
+            target_ip: B_IP,
+        }
+        .emit(&mut ArpPacket::new_unchecked(&mut f[14..]));
+    };
+    reply(MacAddr([2, 0, 0, 0, 0, 9]), &mut f);
+    n.inject_to_b(&f);
+    assert_eq!(n.b.neighbour(n.now, A_IP), None);
+    // Once B knows A (from A's request), a reply updates the entry.
+    n.a.icmp_echo_send(n.now, B_IP, 1, 1, b"x").unwrap();
+    n.pump();
+    assert_eq!(n.b.neighbour(n.now, A_IP), Some(A_MAC));
+    n.inject_to_b(&f);
+    assert_eq!(
+        n.b.neighbour(n.now, A_IP),
+        Some(MacAddr([2, 0, 0, 0, 0, 9]))
+    );
+}
