@@ -1,0 +1,1 @@
+//! ustack-relay (in progress).

@@ -1,0 +1,647 @@
+//! Spawning a command in its own network namespace whose only interface is a
+//! TAP device held by ustack.
+//!
+//! A forked child unshares the namespaces (network + mount, and user when not
+//! root), brings loopback up, creates and configures the TAP, bind-mounts a
+//! private `/etc/resolv.conf`, passes the TAP descriptor back over a Unix
+//! socket with `SCM_RIGHTS`, waits for the go-ahead and `exec`s the command.
+//! ustack itself never leaves the host namespace.
+
+use std::ffi::{CString, OsString};
+use std::io::{self, Write};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::netif;
+use crate::sys;
+use crate::tapfd::TapFd;
+
+/// Whether to create a user namespace too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserNs {
+    /// Only when not running as root (rootless, like `unshare -rn`).
+    Auto,
+    /// Always (the command sees itself as root of its own user namespace).
+    Always,
+    /// Never (needs root / CAP_SYS_ADMIN).
+    Never,
+}
+
+/// How the sandbox's network looks from inside.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Name of the TAP inside the namespace (default `eth0`).
+    pub tap_name: String,
+    /// Interface MTU (default 1500).
+    pub mtu: usize,
+    /// The command's address (default 10.0.2.15).
+    pub addr: Ipv4Addr,
+    /// Prefix length of `addr` (default 24).
+    pub prefix_len: u8,
+    /// Default route via this address (default 10.0.2.2); `None` = no route.
+    pub gateway: Option<Ipv4Addr>,
+    /// Nameserver written into the command's private `/etc/resolv.conf`
+    /// (default 10.0.2.3); `None` leaves the host's file visible.
+    pub dns: Option<Ipv4Addr>,
+    /// User namespace policy (default [`UserNs::Auto`]).
+    pub userns: UserNs,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            tap_name: "eth0".into(),
+            mtu: 1500,
+            addr: Ipv4Addr::new(10, 0, 2, 15),
+            prefix_len: 24,
+            gateway: Some(Ipv4Addr::new(10, 0, 2, 2)),
+            dns: Some(Ipv4Addr::new(10, 0, 2, 3)),
+            userns: UserNs::Auto,
+        }
+    }
+}
+
+/// Setup step that failed in the child (sent back with its errno).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Stage {
+    Unshare = 1,
+    UserMap,
+    MountPrivate,
+    ResolvConf,
+    Loopback,
+    Tap,
+    Configure,
+    Route,
+    Send,
+    Exec,
+}
+
+impl Stage {
+    fn from_u8(b: u8) -> Option<Stage> {
+        Some(match b {
+            1 => Stage::Unshare,
+            2 => Stage::UserMap,
+            3 => Stage::MountPrivate,
+            4 => Stage::ResolvConf,
+            5 => Stage::Loopback,
+            6 => Stage::Tap,
+            7 => Stage::Configure,
+            8 => Stage::Route,
+            9 => Stage::Send,
+            10 => Stage::Exec,
+            _ => return None,
+        })
+    }
+    fn describe(self) -> &'static str {
+        match self {
+            Stage::Unshare => "creating the namespaces (unshare)",
+            Stage::UserMap => "writing the user namespace uid/gid maps",
+            Stage::MountPrivate => "making the mount namespace private",
+            Stage::ResolvConf => "bind-mounting /etc/resolv.conf",
+            Stage::Loopback => "bringing loopback up",
+            Stage::Tap => "creating the TAP device (/dev/net/tun)",
+            Stage::Configure => "configuring the TAP address/MTU",
+            Stage::Route => "adding the default route",
+            Stage::Send => "passing the TAP descriptor to ustack",
+            Stage::Exec => "executing the command",
+        }
+    }
+}
+
+/// Everything the child needs, built before `fork` so the child allocates nothing.
+struct ChildPlan {
+    flags: libc::c_int,
+    userns: bool,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    resolv_src: Option<CString>,
+    tap_name: [u8; 16],
+    addr: [u8; 4],
+    netmask: [u8; 4],
+    mtu: i32,
+    gateway: Option<[u8; 4]>,
+    argv: Vec<CString>,
+    parent_pid: libc::pid_t,
+}
+
+/// A command running (or about to run) in its own network namespace.
+#[derive(Debug)]
+pub struct Sandbox {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    sock: Option<OwnedFd>,
+    tap: Option<TapFd>,
+    status: Option<i32>,
+    userns: bool,
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn netmask(prefix_len: u8) -> [u8; 4] {
+    let bits = u32::from(prefix_len.min(32));
+    let m = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
+    m.to_be_bytes()
+}
+
+/// The contents of the command's private resolv.conf: our nameserver plus the
+/// host's `search`/`domain`/`options` lines.
+pub fn resolv_conf_for(dns: Ipv4Addr, host: &str) -> String {
+    let mut out = format!("# generated by ustack run\nnameserver {dns}\n");
+    for line in host.lines() {
+        let t = line.trim_start();
+        if t.starts_with("search") || t.starts_with("domain") || t.starts_with("options") {
+            out.push_str(t);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Removes the temporary resolv.conf when dropped.
+struct TempFile(PathBuf);
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn temp_resolv(contents: &str) -> io::Result<TempFile> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "ustack-resolv-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let guard = TempFile(path);
+    f.write_all(contents.as_bytes())?;
+    Ok(guard)
+}
+
+/// Report a failure to the parent and exit. Allocation-free.
+fn child_fail(sock: RawFd, stage: Stage, err: &io::Error) -> ! {
+    let errno = err.raw_os_error().unwrap_or(libc::EIO);
+    let e = errno.to_le_bytes();
+    let msg = [b'E', stage as u8, e[0], e[1], e[2], e[3]];
+    let _ = sys::send_msg_fd(sock, &msg, None);
+    // SAFETY: _exit is always safe; no destructors run in the forked child.
+    unsafe { libc::_exit(127) }
+}
+
+fn write_file(path: &[u8], data: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated (callers pass literals ending in \0).
+    let fd =
+        sys::cvt(unsafe { libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: `data` is valid for reads; `fd` was just opened.
+    let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    if n < 0 {
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// The child between `fork` and `exec`. Only system calls on pre-built data.
+fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
+    // SAFETY (whole function): plain system calls with valid pointers to data
+    // owned by `plan` or the stack, which outlive each call.
+    unsafe {
+        // Die with ustack rather than outlive it.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() != plan.parent_pid {
+            libc::_exit(127);
+        }
+        // Default signal state for the command (Rust ignores SIGPIPE).
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        for sig in [
+            libc::SIGPIPE,
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+        ] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+
+        if libc::unshare(plan.flags) < 0 {
+            child_fail(sock, Stage::Unshare, &io::Error::last_os_error());
+        }
+        if plan.userns {
+            // "deny" must be written before gid_map by an unprivileged process.
+            if let Err(e) = write_file(b"/proc/self/setgroups\0", b"deny") {
+                child_fail(sock, Stage::UserMap, &e);
+            }
+            if let Err(e) = write_file(b"/proc/self/uid_map\0", &plan.uid_map) {
+                child_fail(sock, Stage::UserMap, &e);
+            }
+            if let Err(e) = write_file(b"/proc/self/gid_map\0", &plan.gid_map) {
+                child_fail(sock, Stage::UserMap, &e);
+            }
+        }
+        if let Some(src) = &plan.resolv_src {
+            // Keep our bind mount out of the host's mount namespace.
+            let root = b"/\0";
+            if libc::mount(
+                std::ptr::null(),
+                root.as_ptr().cast(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) < 0
+            {
+                child_fail(sock, Stage::MountPrivate, &io::Error::last_os_error());
+            }
+            let dst = b"/etc/resolv.conf\0";
+            if libc::mount(
+                src.as_ptr(),
+                dst.as_ptr().cast(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ) < 0
+            {
+                child_fail(sock, Stage::ResolvConf, &io::Error::last_os_error());
+            }
+        }
+        let ctl = match netif::ctl_socket() {
+            Ok(fd) => fd,
+            Err(e) => child_fail(sock, Stage::Loopback, &e),
+        };
+        let mut lo = [0u8; 16];
+        lo[..2].copy_from_slice(b"lo");
+        if let Err(e) = netif::set_up(ctl, &lo) {
+            child_fail(sock, Stage::Loopback, &e);
+        }
+        let tap = match netif::open_tap(&plan.tap_name) {
+            Ok(fd) => fd,
+            Err(e) => child_fail(sock, Stage::Tap, &e),
+        };
+        if let Err(e) = netif::configure(ctl, &plan.tap_name, plan.addr, plan.netmask, plan.mtu)
+            .and_then(|()| netif::set_up(ctl, &plan.tap_name))
+        {
+            child_fail(sock, Stage::Configure, &e);
+        }
+        if let Some(gw) = plan.gateway {
+            if let Err(e) = netif::add_default_route(ctl, &plan.tap_name, gw) {
+                child_fail(sock, Stage::Route, &e);
+            }
+        }
+        libc::close(ctl);
+        if let Err(e) = sys::send_msg_fd(sock, b"R", Some(tap)) {
+            child_fail(sock, Stage::Send, &e);
+        }
+        // The command must not hold the TAP: only ustack does.
+        libc::close(tap);
+
+        // Wait for the go-ahead (the relay is ready); EOF = ustack gave up.
+        let mut go = [0u8; 1];
+        loop {
+            let n = libc::recv(sock, go.as_mut_ptr().cast(), 1, 0);
+            if n == 1 && go[0] == b'G' {
+                break;
+            }
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            libc::_exit(127);
+        }
+        let mut ptrs: [*const libc::c_char; 256] = [std::ptr::null(); 256];
+        for (slot, arg) in ptrs.iter_mut().zip(plan.argv.iter()).take(255) {
+            *slot = arg.as_ptr();
+        }
+        libc::execvp(ptrs[0], ptrs.as_ptr());
+        // exec failed: the socket is still open (it is closed on a successful exec).
+        child_fail(sock, Stage::Exec, &io::Error::last_os_error());
+    }
+}
+
+impl Sandbox {
+    /// Prepare the sandbox for `cmd` (empty = `$SHELL` or `/bin/sh`): the child
+    /// has created its namespaces and the TAP, which is now ours
+    /// ([`Sandbox::take_tap`]); the command runs once [`Sandbox::start`] is called.
+    pub fn spawn(cfg: &SandboxConfig, cmd: &[OsString]) -> io::Result<Sandbox> {
+        let tap_name = netif::encode_ifname(&cfg.tap_name)?;
+        if !(68..=65535).contains(&cfg.mtu) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("MTU {} out of range 68..=65535", cfg.mtu),
+            ));
+        }
+        if cfg.prefix_len > 32 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("prefix length {} > 32", cfg.prefix_len),
+            ));
+        }
+        let mut argv = Vec::new();
+        if cmd.is_empty() {
+            let shell = std::env::var_os("SHELL")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| OsString::from("/bin/sh"));
+            argv.push(shell);
+        } else {
+            argv.extend(cmd.iter().cloned());
+        }
+        if argv.len() > 255 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "too many arguments (at most 255)",
+            ));
+        }
+        let argv = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "argument contains NUL"))?;
+
+        let userns = match cfg.userns {
+            UserNs::Always => true,
+            UserNs::Never => false,
+            UserNs::Auto => !is_root(),
+        };
+        // SAFETY: getuid/getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let resolv = match cfg.dns {
+            Some(dns) => {
+                let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+                Some(temp_resolv(&resolv_conf_for(dns, &host))?)
+            }
+            None => None,
+        };
+        let resolv_src = match &resolv {
+            Some(t) => Some(
+                CString::new(t.0.as_os_str().as_bytes())
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "temp path"))?,
+            ),
+            None => None,
+        };
+        let mut flags = libc::CLONE_NEWNET | libc::CLONE_NEWNS;
+        if userns {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        let plan = ChildPlan {
+            flags,
+            userns,
+            uid_map: format!("0 {uid} 1").into_bytes(),
+            gid_map: format!("0 {gid} 1").into_bytes(),
+            resolv_src,
+            tap_name,
+            addr: cfg.addr.octets(),
+            netmask: netmask(cfg.prefix_len),
+            mtu: i32::try_from(cfg.mtu).unwrap_or(1500),
+            gateway: cfg.gateway.map(|g| g.octets()),
+            argv,
+            // SAFETY: getpid has no preconditions.
+            parent_pid: unsafe { libc::getpid() },
+        };
+        let (ours, theirs) = sys::seqpacket_pair()?;
+
+        // SAFETY: fork(2); the child only runs `child_main`, which uses
+        // system calls on data prepared above and never returns.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: closing our copy of the parent's end so EOF is seen.
+            unsafe { libc::close(ours.as_raw_fd()) };
+            child_main(&plan, theirs.as_raw_fd());
+        }
+        drop(theirs);
+        let pidfd = match sys::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                kill_and_reap(pid);
+                return Err(e);
+            }
+        };
+        let mut sb = Sandbox {
+            pid,
+            pidfd,
+            sock: Some(ours),
+            tap: None,
+            status: None,
+            userns,
+        };
+        let mut buf = [0u8; 16];
+        let (n, fd) = match &sb.sock {
+            Some(s) => sys::recv_msg_fd(s.as_raw_fd(), &mut buf)?,
+            None => (0, None),
+        };
+        match (buf.get(..n), fd) {
+            (Some(b"R"), Some(fd)) => {
+                sb.tap = Some(TapFd::new(fd, &cfg.tap_name, cfg.mtu)?);
+            }
+            (Some(msg), _) => return Err(decode_failure(msg)),
+            (None, _) => return Err(io::Error::other("short message from sandbox child")),
+        }
+        // The bind mount holds the file now; the path can go.
+        drop(resolv);
+        Ok(sb)
+    }
+
+    /// Take the TAP device (once).
+    pub fn take_tap(&mut self) -> Option<TapFd> {
+        self.tap.take()
+    }
+
+    /// Whether a user namespace was created.
+    pub fn user_namespace(&self) -> bool {
+        self.userns
+    }
+
+    /// Let the command run. An error means `exec` failed (kind `NotFound` for
+    /// a missing program, `PermissionDenied` for a non-executable one); the
+    /// child has then been reaped.
+    pub fn start(&mut self) -> io::Result<()> {
+        let Some(sock) = self.sock.take() else {
+            return Err(io::Error::other("sandbox already started"));
+        };
+        sys::write_all(&sock, b"G")?;
+        let mut buf = [0u8; 16];
+        let (n, _) = sys::recv_msg_fd(sock.as_raw_fd(), &mut buf)?;
+        if n == 0 {
+            return Ok(()); // close-on-exec closed the child's end: exec succeeded
+        }
+        let err = decode_failure(buf.get(..n).unwrap_or(&[]));
+        let _ = self.wait();
+        Err(err)
+    }
+
+    /// The command's process id (in ustack's PID namespace).
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// A pidfd that becomes readable when the command exits (for epoll).
+    pub fn exit_fd(&self) -> RawFd {
+        self.pidfd.as_raw_fd()
+    }
+
+    /// Send `sig` to the command.
+    pub fn signal(&self, sig: libc::c_int) -> io::Result<()> {
+        if self.status.is_some() {
+            return Ok(());
+        }
+        // SAFETY: pidfd_send_signal with our own pidfd, no siginfo.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The exit code if the command has ended (shell style: killed by signal
+    /// N gives 128+N). Does not block.
+    pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
+        self.wait_inner(libc::WNOHANG)
+    }
+
+    /// Wait for the command to end and return its shell-style exit code.
+    pub fn wait(&mut self) -> io::Result<i32> {
+        match self.wait_inner(0)? {
+            Some(code) => Ok(code),
+            None => Err(io::Error::other("waitpid returned without a status")),
+        }
+    }
+
+    fn wait_inner(&mut self, flags: libc::c_int) -> io::Result<Option<i32>> {
+        if let Some(s) = self.status {
+            return Ok(Some(s));
+        }
+        let mut status = 0;
+        loop {
+            // SAFETY: waitpid on our own child with a valid status pointer.
+            let rc = unsafe { libc::waitpid(self.pid, &mut status, flags) };
+            if rc == 0 {
+                return Ok(None);
+            }
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            break;
+        }
+        let code = shell_code(status);
+        self.status = Some(code);
+        Ok(Some(code))
+    }
+}
+
+/// Shell-style exit code for a `waitpid` status.
+pub fn shell_code(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+fn decode_failure(msg: &[u8]) -> io::Error {
+    match msg {
+        [b'E', stage, e0, e1, e2, e3] => {
+            let errno = i32::from_le_bytes([*e0, *e1, *e2, *e3]);
+            let os = io::Error::from_raw_os_error(errno);
+            let what = Stage::from_u8(*stage).map_or("setting up the sandbox", Stage::describe);
+            let hint = match (Stage::from_u8(*stage), errno) {
+                (Some(Stage::Unshare), libc::EPERM) | (Some(Stage::UserMap), libc::EPERM) => {
+                    " (unprivileged user namespaces may be disabled: see kernel.unprivileged_userns_clone / user.max_user_namespaces)"
+                }
+                (Some(Stage::Tap), libc::ENOENT) => " (no /dev/net/tun)",
+                _ => "",
+            };
+            io::Error::new(os.kind(), format!("{what}: {os}{hint}"))
+        }
+        _ => io::Error::other("sandbox child ended before setting up"),
+    }
+}
+
+fn kill_and_reap(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: signalling and reaping our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        while libc::waitpid(pid, &mut status, 0) < 0 && *libc::__errno_location() == libc::EINTR {}
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // Close the TAP first (removes the interface), then make sure the
+        // command is gone and reaped: nothing is left behind.
+        self.tap = None;
+        self.sock = None;
+        if self.status.is_none() {
+            kill_and_reap(self.pid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netmask_from_prefix() {
+        assert_eq!(netmask(24), [255, 255, 255, 0]);
+        assert_eq!(netmask(0), [0, 0, 0, 0]);
+        assert_eq!(netmask(32), [255; 4]);
+        assert_eq!(netmask(17), [255, 255, 128, 0]);
+    }
+
+    #[test]
+    fn resolv_conf_keeps_search_but_not_nameservers() {
+        let host = "nameserver 127.0.0.53\nsearch example.com\noptions edns0\n#c\n";
+        let r = resolv_conf_for(Ipv4Addr::new(10, 0, 2, 3), host);
+        assert!(r.contains("nameserver 10.0.2.3\n"));
+        assert!(!r.contains("127.0.0.53"));
+        assert!(r.contains("search example.com\n"));
+        assert!(r.contains("options edns0\n"));
+    }
+
+    #[test]
+    fn shell_codes() {
+        // Exit status 7 encodes as 7<<8; killed by SIGKILL as 9.
+        assert_eq!(shell_code(7 << 8), 7);
+        assert_eq!(shell_code(libc::SIGKILL), 128 + 9);
+    }
+
+    #[test]
+    fn failure_messages_name_the_step() {
+        let e = decode_failure(&[b'E', Stage::Tap as u8, 2, 0, 0, 0]);
+        assert!(e.to_string().contains("TAP"), "{e}");
+        assert!(e.to_string().contains("/dev/net/tun"), "{e}");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+}

@@ -1,0 +1,95 @@
+//! A TAP descriptor received from the sandbox child (or opened in another
+//! namespace), usable as a [`ustack_dev::Device`].
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use ustack_dev::Device;
+
+/// A non-blocking `IFF_TAP | IFF_NO_PI` descriptor: one read/write = one
+/// Ethernet frame. Dropping it closes the fd, which removes a non-persistent
+/// TAP interface from its namespace.
+#[derive(Debug)]
+pub struct TapFd {
+    fd: OwnedFd,
+    name: String,
+    mtu: usize,
+}
+
+impl TapFd {
+    /// Wrap an already attached TAP descriptor. It is made non-blocking.
+    pub fn new(fd: OwnedFd, name: &str, mtu: usize) -> io::Result<TapFd> {
+        // SAFETY: fcntl on a descriptor we own, integer arguments only.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(TapFd {
+            fd,
+            name: name.to_string(),
+            mtu,
+        })
+    }
+
+    /// The interface name (inside the namespace it lives in).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl AsRawFd for TapFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Device for TapFd {
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is owned.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(None),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+    }
+
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        loop {
+            // SAFETY: `frame` is valid for reads of `frame.len()` bytes; the fd is owned.
+            let n = unsafe { libc::write(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // The guest took its interface down: frames are dropped, as on a wire.
+                Some(libc::EIO) => return Ok(()),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn mac(&self) -> Option<[u8; 6]> {
+        None
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+}
