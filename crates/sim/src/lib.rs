@@ -21,7 +21,7 @@
 
 pub mod scenario;
 pub mod stream;
-// `world` (the event loop over two `Stack`s) is enabled once core's `Stack`
-// lands in git; see world.rs.
+mod world;
 
 pub use scenario::{AppPlan, ConnPlan, Ending, Family, Scenario};
+pub use world::{run, run_with, Failure, Report, RunOptions, CLIENT_PORT_BASE, SERVER_PORT};
