@@ -1,0 +1,340 @@
+//! `ustack run` and `ustack attach`: argument types and entry points the
+//! `ustack` binary calls (`Run(RunArgs)` → [`run`], `Attach(AttachArgs)` → [`attach`]).
+
+use std::ffi::OsString;
+use std::io;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use ustack_dev::pcap::Capture;
+use ustack_dev::Device;
+use ustack_sandbox::{attach as sb_attach, signals, Sandbox, SandboxConfig, UserNs};
+
+use crate::dns;
+use crate::guest::GuestStack;
+use crate::limits::{Limits, Timeouts};
+use crate::portfwd::PortForward;
+use crate::relay::{Relay, RelayConfig};
+
+/// An IPv4 address with prefix length, `A.B.C.D/N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, p) = s.split_once('/').unwrap_or((s, "24"));
+        let addr = a.parse().map_err(|_| format!("bad address {a:?}"))?;
+        let prefix_len = p
+            .parse::<u8>()
+            .ok()
+            .filter(|p| (1..=30).contains(p))
+            .ok_or_else(|| format!("bad prefix length {p:?} (1..=30)"))?;
+        Ok(Cidr { addr, prefix_len })
+    }
+}
+
+/// Relay options shared by `run` and `attach`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RelayArgs {
+    /// Guest address and prefix.
+    #[arg(long, default_value = "10.0.2.15/24")]
+    pub addr: Cidr,
+    /// Gateway address (answers ping; connections to it go to the host's 127.0.0.1).
+    #[arg(long, default_value = "10.0.2.2")]
+    pub gateway: Ipv4Addr,
+    /// Guest-visible DNS server, forwarded to the host's resolver.
+    #[arg(long, default_value = "10.0.2.3")]
+    pub dns: Ipv4Addr,
+    /// Do not map the gateway to the host's loopback.
+    #[arg(long)]
+    pub no_map_gateway: bool,
+    /// Forward a host port to the guest: [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp] (repeatable).
+    #[arg(short = 'p', long = "publish", value_name = "SPEC")]
+    pub publish: Vec<PortForward>,
+    /// Maximum concurrent flows.
+    #[arg(long, default_value_t = Limits::default().max_flows)]
+    pub max_flows: usize,
+    /// Maximum half-open TCP connections (host connect pending).
+    #[arg(long, default_value_t = Limits::default().max_half_open)]
+    pub max_half_open: usize,
+    /// Bytes buffered per flow and direction.
+    #[arg(long, default_value_t = Limits::default().flow_buffer)]
+    pub flow_buffer: usize,
+    /// Bytes buffered in all flows together.
+    #[arg(long, default_value_t = Limits::default().total_buffer)]
+    pub total_buffer: usize,
+    /// New flows per second.
+    #[arg(long, default_value_t = Limits::default().new_flows_per_sec)]
+    pub flow_rate: u32,
+    /// Idle timeout of established TCP flows, seconds.
+    #[arg(long, default_value_t = Timeouts::default().tcp_idle.as_secs())]
+    pub tcp_idle_timeout: u64,
+    /// Idle timeout of UDP flows, seconds.
+    #[arg(long, default_value_t = Timeouts::default().udp_idle.as_secs())]
+    pub udp_idle_timeout: u64,
+    /// Print a summary of the relay's counters on exit (stderr).
+    #[arg(long)]
+    pub stats: bool,
+    /// Capture the guest side to a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+}
+
+impl RelayArgs {
+    /// The relay configuration these options describe.
+    pub fn relay_config(&self) -> RelayConfig {
+        RelayConfig {
+            guest_addr: self.addr.addr,
+            gateway: self.gateway,
+            gateway_to_loopback: !self.no_map_gateway,
+            dns: Some(self.dns),
+            host_dns: dns::host_resolver(),
+            limits: Limits {
+                max_flows: self.max_flows,
+                max_half_open: self.max_half_open,
+                flow_buffer: self.flow_buffer,
+                total_buffer: self.total_buffer,
+                new_flows_per_sec: self.flow_rate,
+            },
+            timeouts: Timeouts {
+                tcp_idle: Duration::from_secs(self.tcp_idle_timeout),
+                udp_idle: Duration::from_secs(self.udp_idle_timeout),
+                ..Timeouts::default()
+            },
+            forwards: self.publish.clone(),
+            icmp_ping_sockets: true,
+        }
+    }
+}
+
+/// `ustack run [OPTIONS] -- CMD [ARGS...]`
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Name of the TAP inside the namespace.
+    #[arg(long, default_value = "eth0")]
+    pub tap: String,
+    /// Interface MTU.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: usize,
+    /// Leave the host's /etc/resolv.conf visible to the command.
+    #[arg(long)]
+    pub no_resolv_conf: bool,
+    /// Create a user namespace even when running as root.
+    #[arg(long)]
+    pub userns: bool,
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    /// The command (default: $SHELL or /bin/sh).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub cmd: Vec<OsString>,
+}
+
+/// `ustack attach --netns PATH | --tap NAME`
+#[derive(clap::Args, Debug, Clone)]
+pub struct AttachArgs {
+    /// Network namespace to serve (e.g. /run/netns/NAME or /proc/PID/ns/net).
+    #[arg(long, value_name = "PATH")]
+    pub netns: Option<PathBuf>,
+    /// TAP to open (in --netns if given, else in ustack's namespace).
+    #[arg(long, default_value = "eth0")]
+    pub tap: String,
+    #[command(flatten)]
+    pub relay: RelayArgs,
+}
+
+/// Builds the guest-side engine for a device.
+pub type GuestFactory<G> = dyn FnOnce(Box<dyn Device + Send>, &RelayArgs, usize) -> io::Result<G>;
+
+/// The default engine: `ustack_core::Stack` in transparent mode. Until core
+/// provides that mode (see `crates/relay/CORE_NEEDS.md`) this reports it.
+pub fn default_guest(
+    _dev: Box<dyn Device + Send>,
+    _args: &RelayArgs,
+    _mtu: usize,
+) -> io::Result<crate::testing::FakeGuest> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the guest-side engine needs ustack-core's transparent mode (any-IP SYN hold/accept/refuse, \
+         any-destination UDP and ICMP echo), which core does not provide yet; see crates/relay/CORE_NEEDS.md",
+    ))
+}
+
+fn wrap_pcap<D: Device + Send + 'static>(
+    dev: D,
+    pcap: &Option<PathBuf>,
+) -> io::Result<Box<dyn Device + Send>> {
+    Ok(match pcap {
+        Some(path) => Box::new(Capture::to_file(dev, path)?),
+        None => Box::new(dev),
+    })
+}
+
+/// `ustack run`: returns the command's exit code (signal N → 128+N).
+pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    run_with(args, Box::new(default_guest))
+}
+
+/// `ustack run` with a given guest-side engine (tests use a fake one).
+pub fn run_with<G: GuestStack>(
+    args: RunArgs,
+    make_guest: Box<GuestFactory<G>>,
+) -> anyhow::Result<i32> {
+    let cfg = SandboxConfig {
+        tap_name: args.tap.clone(),
+        mtu: args.mtu,
+        addr: args.relay.addr.addr,
+        prefix_len: args.relay.addr.prefix_len,
+        gateway: Some(args.relay.gateway),
+        dns: if args.no_resolv_conf {
+            None
+        } else {
+            Some(args.relay.dns)
+        },
+        userns: if args.userns {
+            UserNs::Always
+        } else {
+            UserNs::Auto
+        },
+    };
+    let mut sandbox =
+        Sandbox::spawn(&cfg, &args.cmd).context("ustack run: cannot create the sandbox")?;
+    let tap = sandbox
+        .take_tap()
+        .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
+    let dev = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
+    let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
+    let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack run: relay")?;
+    let _fwd = signals::forward_to(sandbox.pid()).context("installing signal forwarding")?;
+    match sandbox.start() {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            eprintln!("ustack run: {e}");
+            return Ok(127);
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            eprintln!("ustack run: {e}");
+            return Ok(126);
+        }
+        Err(e) => return Err(e).context("ustack run: cannot start the command"),
+    }
+    let served = relay.run_until(Some(sandbox.exit_fd()), None);
+    let code = sandbox.wait().context("waiting for the command")?;
+    relay.shutdown();
+    if args.relay.stats {
+        eprint!("{}", relay.stats());
+    }
+    drop(relay);
+    drop(sandbox);
+    if let Err(e) = served {
+        bail!("ustack run: relay failed: {e}");
+    }
+    Ok(code)
+}
+
+/// `ustack attach`: serve an existing namespace/TAP until interrupted.
+pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
+    attach_with(args, Box::new(default_guest), None)
+}
+
+/// `ustack attach` with a given engine; stops when `stop_fd` is readable (or SIGINT/SIGTERM).
+pub fn attach_with<G: GuestStack>(
+    args: AttachArgs,
+    make_guest: Box<GuestFactory<G>>,
+    stop_fd: Option<std::os::fd::RawFd>,
+) -> anyhow::Result<i32> {
+    let tap = match &args.netns {
+        Some(ns) => sb_attach::open_tap_in_netns(ns, &args.tap),
+        None => sb_attach::open_tap(&args.tap),
+    }
+    .with_context(|| format!("ustack attach: cannot open TAP {}", args.tap))?;
+    let mtu = tap.mtu();
+    let dev = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
+    let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
+    let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack attach: relay")?;
+    let served = relay.run_until(stop_fd, None);
+    relay.shutdown();
+    if args.relay.stats {
+        eprint!("{}", relay.stats());
+    }
+    served.context("ustack attach: relay failed")?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(subcommand)]
+        c: C,
+    }
+    #[derive(clap::Subcommand, Debug)]
+    enum C {
+        Run(RunArgs),
+        Attach(AttachArgs),
+    }
+
+    #[test]
+    fn run_args_parse_with_command_after_double_dash() {
+        let t = T::try_parse_from([
+            "ustack",
+            "run",
+            "--mtu",
+            "9000",
+            "-p",
+            "8080:80",
+            "-p",
+            "0.0.0.0:53:53/udp",
+            "--stats",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ]);
+        let Ok(T { c: C::Run(r) }) = t else {
+            panic!("parse failed: {t:?}")
+        };
+        assert_eq!(r.mtu, 9000);
+        assert_eq!(r.relay.publish.len(), 2);
+        assert!(r.relay.stats);
+        assert_eq!(
+            r.cmd,
+            vec![OsString::from("sh"), "-c".into(), "exit 3".into()]
+        );
+        assert_eq!(
+            r.relay.addr,
+            Cidr {
+                addr: Ipv4Addr::new(10, 0, 2, 15),
+                prefix_len: 24
+            }
+        );
+        assert_eq!(r.relay.max_flows, 4096);
+    }
+
+    #[test]
+    fn attach_args_and_bad_values() {
+        let t = T::try_parse_from([
+            "ustack",
+            "attach",
+            "--netns",
+            "/run/netns/x",
+            "--tap",
+            "tap0",
+        ]);
+        assert!(matches!(t, Ok(T { c: C::Attach(_) })));
+        assert!(T::try_parse_from(["ustack", "run", "-p", "nope", "--", "true"]).is_err());
+        assert!(T::try_parse_from(["ustack", "run", "--addr", "10.0.2.15/33"]).is_err());
+    }
+}

@@ -1,0 +1,151 @@
+//! The guest side of the relay: what the relay needs from the user-space
+//! stack that terminates the guest's packets. Kept small and engine-agnostic
+//! so the relay can run over `ustack_core::Stack` (in "transparent" mode, see
+//! `CORE_NEEDS.md`) or over a fake in tests.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+/// A guest SYN waiting for the relay's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SynId(pub u64);
+
+/// An established (or establishing) guest-side TCP connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnId(pub u64);
+
+/// A guest's connection attempt to an arbitrary destination, handshake not
+/// yet completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingSyn {
+    pub id: SynId,
+    /// The guest's address and port.
+    pub src: SocketAddrV4,
+    /// Where the guest wants to go.
+    pub dst: SocketAddrV4,
+}
+
+/// ICMP destination-unreachable codes the relay may answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreachable {
+    Net,
+    Host,
+    Port,
+    AdminProhibited,
+}
+
+/// How to refuse a pending SYN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Answer RST|ACK (the host refused the connection).
+    Reset,
+    /// Answer ICMP destination unreachable (host/net unreachable, timeout).
+    Unreachable(Unreachable),
+}
+
+/// Why a guest connection ended abnormally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnError {
+    Reset,
+    TimedOut,
+    Refused,
+    Unreachable,
+}
+
+/// What the relay needs to know about a guest connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnState {
+    /// Handshake completed.
+    pub established: bool,
+    /// The connection is fully closed on the guest side (the handle may be released).
+    pub closed: bool,
+    /// Abnormal end.
+    pub error: Option<ConnError>,
+}
+
+/// A datagram the guest sent to anywhere outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    pub src: SocketAddrV4,
+    pub dst: SocketAddrV4,
+    pub len: usize,
+}
+
+/// An ICMP echo request from the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EchoRequest {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub ident: u16,
+    pub seq: u16,
+    pub len: usize,
+}
+
+/// The guest-side engine. All methods are non-blocking.
+pub trait GuestStack {
+    /// Descriptor to wait on for guest frames (`None` = only timers).
+    fn raw_fd(&self) -> Option<RawFd>;
+    /// Receive what the guest sent, run timers and transmit what is queued.
+    fn poll(&mut self, now: Instant) -> io::Result<()>;
+    /// When `poll` must be called next even without guest frames.
+    fn poll_at(&self) -> Option<Instant>;
+
+    /// Next SYN to any destination that awaits a decision.
+    fn tcp_next_syn(&mut self) -> Option<PendingSyn>;
+    /// Complete the handshake of a pending SYN (send SYN|ACK).
+    fn tcp_accept(&mut self, now: Instant, id: SynId) -> io::Result<ConnId>;
+    /// Refuse a pending SYN.
+    fn tcp_refuse(&mut self, now: Instant, id: SynId, how: Refusal);
+    /// Open a connection to the guest (inbound port forward), appearing to come from `from`.
+    fn tcp_connect(
+        &mut self,
+        now: Instant,
+        from: SocketAddrV4,
+        to: SocketAddrV4,
+    ) -> io::Result<ConnId>;
+    fn tcp_state(&self, c: ConnId) -> ConnState;
+    /// Queue bytes for the guest; `Ok(0)` = its send buffer is full.
+    fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize>;
+    /// Bytes from the guest; `Ok(0)` = the guest sent FIN; `WouldBlock` = nothing yet.
+    fn tcp_recv(&mut self, c: ConnId, buf: &mut [u8]) -> io::Result<usize>;
+    /// Send FIN after queued data.
+    fn tcp_shutdown(&mut self, c: ConnId);
+    /// Send RST and release the handle.
+    fn tcp_abort(&mut self, c: ConnId);
+    /// Release the handle after a graceful close (the stack finishes the close).
+    fn tcp_close(&mut self, c: ConnId);
+
+    /// Next UDP datagram the guest sent to a non-local destination, copied into `buf`.
+    fn udp_recv(&mut self, buf: &mut [u8]) -> Option<Datagram>;
+    /// Deliver a datagram to the guest, appearing to come from `src`.
+    fn udp_send(
+        &mut self,
+        now: Instant,
+        src: SocketAddrV4,
+        dst: SocketAddrV4,
+        data: &[u8],
+    ) -> io::Result<()>;
+
+    /// Next ICMP echo request from the guest (to any address), data copied into `buf`.
+    fn icmp_echo_recv(&mut self, buf: &mut [u8]) -> Option<EchoRequest>;
+    /// Send an echo reply to the guest from `from`.
+    fn icmp_echo_reply(
+        &mut self,
+        now: Instant,
+        from: Ipv4Addr,
+        to: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) -> io::Result<()>;
+    /// Answer an echo request with ICMP destination unreachable from `req.dst`.
+    fn icmp_echo_unreachable(
+        &mut self,
+        now: Instant,
+        req: &EchoRequest,
+        data: &[u8],
+        how: Unreachable,
+    );
+}

@@ -1,0 +1,1220 @@
+//! The relay engine: guest flows terminated by a [`GuestStack`] are relayed
+//! through ordinary host sockets driven by one epoll loop.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::guest::{ConnError, ConnId, EchoRequest, GuestStack, Refusal, SynId, Unreachable};
+use crate::limits::{Limits, Timeouts, TokenBucket};
+use crate::portfwd::{PortForward, Proto};
+use crate::stats::Stats;
+use crate::sys::{self, Epoll, EV_ERR, EV_ET, EV_IN, EV_OUT, EV_RDHUP};
+
+/// How the relay maps the guest's view of the world onto the host.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// The guest's address (target of inbound forwards). Default 10.0.2.15.
+    pub guest_addr: Ipv4Addr,
+    /// The gateway; answers ping, and connections to it go to the host's
+    /// 127.0.0.1 (when `gateway_to_loopback`). Default 10.0.2.2.
+    pub gateway: Ipv4Addr,
+    pub gateway_to_loopback: bool,
+    /// Guest-visible nameserver (default 10.0.2.3); port 53 goes to `host_dns`.
+    pub dns: Option<Ipv4Addr>,
+    pub host_dns: SocketAddrV4,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub forwards: Vec<PortForward>,
+    /// Relay ICMP echo to other hosts through unprivileged ping sockets.
+    pub icmp_ping_sockets: bool,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            guest_addr: Ipv4Addr::new(10, 0, 2, 15),
+            gateway: Ipv4Addr::new(10, 0, 2, 2),
+            gateway_to_loopback: true,
+            dns: Some(Ipv4Addr::new(10, 0, 2, 3)),
+            host_dns: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53),
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+            forwards: Vec::new(),
+            icmp_ping_sockets: true,
+        }
+    }
+}
+
+const TOKEN_GUEST: u64 = 0;
+const TOKEN_STOP: u64 = 1;
+const TOKEN_LISTENER0: u64 = 16;
+const FIRST_FLOW: u64 = 1 << 20;
+const SCRATCH: usize = 64 * 1024;
+
+/// A bounded byte queue.
+#[derive(Debug, Default)]
+struct ByteBuf {
+    q: VecDeque<u8>,
+}
+
+impl ByteBuf {
+    fn len(&self) -> usize {
+        self.q.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TcpPhase {
+    /// Guest SYN held; host connect in progress.
+    HostConnecting(SynId),
+    /// Inbound forward: host peer accepted; guest handshake in progress.
+    GuestConnecting,
+    Established,
+}
+
+#[derive(Debug)]
+struct TcpFlow {
+    phase: TcpPhase,
+    conn: Option<ConnId>,
+    g2h: ByteBuf,
+    h2g: ByteBuf,
+    readable: bool,
+    writable: bool,
+    guest_eof: bool,
+    host_eof: bool,
+    host_wr_shut: bool,
+    guest_shut: bool,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Tcp(Box<TcpFlow>),
+    /// Outbound UDP flow: own connected socket; replies appear from `dst`.
+    Udp {
+        guest: SocketAddrV4,
+        dst: SocketAddrV4,
+    },
+    /// Inbound UDP forward: replies go out of listener `listener` to `peer`.
+    UdpIn {
+        listener: usize,
+        peer: SocketAddrV4,
+        guest: SocketAddrV4,
+        apparent: SocketAddrV4,
+    },
+    /// ICMP echo through a ping socket.
+    Icmp {
+        guest: Ipv4Addr,
+        dst: Ipv4Addr,
+        ident: u16,
+    },
+}
+
+#[derive(Debug)]
+struct Flow {
+    kind: Kind,
+    sock: Option<OwnedFd>,
+    started: Instant,
+    last_active: Instant,
+}
+
+#[derive(Debug)]
+struct Listener {
+    fwd: PortForward,
+    sock: OwnedFd,
+}
+
+/// Why [`Relay::run_until`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The stop descriptor became readable (e.g. the sandboxed command exited).
+    StopFd,
+    /// The iteration/time bound was reached.
+    Bound,
+}
+
+/// The relay over a guest-side stack `G`.
+pub struct Relay<G: GuestStack> {
+    guest: G,
+    cfg: RelayConfig,
+    epoll: Epoll,
+    flows: HashMap<u64, Flow>,
+    udp_index: HashMap<(SocketAddrV4, SocketAddrV4), u64>,
+    udp_in_index: HashMap<(usize, SocketAddrV4), u64>,
+    icmp_index: HashMap<(Ipv4Addr, Ipv4Addr, u16), u64>,
+    listeners: Vec<Listener>,
+    stats: Stats,
+    bucket: TokenBucket,
+    buffered: usize,
+    half_open: usize,
+    next_id: u64,
+    scratch: Vec<u8>,
+    ping_allowed: Option<bool>,
+    events: Vec<libc::epoll_event>,
+    ready: Vec<(u64, u32)>,
+    last_reap: Option<Instant>,
+    next_udp_in_port: u16,
+}
+
+fn unreachable_for(e: &io::Error) -> Refusal {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => Refusal::Reset,
+        Some(libc::ENETUNREACH) => Refusal::Unreachable(Unreachable::Net),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            Refusal::Unreachable(Unreachable::AdminProhibited)
+        }
+        Some(libc::EHOSTUNREACH) | Some(libc::ETIMEDOUT) | Some(libc::EHOSTDOWN) => {
+            Refusal::Unreachable(Unreachable::Host)
+        }
+        _ => Refusal::Reset,
+    }
+}
+
+impl<G: GuestStack> Relay<G> {
+    /// A relay over `guest`; binds the port-forward listeners.
+    pub fn new(guest: G, cfg: RelayConfig) -> io::Result<Relay<G>> {
+        let epoll = Epoll::new()?;
+        if let Some(fd) = guest.raw_fd() {
+            epoll.add(fd, EV_IN, TOKEN_GUEST)?;
+        }
+        let mut listeners = Vec::new();
+        for (i, fwd) in cfg.forwards.iter().enumerate() {
+            let ty = match fwd.proto {
+                Proto::Tcp => libc::SOCK_STREAM,
+                Proto::Udp => libc::SOCK_DGRAM,
+            };
+            let sock = sys::socket(ty, 0)?;
+            sys::bind(&sock, SocketAddrV4::new(fwd.host_ip, fwd.host_port)).map_err(|e| {
+                io::Error::new(e.kind(), format!("port forward {fwd}: cannot bind: {e}"))
+            })?;
+            if fwd.proto == Proto::Tcp {
+                sys::listen(&sock, 128)?;
+            }
+            epoll.add(sock.as_raw_fd(), EV_IN, TOKEN_LISTENER0 + i as u64)?;
+            listeners.push(Listener { fwd: *fwd, sock });
+        }
+        let bucket = TokenBucket::new(cfg.limits.new_flows_per_sec);
+        Ok(Relay {
+            guest,
+            cfg,
+            epoll,
+            flows: HashMap::new(),
+            udp_index: HashMap::new(),
+            udp_in_index: HashMap::new(),
+            icmp_index: HashMap::new(),
+            listeners,
+            stats: Stats::default(),
+            bucket,
+            buffered: 0,
+            half_open: 0,
+            next_id: FIRST_FLOW,
+            scratch: vec![0; SCRATCH],
+            ping_allowed: None,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+            ready: Vec::with_capacity(256),
+            last_reap: None,
+            next_udp_in_port: 0,
+        })
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    pub fn guest(&self) -> &G {
+        &self.guest
+    }
+    pub fn guest_mut(&mut self) -> &mut G {
+        &mut self.guest
+    }
+    /// Flows currently held.
+    pub fn flow_count(&self) -> usize {
+        self.flows.len()
+    }
+    /// Bytes currently buffered in all flows.
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+    /// Local addresses of the port-forward listeners (useful with port 0).
+    pub fn listener_addrs(&self) -> Vec<SocketAddrV4> {
+        self.listeners
+            .iter()
+            .filter_map(|l| sys::local_addr(&l.sock).ok())
+            .collect()
+    }
+
+    /// Run until `stop_fd` is readable, or `max_time` has passed.
+    pub fn run_until(
+        &mut self,
+        stop_fd: Option<RawFd>,
+        max_time: Option<Duration>,
+    ) -> io::Result<Stop> {
+        if let Some(fd) = stop_fd {
+            self.epoll.add(fd, EV_IN, TOKEN_STOP)?;
+        }
+        let start = Instant::now();
+        let result = loop {
+            let now = Instant::now();
+            if let Some(m) = max_time {
+                if now.saturating_duration_since(start) >= m {
+                    break Ok(Stop::Bound);
+                }
+            }
+            let mut timeout = Duration::from_secs(1);
+            if let Some(at) = self.guest.poll_at() {
+                timeout = timeout.min(at.saturating_duration_since(now));
+            }
+            if let Some(m) = max_time {
+                timeout = timeout.min(m.saturating_sub(now.saturating_duration_since(start)));
+            }
+            match self.step(Some(timeout)) {
+                Ok(true) => break Ok(Stop::StopFd),
+                Ok(false) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        if let Some(fd) = stop_fd {
+            self.epoll.delete(fd);
+        }
+        result
+    }
+
+    /// One iteration: wait for host events (up to `timeout`), then serve the
+    /// guest and every flow. Returns true if the stop descriptor fired.
+    pub fn step(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        let mut ready = std::mem::take(&mut self.ready);
+        let r = self.epoll.wait(&mut self.events, timeout, &mut ready);
+        let mut stop = false;
+        let now = Instant::now();
+        if r.is_ok() {
+            for &(token, ev) in &ready {
+                match token {
+                    TOKEN_GUEST => {}
+                    TOKEN_STOP => stop = true,
+                    t if (TOKEN_LISTENER0..FIRST_FLOW).contains(&t) => {
+                        self.on_listener(now, (t - TOKEN_LISTENER0) as usize)
+                    }
+                    id => self.on_host_event(now, id, ev),
+                }
+            }
+        }
+        self.ready = ready;
+        r?;
+        self.service(now)?;
+        Ok(stop)
+    }
+
+    /// Serve the guest: poll it, take new flows, pump every TCP flow, reap.
+    pub fn service(&mut self, now: Instant) -> io::Result<()> {
+        self.guest.poll(now)?;
+        while let Some(syn) = self.guest.tcp_next_syn() {
+            self.on_syn(now, syn);
+        }
+        loop {
+            let mut buf = std::mem::take(&mut self.scratch);
+            let d = self.guest.udp_recv(&mut buf);
+            if let Some(d) = d {
+                let data = buf.get(..d.len.min(buf.len())).unwrap_or(&[]);
+                self.on_guest_datagram(now, d.src, d.dst, data);
+            }
+            self.scratch = buf;
+            if d.is_none() {
+                break;
+            }
+        }
+        loop {
+            let mut buf = std::mem::take(&mut self.scratch);
+            let r = self.guest.icmp_echo_recv(&mut buf);
+            if let Some(req) = r {
+                let data = buf.get(..req.len.min(buf.len())).unwrap_or(&[]);
+                self.on_echo(now, &req, data);
+            }
+            self.scratch = buf;
+            if r.is_none() {
+                break;
+            }
+        }
+        let ids: Vec<u64> = self
+            .flows
+            .iter()
+            .filter(|(_, f)| matches!(f.kind, Kind::Tcp(_)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.pump_tcp(now, id);
+        }
+        let reap_due = self
+            .last_reap
+            .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(250));
+        if reap_due {
+            self.reap(now);
+            self.last_reap = Some(now);
+        }
+        self.guest.poll(now)?;
+        self.stats.peak_flows = self.stats.peak_flows.max(self.flows.len() as u64);
+        self.stats.peak_buffered = self.stats.peak_buffered.max(self.buffered as u64);
+        Ok(())
+    }
+
+    /// Tear everything down (guest connections reset, host sockets closed).
+    pub fn shutdown(&mut self) {
+        let ids: Vec<u64> = self.flows.keys().copied().collect();
+        for id in ids {
+            self.abort_flow(Instant::now(), id, true);
+        }
+    }
+
+    fn alloc_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Admission control for a new flow; counts the refusal.
+    fn admit(&mut self, now: Instant, half_open: bool) -> bool {
+        let l = self.cfg.limits;
+        if self.flows.len() >= l.max_flows {
+            self.stats.limit_flows += 1;
+            return false;
+        }
+        if half_open && self.half_open >= l.max_half_open {
+            self.stats.limit_half_open += 1;
+            return false;
+        }
+        if self.buffered >= l.total_buffer {
+            self.stats.limit_buffer += 1;
+            return false;
+        }
+        if !self.bucket.take(now) {
+            self.stats.limit_rate += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Where a guest destination goes on the host; `Err` = unreachable.
+    fn map_dst(&self, dst: SocketAddrV4) -> Result<SocketAddrV4, Unreachable> {
+        let ip = *dst.ip();
+        if ip == self.cfg.gateway {
+            return if self.cfg.gateway_to_loopback {
+                Ok(SocketAddrV4::new(Ipv4Addr::LOCALHOST, dst.port()))
+            } else {
+                Err(Unreachable::AdminProhibited)
+            };
+        }
+        if Some(ip) == self.cfg.dns {
+            return if dst.port() == 53 {
+                Ok(self.cfg.host_dns)
+            } else {
+                Err(Unreachable::Port)
+            };
+        }
+        if ip.is_unspecified()
+            || ip.is_broadcast()
+            || ip.is_multicast()
+            || ip.is_loopback()
+            || ip == self.cfg.guest_addr
+        {
+            return Err(Unreachable::AdminProhibited);
+        }
+        if dst.port() == 0 {
+            return Err(Unreachable::Port);
+        }
+        Ok(dst)
+    }
+
+    // ---------------------------------------------------------------- TCP
+
+    fn on_syn(&mut self, now: Instant, syn: crate::guest::PendingSyn) {
+        let target = match self.map_dst(syn.dst) {
+            Ok(t) => t,
+            Err(how) => {
+                self.guest
+                    .tcp_refuse(now, syn.id, Refusal::Unreachable(how));
+                self.stats.tcp_refused_unreachable += 1;
+                return;
+            }
+        };
+        if !self.admit(now, true) {
+            self.guest.tcp_refuse(now, syn.id, Refusal::Reset);
+            self.stats.tcp_refused_rst += 1;
+            return;
+        }
+        let sock = match sys::socket(libc::SOCK_STREAM, 0) {
+            Ok(s) => s,
+            Err(_) => {
+                self.guest.tcp_refuse(now, syn.id, Refusal::Reset);
+                self.stats.tcp_refused_rst += 1;
+                return;
+            }
+        };
+        sys::set_nodelay(&sock);
+        if let Err(e) = sys::connect(&sock, target) {
+            let how = unreachable_for(&e);
+            self.refuse(now, syn.id, how);
+            return;
+        }
+        let id = self.alloc_id();
+        if self
+            .epoll
+            .add(sock.as_raw_fd(), EV_IN | EV_OUT | EV_RDHUP | EV_ET, id)
+            .is_err()
+        {
+            self.refuse(now, syn.id, Refusal::Reset);
+            return;
+        }
+        self.half_open += 1;
+        self.flows.insert(
+            id,
+            Flow {
+                kind: Kind::Tcp(Box::new(TcpFlow {
+                    phase: TcpPhase::HostConnecting(syn.id),
+                    conn: None,
+                    g2h: ByteBuf::default(),
+                    h2g: ByteBuf::default(),
+                    readable: false,
+                    writable: false,
+                    guest_eof: false,
+                    host_eof: false,
+                    host_wr_shut: false,
+                    guest_shut: false,
+                })),
+                sock: Some(sock),
+                started: now,
+                last_active: now,
+            },
+        );
+    }
+
+    fn refuse(&mut self, now: Instant, syn: SynId, how: Refusal) {
+        self.guest.tcp_refuse(now, syn, how);
+        match how {
+            Refusal::Reset => self.stats.tcp_refused_rst += 1,
+            Refusal::Unreachable(_) => self.stats.tcp_refused_unreachable += 1,
+        }
+    }
+
+    fn on_listener(&mut self, now: Instant, idx: usize) {
+        let Some(l) = self.listeners.get(idx) else {
+            return;
+        };
+        let fwd = l.fwd;
+        match fwd.proto {
+            Proto::Tcp => {
+                for _ in 0..64 {
+                    let Some(l) = self.listeners.get(idx) else {
+                        return;
+                    };
+                    let (sock, peer) = match sys::accept(&l.sock) {
+                        Ok(x) => x,
+                        Err(_) => return,
+                    };
+                    self.on_inbound_tcp(now, fwd, sock, peer);
+                }
+            }
+            Proto::Udp => {
+                for _ in 0..64 {
+                    let Some(l) = self.listeners.get(idx) else {
+                        return;
+                    };
+                    let mut buf = std::mem::take(&mut self.scratch);
+                    let r = sys::recv_from(&l.sock, &mut buf);
+                    if let Ok((n, peer)) = r {
+                        let data = buf.get(..n).unwrap_or(&[]);
+                        self.on_inbound_udp(now, idx, fwd, peer, data);
+                    }
+                    self.scratch = buf;
+                    if r.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_inbound_tcp(
+        &mut self,
+        now: Instant,
+        fwd: PortForward,
+        sock: OwnedFd,
+        peer: SocketAddrV4,
+    ) {
+        if !self.admit(now, true) {
+            sys::set_linger_zero(&sock);
+            return;
+        }
+        let from = SocketAddrV4::new(self.cfg.gateway, peer.port());
+        let to = SocketAddrV4::new(self.cfg.guest_addr, fwd.guest_port);
+        let conn = match self.guest.tcp_connect(now, from, to) {
+            Ok(c) => c,
+            Err(_) => {
+                sys::set_linger_zero(&sock);
+                return;
+            }
+        };
+        sys::set_nodelay(&sock);
+        let id = self.alloc_id();
+        if self
+            .epoll
+            .add(sock.as_raw_fd(), EV_IN | EV_OUT | EV_RDHUP | EV_ET, id)
+            .is_err()
+        {
+            self.guest.tcp_abort(conn);
+            sys::set_linger_zero(&sock);
+            return;
+        }
+        self.half_open += 1;
+        self.stats.tcp_inbound += 1;
+        self.flows.insert(
+            id,
+            Flow {
+                kind: Kind::Tcp(Box::new(TcpFlow {
+                    phase: TcpPhase::GuestConnecting,
+                    conn: Some(conn),
+                    g2h: ByteBuf::default(),
+                    h2g: ByteBuf::default(),
+                    readable: true,
+                    writable: true,
+                    guest_eof: false,
+                    host_eof: false,
+                    host_wr_shut: false,
+                    guest_shut: false,
+                })),
+                sock: Some(sock),
+                started: now,
+                last_active: now,
+            },
+        );
+    }
+
+    fn on_host_event(&mut self, now: Instant, id: u64, ev: u32) {
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return;
+        };
+        match &mut flow.kind {
+            Kind::Tcp(t) => {
+                if ev & (EV_IN | EV_RDHUP | EV_ERR) != 0 {
+                    t.readable = true;
+                }
+                if ev & (EV_OUT | EV_ERR) != 0 {
+                    t.writable = true;
+                }
+                if let TcpPhase::HostConnecting(syn) = t.phase {
+                    if ev & (EV_OUT | EV_ERR) != 0 {
+                        self.finish_connect(now, id, syn);
+                    }
+                }
+            }
+            Kind::Udp { .. } => self.on_udp_readable(now, id),
+            Kind::Icmp { .. } => self.on_icmp_readable(now, id),
+            Kind::UdpIn { .. } => {}
+        }
+    }
+
+    fn finish_connect(&mut self, now: Instant, id: u64, syn: SynId) {
+        let Some(flow) = self.flows.get(&id) else {
+            return;
+        };
+        let err = match &flow.sock {
+            Some(s) => sys::take_error(s).unwrap_or_else(Some),
+            None => Some(io::Error::from_raw_os_error(libc::EBADF)),
+        };
+        if let Some(e) = err {
+            let how = unreachable_for(&e);
+            self.remove_flow(id);
+            self.refuse(now, syn, how);
+            return;
+        }
+        match self.guest.tcp_accept(now, syn) {
+            Ok(conn) => {
+                self.half_open = self.half_open.saturating_sub(1);
+                self.stats.tcp_opened += 1;
+                if let Some(Flow {
+                    kind: Kind::Tcp(t),
+                    last_active,
+                    ..
+                }) = self.flows.get_mut(&id)
+                {
+                    t.conn = Some(conn);
+                    t.phase = TcpPhase::Established;
+                    *last_active = now;
+                }
+            }
+            Err(_) => {
+                // The guest gave up (e.g. its SYN timed out): drop the host side.
+                self.abort_flow(now, id, false);
+            }
+        }
+    }
+
+    /// Move bytes both ways for one TCP flow and handle its state changes.
+    fn pump_tcp(&mut self, now: Instant, id: u64) {
+        let flow_cap = self.cfg.limits.flow_buffer;
+        let total_cap = self.cfg.limits.total_buffer;
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return;
+        };
+        let Kind::Tcp(t) = &mut flow.kind else { return };
+        let Some(sock) = &flow.sock else { return };
+        let Some(conn) = t.conn else { return };
+        let st = self.guest.tcp_state(conn);
+        if t.phase == TcpPhase::GuestConnecting {
+            if st.established {
+                t.phase = TcpPhase::Established;
+                self.half_open = self.half_open.saturating_sub(1);
+                self.stats.tcp_opened += 1;
+            } else if st.error.is_some() || st.closed {
+                self.abort_flow(now, id, false);
+                return;
+            } else {
+                return;
+            }
+        }
+        if t.phase != TcpPhase::Established {
+            return;
+        }
+        if let Some(err) = st.error {
+            if err == ConnError::Reset {
+                self.stats.tcp_reset_by_guest += 1;
+            }
+            self.abort_flow(now, id, false);
+            return;
+        }
+        let mut moved = false;
+        let mut host_reset = false;
+        let scratch = &mut self.scratch;
+
+        // guest -> host
+        loop {
+            let room = flow_cap
+                .saturating_sub(t.g2h.len())
+                .min(total_cap.saturating_sub(self.buffered))
+                .min(scratch.len());
+            if room == 0 || t.guest_eof {
+                break;
+            }
+            let Some(buf) = scratch.get_mut(..room) else {
+                break;
+            };
+            match self.guest.tcp_recv(conn, buf) {
+                Ok(0) => t.guest_eof = true,
+                Ok(n) => {
+                    t.g2h.q.extend(buf.iter().take(n));
+                    self.buffered += n;
+                }
+                Err(_) => break,
+            }
+        }
+        while !t.g2h.is_empty() && t.writable {
+            let (a, _) = t.g2h.q.as_slices();
+            match sys::send(sock, a) {
+                Ok(n) => {
+                    t.g2h.q.drain(..n.min(a.len()));
+                    self.buffered = self.buffered.saturating_sub(n);
+                    self.stats.bytes_guest_to_host += n as u64;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.writable = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    host_reset = true;
+                    break;
+                }
+            }
+        }
+        if t.guest_eof && t.g2h.is_empty() && !t.host_wr_shut && !host_reset {
+            // guest FIN -> shutdown(SHUT_WR) on the host socket.
+            let _ = sys::shutdown_write(sock);
+            t.host_wr_shut = true;
+        }
+
+        // host -> guest
+        while t.readable && !t.host_eof && !host_reset {
+            let room = flow_cap
+                .saturating_sub(t.h2g.len())
+                .min(total_cap.saturating_sub(self.buffered))
+                .min(scratch.len());
+            if room == 0 {
+                break;
+            }
+            let Some(buf) = scratch.get_mut(..room) else {
+                break;
+            };
+            match sys::recv(sock, buf) {
+                Ok(0) => t.host_eof = true,
+                Ok(n) => {
+                    t.h2g.q.extend(buf.iter().take(n));
+                    self.buffered += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.readable = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => host_reset = true,
+            }
+        }
+        while !t.h2g.is_empty() {
+            let (a, _) = t.h2g.q.as_slices();
+            match self.guest.tcp_send(conn, a) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    t.h2g.q.drain(..n.min(a.len()));
+                    self.buffered = self.buffered.saturating_sub(n);
+                    self.stats.bytes_host_to_guest += n as u64;
+                    moved = true;
+                }
+            }
+        }
+        if host_reset {
+            // Host reset (or write failed): reset the guest side too.
+            self.stats.tcp_reset_by_host += 1;
+            self.abort_flow(now, id, false);
+            return;
+        }
+        if t.host_eof && t.h2g.is_empty() && !t.guest_shut {
+            // host FIN -> FIN to the guest after the queued data.
+            self.guest.tcp_shutdown(conn);
+            t.guest_shut = true;
+        }
+        if moved {
+            flow.last_active = now;
+        }
+        let done = t.guest_eof
+            && t.host_eof
+            && t.host_wr_shut
+            && t.guest_shut
+            && t.g2h.is_empty()
+            && t.h2g.is_empty();
+        if done || st.closed {
+            self.guest.tcp_close(conn);
+            self.stats.tcp_closed += 1;
+            self.remove_flow(id);
+        }
+    }
+
+    /// End a flow abnormally: RST on both sides.
+    fn abort_flow(&mut self, now: Instant, id: u64, guest_too: bool) {
+        let _ = (now, guest_too);
+        if let Some(flow) = self.flows.get(&id) {
+            if let Kind::Tcp(t) = &flow.kind {
+                if let Some(s) = &flow.sock {
+                    sys::set_linger_zero(s);
+                }
+                if let Some(c) = t.conn {
+                    self.guest.tcp_abort(c);
+                }
+                if let TcpPhase::HostConnecting(syn) = t.phase {
+                    self.guest.tcp_refuse(now, syn, Refusal::Reset);
+                }
+            }
+        }
+        self.remove_flow(id);
+    }
+
+    fn remove_flow(&mut self, id: u64) {
+        let Some(flow) = self.flows.remove(&id) else {
+            return;
+        };
+        if let Some(s) = &flow.sock {
+            self.epoll.delete(s.as_raw_fd());
+        }
+        match &flow.kind {
+            Kind::Tcp(t) => {
+                self.buffered = self.buffered.saturating_sub(t.g2h.len() + t.h2g.len());
+                if matches!(
+                    t.phase,
+                    TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting
+                ) {
+                    self.half_open = self.half_open.saturating_sub(1);
+                }
+            }
+            Kind::Udp { guest, dst } => {
+                self.udp_index.remove(&(*guest, *dst));
+            }
+            Kind::UdpIn {
+                listener,
+                peer,
+                guest,
+                apparent,
+            } => {
+                self.udp_in_index.remove(&(*listener, *peer));
+                self.udp_index.remove(&(*guest, *apparent));
+            }
+            Kind::Icmp { guest, dst, ident } => {
+                self.icmp_index.remove(&(*guest, *dst, *ident));
+            }
+        }
+    }
+
+    fn reap(&mut self, now: Instant) {
+        let to = self.cfg.timeouts;
+        let mut expired = Vec::new();
+        for (id, f) in &self.flows {
+            let idle = now.saturating_duration_since(f.last_active);
+            let age = now.saturating_duration_since(f.started);
+            let limit = match &f.kind {
+                Kind::Tcp(t) => match t.phase {
+                    TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting => {
+                        if age >= to.tcp_connect {
+                            expired.push((*id, true));
+                        }
+                        continue;
+                    }
+                    TcpPhase::Established if t.guest_eof || t.host_eof => to.tcp_half_closed,
+                    TcpPhase::Established => to.tcp_idle,
+                },
+                Kind::Udp { .. } | Kind::UdpIn { .. } => to.udp_idle,
+                Kind::Icmp { .. } => to.icmp_idle,
+            };
+            if idle >= limit {
+                expired.push((*id, false));
+            }
+        }
+        for (id, connect_timeout) in expired {
+            let kind = self.flows.get(&id).map(|f| match &f.kind {
+                Kind::Tcp(t) => Some(t.phase),
+                _ => None,
+            });
+            match kind {
+                Some(Some(TcpPhase::HostConnecting(syn))) if connect_timeout => {
+                    self.stats.tcp_connect_timeouts += 1;
+                    self.remove_flow(id);
+                    self.refuse(now, syn, Refusal::Unreachable(Unreachable::Host));
+                }
+                Some(Some(_)) => {
+                    if connect_timeout {
+                        self.stats.tcp_connect_timeouts += 1;
+                    } else {
+                        self.stats.tcp_idle_reaped += 1;
+                    }
+                    self.abort_flow(now, id, true);
+                }
+                Some(None) => {
+                    self.stats.udp_idle_reaped += 1;
+                    self.remove_flow(id);
+                }
+                None => {}
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- UDP
+
+    fn on_guest_datagram(
+        &mut self,
+        now: Instant,
+        src: SocketAddrV4,
+        dst: SocketAddrV4,
+        data: &[u8],
+    ) {
+        if let Some(&id) = self.udp_index.get(&(src, dst)) {
+            self.udp_forward_existing(now, id, data);
+            return;
+        }
+        let target = match self.map_dst(dst) {
+            Ok(t) => t,
+            Err(_) => {
+                self.stats.udp_errors += 1;
+                return;
+            }
+        };
+        if !self.admit(now, false) {
+            return;
+        }
+        let sock = match sys::socket(libc::SOCK_DGRAM, 0) {
+            Ok(s) => s,
+            Err(_) => {
+                self.stats.udp_errors += 1;
+                return;
+            }
+        };
+        if sys::connect(&sock, target).is_err() {
+            self.stats.udp_errors += 1;
+            return;
+        }
+        let id = self.alloc_id();
+        if self.epoll.add(sock.as_raw_fd(), EV_IN, id).is_err() {
+            self.stats.udp_errors += 1;
+            return;
+        }
+        self.stats.udp_flows += 1;
+        self.flows.insert(
+            id,
+            Flow {
+                kind: Kind::Udp { guest: src, dst },
+                sock: Some(sock),
+                started: now,
+                last_active: now,
+            },
+        );
+        self.udp_index.insert((src, dst), id);
+        self.udp_forward_existing(now, id, data);
+    }
+
+    fn udp_forward_existing(&mut self, now: Instant, id: u64, data: &[u8]) {
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return;
+        };
+        let r = match &flow.kind {
+            Kind::Udp { dst, .. } => {
+                if Some(*dst.ip()) == self.cfg.dns {
+                    self.stats.dns_queries += 1;
+                }
+                flow.sock.as_ref().map(|s| sys::send(s, data))
+            }
+            Kind::UdpIn { listener, peer, .. } => self
+                .listeners
+                .get(*listener)
+                .map(|l| sys::send_to(&l.sock, data, *peer)),
+            _ => None,
+        };
+        match r {
+            Some(Ok(_)) => {
+                self.stats.udp_datagrams_out += 1;
+                self.stats.bytes_guest_to_host += data.len() as u64;
+                flow.last_active = now;
+            }
+            _ => self.stats.udp_errors += 1,
+        }
+    }
+
+    fn on_udp_readable(&mut self, now: Instant, id: u64) {
+        for _ in 0..64 {
+            let Some(flow) = self.flows.get_mut(&id) else {
+                return;
+            };
+            let (Kind::Udp { guest, dst }, Some(sock)) = (&flow.kind, &flow.sock) else {
+                return;
+            };
+            let (guest, dst) = (*guest, *dst);
+            let mut buf = std::mem::take(&mut self.scratch);
+            let r = sys::recv(sock, &mut buf);
+            let mut again = false;
+            match r {
+                Ok(n) => {
+                    flow.last_active = now;
+                    let data = buf.get(..n).unwrap_or(&[]);
+                    if self.guest.udp_send(now, dst, guest, data).is_ok() {
+                        self.stats.udp_datagrams_in += 1;
+                        self.stats.bytes_host_to_guest += n as u64;
+                    } else {
+                        self.stats.udp_errors += 1;
+                    }
+                    again = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // ICMP errors (port unreachable...) surface here; count them.
+                Err(_) => {
+                    self.stats.udp_errors += 1;
+                    again = true;
+                }
+            }
+            self.scratch = buf;
+            if !again {
+                return;
+            }
+        }
+    }
+
+    fn on_inbound_udp(
+        &mut self,
+        now: Instant,
+        listener: usize,
+        fwd: PortForward,
+        peer: SocketAddrV4,
+        data: &[u8],
+    ) {
+        let guest = SocketAddrV4::new(self.cfg.guest_addr, fwd.guest_port);
+        let id = match self.udp_in_index.get(&(listener, peer)) {
+            Some(&id) => id,
+            None => {
+                if !self.admit(now, false) {
+                    return;
+                }
+                // The guest sees the datagram from gateway:port; pick a port
+                // not used by another inbound flow to this guest port.
+                let mut apparent = SocketAddrV4::new(self.cfg.gateway, peer.port());
+                let mut tries = 0u32;
+                while self.udp_index.contains_key(&(guest, apparent)) && tries < 1000 {
+                    self.next_udp_in_port = self.next_udp_in_port.wrapping_add(1).max(1024);
+                    apparent = SocketAddrV4::new(self.cfg.gateway, self.next_udp_in_port);
+                    tries += 1;
+                }
+                if self.udp_index.contains_key(&(guest, apparent)) {
+                    self.stats.udp_errors += 1;
+                    return;
+                }
+                let id = self.alloc_id();
+                self.flows.insert(
+                    id,
+                    Flow {
+                        kind: Kind::UdpIn {
+                            listener,
+                            peer,
+                            guest,
+                            apparent,
+                        },
+                        sock: None,
+                        started: now,
+                        last_active: now,
+                    },
+                );
+                self.udp_in_index.insert((listener, peer), id);
+                self.udp_index.insert((guest, apparent), id);
+                self.stats.udp_inbound_flows += 1;
+                id
+            }
+        };
+        let Some(flow) = self.flows.get_mut(&id) else {
+            return;
+        };
+        let Kind::UdpIn { apparent, .. } = flow.kind else {
+            return;
+        };
+        flow.last_active = now;
+        if self.guest.udp_send(now, apparent, guest, data).is_ok() {
+            self.stats.udp_datagrams_in += 1;
+            self.stats.bytes_host_to_guest += data.len() as u64;
+        } else {
+            self.stats.udp_errors += 1;
+        }
+    }
+
+    // ---------------------------------------------------------------- ICMP
+
+    fn on_echo(&mut self, now: Instant, req: &EchoRequest, data: &[u8]) {
+        if req.dst == self.cfg.gateway || Some(req.dst) == self.cfg.dns {
+            self.stats.icmp_echo_gateway += 1;
+            let _ = self
+                .guest
+                .icmp_echo_reply(now, req.dst, req.src, req.ident, req.seq, data);
+            return;
+        }
+        let dst_ok = self.map_dst(SocketAddrV4::new(req.dst, 1)).is_ok();
+        let key = (req.src, req.dst, req.ident);
+        let id = match self.icmp_index.get(&key) {
+            Some(&id) => Some(id),
+            None if dst_ok && self.cfg.icmp_ping_sockets && self.ping_allowed != Some(false) => {
+                if !self.admit(now, false) {
+                    return;
+                }
+                self.open_ping(now, req)
+            }
+            None => None,
+        };
+        let Some(id) = id else {
+            self.stats.icmp_unreachable += 1;
+            let how = if dst_ok {
+                Unreachable::AdminProhibited
+            } else {
+                Unreachable::Host
+            };
+            self.guest.icmp_echo_unreachable(now, req, data, how);
+            return;
+        };
+        // ICMP echo header (type 8, code 0, checksum and identifier filled by
+        // the kernel for ping sockets), then the data.
+        let mut pkt = std::mem::take(&mut self.scratch);
+        let n = (8 + data.len()).min(pkt.len());
+        if let Some(h) = pkt.get_mut(..8) {
+            h.copy_from_slice(&[8, 0, 0, 0, 0, 0, (req.seq >> 8) as u8, req.seq as u8]);
+        }
+        if let Some(d) = pkt.get_mut(8..n) {
+            d.copy_from_slice(data.get(..n - 8).unwrap_or(&[]));
+        }
+        let ok = self
+            .flows
+            .get_mut(&id)
+            .and_then(|f| {
+                f.last_active = now;
+                f.sock.as_ref()
+            })
+            .map(|s| sys::send(s, pkt.get(..n).unwrap_or(&[])).is_ok())
+            .unwrap_or(false);
+        self.scratch = pkt;
+        if ok {
+            self.stats.icmp_echo_relayed += 1;
+        } else {
+            self.stats.icmp_unreachable += 1;
+            self.guest
+                .icmp_echo_unreachable(now, req, data, Unreachable::Host);
+        }
+    }
+
+    fn open_ping(&mut self, now: Instant, req: &EchoRequest) -> Option<u64> {
+        let sock = match sys::socket(libc::SOCK_DGRAM, libc::IPPROTO_ICMP) {
+            Ok(s) => s,
+            Err(_) => {
+                // net.ipv4.ping_group_range does not include us.
+                self.ping_allowed = Some(false);
+                return None;
+            }
+        };
+        self.ping_allowed = Some(true);
+        sys::connect(&sock, SocketAddrV4::new(req.dst, 0)).ok()?;
+        let id = self.alloc_id();
+        self.epoll.add(sock.as_raw_fd(), EV_IN, id).ok()?;
+        self.flows.insert(
+            id,
+            Flow {
+                kind: Kind::Icmp {
+                    guest: req.src,
+                    dst: req.dst,
+                    ident: req.ident,
+                },
+                sock: Some(sock),
+                started: now,
+                last_active: now,
+            },
+        );
+        self.icmp_index.insert((req.src, req.dst, req.ident), id);
+        Some(id)
+    }
+
+    fn on_icmp_readable(&mut self, now: Instant, id: u64) {
+        for _ in 0..64 {
+            let Some(flow) = self.flows.get_mut(&id) else {
+                return;
+            };
+            let (Kind::Icmp { guest, dst, ident }, Some(sock)) = (&flow.kind, &flow.sock) else {
+                return;
+            };
+            let (guest, dst, ident) = (*guest, *dst, *ident);
+            let mut buf = std::mem::take(&mut self.scratch);
+            let r = sys::recv(sock, &mut buf);
+            let mut again = false;
+            if let Ok(n) = r {
+                again = true;
+                flow.last_active = now;
+                // Ping sockets return the ICMP message without the IP header.
+                let is_reply = buf.get(..2) == Some(&[0u8, 0][..]);
+                let seq = buf
+                    .get(6..8)
+                    .and_then(|s| <[u8; 2]>::try_from(s).ok())
+                    .map(u16::from_be_bytes);
+                if let (true, Some(seq)) = (is_reply, seq) {
+                    let data = buf.get(8..n).unwrap_or(&[]);
+                    if self
+                        .guest
+                        .icmp_echo_reply(now, dst, guest, ident, seq, data)
+                        .is_ok()
+                    {
+                        self.stats.icmp_echo_replies += 1;
+                    }
+                }
+            }
+            self.scratch = buf;
+            if !again {
+                return;
+            }
+        }
+    }
+}
+
+impl<G: GuestStack> Drop for Relay<G> {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,85 @@
+//! Per-run accounting (printed by `--stats`).
+
+use std::fmt;
+
+/// Counters for one relay run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub tcp_opened: u64,
+    pub tcp_inbound: u64,
+    pub tcp_refused_rst: u64,
+    pub tcp_refused_unreachable: u64,
+    pub tcp_connect_timeouts: u64,
+    pub tcp_closed: u64,
+    pub tcp_reset_by_guest: u64,
+    pub tcp_reset_by_host: u64,
+    pub tcp_idle_reaped: u64,
+    pub udp_flows: u64,
+    pub udp_inbound_flows: u64,
+    pub udp_datagrams_out: u64,
+    pub udp_datagrams_in: u64,
+    pub udp_idle_reaped: u64,
+    pub udp_errors: u64,
+    pub dns_queries: u64,
+    pub icmp_echo_gateway: u64,
+    pub icmp_echo_relayed: u64,
+    pub icmp_echo_replies: u64,
+    pub icmp_unreachable: u64,
+    pub bytes_guest_to_host: u64,
+    pub bytes_host_to_guest: u64,
+    pub limit_flows: u64,
+    pub limit_half_open: u64,
+    pub limit_rate: u64,
+    pub limit_buffer: u64,
+    pub peak_flows: u64,
+    pub peak_buffered: u64,
+}
+
+impl Stats {
+    /// Flows refused because a limit was hit.
+    pub fn limits_hit(&self) -> u64 {
+        self.limit_flows + self.limit_half_open + self.limit_rate + self.limit_buffer
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "ustack relay statistics")?;
+        writeln!(
+            f,
+            "  tcp:   {} opened ({} inbound), {} closed, refused {} rst / {} unreachable, {} connect timeouts",
+            self.tcp_opened, self.tcp_inbound, self.tcp_closed, self.tcp_refused_rst,
+            self.tcp_refused_unreachable, self.tcp_connect_timeouts
+        )?;
+        writeln!(
+            f,
+            "         resets: {} by guest, {} by host; {} idle reaped",
+            self.tcp_reset_by_guest, self.tcp_reset_by_host, self.tcp_idle_reaped
+        )?;
+        writeln!(
+            f,
+            "  udp:   {} flows ({} inbound), {} datagrams out, {} in, {} dns queries, {} errors, {} idle reaped",
+            self.udp_flows, self.udp_inbound_flows, self.udp_datagrams_out, self.udp_datagrams_in,
+            self.dns_queries, self.udp_errors, self.udp_idle_reaped
+        )?;
+        writeln!(
+            f,
+            "  icmp:  {} echo to gateway, {} relayed, {} replies, {} unreachable",
+            self.icmp_echo_gateway,
+            self.icmp_echo_relayed,
+            self.icmp_echo_replies,
+            self.icmp_unreachable
+        )?;
+        writeln!(
+            f,
+            "  bytes: {} guest->host, {} host->guest",
+            self.bytes_guest_to_host, self.bytes_host_to_guest
+        )?;
+        writeln!(
+            f,
+            "  limits hit: {} flows, {} half-open, {} rate, {} buffer; peak {} flows, {} bytes buffered",
+            self.limit_flows, self.limit_half_open, self.limit_rate, self.limit_buffer,
+            self.peak_flows, self.peak_buffered
+        )
+    }
+}

@@ -1,0 +1,320 @@
+//! epoll and non-blocking host sockets (libc).
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn cvt_size(rc: libc::ssize_t) -> io::Result<usize> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// An epoll instance.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+}
+
+pub const EV_IN: u32 = libc::EPOLLIN as u32;
+pub const EV_OUT: u32 = libc::EPOLLOUT as u32;
+pub const EV_ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+pub const EV_RDHUP: u32 = libc::EPOLLRDHUP as u32;
+pub const EV_ET: u32 = libc::EPOLLET as u32;
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain syscall; result checked.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: fresh descriptor owned by nobody else.
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })
+            .map(|_| ())
+    }
+
+    pub fn delete(&self, fd: RawFd) {
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: `ev` is valid (ignored by DEL on modern kernels).
+        unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
+    }
+
+    /// Wait up to `timeout` (None = forever); fills `out` with (token, events).
+    pub fn wait(
+        &self,
+        events: &mut [libc::epoll_event],
+        timeout: Option<Duration>,
+        out: &mut Vec<(u64, u32)>,
+    ) -> io::Result<()> {
+        out.clear();
+        let ms = match timeout {
+            None => -1,
+            Some(d) => {
+                // Round up so we never wake before the deadline.
+                let ms = d.as_micros().div_ceil(1000);
+                i32::try_from(ms).unwrap_or(i32::MAX)
+            }
+        };
+        let max = i32::try_from(events.len()).unwrap_or(i32::MAX);
+        // SAFETY: `events` is valid for `max` entries.
+        let n = unsafe { libc::epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), max, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        for ev in events.iter().take(n as usize) {
+            let (tok, evs) = (ev.u64, ev.events);
+            out.push((tok, evs));
+        }
+        Ok(())
+    }
+}
+
+fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is plain old data; zero is valid.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    sa.sin_family = libc::AF_INET as libc::sa_family_t;
+    sa.sin_port = a.port().to_be();
+    sa.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+    sa
+}
+
+fn from_sockaddr(sa: &libc::sockaddr_in) -> SocketAddrV4 {
+    SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
+        u16::from_be(sa.sin_port),
+    )
+}
+
+/// A non-blocking, close-on-exec socket.
+pub fn socket(ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; result checked.
+    let fd = cvt(unsafe {
+        libc::socket(
+            libc::AF_INET,
+            ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            proto,
+        )
+    })?;
+    // SAFETY: fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Start a non-blocking connect. `Ok(true)` = connected already.
+pub fn connect(fd: &OwnedFd, to: SocketAddrV4) -> io::Result<bool> {
+    let sa = sockaddr(to);
+    // SAFETY: `sa` is a valid sockaddr_in of the given length.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EINPROGRESS) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+pub fn bind(fd: &OwnedFd, at: SocketAddrV4) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: valid option pointer and length.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    let sa = sockaddr(at);
+    // SAFETY: `sa` is a valid sockaddr_in.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+pub fn listen(fd: &OwnedFd, backlog: i32) -> io::Result<()> {
+    // SAFETY: plain syscall.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) }).map(|_| ())
+}
+
+pub fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
+    // SAFETY: zeroed sockaddr_in is valid; length matches.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: valid out-pointers.
+    cvt(unsafe {
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut sa as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(from_sockaddr(&sa))
+}
+
+/// Accept one connection (non-blocking, close-on-exec).
+pub fn accept(fd: &OwnedFd) -> io::Result<(OwnedFd, SocketAddrV4)> {
+    // SAFETY: zeroed sockaddr_in is valid; length matches.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: valid out-pointers.
+    let c = cvt(unsafe {
+        libc::accept4(
+            fd.as_raw_fd(),
+            (&mut sa as *mut libc::sockaddr_in).cast(),
+            &mut len,
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    })?;
+    // SAFETY: fresh descriptor.
+    Ok((unsafe { OwnedFd::from_raw_fd(c) }, from_sockaddr(&sa)))
+}
+
+/// Pending socket error (SO_ERROR), cleared by reading.
+pub fn take_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid out-pointers.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(if v == 0 {
+        None
+    } else {
+        Some(io::Error::from_raw_os_error(v))
+    })
+}
+
+pub fn send(fd: &OwnedFd, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: `data` valid for reads.
+    cvt_size(unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    })
+}
+
+pub fn send_to(fd: &OwnedFd, data: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+    let sa = sockaddr(to);
+    // SAFETY: `data` valid for reads; `sa` a valid sockaddr_in.
+    cvt_size(unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    })
+}
+
+pub fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` valid for writes.
+    cvt_size(unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    })
+}
+
+pub fn recv_from(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+    // SAFETY: zeroed sockaddr_in is valid; length matches.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: valid buffers and out-pointers.
+    let n = cvt_size(unsafe {
+        libc::recvfrom(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (&mut sa as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    })?;
+    Ok((n, from_sockaddr(&sa)))
+}
+
+pub fn shutdown_write(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: plain syscall.
+    cvt(unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) }).map(|_| ())
+}
+
+/// Make the next close send RST (SO_LINGER with zero timeout).
+pub fn set_linger_zero(fd: &OwnedFd) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: valid option pointer and length.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+}
+
+pub fn set_nodelay(fd: &OwnedFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: valid option pointer and length.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}

@@ -1,0 +1,300 @@
+//! A scripted, in-memory [`GuestStack`] for tests: the test plays the guest
+//! (sends SYNs, data, FIN, RST, datagrams, pings) and inspects what the relay
+//! did on the guest side.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::RawFd;
+use std::time::Instant;
+
+use crate::guest::{
+    ConnError, ConnId, ConnState, Datagram, EchoRequest, GuestStack, PendingSyn, Refusal, SynId,
+    Unreachable,
+};
+
+/// One fake guest connection.
+#[derive(Debug, Default, Clone)]
+pub struct FakeConn {
+    pub from: Option<SocketAddrV4>,
+    pub to: Option<SocketAddrV4>,
+    pub established: bool,
+    /// Bytes the relay delivered to the guest.
+    pub received: Vec<u8>,
+    /// Bytes the guest app has written, not yet taken by the relay.
+    pub outgoing: VecDeque<u8>,
+    /// The guest sent FIN (after `outgoing`).
+    pub guest_fin: bool,
+    /// The relay sent FIN to the guest.
+    pub relay_fin: bool,
+    /// The relay reset the connection.
+    pub aborted: bool,
+    /// The relay released the handle.
+    pub released: bool,
+    /// The guest reset the connection.
+    pub guest_reset: bool,
+    /// Max bytes the guest will accept in total before the test drains it.
+    pub window: usize,
+}
+
+/// The fake guest stack.
+#[derive(Debug, Default)]
+pub struct FakeGuest {
+    next: u64,
+    pub syns: VecDeque<PendingSyn>,
+    pub syn_conn: HashMap<SynId, ConnId>,
+    pub refused: Vec<(SynId, Refusal)>,
+    pub conns: HashMap<ConnId, FakeConn>,
+    pub udp_in: VecDeque<(Datagram, Vec<u8>)>,
+    pub udp_out: Vec<(SocketAddrV4, SocketAddrV4, Vec<u8>)>,
+    pub echo_in: VecDeque<(EchoRequest, Vec<u8>)>,
+    pub echo_replies: Vec<(Ipv4Addr, Ipv4Addr, u16, u16, Vec<u8>)>,
+    pub unreachables: Vec<(EchoRequest, Unreachable)>,
+    /// Inbound connects are established at once unless this is false.
+    pub refuse_inbound: bool,
+    pub polls: u64,
+}
+
+impl FakeGuest {
+    pub fn new() -> FakeGuest {
+        FakeGuest {
+            next: 1,
+            ..FakeGuest::default()
+        }
+    }
+
+    /// The guest sends a SYN from `src` to `dst`.
+    pub fn syn(&mut self, src: SocketAddrV4, dst: SocketAddrV4) -> SynId {
+        let id = SynId(self.next);
+        self.next += 1;
+        self.syns.push_back(PendingSyn { id, src, dst });
+        id
+    }
+
+    /// The connection the relay accepted for `syn`, if it did.
+    pub fn conn_of(&self, syn: SynId) -> Option<ConnId> {
+        self.syn_conn.get(&syn).copied()
+    }
+
+    pub fn conn(&self, c: ConnId) -> Option<&FakeConn> {
+        self.conns.get(&c)
+    }
+
+    pub fn write(&mut self, c: ConnId, data: &[u8]) {
+        if let Some(k) = self.conns.get_mut(&c) {
+            k.outgoing.extend(data.iter().copied());
+        }
+    }
+
+    pub fn fin(&mut self, c: ConnId) {
+        if let Some(k) = self.conns.get_mut(&c) {
+            k.guest_fin = true;
+        }
+    }
+
+    pub fn reset(&mut self, c: ConnId) {
+        if let Some(k) = self.conns.get_mut(&c) {
+            k.guest_reset = true;
+        }
+    }
+
+    /// Let the guest accept `more` bytes.
+    pub fn open_window(&mut self, c: ConnId, more: usize) {
+        if let Some(k) = self.conns.get_mut(&c) {
+            k.window += more;
+        }
+    }
+
+    pub fn send_udp(&mut self, src: SocketAddrV4, dst: SocketAddrV4, data: &[u8]) {
+        self.udp_in.push_back((
+            Datagram {
+                src,
+                dst,
+                len: data.len(),
+            },
+            data.to_vec(),
+        ));
+    }
+
+    pub fn ping(&mut self, src: Ipv4Addr, dst: Ipv4Addr, ident: u16, seq: u16, data: &[u8]) {
+        self.echo_in.push_back((
+            EchoRequest {
+                src,
+                dst,
+                ident,
+                seq,
+                len: data.len(),
+            },
+            data.to_vec(),
+        ));
+    }
+
+    fn new_conn(&mut self, from: SocketAddrV4, to: SocketAddrV4, established: bool) -> ConnId {
+        let c = ConnId(self.next);
+        self.next += 1;
+        self.conns.insert(
+            c,
+            FakeConn {
+                from: Some(from),
+                to: Some(to),
+                established,
+                window: usize::MAX,
+                ..FakeConn::default()
+            },
+        );
+        c
+    }
+}
+
+impl GuestStack for FakeGuest {
+    fn raw_fd(&self) -> Option<RawFd> {
+        None
+    }
+    fn poll(&mut self, _now: Instant) -> io::Result<()> {
+        self.polls += 1;
+        Ok(())
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        None
+    }
+    fn tcp_next_syn(&mut self) -> Option<PendingSyn> {
+        self.syns.pop_front()
+    }
+    fn tcp_accept(&mut self, _now: Instant, id: SynId) -> io::Result<ConnId> {
+        if self.syn_conn.contains_key(&id) || self.refused.iter().any(|(s, _)| *s == id) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "SYN already decided",
+            ));
+        }
+        let c = self.new_conn(
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+            true,
+        );
+        self.syn_conn.insert(id, c);
+        Ok(c)
+    }
+    fn tcp_refuse(&mut self, _now: Instant, id: SynId, how: Refusal) {
+        self.refused.push((id, how));
+    }
+    fn tcp_connect(
+        &mut self,
+        _now: Instant,
+        from: SocketAddrV4,
+        to: SocketAddrV4,
+    ) -> io::Result<ConnId> {
+        if self.refuse_inbound {
+            return Err(io::Error::from(io::ErrorKind::ConnectionRefused));
+        }
+        Ok(self.new_conn(from, to, true))
+    }
+    fn tcp_state(&self, c: ConnId) -> ConnState {
+        match self.conns.get(&c) {
+            Some(k) => ConnState {
+                established: k.established,
+                closed: k.released,
+                error: if k.guest_reset {
+                    Some(ConnError::Reset)
+                } else {
+                    None
+                },
+            },
+            None => ConnState {
+                established: false,
+                closed: true,
+                error: Some(ConnError::Reset),
+            },
+        }
+    }
+    fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize> {
+        let k = self.conns.get_mut(&c).ok_or(io::ErrorKind::NotConnected)?;
+        if k.relay_fin {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let n = data.len().min(k.window.saturating_sub(k.received.len()));
+        k.received.extend_from_slice(data.get(..n).unwrap_or(&[]));
+        Ok(n)
+    }
+    fn tcp_recv(&mut self, c: ConnId, buf: &mut [u8]) -> io::Result<usize> {
+        let k = self.conns.get_mut(&c).ok_or(io::ErrorKind::NotConnected)?;
+        if k.outgoing.is_empty() {
+            return if k.guest_fin {
+                Ok(0)
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            };
+        }
+        let mut n = 0;
+        for slot in buf.iter_mut() {
+            match k.outgoing.pop_front() {
+                Some(b) => {
+                    *slot = b;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(n)
+    }
+    fn tcp_shutdown(&mut self, c: ConnId) {
+        if let Some(k) = self.conns.get_mut(&c) {
+            k.relay_fin = true;
+        }
+    }
+    fn tcp_abort(&mut self, c: ConnId) {
+        if let Some(k) = self.conns.get_mut(&c) {
+            k.aborted = true;
+            k.released = true;
+        }
+    }
+    fn tcp_close(&mut self, c: ConnId) {
+        if let Some(k) = self.conns.get_mut(&c) {
+            k.released = true;
+        }
+    }
+    fn udp_recv(&mut self, buf: &mut [u8]) -> Option<Datagram> {
+        let (d, data) = self.udp_in.pop_front()?;
+        let n = data.len().min(buf.len());
+        buf.get_mut(..n)?.copy_from_slice(data.get(..n)?);
+        Some(Datagram { len: n, ..d })
+    }
+    fn udp_send(
+        &mut self,
+        _now: Instant,
+        src: SocketAddrV4,
+        dst: SocketAddrV4,
+        data: &[u8],
+    ) -> io::Result<()> {
+        self.udp_out.push((src, dst, data.to_vec()));
+        Ok(())
+    }
+    fn icmp_echo_recv(&mut self, buf: &mut [u8]) -> Option<EchoRequest> {
+        let (r, data) = self.echo_in.pop_front()?;
+        let n = data.len().min(buf.len());
+        buf.get_mut(..n)?.copy_from_slice(data.get(..n)?);
+        Some(EchoRequest { len: n, ..r })
+    }
+    fn icmp_echo_reply(
+        &mut self,
+        _now: Instant,
+        from: Ipv4Addr,
+        to: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) -> io::Result<()> {
+        self.echo_replies
+            .push((from, to, ident, seq, data.to_vec()));
+        Ok(())
+    }
+    fn icmp_echo_unreachable(
+        &mut self,
+        _now: Instant,
+        req: &EchoRequest,
+        _data: &[u8],
+        how: Unreachable,
+    ) {
+        self.unreachables.push((*req, how));
+    }
+}
