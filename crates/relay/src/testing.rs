@@ -53,6 +53,8 @@ pub struct FakeGuest {
     /// Inbound connects are established at once unless this is false.
     pub refuse_inbound: bool,
     pub polls: u64,
+    /// Things to keep alive as long as the guest (e.g. the TAP device).
+    pub keep: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl FakeGuest {

@@ -1,0 +1,450 @@
+//! Relay behaviour with a scripted fake guest and real host sockets on
+//! loopback (no traffic leaves the machine).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use ustack_relay::testing::FakeGuest;
+use ustack_relay::{Limits, PortForward, Proto, Refusal, Relay, RelayConfig, Unreachable};
+
+const GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+const GW: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+
+fn relay(cfg: RelayConfig) -> Relay<FakeGuest> {
+    match Relay::new(FakeGuest::new(), cfg) {
+        Ok(r) => r,
+        Err(e) => panic!("relay: {e}"),
+    }
+}
+
+/// Step the relay until `cond` holds (bounded: 2 s).
+fn spin(r: &mut Relay<FakeGuest>, mut cond: impl FnMut(&mut Relay<FakeGuest>) -> bool) -> bool {
+    for _ in 0..400 {
+        if cond(r) {
+            return true;
+        }
+        if let Err(e) = r.step(Some(Duration::from_millis(5))) {
+            panic!("step: {e}");
+        }
+    }
+    cond(r)
+}
+
+fn listener() -> (TcpListener, u16) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    let p = l.local_addr().map(|a| a.port()).unwrap_or(0);
+    (l, p)
+}
+
+fn guest_port(n: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(GUEST, n)
+}
+
+#[test]
+fn tcp_to_gateway_reaches_host_loopback_with_half_close_both_ways() {
+    let (l, port) = listener();
+    let mut r = relay(RelayConfig::default());
+    let syn = r
+        .guest_mut()
+        .syn(guest_port(40000), SocketAddrV4::new(GW, port));
+    assert!(
+        spin(&mut r, |r| r.guest().conn_of(syn).is_some()),
+        "handshake completed after host connect"
+    );
+    let c = r.guest().conn_of(syn).unwrap_or_else(|| panic!("no conn"));
+    let (mut host, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+    host.set_read_timeout(Some(Duration::from_secs(2))).ok();
+
+    // guest data + FIN -> host reads data then EOF (shutdown(SHUT_WR)).
+    r.guest_mut().write(c, b"hello from guest");
+    r.guest_mut().fin(c);
+    for _ in 0..5 {
+        let _ = r.step(Some(Duration::from_millis(5)));
+    }
+    let mut got = Vec::new();
+    host.read_to_end(&mut got)
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    assert_eq!(got, b"hello from guest");
+
+    // The other direction still works after the guest's FIN.
+    host.write_all(b"reply")
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    host.shutdown(std::net::Shutdown::Write).ok();
+    assert!(spin(&mut r, |r| r
+        .guest()
+        .conn(c)
+        .is_some_and(|k| k.released)));
+    let k = r.guest().conn(c).cloned().unwrap_or_default();
+    assert_eq!(k.received, b"reply");
+    assert!(k.relay_fin, "host FIN relayed as FIN");
+    assert!(!k.aborted);
+    assert_eq!(r.flow_count(), 0);
+    assert_eq!(r.stats().tcp_opened, 1);
+    assert_eq!(r.stats().tcp_closed, 1);
+    assert_eq!(r.stats().bytes_guest_to_host, 16);
+    assert_eq!(r.stats().bytes_host_to_guest, 5);
+}
+
+#[test]
+fn refused_host_port_answers_rst_and_special_destinations_unreachable() {
+    let (l, port) = listener();
+    drop(l);
+    let mut r = relay(RelayConfig::default());
+    let s1 = r
+        .guest_mut()
+        .syn(guest_port(40001), SocketAddrV4::new(GW, port));
+    let s2 = r.guest_mut().syn(
+        guest_port(40002),
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), 80),
+    );
+    let s3 = r.guest_mut().syn(
+        guest_port(40003),
+        SocketAddrV4::new(Ipv4Addr::new(224, 0, 0, 1), 80),
+    );
+    assert!(spin(&mut r, |r| r.guest().refused.len() == 3));
+    let refused = r.guest().refused.clone();
+    assert!(refused.contains(&(s1, Refusal::Reset)), "{refused:?}");
+    assert!(
+        refused.contains(&(s2, Refusal::Unreachable(Unreachable::Port))),
+        "{refused:?}"
+    );
+    assert!(refused.contains(&(s3, Refusal::Unreachable(Unreachable::AdminProhibited))));
+    assert!(r.guest().conn_of(s1).is_none());
+    assert_eq!(r.stats().tcp_refused_rst, 1);
+    assert_eq!(r.stats().tcp_refused_unreachable, 2);
+    assert_eq!(r.flow_count(), 0);
+}
+
+#[test]
+fn resets_propagate_both_ways() {
+    let (l, port) = listener();
+    let mut r = relay(RelayConfig::default());
+    let a = r
+        .guest_mut()
+        .syn(guest_port(40010), SocketAddrV4::new(GW, port));
+    let b = r
+        .guest_mut()
+        .syn(guest_port(40011), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| r.guest().conn_of(a).is_some()
+        && r.guest().conn_of(b).is_some()));
+    let (ha, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+    let (mut hb, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+    let (ca, cb) = (r.guest().conn_of(a), r.guest().conn_of(b));
+    let (Some(ca), Some(cb)) = (ca, cb) else {
+        panic!("conns")
+    };
+    // Host A resets (linger 0 close) -> guest A aborted.
+    let sock = socket2_linger_zero(ha);
+    drop(sock);
+    assert!(spin(&mut r, |r| r
+        .guest()
+        .conn(ca)
+        .is_some_and(|k| k.aborted)));
+    // Guest B resets -> host B sees ECONNRESET (or EOF after RST).
+    r.guest_mut().reset(cb);
+    assert!(spin(&mut r, |r| r.flow_count() == 0));
+    hb.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    let mut buf = [0u8; 8];
+    let res = hb.read(&mut buf);
+    assert!(
+        matches!(&res, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "host saw {res:?}"
+    );
+    assert_eq!(r.stats().tcp_reset_by_host, 1);
+    assert_eq!(r.stats().tcp_reset_by_guest, 1);
+}
+
+fn socket2_linger_zero(s: TcpStream) -> TcpStream {
+    use std::os::fd::AsRawFd;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: valid option pointer/length on an open socket.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    s
+}
+
+#[test]
+fn back_pressure_bounds_buffering_and_delivers_everything_in_order() {
+    let (l, port) = listener();
+    let cfg = RelayConfig {
+        limits: Limits {
+            flow_buffer: 64 * 1024,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let syn = r
+        .guest_mut()
+        .syn(guest_port(40020), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| r.guest().conn_of(syn).is_some()));
+    let c = r.guest().conn_of(syn).unwrap_or_else(|| panic!("conn"));
+    let (mut host, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+    // The guest accepts nothing for now.
+    if let Some(k) = r.guest_mut().conns.get_mut(&c) {
+        k.window = 0;
+    }
+    host.set_nonblocking(true).ok();
+    let total = 32 * 1024 * 1024;
+    let data: Vec<u8> = (0..total).map(|i| (i * 7 % 251) as u8).collect();
+    let mut off = 0;
+    for _ in 0..200 {
+        if let Ok(n) = host.write(&data[off..]) {
+            off += n;
+        }
+        let _ = r.step(Some(Duration::from_millis(1)));
+        assert!(
+            r.buffered() <= 64 * 1024,
+            "buffered {} > per-flow limit",
+            r.buffered()
+        );
+    }
+    assert!(
+        off < total,
+        "host writes blocked: back-pressure reached the host socket"
+    );
+    // Open the window and drain.
+    for _ in 0..4000 {
+        r.guest_mut().open_window(c, 256 * 1024);
+        if off < total {
+            if let Ok(n) = host.write(&data[off..]) {
+                off += n;
+            }
+        }
+        let _ = r.step(Some(Duration::from_millis(1)));
+        if r.guest().conn(c).is_some_and(|k| k.received.len() == total) {
+            break;
+        }
+    }
+    let got = r
+        .guest()
+        .conn(c)
+        .map(|k| k.received.clone())
+        .unwrap_or_default();
+    assert_eq!(got.len(), total);
+    assert!(got == data, "bytes in order and intact");
+    assert!(r.stats().peak_buffered <= 64 * 1024);
+}
+
+#[test]
+fn flow_and_rate_limits_refuse_cleanly_and_are_counted() {
+    let (_l, port) = listener();
+    let cfg = RelayConfig {
+        limits: Limits {
+            max_flows: 1,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let a = r
+        .guest_mut()
+        .syn(guest_port(40030), SocketAddrV4::new(GW, port));
+    let b = r
+        .guest_mut()
+        .syn(guest_port(40031), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| r.guest().conn_of(a).is_some()));
+    assert!(r.guest().refused.contains(&(b, Refusal::Reset)));
+    assert_eq!(r.stats().limit_flows, 1);
+
+    let cfg = RelayConfig {
+        limits: Limits {
+            new_flows_per_sec: 2,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let syns: Vec<_> = (0..3)
+        .map(|i| {
+            r.guest_mut()
+                .syn(guest_port(40040 + i), SocketAddrV4::new(GW, port))
+        })
+        .collect();
+    assert!(spin(&mut r, |r| r.guest().syn_conn.len() == 2
+        && r.guest().refused.len() == 1));
+    assert_eq!(r.guest().refused, vec![(syns[2], Refusal::Reset)]);
+    assert_eq!(r.stats().limit_rate, 1);
+    assert_eq!(r.stats().limits_hit(), 1);
+
+    let cfg = RelayConfig {
+        limits: Limits {
+            max_half_open: 0,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let s = r
+        .guest_mut()
+        .syn(guest_port(40050), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| !r.guest().refused.is_empty()));
+    assert_eq!(r.guest().refused, vec![(s, Refusal::Reset)]);
+    assert_eq!(r.stats().limit_half_open, 1);
+}
+
+#[test]
+fn udp_flows_and_dns_forwarding() {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let echo_port = echo.local_addr().map(|a| a.port()).unwrap_or(0);
+    let dns = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let dns_addr = match dns.local_addr() {
+        Ok(std::net::SocketAddr::V4(a)) => a,
+        other => panic!("{other:?}"),
+    };
+    echo.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    dns.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    let cfg = RelayConfig {
+        host_dns: dns_addr,
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let g = guest_port(5000);
+    r.guest_mut()
+        .send_udp(g, SocketAddrV4::new(GW, echo_port), b"ping");
+    r.guest_mut().send_udp(
+        g,
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), 53),
+        b"query",
+    );
+    let _ = r.step(Some(Duration::from_millis(5)));
+    let mut buf = [0u8; 64];
+    let (n, from) = echo
+        .recv_from(&mut buf)
+        .unwrap_or_else(|e| panic!("echo recv: {e}"));
+    assert_eq!(&buf[..n], b"ping");
+    echo.send_to(b"pong", from)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (n, from) = dns
+        .recv_from(&mut buf)
+        .unwrap_or_else(|e| panic!("dns recv: {e}"));
+    assert_eq!(&buf[..n], b"query");
+    dns.send_to(b"answer", from)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(spin(&mut r, |r| r.guest().udp_out.len() == 2));
+    let out = r.guest().udp_out.clone();
+    assert!(
+        out.contains(&(SocketAddrV4::new(GW, echo_port), g, b"pong".to_vec())),
+        "{out:?}"
+    );
+    assert!(out.contains(&(
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), 53),
+        g,
+        b"answer".to_vec()
+    )));
+    assert_eq!(r.stats().dns_queries, 1);
+    assert_eq!(r.stats().udp_flows, 2);
+    assert_eq!(r.flow_count(), 2);
+}
+
+#[test]
+fn idle_udp_flows_are_reaped() {
+    let echo = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = echo.local_addr().map(|a| a.port()).unwrap_or(0);
+    let mut cfg = RelayConfig::default();
+    cfg.timeouts.udp_idle = Duration::from_millis(100);
+    let mut r = relay(cfg);
+    r.guest_mut()
+        .send_udp(guest_port(5001), SocketAddrV4::new(GW, port), b"x");
+    let _ = r.step(Some(Duration::from_millis(1)));
+    assert_eq!(r.flow_count(), 1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(spin(&mut r, |r| r.flow_count() == 0));
+    assert_eq!(r.stats().udp_idle_reaped, 1);
+}
+
+#[test]
+fn icmp_echo_gateway_answered_others_unreachable_without_ping_sockets() {
+    let cfg = RelayConfig {
+        icmp_ping_sockets: false,
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    r.guest_mut().ping(GUEST, GW, 77, 1, b"abc");
+    r.guest_mut()
+        .ping(GUEST, Ipv4Addr::new(192, 0, 2, 1), 77, 2, b"def");
+    let _ = r.step(Some(Duration::from_millis(1)));
+    assert_eq!(
+        r.guest().echo_replies,
+        vec![(GW, GUEST, 77, 1, b"abc".to_vec())]
+    );
+    assert_eq!(r.guest().unreachables.len(), 1);
+    assert_eq!(r.guest().unreachables[0].1, Unreachable::AdminProhibited);
+    assert_eq!(r.stats().icmp_echo_gateway, 1);
+    assert_eq!(r.stats().icmp_unreachable, 1);
+}
+
+#[test]
+fn inbound_tcp_and_udp_port_forwards() {
+    let cfg = RelayConfig {
+        forwards: vec![
+            PortForward {
+                host_ip: Ipv4Addr::LOCALHOST,
+                host_port: 0,
+                guest_port: 8080,
+                proto: Proto::Tcp,
+            },
+            PortForward {
+                host_ip: Ipv4Addr::LOCALHOST,
+                host_port: 0,
+                guest_port: 5353,
+                proto: Proto::Udp,
+            },
+        ],
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let addrs = r.listener_addrs();
+    assert_eq!(addrs.len(), 2);
+    let mut peer = TcpStream::connect(addrs[0]).unwrap_or_else(|e| panic!("connect: {e}"));
+    peer.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    assert!(spin(&mut r, |r| !r.guest().conns.is_empty()));
+    let (&c, k) = r
+        .guest()
+        .conns
+        .iter()
+        .next()
+        .unwrap_or_else(|| panic!("conn"));
+    assert_eq!(k.to, Some(guest_port(8080)));
+    assert_eq!(k.from.map(|a| *a.ip()), Some(GW));
+    peer.write_all(b"GET /").unwrap_or_else(|e| panic!("{e}"));
+    assert!(spin(&mut r, |r| r
+        .guest()
+        .conn(c)
+        .is_some_and(|k| k.received == b"GET /")));
+    r.guest_mut().write(c, b"200 OK");
+    r.guest_mut().fin(c);
+    let _ = spin(&mut r, |r| r.stats().bytes_guest_to_host >= 6);
+    let mut got = Vec::new();
+    let _ = peer.read_to_end(&mut got);
+    assert_eq!(got, b"200 OK");
+    assert_eq!(r.stats().tcp_inbound, 1);
+
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    u.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    u.send_to(b"q", addrs[1]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(spin(&mut r, |r| !r.guest().udp_out.is_empty()));
+    let (src, dst, data) = r.guest().udp_out[0].clone();
+    assert_eq!((dst, data.as_slice()), (guest_port(5353), &b"q"[..]));
+    assert_eq!(*src.ip(), GW);
+    r.guest_mut().send_udp(guest_port(5353), src, b"a");
+    let _ = r.step(Some(Duration::from_millis(1)));
+    let mut buf = [0u8; 8];
+    let (n, from) = u
+        .recv_from(&mut buf)
+        .unwrap_or_else(|e| panic!("reply: {e}"));
+    assert_eq!(&buf[..n], b"a");
+    assert_eq!(from, std::net::SocketAddr::V4(addrs[1]));
+    assert_eq!(r.stats().udp_inbound_flows, 1);
+}
