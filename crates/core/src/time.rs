@@ -18,10 +18,14 @@ impl Instant {
         Instant { micros }
     }
     pub const fn from_millis(millis: u64) -> Self {
-        Instant { micros: millis.saturating_mul(1000) }
+        Instant {
+            micros: millis.saturating_mul(1000),
+        }
     }
     pub const fn from_secs(secs: u64) -> Self {
-        Instant { micros: secs.saturating_mul(1_000_000) }
+        Instant {
+            micros: secs.saturating_mul(1_000_000),
+        }
     }
     pub const fn total_micros(self) -> u64 {
         self.micros
@@ -43,7 +47,9 @@ impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
         let d = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        Instant { micros: self.micros.saturating_add(d) }
+        Instant {
+            micros: self.micros.saturating_add(d),
+        }
     }
 }
 
@@ -57,7 +63,9 @@ impl Sub<Duration> for Instant {
     type Output = Instant;
     fn sub(self, d: Duration) -> Instant {
         let d = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        Instant { micros: self.micros.saturating_sub(d) }
+        Instant {
+            micros: self.micros.saturating_sub(d),
+        }
     }
 }
 
@@ -71,7 +79,12 @@ impl Sub<Instant> for Instant {
 
 impl fmt::Debug for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:06}s", self.micros / 1_000_000, self.micros % 1_000_000)
+        write!(
+            f,
+            "{}.{:06}s",
+            self.micros / 1_000_000,
+            self.micros % 1_000_000
+        )
     }
 }
 

@@ -846,6 +846,32 @@ impl Connection {
         Some((seq, n, fin))
     }
 
+    /// Data (or a FIN) queued and not yet sent.
+    fn has_unsent(&self) -> bool {
+        self.can_send_data_state()
+            && (self.sendq.ring.len() > self.snd_nxt.wrapping_sub(self.sendq.seq) as usize
+                || (self.sendq.fin_queued && self.snd_max.le(self.sendq.fin_seq())))
+    }
+
+    /// Unsent data, nothing in flight, no timer running and the window (or
+    /// SWS avoidance) holds the data back: the persist timer must be armed.
+    /// RFC 9293 3.8.6.1: "The sending TCP must regularly transmit at least
+    /// one octet of new data (if available), or retransmit to the receiving
+    /// TCP even if the send window is zero, in order to "probe" the window.
+    /// This retransmission is essential to guarantee that when either TCP
+    /// has a zero window the reopening of the window will be reliably
+    /// reported to the other." RFC 1122 4.2.2.17: "A TCP MAY keep its
+    /// offered receive window closed indefinitely. As long as the receiving
+    /// TCP continues to send acknowledgments in response to the probe
+    /// segments, the sending TCP MUST allow the connection to stay open."
+    fn persist_needed(&self) -> bool {
+        self.persist_at.is_none()
+            && self.rto_at.is_none()
+            && self.snd_nxt == self.snd_una
+            && self.has_unsent()
+            && self.next_segment(false).is_none()
+    }
+
     fn syn_needed(&self) -> bool {
         matches!(self.state, State::SynSent | State::SynReceived) && self.snd_nxt == self.iss
     }
@@ -863,6 +889,9 @@ impl Connection {
             || self.syn_needed()
             || self.rtx_pending.is_some()
             || self.next_segment(self.force_send).is_some()
+            // An application `send` into a closed window: `dispatch` must
+            // run to arm the persist timer.
+            || self.persist_needed()
     }
 
     /// When `dispatch` must next be called; `Instant::ZERO` means now.
@@ -1312,7 +1341,14 @@ impl Connection {
         // Window update: "If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and
         // SND.WL2 =< SEG.ACK), set SND.WND <- SEG.WND, set SND.WL1 <-
         // SEG.SEQ, and set SND.WL2 <- SEG.ACK."
-        if self.snd_wl1.lt(seg.seq) || (self.snd_wl1 == seg.seq && self.snd_wl2.le(ack)) {
+        // Like Linux (tcp_may_update_window), a segment with the same
+        // SEG.SEQ and SEG.ACK as the last update may only open the window:
+        // otherwise a reordered, stale "win 0" ACK overrides the newer
+        // window update and the sender waits for the persist timer.
+        if self.snd_wl1.lt(seg.seq)
+            || (self.snd_wl1 == seg.seq
+                && (self.snd_wl2.lt(ack) || (self.snd_wl2 == ack && new_wnd >= self.snd_wnd)))
+        {
             self.snd_wnd = new_wnd;
             self.snd_wl1 = seg.seq;
             self.snd_wl2 = ack;
@@ -1702,22 +1738,13 @@ impl Connection {
         self.force_send = false;
 
         // Persist timer: unsent data, nothing in flight, window too small.
-        let unsent = self.can_send_data_state()
-            && (self.sendq.ring.len() > self.snd_nxt.wrapping_sub(self.sendq.seq) as usize
-                || (self.sendq.fin_queued && self.snd_max.le(self.sendq.fin_seq())));
-        if unsent
-            && self.snd_nxt == self.snd_una
-            && self.rto_at.is_none()
-            && self.next_segment(false).is_none()
-        {
-            if self.persist_at.is_none() {
-                let mut d = self.rtt.rto();
-                for _ in 0..self.persist_backoff.min(16) {
-                    d = d.saturating_mul(2);
-                }
-                self.persist_at = Some(now + d.min(self.cfg.max_rto));
+        if self.persist_needed() {
+            let mut d = self.rtt.rto();
+            for _ in 0..self.persist_backoff.min(16) {
+                d = d.saturating_mul(2);
             }
-        } else if !unsent {
+            self.persist_at = Some(now + d.min(self.cfg.max_rto));
+        } else if !self.has_unsent() {
             self.persist_at = None;
         }
 

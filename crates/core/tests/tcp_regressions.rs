@@ -1,0 +1,163 @@
+//! Unit tests for engine bugs the deterministic simulation (`crates/sim`)
+//! found; each names the seeds in `crates/sim/tests/regressions.txt` it
+//! distils. The peer is played by hand, segment by segment.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use ustack_core::tcp::{Connection, State, TcpConfig, TcpCounters};
+use ustack_core::time::Instant;
+use ustack_wire::tcp::{SeqNum, TcpRepr};
+
+const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000);
+const REMOTE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+const ISS: u32 = 1000;
+const IRS: u32 = 5000;
+
+fn cfg() -> TcpConfig {
+    TcpConfig {
+        timestamps: false,
+        sack: false,
+        window_scale: false,
+        ..TcpConfig::default()
+    }
+}
+
+/// Everything `dispatch` emits at `now`, as (seq, ack, payload len, fin, rst, window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Out {
+    seq: SeqNum,
+    ack: Option<SeqNum>,
+    len: usize,
+    fin: bool,
+    rst: bool,
+    window: u16,
+}
+
+fn dispatch(c: &mut Connection, now: Instant, ctr: &mut TcpCounters) -> Vec<Out> {
+    let mut out = Vec::new();
+    c.dispatch(now, ctr, &mut |r| {
+        out.push(Out {
+            seq: r.seq,
+            ack: r.ack,
+            len: r.payload.len(),
+            fin: r.fin,
+            rst: r.rst,
+            window: r.window,
+        });
+        true
+    });
+    out
+}
+
+/// A segment from the peer.
+fn peer(seq: u32, ack: u32, window: u16) -> TcpRepr<'static> {
+    TcpRepr {
+        src_port: REMOTE.port(),
+        dst_port: LOCAL.port(),
+        seq: SeqNum(seq),
+        ack: Some(SeqNum(ack)),
+        window,
+        ..TcpRepr::default()
+    }
+}
+
+/// An active open completed by hand with the peer offering `window`.
+fn established(window: u16, ctr: &mut TcpCounters) -> Connection {
+    let now = Instant::ZERO;
+    let mut c = Connection::connect(&cfg(), LOCAL, REMOTE, SeqNum(ISS), 1460, now);
+    let syn = dispatch(&mut c, now, ctr);
+    assert_eq!(syn.len(), 1);
+    let synack = TcpRepr {
+        syn: true,
+        max_seg_size: Some(1460),
+        ..peer(IRS, ISS + 1, window)
+    };
+    c.process(now, &synack, ctr);
+    let ack = dispatch(&mut c, now, ctr);
+    assert_eq!(ack.len(), 1, "the handshake's ACK");
+    assert_eq!(c.state(), State::Established);
+    c
+}
+
+/// Run `c` by its own `poll_at` until `until`, collecting what it emits.
+fn run(c: &mut Connection, from: Instant, until: Instant, ctr: &mut TcpCounters) -> Vec<Out> {
+    let mut out = Vec::new();
+    let mut now = from;
+    for _ in 0..10_000 {
+        let Some(at) = c.poll_at() else { break };
+        let at = at.max(now);
+        if at > until {
+            break;
+        }
+        now = at;
+        out.extend(dispatch(c, now, ctr));
+    }
+    out
+}
+
+/// `mixed 21`, `reorder 547/901/956`, `lossy 253/184/288`, `corrupt
+/// 267/661`, `mixed 587`: the application queues data while the peer's
+/// window is zero and nothing is in flight. `send` must leave the
+/// connection with a timer (the persist timer), and the timer must probe
+/// the window; a late window update then lets the data go.
+#[test]
+fn send_into_zero_window_arms_persist_timer() {
+    let mut ctr = TcpCounters::default();
+    let mut c = established(0, &mut ctr);
+    assert_eq!(c.poll_at(), None, "idle, nothing queued");
+    assert_eq!(c.send(b"hello world").unwrap(), 11);
+    let at = c
+        .poll_at()
+        .expect("queued data into a zero window needs a timer");
+    // Probes come with exponential backoff and never stop while unanswered
+    // for fewer than max_retries.
+    let out = run(&mut c, Instant::ZERO, Instant::from_secs(20), &mut ctr);
+    assert!(at <= Instant::from_secs(1));
+    let probes: Vec<_> = out.iter().filter(|o| o.seq == SeqNum(ISS)).collect();
+    assert!(probes.len() >= 3, "window probes: {out:?}");
+    assert!(out.iter().all(|o| o.len == 0), "no data into a zero window");
+    assert!(ctr.TCPWinProbe >= 3);
+    assert!(c.poll_at().is_some(), "still probing");
+    // The peer answers a probe with an open window: the data goes.
+    let now = Instant::from_secs(20);
+    c.process(now, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert!(
+        out.iter().any(|o| o.seq == SeqNum(ISS + 1) && o.len == 11),
+        "{out:?}"
+    );
+}
+
+/// The same after `shutdown`: data + FIN queued behind a zero window
+/// (`mixed 587`: FIN-WAIT-1 with data queued and no timer).
+#[test]
+fn shutdown_behind_zero_window_keeps_a_timer() {
+    let mut ctr = TcpCounters::default();
+    let mut c = established(0, &mut ctr);
+    assert_eq!(c.send(&[7u8; 3000]).unwrap(), 3000);
+    c.close();
+    assert_eq!(c.state(), State::FinWait1);
+    assert!(c.poll_at().is_some());
+    let out = run(&mut c, Instant::ZERO, Instant::from_secs(10), &mut ctr);
+    assert!(out.iter().any(|o| o.seq == SeqNum(ISS)), "probe: {out:?}");
+    assert!(c.poll_at().is_some());
+}
+
+/// `reorder 118`: a stale "win 0" ACK (same SEG.SEQ and SEG.ACK) arrives
+/// after the newer "win 4096" update. Like Linux, an update with the same
+/// SEG.SEQ and SEG.ACK may only open the window, so the data still goes.
+#[test]
+fn reordered_stale_zero_window_does_not_close_the_window() {
+    let mut ctr = TcpCounters::default();
+    let mut c = established(4096, &mut ctr);
+    let now = Instant::from_millis(10);
+    c.process(now, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
+    c.process(now, &peer(IRS + 1, ISS + 1, 0), &mut ctr);
+    assert_eq!(c.info().snd_wnd, 4096, "the stale zero window is ignored");
+    assert_eq!(c.send(&[1u8; 1000]).unwrap(), 1000);
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert!(out.iter().any(|o| o.len == 1000), "{out:?}");
+    // A newer ACK (higher SEG.ACK) may still close the window.
+    c.process(now, &peer(IRS + 1, ISS + 1001, 0), &mut ctr);
+    assert_eq!(c.info().snd_wnd, 0);
+}
