@@ -1,0 +1,22 @@
+//! Bodies of the fuzz targets, shared by the libFuzzer binaries in
+//! `fuzz/fuzz_targets/` and by the stable-toolchain corpus replay test
+//! `crates/sim/tests/fuzz_corpus_replay.rs` (both include this directory with
+//! `#[path = ...] mod harness;`). Only `ustack-wire` and `ustack-core` may be
+//! used here: the replay test has no libFuzzer.
+
+pub mod parsers;
+pub mod stack;
+
+/// A target body: one fuzz input in, a panic on a violated invariant.
+pub type Body = fn(&[u8]);
+
+/// Every target: its name (= `fuzz/corpus/<name>/`) and its body.
+pub const TARGETS: &[(&str, Body)] = &[
+    ("ethernet", parsers::ethernet),
+    ("arp", parsers::arp),
+    ("ipv4", parsers::ipv4),
+    ("icmpv4", parsers::icmpv4),
+    ("udp", parsers::udp),
+    ("tcp", parsers::tcp),
+    ("stack_receive", stack::run),
+];
