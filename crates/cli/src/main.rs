@@ -1,1 +1,118 @@
-fn main() {}
+//! `ustack`: run the classic services, ping and fetch over the user-space
+//! TCP/IP stack on a TAP device, and benchmark it against the Linux kernel.
+
+use std::net::Ipv4Addr;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod get;
+mod http;
+mod kernel;
+mod ping;
+mod serve;
+mod server;
+mod services;
+mod setup;
+mod signals;
+
+#[derive(Parser)]
+#[command(
+    name = "ustack",
+    version,
+    about = "A user-space TCP/IP stack: serve, ping, get, bench"
+)]
+struct Cli {
+    /// More logging on stderr (-v: debug, -vv: trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve echo (TCP+UDP 7), discard (9), chargen (19) and HTTP (80) on ustack over a TAP.
+    Serve(serve::ServeArgs),
+    /// Send ICMP echo requests from ustack (like ping(8)).
+    Ping(ping::PingArgs),
+    /// Fetch a URL with HTTP/1.1 GET over ustack; throughput goes to stderr.
+    Get(get::GetArgs),
+    /// Run a command in its own network namespace, networked by ustack in user space.
+    Run(ustack_relay::cli::RunArgs),
+    /// Attach ustack networking to an existing process's network namespace.
+    Attach(ustack_relay::cli::AttachArgs),
+    /// (bench helper) Run the services on the kernel's sockets.
+    #[command(hide = true)]
+    Kserve {
+        /// Address to listen on.
+        #[arg(long, default_value = "0.0.0.0")]
+        bind: Ipv4Addr,
+    },
+    /// (bench helper) Measure against services on the kernel's sockets.
+    #[command(hide = true)]
+    Kclient {
+        #[arg(value_enum)]
+        test: kernel::ClientTest,
+        host: Ipv4Addr,
+        /// Round trips for `rr`.
+        #[arg(long, default_value_t = 2000)]
+        count: u64,
+        /// Seconds for `send`/`recv`.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+    },
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Serve(a) => {
+            signals::block_termination()?;
+            serve::run(a)
+        }
+        Command::Ping(a) => {
+            signals::block_termination()?;
+            ping::run(a)
+        }
+        Command::Get(a) => get::run(a),
+        Command::Run(a) => ustack_relay::cli::run(a),
+        Command::Attach(a) => ustack_relay::cli::attach(a),
+        Command::Kserve { bind } => {
+            signals::block_termination()?;
+            kernel::kserve(bind)
+        }
+        Command::Kclient {
+            test,
+            host,
+            count,
+            seconds,
+        } => kernel::kclient(test, host, count, seconds),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match run(cli) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            // "{:#}" prints the context chain on one line: "a: b: c".
+            eprintln!("ustack: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

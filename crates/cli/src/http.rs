@@ -1,0 +1,805 @@
+//! A small HTTP/1.1 server and client, generic over `Read + Write`.
+//!
+//! Server routes:
+//! - `/` — a short text page (the caller supplies it, e.g. the stack's counters);
+//! - `/bytes/N` — `N` bytes where byte `i` is `(i % 251) as u8`
+//!   (see [`crate::services::PATTERN_PERIOD`]), with `Content-Length`.
+//!
+//! `GET` and `HEAD` are served; other methods get 405, unknown paths 404,
+//! malformed requests 400. Connections are persistent unless the client asks
+//! otherwise (HTTP/1.1 default; HTTP/1.0 only with `Connection: keep-alive`).
+
+use std::fmt::Write as _;
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use crate::services;
+
+/// Longest request or response head we accept.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// A read buffer in front of a stream, used to find the end of a message
+/// head and to hand over any bytes read beyond it to the body (pipelining).
+pub struct Conn<S> {
+    pub stream: S,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl<S: Read + Write> Conn<S> {
+    pub fn new(stream: S) -> Self {
+        Conn {
+            stream,
+            buf: vec![0; services::CHUNK],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn buffered(&self) -> &[u8] {
+        self.buf.get(self.start..self.end).unwrap_or(&[])
+    }
+
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let dst = self.buf.get_mut(self.end..).unwrap_or(&mut []);
+        if dst.is_empty() {
+            return Err(io::Error::new(
+                ErrorKind::InvalidData,
+                "message head too long",
+            ));
+        }
+        loop {
+            match self.stream.read(dst) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Read a message head (up to and including the empty line).
+    /// `Ok(None)` on a clean EOF before any byte of a new message.
+    fn read_head(&mut self) -> io::Result<Option<String>> {
+        loop {
+            if let Some(pos) = find(self.buffered(), b"\r\n\r\n") {
+                let head =
+                    String::from_utf8_lossy(self.buffered().get(..pos).unwrap_or(&[])).into_owned();
+                self.start += pos + 4;
+                return Ok(Some(head));
+            }
+            if self.buffered().len() >= MAX_HEAD {
+                return Err(io::Error::new(
+                    ErrorKind::InvalidData,
+                    "message head too long",
+                ));
+            }
+            if self.fill()? == 0 {
+                if self.buffered().is_empty() {
+                    return Ok(None);
+                }
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "connection closed in the middle of a message head",
+                ));
+            }
+        }
+    }
+
+    /// Read one CRLF-terminated line (for chunk sizes).
+    fn read_line(&mut self) -> io::Result<String> {
+        loop {
+            if let Some(pos) = find(self.buffered(), b"\r\n") {
+                let line =
+                    String::from_utf8_lossy(self.buffered().get(..pos).unwrap_or(&[])).into_owned();
+                self.start += pos + 2;
+                return Ok(line);
+            }
+            if self.buffered().len() >= MAX_HEAD {
+                return Err(io::Error::new(ErrorKind::InvalidData, "line too long"));
+            }
+            if self.fill()? == 0 {
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "connection closed mid-line",
+                ));
+            }
+        }
+    }
+
+    /// Read up to `max` body bytes, from the buffer first. Ok(0) = EOF.
+    fn read_some(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if !self.buffered().is_empty() {
+            let n = out.len().min(self.buffered().len());
+            out.get_mut(..n)
+                .unwrap_or(&mut [])
+                .copy_from_slice(self.buffered().get(..n).unwrap_or(&[]));
+            self.start += n;
+            return Ok(n);
+        }
+        loop {
+            match self.stream.read(out) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Copy exactly `len` body bytes to `sink`.
+    fn copy_body(&mut self, mut len: u64, sink: &mut dyn Write) -> io::Result<()> {
+        let mut tmp = vec![0u8; services::CHUNK];
+        while len > 0 {
+            let want = usize::try_from(len).unwrap_or(usize::MAX).min(tmp.len());
+            let n = self.read_some(tmp.get_mut(..want).unwrap_or(&mut []))?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    format!("connection closed with {len} body bytes still expected"),
+                ));
+            }
+            sink.write_all(tmp.get(..n).unwrap_or(&[]))?;
+            len -= n as u64;
+        }
+        Ok(())
+    }
+
+    /// Copy everything until EOF to `sink`; returns bytes copied.
+    fn copy_to_eof(&mut self, sink: &mut dyn Write) -> io::Result<u64> {
+        let mut tmp = vec![0u8; services::CHUNK];
+        let mut total = 0;
+        loop {
+            let n = self.read_some(&mut tmp)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            sink.write_all(tmp.get(..n).unwrap_or(&[]))?;
+            total += n as u64;
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A parsed message head: first line and headers.
+struct Head {
+    first: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn parse(text: &str) -> Option<Head> {
+        let mut lines = text.split("\r\n");
+        let first = lines.next()?.to_string();
+        let mut headers = Vec::new();
+        for line in lines {
+            // RFC 9112 5.2: obsolete line folding — reject (a server MAY reject with 400).
+            if line.starts_with(' ') || line.starts_with('\t') {
+                return None;
+            }
+            let (name, value) = line.split_once(':')?;
+            // RFC 9112 5.1: "No whitespace is allowed between the field name and colon."
+            if name.is_empty() || name.ends_with(' ') || name.ends_with('\t') {
+                return None;
+            }
+            headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
+        }
+        Some(Head { first, headers })
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn all(&self, name: &str) -> impl Iterator<Item = &str> {
+        let name = name.to_string();
+        self.headers
+            .iter()
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn has_token(&self, name: &str, token: &str) -> bool {
+        self.all(name)
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    }
+
+    /// Content-Length, if present and valid; Err if present but invalid or conflicting.
+    fn content_length(&self) -> Result<Option<u64>, ()> {
+        let mut found: Option<u64> = None;
+        for v in self.all("content-length") {
+            for part in v.split(',') {
+                let n: u64 = part.trim().parse().map_err(|_| ())?;
+                if found.is_some_and(|f| f != n) {
+                    return Err(());
+                }
+                found = Some(n);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// What the server does with one request.
+enum Route {
+    Page,
+    Bytes(u64),
+}
+
+fn route(path: &str) -> Option<Route> {
+    // Ignore a query string.
+    let path = path.split('?').next().unwrap_or("");
+    if path == "/" {
+        return Some(Route::Page);
+    }
+    let n = path.strip_prefix("/bytes/")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok().map(Route::Bytes)
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        501 => "Not Implemented",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+fn write_simple<W: Write>(
+    w: &mut W,
+    status: u16,
+    extra: &str,
+    body: &str,
+    head_only: bool,
+    close: bool,
+) -> io::Result<()> {
+    let mut msg = String::with_capacity(256 + body.len());
+    let _ = write!(
+        msg,
+        "HTTP/1.1 {status} {}\r\nServer: ustack\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{extra}{}\r\n",
+        reason(status),
+        body.len(),
+        if close { "Connection: close\r\n" } else { "" }
+    );
+    if !head_only {
+        msg.push_str(body);
+    }
+    w.write_all(msg.as_bytes())?;
+    w.flush()
+}
+
+/// Serve HTTP requests on one connection until the client closes it or asks to.
+/// `page` renders the body of `/`. Returns the number of requests answered.
+pub fn serve_connection<S: Read + Write>(stream: S, page: &dyn Fn() -> String) -> io::Result<u64> {
+    let mut conn = Conn::new(stream);
+    let mut served = 0u64;
+    loop {
+        let head_text = match conn.read_head() {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(served),
+            Err(e) if e.kind() == ErrorKind::InvalidData => {
+                write_simple(
+                    &mut conn.stream,
+                    400,
+                    "",
+                    "request head too long\n",
+                    false,
+                    true,
+                )?;
+                return Ok(served);
+            }
+            Err(e) => return Err(e),
+        };
+        served += 1;
+        let Some(head) = Head::parse(&head_text) else {
+            write_simple(
+                &mut conn.stream,
+                400,
+                "",
+                "malformed request\n",
+                false,
+                true,
+            )?;
+            return Ok(served);
+        };
+        let mut parts = head.first.split(' ');
+        let (Some(method), Some(target), Some(version), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            write_simple(
+                &mut conn.stream,
+                400,
+                "",
+                "malformed request line\n",
+                false,
+                true,
+            )?;
+            return Ok(served);
+        };
+        let http11 = match version {
+            "HTTP/1.1" => true,
+            "HTTP/1.0" => false,
+            v if v.starts_with("HTTP/") => {
+                write_simple(&mut conn.stream, 505, "", "only HTTP/1.x\n", false, true)?;
+                return Ok(served);
+            }
+            _ => {
+                write_simple(
+                    &mut conn.stream,
+                    400,
+                    "",
+                    "malformed request line\n",
+                    false,
+                    true,
+                )?;
+                return Ok(served);
+            }
+        };
+        let head_only = method == "HEAD";
+        // RFC 9112 9.3: "A server that does not support persistent connections
+        // ... HTTP/1.1 defaults to the use of persistent connections".
+        let close = if http11 {
+            head.has_token("connection", "close")
+        } else {
+            !head.has_token("connection", "keep-alive")
+        };
+        let keep_alive_hdr = if !http11 && !close {
+            "Connection: keep-alive\r\n"
+        } else {
+            ""
+        };
+        // RFC 9112 3.2: "A server MUST respond with a 400 (Bad Request) status
+        // code to any HTTP/1.1 request message that lacks a Host header field".
+        if http11 && head.get("host").is_none() {
+            write_simple(
+                &mut conn.stream,
+                400,
+                "",
+                "missing Host header\n",
+                head_only,
+                true,
+            )?;
+            return Ok(served);
+        }
+        // RFC 9112 6.1: "A server that receives a request message with a
+        // transfer coding it does not understand SHOULD respond with 501".
+        if head.get("transfer-encoding").is_some() {
+            write_simple(
+                &mut conn.stream,
+                501,
+                "",
+                "request transfer codings are not supported\n",
+                head_only,
+                true,
+            )?;
+            return Ok(served);
+        }
+        let body_len = match head.content_length() {
+            Ok(n) => n.unwrap_or(0),
+            Err(()) => {
+                // RFC 9112 6.3: invalid Content-Length -> "the server MUST respond
+                // with a 400 (Bad Request) status code and then close the connection".
+                write_simple(
+                    &mut conn.stream,
+                    400,
+                    "",
+                    "bad Content-Length\n",
+                    head_only,
+                    true,
+                )?;
+                return Ok(served);
+            }
+        };
+        conn.copy_body(body_len, &mut io::sink())?;
+
+        if method != "GET" && method != "HEAD" {
+            write_simple(
+                &mut conn.stream,
+                405,
+                &format!("Allow: GET, HEAD\r\n{keep_alive_hdr}"),
+                "method not allowed\n",
+                false,
+                close,
+            )?;
+        } else {
+            match route(target) {
+                None => write_simple(
+                    &mut conn.stream,
+                    404,
+                    keep_alive_hdr,
+                    "not found; try / or /bytes/N\n",
+                    head_only,
+                    close,
+                )?,
+                Some(Route::Page) => {
+                    let body = page();
+                    let mut msg = format!(
+                        "HTTP/1.1 200 OK\r\nServer: ustack\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{keep_alive_hdr}{}\r\n",
+                        body.len(),
+                        if close { "Connection: close\r\n" } else { "" }
+                    );
+                    if !head_only {
+                        msg.push_str(&body);
+                    }
+                    conn.stream.write_all(msg.as_bytes())?;
+                }
+                Some(Route::Bytes(n)) => {
+                    let msg = format!(
+                        "HTTP/1.1 200 OK\r\nServer: ustack\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\n{keep_alive_hdr}{}\r\n",
+                        if close { "Connection: close\r\n" } else { "" }
+                    );
+                    conn.stream.write_all(msg.as_bytes())?;
+                    if !head_only {
+                        services::write_pattern(&mut conn.stream, n)?;
+                    }
+                }
+            }
+            conn.stream.flush()?;
+        }
+        if close {
+            return Ok(served);
+        }
+    }
+}
+
+/// A parsed `http://` URL. Only IPv4 literals: ustack has no resolver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    pub addr: SocketAddrV4,
+    pub host_header: String,
+    pub path: String,
+}
+
+impl std::str::FromStr for Url {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Url, String> {
+        let rest = s
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("'{s}': only http:// URLs are supported"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        // Drop a fragment; the server never sees it.
+        let path = path.split('#').next().unwrap_or("/");
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) => (
+                h,
+                p.parse::<u16>()
+                    .map_err(|_| format!("'{s}': bad port '{p}'"))?,
+            ),
+            None => (authority, 80),
+        };
+        let ip: Ipv4Addr = host.parse().map_err(|_| {
+            format!("'{s}': host must be an IPv4 address (ustack does not resolve names)")
+        })?;
+        Ok(Url {
+            addr: SocketAddrV4::new(ip, port),
+            host_header: authority.to_string(),
+            path: if path.is_empty() {
+                "/".into()
+            } else {
+                path.into()
+            },
+        })
+    }
+}
+
+/// Result of a GET.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub reason: String,
+    /// Body bytes received (written to the sink only for 2xx).
+    pub body_len: u64,
+    /// The first bytes of the body of a non-2xx response, for the error message.
+    pub error_body: Vec<u8>,
+}
+
+impl Response {
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// A `Write` that counts and keeps at most `cap` bytes.
+struct Capped {
+    kept: Vec<u8>,
+    cap: usize,
+}
+
+impl Write for Capped {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let room = self.cap.saturating_sub(self.kept.len());
+        self.kept
+            .extend_from_slice(b.get(..room.min(b.len())).unwrap_or(&[]));
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A `Write` that counts bytes passing through.
+struct Counting<'a> {
+    inner: &'a mut dyn Write,
+    n: u64,
+}
+
+impl Write for Counting<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(b)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(ErrorKind::InvalidData, msg.into())
+}
+
+/// Send `GET url.path` on `stream` and read the response. The body of a 2xx
+/// response goes to `sink`; other bodies are kept (truncated) in the result.
+pub fn get<S: Read + Write>(stream: S, url: &Url, sink: &mut dyn Write) -> io::Result<Response> {
+    let mut conn = Conn::new(stream);
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: ustack\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        url.path, url.host_header
+    );
+    conn.stream.write_all(req.as_bytes())?;
+    conn.stream.flush()?;
+    let head = loop {
+        let text = conn.read_head()?.ok_or_else(|| {
+            io::Error::new(
+                ErrorKind::UnexpectedEof,
+                "server closed the connection without a response",
+            )
+        })?;
+        let head = Head::parse(&text).ok_or_else(|| invalid("malformed response head"))?;
+        // Skip interim 1xx responses (RFC 9110 15.2).
+        if head
+            .first
+            .split(' ')
+            .nth(1)
+            .is_some_and(|s| s.starts_with('1'))
+        {
+            continue;
+        }
+        break head;
+    };
+    let mut parts = head.first.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    if !version.starts_with("HTTP/1.") {
+        return Err(invalid(format!(
+            "not an HTTP/1.x response: '{}'",
+            head.first
+        )));
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| invalid(format!("bad status line: '{}'", head.first)))?;
+    let reason = parts.next().unwrap_or("").to_string();
+    let ok = (200..300).contains(&status);
+    let mut capped = Capped {
+        kept: Vec::new(),
+        cap: 512,
+    };
+    let target: &mut dyn Write = if ok { sink } else { &mut capped };
+    let mut counting = Counting {
+        inner: target,
+        n: 0,
+    };
+    // RFC 9112 6.3: 204 and 304 have no body; chunked takes precedence over
+    // Content-Length; otherwise Content-Length; otherwise read until close.
+    if status == 204 || status == 304 {
+    } else if head.has_token("transfer-encoding", "chunked") {
+        loop {
+            let line = conn.read_line()?;
+            let size_txt = line.split(';').next().unwrap_or("").trim();
+            let size = u64::from_str_radix(size_txt, 16)
+                .map_err(|_| invalid(format!("bad chunk size '{size_txt}'")))?;
+            if size == 0 {
+                // Trailer section, ended by an empty line.
+                while !conn.read_line()?.is_empty() {}
+                break;
+            }
+            conn.copy_body(size, &mut counting)?;
+            if !conn.read_line()?.is_empty() {
+                return Err(invalid("chunk not followed by CRLF"));
+            }
+        }
+    } else if let Some(len) = head
+        .content_length()
+        .map_err(|()| invalid("bad Content-Length in response"))?
+    {
+        conn.copy_body(len, &mut counting)?;
+    } else {
+        conn.copy_to_eof(&mut counting)?;
+    }
+    counting.flush()?;
+    let body_len = counting.n;
+    Ok(Response {
+        status,
+        reason,
+        body_len,
+        error_body: capped.kept,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::thread;
+
+    fn server() -> (SocketAddrV4, thread::JoinHandle<()>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(addr) = l.local_addr().unwrap() else {
+            panic!("v4 expected")
+        };
+        let h = thread::spawn(move || {
+            for s in l.incoming().take(8) {
+                let s = s.unwrap();
+                thread::spawn(move || {
+                    let _ = serve_connection(s, &|| "counters here\n".to_string());
+                });
+            }
+        });
+        (addr, h)
+    }
+
+    fn raw_bytes(addr: SocketAddrV4, req: &str) -> Vec<u8> {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).unwrap();
+        out
+    }
+
+    fn raw(addr: SocketAddrV4, req: &str) -> String {
+        String::from_utf8_lossy(&raw_bytes(addr, req)).into_owned()
+    }
+
+    #[test]
+    fn url_parsing() {
+        let u: Url = "http://10.0.0.1:8080/a/b?x=1#frag".parse().unwrap();
+        assert_eq!(u.addr, "10.0.0.1:8080".parse().unwrap());
+        assert_eq!(u.path, "/a/b?x=1");
+        assert_eq!(u.host_header, "10.0.0.1:8080");
+        let u: Url = "http://10.0.0.1".parse().unwrap();
+        assert_eq!(u.addr.port(), 80);
+        assert_eq!(u.path, "/");
+        assert!("https://10.0.0.1/".parse::<Url>().is_err());
+        assert!("http://example.com/".parse::<Url>().is_err());
+        assert!("http://10.0.0.1:99999/".parse::<Url>().is_err());
+    }
+
+    #[test]
+    fn routes_and_errors_over_kernel_tcp() {
+        let (addr, _h) = server();
+        // Keep-alive: three requests on one connection, including pipelining and HEAD.
+        let out = raw_bytes(
+            addr,
+            "GET /bytes/300 HTTP/1.1\r\nHost: x\r\n\r\nHEAD /bytes/5 HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        let first_body_at = find(&out, b"\r\n\r\n").unwrap() + 4;
+        let head1 = String::from_utf8_lossy(&out[..first_body_at]);
+        assert!(head1.starts_with("HTTP/1.1 200 OK\r\n"), "{head1}");
+        assert!(head1.contains("Content-Length: 300\r\n"));
+        let body = &out[first_body_at..first_body_at + 300];
+        for (i, b) in body.iter().enumerate() {
+            assert_eq!(*b, (i % 251) as u8);
+        }
+        let rest = String::from_utf8_lossy(&out[first_body_at + 300..]).into_owned();
+        assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest}");
+        assert!(rest.contains("Content-Length: 5\r\n"));
+        let after_head = rest.find("\r\n\r\n").unwrap() + 4;
+        // HEAD has no body: the next thing is the 404.
+        assert!(
+            rest[after_head..].starts_with("HTTP/1.1 404 Not Found\r\n"),
+            "{rest}"
+        );
+        assert!(rest.contains("Connection: close\r\n"));
+
+        let out = raw(
+            addr,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        );
+        assert!(
+            out.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+            "{out}"
+        );
+        assert!(out.contains("Allow: GET, HEAD\r\n"));
+
+        let out = raw(addr, "GET / HTTP/1.1\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+        let out = raw(addr, "garbage\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{out}");
+        let out = raw(addr, "GET / HTTP/1.0\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.ends_with("counters here\n"));
+        let out = raw(addr, "GET /bytes/12x HTTP/1.0\r\n\r\n");
+        assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    }
+
+    #[test]
+    fn client_against_server_and_chunked() {
+        let (addr, _h) = server();
+        let url: Url = format!("http://{addr}/bytes/1000003").parse().unwrap();
+        let s = TcpStream::connect(addr).unwrap();
+        let mut body = Vec::new();
+        let r = get(s, &url, &mut body).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body_len, 1_000_003);
+        assert_eq!(body.len(), 1_000_003);
+        assert!(body.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+
+        let url404: Url = format!("http://{addr}/missing").parse().unwrap();
+        let s = TcpStream::connect(addr).unwrap();
+        let mut body = Vec::new();
+        let r = get(s, &url404, &mut body).unwrap();
+        assert_eq!(r.status, 404);
+        assert!(!r.is_success());
+        assert!(body.is_empty());
+        assert!(String::from_utf8_lossy(&r.error_body).contains("not found"));
+
+        // Chunked response from a hand-written server.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let caddr = l.local_addr().unwrap();
+        let t = thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).unwrap();
+            s.write_all(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: y\r\n\r\n").unwrap();
+        });
+        let url: Url = format!("http://{caddr}/").parse().unwrap();
+        let mut body = Vec::new();
+        let r = get(TcpStream::connect(caddr).unwrap(), &url, &mut body).unwrap();
+        t.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(body, b"hello world");
+    }
+
+    #[test]
+    fn client_detects_truncated_body() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let caddr = l.local_addr().unwrap();
+        let t = thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+                .unwrap();
+        });
+        let url: Url = format!("http://{caddr}/").parse().unwrap();
+        let mut body = Vec::new();
+        let e = get(TcpStream::connect(caddr).unwrap(), &url, &mut body).unwrap_err();
+        t.join().unwrap();
+        assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+    }
+}

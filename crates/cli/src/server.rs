@@ -1,0 +1,268 @@
+//! Runs the classic services on any socket implementation: ustack's sockets
+//! for `ustack serve`, kernel `std::net` sockets for the bench's kernel peer
+//! and for tests. One thread per connection, bounded by [`MAX_CONNECTIONS`].
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use crate::{http, services};
+
+/// Connections served at once (over all services); more are closed at once.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// A listening TCP socket (std::net-like).
+pub trait Listener: Send + 'static {
+    type Stream: Read + Write + Send + 'static;
+    fn accept(&self) -> io::Result<(Self::Stream, SocketAddrV4)>;
+}
+
+/// A bound UDP socket (std::net-like).
+pub trait Datagram: Send + 'static {
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)>;
+    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize>;
+}
+
+impl Listener for std::net::TcpListener {
+    type Stream = std::net::TcpStream;
+    fn accept(&self) -> io::Result<(Self::Stream, SocketAddrV4)> {
+        let (s, a) = std::net::TcpListener::accept(self)?;
+        let _ = s.set_nodelay(true);
+        match a {
+            std::net::SocketAddr::V4(a) => Ok((s, a)),
+            std::net::SocketAddr::V6(_) => Err(io::Error::other("IPv6 peer on an IPv4 listener")),
+        }
+    }
+}
+
+impl Datagram for std::net::UdpSocket {
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+        loop {
+            let (n, a) = std::net::UdpSocket::recv_from(self, buf)?;
+            if let std::net::SocketAddr::V4(a) = a {
+                return Ok((n, a));
+            }
+        }
+    }
+    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+        std::net::UdpSocket::send_to(self, buf, to)
+    }
+}
+
+/// Which service a listener runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Echo,
+    Discard,
+    Chargen,
+    Http,
+}
+
+impl Service {
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Echo => "echo",
+            Service::Discard => "discard",
+            Service::Chargen => "chargen",
+            Service::Http => "http",
+        }
+    }
+
+    pub fn port(self) -> u16 {
+        match self {
+            Service::Echo => 7,
+            Service::Discard => 9,
+            Service::Chargen => 19,
+            Service::Http => 80,
+        }
+    }
+}
+
+/// Renders the `/` page.
+pub type PageFn = Arc<dyn Fn() -> String + Send + Sync>;
+
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn take_slot(active: &Arc<AtomicUsize>) -> Option<Slot> {
+    let prev = active.fetch_add(1, Ordering::AcqRel);
+    if prev >= MAX_CONNECTIONS {
+        active.fetch_sub(1, Ordering::AcqRel);
+        return None;
+    }
+    Some(Slot(active.clone()))
+}
+
+/// Accept connections on `listener` forever, serving `service` on each in its
+/// own thread. Returns only if `accept` fails for good.
+pub fn run_tcp<L: Listener>(
+    listener: L,
+    service: Service,
+    page: PageFn,
+    active: Arc<AtomicUsize>,
+) -> io::Error {
+    loop {
+        let (mut stream, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) =>
+            {
+                continue
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                // The connection died before we took it; keep listening.
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(service = service.name(), "accept ended: {e}");
+                return e;
+            }
+        };
+        let Some(slot) = take_slot(&active) else {
+            tracing::warn!(service = service.name(), %peer, "too many connections; closing");
+            continue;
+        };
+        let page = page.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("{}-{peer}", service.name()))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _slot = slot;
+                tracing::debug!(service = service.name(), %peer, "connection");
+                let r = match service {
+                    Service::Echo => {
+                        services::echo(&mut stream).map(|n| format!("{n} bytes echoed"))
+                    }
+                    Service::Discard => {
+                        services::discard(&mut stream).map(|n| format!("{n} bytes discarded"))
+                    }
+                    Service::Chargen => {
+                        services::chargen(&mut stream, None).map(|n| format!("{n} bytes sent"))
+                    }
+                    Service::Http => {
+                        http::serve_connection(&mut stream, &*page).map(|n| format!("{n} requests"))
+                    }
+                };
+                match r {
+                    Ok(what) => tracing::debug!(service = service.name(), %peer, "closed: {what}"),
+                    Err(e) => tracing::debug!(service = service.name(), %peer, "ended: {e}"),
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot spawn a connection thread: {e}");
+        }
+    }
+}
+
+/// RFC 862 UDP echo: "When a datagram is received, the data from it is sent
+/// back in an answering datagram." Runs until the socket fails.
+pub fn run_udp_echo<D: Datagram>(sock: D) -> io::Error {
+    let mut buf = vec![0u8; 65536];
+    loop {
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                if let Err(e) = sock.send_to(buf.get(..n).unwrap_or(&[]), from) {
+                    tracing::debug!(%from, "udp echo reply failed: {e}");
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::ConnectionRefused
+                ) => {}
+            Err(e) => {
+                tracing::debug!("udp echo ended: {e}");
+                return e;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream, UdpSocket};
+    use std::time::Duration;
+
+    #[test]
+    fn services_run_on_kernel_sockets() {
+        let active = Arc::new(AtomicUsize::new(0));
+        let page: PageFn = Arc::new(|| "hello page\n".to_string());
+        let mut addrs = Vec::new();
+        for svc in [Service::Echo, Service::Http, Service::Chargen] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            addrs.push(l.local_addr().unwrap());
+            let (p, a) = (page.clone(), active.clone());
+            thread::spawn(move || run_tcp(l, svc, p, a));
+        }
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let uaddr = u.local_addr().unwrap();
+        thread::spawn(move || run_udp_echo(u));
+
+        // 50 concurrent echo connections.
+        let hs: Vec<_> = (0..50u8)
+            .map(|k| {
+                let a = addrs[0];
+                thread::spawn(move || {
+                    let mut s = TcpStream::connect(a).unwrap();
+                    let msg = vec![k; 1000];
+                    s.write_all(&msg).unwrap();
+                    let mut back = vec![0; 1000];
+                    s.read_exact(&mut back).unwrap();
+                    assert_eq!(back, msg);
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+
+        let url: http::Url = format!("http://{}/", addrs[1]).parse().unwrap();
+        let mut body = Vec::new();
+        let r = http::get(TcpStream::connect(addrs[1]).unwrap(), &url, &mut body).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(body, b"hello page\n");
+
+        let mut c = TcpStream::connect(addrs[2]).unwrap();
+        let mut got = vec![0; 200];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(&got[..], &services::chargen_cycle()[..200]);
+
+        let cu = UdpSocket::bind("127.0.0.1:0").unwrap();
+        cu.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        cu.send_to(b"ping!", uaddr).unwrap();
+        let mut b = [0u8; 16];
+        let (n, from) = cu.recv_from(&mut b).unwrap();
+        assert_eq!(&b[..n], b"ping!");
+        assert_eq!(from, uaddr);
+    }
+
+    #[test]
+    fn connection_slots_are_bounded() {
+        let active = Arc::new(AtomicUsize::new(0));
+        let slots: Vec<_> = (0..MAX_CONNECTIONS)
+            .map(|_| take_slot(&active).unwrap())
+            .collect();
+        assert!(take_slot(&active).is_none());
+        drop(slots);
+        assert_eq!(active.load(Ordering::Acquire), 0);
+        assert!(take_slot(&active).is_some());
+    }
+}

@@ -1,0 +1,252 @@
+//! The classic small services (RFC 862 echo, RFC 863 discard, RFC 864 chargen)
+//! and the deterministic byte pattern served by `/bytes/N`.
+//!
+//! Everything here is generic over `Read`/`Write`, so the same code runs on
+//! ustack sockets, on kernel `std::net` sockets (unit tests, the bench's
+//! kernel peer) or on in-memory buffers.
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::sync::OnceLock;
+
+/// Size of the buffers the services use per connection.
+pub const CHUNK: usize = 64 * 1024;
+
+/// RFC 862: "Once a connection is established any data received is sent back.
+/// This continues until the calling user terminates the connection."
+/// Returns the number of bytes echoed.
+pub fn echo<S: Read + Write>(stream: &mut S) -> io::Result<u64> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        stream.write_all(buf.get(..n).unwrap_or(&[]))?;
+        total += n as u64;
+    }
+    stream.flush()?;
+    Ok(total)
+}
+
+/// RFC 863: "Once a connection is established any data received is thrown
+/// away. No response is sent." Returns the number of bytes discarded.
+pub fn discard<S: Read>(stream: &mut S) -> io::Result<u64> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => total += n as u64,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Printable ASCII characters used by chargen (RFC 864: "the 95 printing
+/// characters").
+const PRINTABLE: usize = 95;
+/// RFC 864: "72 character lines of the ASCII printing characters".
+const LINE_CHARS: usize = 72;
+/// One line plus CR LF.
+const LINE_LEN: usize = LINE_CHARS + 2;
+/// The pattern repeats after 95 lines.
+pub const CHARGEN_CYCLE: usize = PRINTABLE * LINE_LEN;
+
+/// One full cycle of the RFC 864 pattern: line `k` holds the 72 printable
+/// characters starting at the `k`-th one (wrapping), followed by CR LF.
+pub fn chargen_cycle() -> &'static [u8] {
+    static CYCLE: OnceLock<Vec<u8>> = OnceLock::new();
+    CYCLE.get_or_init(|| {
+        let mut v = Vec::with_capacity(CHARGEN_CYCLE);
+        for line in 0..PRINTABLE {
+            for c in 0..LINE_CHARS {
+                // 32 ..= 126 are the printing characters.
+                v.push(b' ' + ((line + c) % PRINTABLE) as u8);
+            }
+            v.extend_from_slice(b"\r\n");
+        }
+        v
+    })
+}
+
+/// RFC 864: "Once a connection is established the server is to send a
+/// continual stream of data ... until the calling user terminates the
+/// connection." Sends at most `limit` bytes (None = until the peer goes away;
+/// a reset or broken pipe then counts as the normal end). Returns bytes sent.
+pub fn chargen<W: Write>(stream: &mut W, limit: Option<u64>) -> io::Result<u64> {
+    // A buffer holding several cycles, so each write is large.
+    let cycle = chargen_cycle();
+    let reps = CHUNK / CHARGEN_CYCLE + 1;
+    let big: Vec<u8> = cycle
+        .iter()
+        .copied()
+        .cycle()
+        .take(reps * CHARGEN_CYCLE)
+        .collect();
+    let mut sent = 0u64;
+    loop {
+        let offset = (sent % CHARGEN_CYCLE as u64) as usize;
+        let mut want = big.len() - offset;
+        if let Some(limit) = limit {
+            let left = limit.saturating_sub(sent);
+            if left == 0 {
+                return Ok(sent);
+            }
+            want = want.min(usize::try_from(left).unwrap_or(usize::MAX));
+        }
+        let slice = big.get(offset..offset + want).unwrap_or(&[]);
+        match stream.write(slice) {
+            Ok(0) => return Ok(sent),
+            Ok(n) => sent += n as u64,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e)
+                if limit.is_none()
+                    && matches!(
+                        e.kind(),
+                        ErrorKind::BrokenPipe
+                            | ErrorKind::ConnectionReset
+                            | ErrorKind::ConnectionAborted
+                    ) =>
+            {
+                return Ok(sent)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Period of the `/bytes/N` pattern: byte `i` of the body is `(i % 251) as u8`.
+/// 251 is prime, so the pattern does not line up with any power-of-two
+/// buffer or segment size and a misplaced chunk is detected.
+pub const PATTERN_PERIOD: usize = 251;
+
+/// A buffer of whole pattern periods (about 64 KB) starting at pattern byte 0.
+fn pattern_block() -> &'static [u8] {
+    static BLOCK: OnceLock<Vec<u8>> = OnceLock::new();
+    BLOCK.get_or_init(|| {
+        let periods = CHUNK / PATTERN_PERIOD;
+        (0..periods * PATTERN_PERIOD)
+            .map(|i| (i % PATTERN_PERIOD) as u8)
+            .collect()
+    })
+}
+
+/// Write `len` bytes of the pattern (starting at byte 0) to `w`.
+pub fn write_pattern<W: Write>(w: &mut W, len: u64) -> io::Result<()> {
+    let block = pattern_block();
+    // Every write starts at a whole period, so the block can be reused as is:
+    // chunks are a multiple of 251 bytes, except possibly the last.
+    let mut left = len;
+    while left > 0 {
+        let n = usize::try_from(left).unwrap_or(usize::MAX).min(block.len());
+        w.write_all(block.get(..n).unwrap_or(&[]))?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::thread;
+
+    #[test]
+    fn chargen_cycle_matches_rfc864_sample() {
+        let c = chargen_cycle();
+        assert_eq!(c.len(), CHARGEN_CYCLE);
+        // RFC 864 sample first line: !"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\]^_`abcdefg
+        // (the RFC's sample starts at '!'; ours starts at ' ', the first printing char).
+        assert_eq!(&c[..8], b" !\"#$%&'");
+        assert_eq!(&c[72..74], b"\r\n");
+        // Second line is shifted by one.
+        assert_eq!(&c[74..77], b"!\"#");
+        // Last line starts at '~' and wraps to ' '.
+        let last = &c[94 * 74..];
+        assert_eq!(&last[..3], b"~ !");
+        assert!(c
+            .iter()
+            .all(|&b| (32..=126).contains(&b) || b == b'\r' || b == b'\n'));
+    }
+
+    #[test]
+    fn chargen_limit_and_continuity() {
+        let mut out = Vec::new();
+        let n = chargen(&mut out, Some(3 * CHARGEN_CYCLE as u64 + 17)).unwrap();
+        assert_eq!(n as usize, out.len());
+        assert_eq!(out.len(), 3 * CHARGEN_CYCLE + 17);
+        let c = chargen_cycle();
+        for (i, b) in out.iter().enumerate() {
+            assert_eq!(*b, c[i % CHARGEN_CYCLE], "byte {i}");
+        }
+    }
+
+    #[test]
+    fn pattern_write_is_exact() {
+        for len in [0u64, 1, 250, 251, 252, 65_535, 200_001] {
+            let mut out = Vec::new();
+            write_pattern(&mut out, len).unwrap();
+            assert_eq!(out.len() as u64, len);
+            for (i, b) in out.iter().enumerate() {
+                assert_eq!(*b, (i % 251) as u8, "len {len} byte {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn echo_and_discard_over_kernel_tcp() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let srv = thread::spawn(move || {
+            let echoed = {
+                let (mut s, _) = l.accept().unwrap();
+                echo(&mut s).unwrap()
+            };
+            let (mut s2, _) = l.accept().unwrap();
+            let discarded = discard(&mut s2).unwrap();
+            (echoed, discarded)
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        let mut c2 = c.try_clone().unwrap();
+        let data2 = data.clone();
+        let w = thread::spawn(move || {
+            c2.write_all(&data2).unwrap();
+            c2.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut back = Vec::new();
+        c.read_to_end(&mut back).unwrap();
+        w.join().unwrap();
+        assert_eq!(back, data);
+        let mut d = TcpStream::connect(addr).unwrap();
+        d.write_all(&data[..12345]).unwrap();
+        drop(d);
+        let (e, dis) = srv.join().unwrap();
+        assert_eq!(e, 300_000);
+        assert_eq!(dis, 12345);
+    }
+
+    #[test]
+    fn chargen_over_kernel_tcp_until_peer_closes() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let srv = thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            chargen(&mut s, None)
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        let mut got = vec![0u8; 100_000];
+        c.read_exact(&mut got).unwrap();
+        drop(c);
+        let sent = srv.join().unwrap().unwrap();
+        assert!(sent >= 100_000);
+        let cyc = chargen_cycle();
+        for (i, b) in got.iter().enumerate() {
+            assert_eq!(*b, cyc[i % CHARGEN_CYCLE]);
+        }
+    }
+}

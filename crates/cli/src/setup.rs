@@ -1,0 +1,319 @@
+//! Bringing up ustack on a TAP device: the options shared by `serve`, `ping`
+//! and `get`, the kernel side's configuration (in this namespace or moved
+//! into another one), optional capture, and the runtime.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use ustack_net::core::{tcp::TcpConfig, Config, Limits};
+use ustack_net::dev::{pcap::Capture, tap::Tap, Device, FrameBatch};
+use ustack_net::{Net, RuntimeOptions};
+use ustack_wire::ethernet::MacAddr;
+use ustack_wire::ipv4::Ipv4Cidr;
+
+/// An IPv4 address with prefix length, parsed with a message people understand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        let (a, p) = s
+            .split_once('/')
+            .ok_or_else(|| format!("'{s}' is not ADDRESS/PREFIX (e.g. 10.77.0.2/24)"))?;
+        let addr: Ipv4Addr = a
+            .parse()
+            .map_err(|_| format!("'{a}' is not an IPv4 address (in '{s}')"))?;
+        let prefix: u8 = p
+            .parse()
+            .ok()
+            .filter(|p| *p <= 32)
+            .ok_or_else(|| format!("'{p}' is not a prefix length 0..=32 (in '{s}')"))?;
+        if addr.is_unspecified() || addr.is_multicast() || addr.is_broadcast() {
+            return Err(format!("'{addr}' cannot be an interface address"));
+        }
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        let mask = if self.prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.prefix))
+        };
+        u32::from(ip) & mask == u32::from(self.addr) & mask
+    }
+}
+
+/// Options shared by the commands that bring up a stack on a TAP device.
+#[derive(Args, Clone, Debug)]
+pub struct NetArgs {
+    /// TAP device to create [default: ustk0 for serve, ustk<pid> otherwise].
+    #[arg(long, value_name = "NAME")]
+    pub tap: Option<String>,
+    /// ustack's own address and prefix.
+    #[arg(long, value_name = "A/P", default_value = "10.77.0.2/24")]
+    pub addr: Cidr,
+    /// Address and prefix given to the kernel side of the TAP.
+    #[arg(long, value_name = "A/P", default_value = "10.77.0.1/24")]
+    pub host_addr: Cidr,
+    /// Default gateway for destinations outside --addr's prefix.
+    #[arg(long, value_name = "IP")]
+    pub gateway: Option<Ipv4Addr>,
+    /// IP MTU of the link (both sides).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=65521))]
+    pub mtu: u16,
+    /// Move the kernel side of the TAP into this existing network namespace
+    /// (`ip netns add NAME`) and configure --host-addr there.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Write every frame in and out to this pcap file (`tcpdump -r` reads it).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Busy-poll the device for this many microseconds after activity
+    /// (lower latency, more CPU).
+    #[arg(long, value_name = "US")]
+    pub busy_poll: Option<u64>,
+}
+
+/// A device shared with the command so the capture can be flushed at exit.
+struct SharedDev<D>(Arc<Mutex<D>>);
+
+impl<D: Device> SharedDev<D> {
+    fn with<R>(&self, f: impl FnOnce(&mut D) -> R) -> R {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+}
+
+impl<D: Device> Device for SharedDev<D> {
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.with(|d| d.recv(buf))
+    }
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.with(|d| d.send(frame))
+    }
+    fn recv_batch(&mut self, batch: &mut FrameBatch) -> io::Result<usize> {
+        self.with(|d| d.recv_batch(batch))
+    }
+    fn send_batch(&mut self, frames: &FrameBatch) -> io::Result<usize> {
+        self.with(|d| d.send_batch(frames))
+    }
+    fn mtu(&self) -> usize {
+        self.with(|d| d.mtu())
+    }
+    fn mac(&self) -> Option<[u8; 6]> {
+        self.with(|d| d.mac())
+    }
+    fn raw_fd(&self) -> Option<RawFd> {
+        self.with(|d| d.raw_fd())
+    }
+}
+
+/// A running stack on a TAP.
+pub struct Up {
+    pub net: Net,
+    pub tap: String,
+    pub addr: Cidr,
+    pub host_addr: Cidr,
+    pub netns: Option<String>,
+    capture: Option<Arc<Mutex<Capture<Tap>>>>,
+}
+
+impl Up {
+    /// Stop the stack and flush the capture. The TAP disappears when the
+    /// process exits (it is not persistent).
+    pub fn finish(&self) {
+        self.net.shutdown();
+        if let Some(c) = &self.capture {
+            let mut g = c.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = g.flush() {
+                eprintln!("ustack: flushing the capture failed: {e}");
+            }
+        }
+    }
+}
+
+fn run_ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("cannot run ip(8) (install iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// A locally administered unicast MAC, different per process.
+fn our_mac() -> MacAddr {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom writes at most b.len() bytes into the valid buffer b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 4 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        b = (t ^ std::process::id()).to_be_bytes();
+    }
+    MacAddr([0x02, 0x75, b[0], b[1], b[2], b[3]])
+}
+
+/// Create the TAP, configure the kernel side and start ustack on it.
+pub fn bring_up(args: &NetArgs, default_tap: &str) -> Result<Up> {
+    if args.addr.addr == args.host_addr.addr {
+        bail!(
+            "--addr and --host-addr are both {}: ustack and the kernel need different addresses",
+            args.addr.addr
+        );
+    }
+    if !args.addr.contains(args.host_addr.addr) {
+        tracing::warn!(
+            "--host-addr {} is outside --addr {}: they cannot talk directly",
+            args.host_addr,
+            args.addr
+        );
+    }
+    let name = args.tap.clone().unwrap_or_else(|| default_tap.to_string());
+    if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(' ') {
+        bail!("'{name}' is not a valid interface name (1 to 15 characters, no '/' or spaces)");
+    }
+    if let Some(ns) = &args.netns {
+        let path = std::path::Path::new("/run/netns").join(ns);
+        if !path.exists() {
+            bail!("network namespace '{ns}' does not exist (create it with `ip netns add {ns}`)");
+        }
+    }
+    let mut tap = Tap::create(&name).with_context(|| format!("cannot create TAP device {name}"))?;
+    let name = tap.name().to_string();
+    tap.set_mtu(usize::from(args.mtu))
+        .with_context(|| format!("cannot set the MTU of {name}"))?;
+    let host_addr = args.host_addr;
+    match &args.netns {
+        Some(ns) => {
+            tap.host()
+                .and_then(|h| h.move_to_netns_named(ns))
+                .with_context(|| format!("cannot move {name} into network namespace {ns}"))?;
+            run_ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &host_addr.to_string(),
+                "dev",
+                &name,
+            ])?;
+            run_ip(&["-n", ns, "link", "set", &name, "up"])?;
+        }
+        None => {
+            let h = tap
+                .host()
+                .context("cannot configure the TAP's kernel side")?;
+            h.set_ipv4(host_addr.addr, host_addr.prefix).map_err(|e| {
+                if e.kind() == io::ErrorKind::AddrInUse {
+                    anyhow::anyhow!("address {host_addr} is already in use on this host: {e}")
+                } else {
+                    anyhow::Error::new(e)
+                        .context(format!("cannot give {name} the address {host_addr}"))
+                }
+            })?;
+            h.set_up(true)
+                .with_context(|| format!("cannot bring {name} up"))?;
+        }
+    }
+
+    let config = Config {
+        mac: our_mac(),
+        addr: Ipv4Cidr::new(args.addr.addr, args.addr.prefix)
+            .map_err(|_| anyhow::anyhow!("bad prefix in --addr {}", args.addr))?,
+        gateway: args.gateway,
+        mtu: usize::from(args.mtu),
+        tcp: TcpConfig::default(),
+        limits: Limits::default(),
+        // Zero = drawn from getrandom by the runtime.
+        secret: [0; 16],
+        seed: 0,
+    };
+    let opts = RuntimeOptions {
+        busy_poll: args.busy_poll.map(std::time::Duration::from_micros),
+        ..RuntimeOptions::default()
+    };
+    let (device, capture): (Box<dyn Device + Send>, _) = match &args.pcap {
+        Some(path) => {
+            let cap = Capture::to_file(tap, path)
+                .with_context(|| format!("cannot capture to {}", path.display()))?;
+            let shared = Arc::new(Mutex::new(cap));
+            (Box::new(SharedDev(shared.clone())), Some(shared))
+        }
+        None => (Box::new(tap), None),
+    };
+    let net = Net::start(config, device, opts).context("cannot start the stack")?;
+    Ok(Up {
+        net,
+        tap: name,
+        addr: args.addr,
+        host_addr,
+        netns: args.netns.clone(),
+        capture,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_parsing_and_messages() {
+        let c: Cidr = "10.77.0.2/24".parse().unwrap();
+        assert_eq!(c.addr, Ipv4Addr::new(10, 77, 0, 2));
+        assert_eq!(c.prefix, 24);
+        assert!(c.contains(Ipv4Addr::new(10, 77, 0, 200)));
+        assert!(!c.contains(Ipv4Addr::new(10, 77, 1, 1)));
+        let z: Cidr = "10.0.0.1/0".parse().unwrap();
+        assert!(z.contains(Ipv4Addr::new(192, 168, 1, 1)));
+        assert!("10.77.0.2"
+            .parse::<Cidr>()
+            .unwrap_err()
+            .contains("ADDRESS/PREFIX"));
+        assert!("10.77.0.2/33"
+            .parse::<Cidr>()
+            .unwrap_err()
+            .contains("prefix length"));
+        assert!("10.77.0/24"
+            .parse::<Cidr>()
+            .unwrap_err()
+            .contains("not an IPv4"));
+        assert!("0.0.0.0/8".parse::<Cidr>().is_err());
+        assert!("224.0.0.1/8".parse::<Cidr>().is_err());
+    }
+
+    #[test]
+    fn macs_are_local_unicast() {
+        let m = our_mac();
+        assert_eq!(m.0[0], 0x02);
+        assert!(m.is_unicast());
+    }
+}
