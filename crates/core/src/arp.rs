@@ -1,6 +1,21 @@
-//! The ARP neighbour cache (RFC 826, RFC 1122 2.3.2): bounded size, expiry
-//! with unicast re-validation while in use, a bounded queue of frames per
-//! unresolved neighbour, and a bounded number of requests before giving up.
+//! The ARP neighbour cache (RFC 826, RFC 1122 2.3.2): bounded size, a
+//! bounded queue of frames per unresolved neighbour, a bounded number of
+//! requests before giving up, and Linux-like neighbour unreachability
+//! detection (NUD: REACHABLE, STALE, DELAY, PROBE) driven by confirmations
+//! from the upper layer and from ARP itself.
+//!
+//! ARP has no checksum, so a corrupted reply can carry a wrong MAC. The
+//! cache therefore never trusts a mapping forever: an entry is REACHABLE
+//! only for `reachable_time` after its last confirmation (an ARP packet
+//! from the neighbour with the same MAC, or TCP forward progress through
+//! it, [`ArpCache::confirm`]); afterwards it is STALE, and using a STALE
+//! entry starts re-validation (DELAY, then PROBE: unicast requests to the
+//! cached MAC, then broadcast ones; no answer removes the entry). TCP
+//! retransmission timeouts give "negative advice" ([`ArpCache::suspect`])
+//! that probes the entry at once. An ARP packet contradicting a freshly
+//! updated entry is not taken blindly either: within `lock_time` it only
+//! triggers a probe (Linux `locktime`); later it replaces the MAC but
+//! leaves the entry STALE, to be confirmed or probed.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -19,15 +34,23 @@ pub struct ArpLimits {
     /// Bytes of frames queued per unresolved neighbour; the oldest frames are
     /// dropped beyond it (Linux `unres_qlen_bytes`, 212992).
     pub queue_bytes: usize,
-    /// How long a learned mapping is trusted.
+    /// How long a mapping stays REACHABLE after its last confirmation
+    /// (Linux `base_reachable_time`, 30 s).
     pub reachable_time: Duration,
-    /// Before expiry, an entry in use is re-validated by unicast requests
-    /// during this last part of its lifetime.
+    /// How long a STALE entry in use waits for a confirmation (DELAY)
+    /// before probing (Linux `delay_first_probe_time`, 5 s).
     pub revalidate_window: Duration,
-    /// Interval between requests.
+    /// Interval between requests (Linux `retrans_time`, 1 s).
     pub retry_interval: Duration,
-    /// Requests sent before giving up on a neighbour.
+    /// Broadcast requests sent before giving up on resolving a neighbour;
+    /// also the number of unicast, then of broadcast, probes of a PROBE.
     pub max_requests: u8,
+    /// An unused STALE entry is removed this long after its last use
+    /// (Linux `gc_stale_time`, 60 s).
+    pub gc_stale_time: Duration,
+    /// An ARP packet contradicting an entry updated less than this long ago
+    /// does not replace the MAC, it only starts a probe (Linux `locktime`).
+    pub lock_time: Duration,
 }
 
 impl Default for ArpLimits {
@@ -35,12 +58,29 @@ impl Default for ArpLimits {
         ArpLimits {
             cache_size: 1024,
             queue_bytes: 212_992,
-            reachable_time: Duration::from_secs(60),
+            reachable_time: Duration::from_secs(30),
             revalidate_window: Duration::from_secs(5),
             retry_interval: Duration::from_secs(1),
             max_requests: 3,
+            gc_stale_time: Duration::from_secs(60),
+            lock_time: Duration::from_secs(1),
         }
     }
+}
+
+/// Neighbour unreachability detection state of a resolved entry (RFC 4861
+/// 7.3.2 names, as Linux uses them for ARP too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nud {
+    /// Confirmed less than `reachable_time` ago (checked lazily: past that
+    /// it behaves as STALE).
+    Reachable,
+    /// Usable, but unconfirmed; the next use starts DELAY.
+    Stale,
+    /// In use while STALE: waiting `revalidate_window` for a confirmation.
+    Delay { until: Instant },
+    /// Sending probes: `sent` so far, the next one at `next`.
+    Probe { sent: u8, next: Instant },
 }
 
 #[derive(Debug)]
@@ -52,11 +92,14 @@ enum Entry {
         next_retry: Instant,
         queue: VecDeque<Vec<u8>>,
     },
-    Reachable {
+    Resolved {
         mac: MacAddr,
-        expires: Instant,
+        nud: Nud,
+        /// Last confirmation of reachability.
+        confirmed: Instant,
+        /// Last time the MAC was set.
+        updated: Instant,
         last_used: Option<Instant>,
-        next_probe: Instant,
     },
 }
 
@@ -92,16 +135,31 @@ impl ArpCache {
         self.entries.len()
     }
 
-    /// The MAC for `ip` if resolved and not expired (marks the entry used).
+    /// The MAC for `ip` if resolved (marks the entry used; using an
+    /// unconfirmed entry starts its re-validation).
     pub(crate) fn lookup(&mut self, now: Instant, ip: Ipv4Addr) -> Lookup {
+        let limits = self.limits;
         match self.entries.get_mut(&ip) {
-            Some(Entry::Reachable {
+            Some(Entry::Resolved {
                 mac,
-                expires,
+                nud,
+                confirmed,
                 last_used,
                 ..
-            }) if now < *expires => {
+            }) => {
                 *last_used = Some(now);
+                if *nud == Nud::Reachable && now >= *confirmed + limits.reachable_time {
+                    *nud = Nud::Stale;
+                }
+                if *nud == Nud::Stale {
+                    // RFC 4861 7.3.3: "The first time a node sends a packet to
+                    // a neighbor whose entry is STALE, the sender changes the
+                    // state to DELAY and sets a timer to expire in
+                    // DELAY_FIRST_PROBE_TIME seconds."
+                    *nud = Nud::Delay {
+                        until: now + limits.revalidate_window,
+                    };
+                }
                 Lookup::Found(*mac)
             }
             _ => Lookup::Missing,
@@ -109,10 +167,30 @@ impl ArpCache {
     }
 
     /// The resolved MAC without touching usage (for views and tests).
-    pub(crate) fn peek(&self, now: Instant, ip: Ipv4Addr) -> Option<MacAddr> {
+    pub(crate) fn peek(&self, _now: Instant, ip: Ipv4Addr) -> Option<MacAddr> {
         match self.entries.get(&ip) {
-            Some(Entry::Reachable { mac, expires, .. }) if now < *expires => Some(*mac),
+            Some(Entry::Resolved { mac, .. }) => Some(*mac),
             _ => None,
+        }
+    }
+
+    /// Forward progress through `ip` (e.g. a TCP ACK that advanced
+    /// SND.UNA) confirms its mapping (Linux `neigh_confirm`).
+    pub(crate) fn confirm(&mut self, now: Instant, ip: Ipv4Addr) {
+        if let Some(Entry::Resolved { nud, confirmed, .. }) = self.entries.get_mut(&ip) {
+            *confirmed = now;
+            *nud = Nud::Reachable;
+        }
+    }
+
+    /// Negative advice: the upper layer sees no progress through `ip` (a
+    /// TCP retransmission timeout). Probe the mapping now unless it is
+    /// already being probed.
+    pub(crate) fn suspect(&mut self, now: Instant, ip: Ipv4Addr) {
+        if let Some(Entry::Resolved { nud, .. }) = self.entries.get_mut(&ip) {
+            if !matches!(nud, Nud::Probe { .. }) {
+                *nud = Nud::Probe { sent: 0, next: now };
+            }
         }
     }
 
@@ -125,9 +203,9 @@ impl ArpCache {
         frame: &[u8],
         ctr: &mut LinkCounters,
     ) -> bool {
-        let expired = matches!(self.entries.get(&ip), Some(Entry::Reachable { .. }));
-        if expired {
-            // Only reached when the mapping expired (lookup failed): start over.
+        if matches!(self.entries.get(&ip), Some(Entry::Resolved { .. })) {
+            // Not reached through `lookup` (which finds resolved entries);
+            // start over all the same.
             self.entries.remove(&ip);
         }
         if !self.entries.contains_key(&ip) && !self.make_room(now) {
@@ -165,7 +243,8 @@ impl ArpCache {
         started
     }
 
-    /// Evict one resolved entry (the one expiring first) if the cache is full.
+    /// Evict one resolved entry (the least recently confirmed) if the cache
+    /// is full.
     fn make_room(&mut self, now: Instant) -> bool {
         if self.entries.len() < self.limits.cache_size {
             return true;
@@ -174,7 +253,7 @@ impl ArpCache {
             .entries
             .iter()
             .filter_map(|(ip, e)| match e {
-                Entry::Reachable { expires, .. } => Some((*expires, *ip)),
+                Entry::Resolved { confirmed, .. } => Some((*confirmed, *ip)),
                 Entry::Incomplete { .. } => None,
             })
             .min();
@@ -188,9 +267,10 @@ impl ArpCache {
         }
     }
 
-    /// Record `ip` is at `mac`. `create` = the packet was addressed to us
-    /// (RFC 826: add the pair only then; otherwise only update an existing
-    /// entry). Returns the frames that were waiting, to be sent now.
+    /// Record `ip` is at `mac` (from an ARP packet whose sender it is).
+    /// `create` = the packet was addressed to us (RFC 826: add the pair only
+    /// then; otherwise only update an existing entry). Returns the frames
+    /// that were waiting, to be sent now.
     pub(crate) fn learn(
         &mut self,
         now: Instant,
@@ -203,34 +283,67 @@ impl ArpCache {
         // already in my translation table, update the sender hardware address
         // field of the entry with the new information in the packet and set
         // Merge_flag to true." ... "If Merge_flag is false, add the triplet".
-        if !self.entries.contains_key(&ip) && (!create || !self.make_room(now)) {
-            if create {
-                ctr.ArpCacheFull += 1;
+        let limits = self.limits;
+        match self.entries.get_mut(&ip) {
+            None => {
+                if !create || !self.make_room(now) {
+                    if create {
+                        ctr.ArpCacheFull += 1;
+                    }
+                    return None;
+                }
+                self.entries.insert(ip, Self::reachable(mac, now));
+                None
             }
-            return None;
-        }
-        let fresh = Entry::Reachable {
-            mac,
-            expires: now + self.limits.reachable_time,
-            last_used: None,
-            next_probe: now,
-        };
-        match self.entries.insert(ip, fresh) {
-            Some(Entry::Incomplete { queue, .. }) => {
+            Some(Entry::Incomplete { .. }) => {
+                let old = self.entries.insert(ip, Self::reachable(mac, now));
                 ctr.ArpResolved += 1;
-                Some(queue)
+                match old {
+                    Some(Entry::Incomplete { queue, .. }) => Some(queue),
+                    _ => None,
+                }
             }
-            Some(Entry::Reachable { last_used, .. }) => {
-                if let Some(Entry::Reachable { last_used: u, .. }) = self.entries.get_mut(&ip) {
-                    *u = last_used;
+            Some(Entry::Resolved {
+                mac: cur,
+                nud,
+                confirmed,
+                updated,
+                ..
+            }) => {
+                if *cur == mac {
+                    // The neighbour answered with the MAC we use: confirmed.
+                    *confirmed = now;
+                    *nud = Nud::Reachable;
+                } else if now < *updated + limits.lock_time && !matches!(nud, Nud::Probe { .. }) {
+                    // A contradiction right after an update: one of the two
+                    // is wrong (ARP has no checksum). Keep the MAC, ask.
+                    ctr.ArpContradictions += 1;
+                    *nud = Nud::Probe { sent: 0, next: now };
+                } else {
+                    // Take the new MAC, unconfirmed: in use, it is confirmed
+                    // by the upper layer within `revalidate_window` or probed
+                    // (Linux: an overriding update leaves the entry STALE).
+                    *cur = mac;
+                    *updated = now;
+                    *nud = Nud::Stale;
                 }
                 None
             }
-            None => None,
         }
     }
 
-    /// Run retries, give-ups and expiry. Appends the requests to transmit to `requests`.
+    fn reachable(mac: MacAddr, now: Instant) -> Entry {
+        Entry::Resolved {
+            mac,
+            nud: Nud::Reachable,
+            confirmed: now,
+            updated: now,
+            last_used: None,
+        }
+    }
+
+    /// Run retries, give-ups, re-validation and garbage collection. Appends
+    /// the requests to transmit to `requests`.
     pub(crate) fn poll(
         &mut self,
         now: Instant,
@@ -263,63 +376,104 @@ impl ArpCache {
                 });
                 true
             }
-            Entry::Reachable {
+            Entry::Resolved {
                 mac,
-                expires,
+                nud,
+                confirmed,
                 last_used,
-                next_probe,
-            } => {
-                if now >= *expires {
-                    return false;
+                ..
+            } => match *nud {
+                Nud::Reachable | Nud::Stale => now < gc_at(&limits, *confirmed, *last_used),
+                Nud::Delay { until } => {
+                    if now < until {
+                        return true;
+                    }
+                    if *confirmed + limits.revalidate_window >= until {
+                        // Confirmed while in DELAY.
+                        *nud = Nud::Reachable;
+                    } else {
+                        // RFC 4861 7.3.3: "If the entry is still in the DELAY
+                        // state when the timer expires, the entry's state
+                        // changes to PROBE."
+                        *nud = Nud::Probe { sent: 0, next: now };
+                        return probe(&limits, ip, mac, nud, now, ctr, requests);
+                    }
+                    true
                 }
-                let window_start = expires.checked_sub(limits.revalidate_window).unwrap_or(now);
-                if in_use(&limits, *expires, *last_used)
-                    && now >= window_start
-                    && now >= *next_probe
-                {
-                    // Re-validate while in use (RFC 1122 2.3.2.1 "unicast poll").
-                    *next_probe = now + limits.retry_interval;
-                    ctr.ArpOutRequests += 1;
-                    requests.push(ArpRequest {
-                        target: *ip,
-                        unicast: Some(*mac),
-                    });
+                Nud::Probe { next, .. } => {
+                    if now < next {
+                        return true;
+                    }
+                    probe(&limits, ip, mac, nud, now, ctr, requests)
                 }
-                true
-            }
+            },
         });
     }
 
     /// When `poll` has something to do next.
     pub(crate) fn poll_at(&self) -> Option<Instant> {
-        let window = self.limits.revalidate_window;
         self.entries
             .values()
             .map(|e| match e {
                 Entry::Incomplete { next_retry, .. } => *next_retry,
-                Entry::Reachable {
-                    expires,
+                Entry::Resolved {
+                    nud,
+                    confirmed,
                     last_used,
-                    next_probe,
                     ..
-                } => {
-                    let ws = expires.checked_sub(window).unwrap_or(Instant::ZERO);
-                    if in_use(&self.limits, *expires, *last_used) {
-                        (*expires).min(ws.max(*next_probe))
-                    } else {
-                        *expires
-                    }
-                }
+                } => match nud {
+                    Nud::Reachable | Nud::Stale => gc_at(&self.limits, *confirmed, *last_used),
+                    Nud::Delay { until } => *until,
+                    Nud::Probe { next, .. } => *next,
+                },
             })
             .min()
     }
 }
 
-/// "In use" = used during the second half of the entry's lifetime; only
-/// such entries are re-validated, the others simply expire.
-fn in_use(limits: &ArpLimits, expires: Instant, last_used: Option<Instant>) -> bool {
-    let half = limits.reachable_time / 2;
-    last_used.is_some_and(|u| u + half >= expires)
+/// When an entry that is not being re-validated is removed: after it has
+/// been unconfirmed and unused for a while.
+fn gc_at(limits: &ArpLimits, confirmed: Instant, last_used: Option<Instant>) -> Instant {
+    let unconfirmed = confirmed + limits.reachable_time;
+    match last_used {
+        Some(u) => unconfirmed.max(u + limits.gc_stale_time),
+        None => unconfirmed,
+    }
+}
+
+/// Send the next probe of a PROBE entry: `max_requests` unicast to the
+/// cached MAC (RFC 1122 2.3.2.1 "unicast poll"), then `max_requests`
+/// broadcast (the cached MAC may be the wrong one); then give up (false =
+/// remove the entry; the next use resolves afresh).
+fn probe(
+    limits: &ArpLimits,
+    ip: &Ipv4Addr,
+    mac: &MacAddr,
+    nud: &mut Nud,
+    now: Instant,
+    ctr: &mut LinkCounters,
+    requests: &mut Vec<ArpRequest>,
+) -> bool {
+    let Nud::Probe { sent, next } = nud else {
+        return true;
+    };
+    let n = limits.max_requests.max(1);
+    if *sent >= n.saturating_mul(2) {
+        ctr.ArpFailed += 1;
+        return false;
+    }
+    if *sent == 0 {
+        ctr.ArpRevalidations += 1;
+    }
+    let unicast = (*sent < n).then_some(*mac);
+    *sent += 1;
+    *next = now + limits.retry_interval;
+    ctr.ArpOutRequests += 1;
+    requests.push(ArpRequest {
+        target: *ip,
+        unicast,
+    });
+    true
 }
 
 #[cfg(test)]
@@ -384,21 +538,145 @@ mod tests {
         assert_eq!(c.poll_at(), None);
     }
 
+    /// Poll at every instant the cache asks for until `until`; returns the
+    /// requests with the time each was sent.
+    fn run(c: &mut ArpCache, until: Instant, ctr: &mut LinkCounters) -> Vec<(Instant, ArpRequest)> {
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            let Some(t) = c.poll_at() else { break };
+            if t > until {
+                break;
+            }
+            let mut r = Vec::new();
+            c.poll(t, ctr, &mut r);
+            out.extend(r.into_iter().map(|x| (t, x)));
+        }
+        out
+    }
+
+    fn ucast(t: u64) -> (Instant, ArpRequest) {
+        (
+            Instant::from_secs(t),
+            ArpRequest {
+                target: IP,
+                unicast: Some(MAC),
+            },
+        )
+    }
+
+    fn bcast(t: u64) -> (Instant, ArpRequest) {
+        (
+            Instant::from_secs(t),
+            ArpRequest {
+                target: IP,
+                unicast: None,
+            },
+        )
+    }
+
     #[test]
-    fn in_use_entry_is_revalidated_by_unicast_then_expires() {
+    fn unconfirmed_entry_in_use_goes_stale_delay_probe_then_fails() {
         let mut c = cache(ArpLimits::default());
         let mut ctr = LinkCounters::default();
         c.learn(Instant::ZERO, IP, MAC, true, &mut ctr);
-        assert!(matches!(c.lookup(Instant::ZERO, IP), Lookup::Found(_)));
-        // Used only long ago: no re-validation, it will just expire.
-        assert_eq!(c.poll_at(), Some(Instant::from_secs(60)));
+        // REACHABLE for 30 s: used without any ARP traffic.
         assert!(matches!(
-            c.lookup(Instant::from_secs(40), IP),
+            c.lookup(Instant::from_secs(10), IP),
             Lookup::Found(_)
         ));
-        assert_eq!(c.poll_at(), Some(Instant::from_secs(55)));
+        assert!(run(&mut c, Instant::from_secs(29), &mut ctr).is_empty());
+        // Past reachable_time, the next use finds it STALE: DELAY 5 s, then
+        // three unicast probes to the cached MAC, three broadcast ones, and
+        // the entry is gone.
+        assert!(matches!(c.lookup(Instant::from_secs(40), IP), Lookup::Found(m) if m == MAC));
+        assert_eq!(c.poll_at(), Some(Instant::from_secs(45)));
+        let reqs = run(&mut c, Instant::from_secs(100), &mut ctr);
+        assert_eq!(
+            reqs,
+            vec![
+                ucast(45),
+                ucast(46),
+                ucast(47),
+                bcast(48),
+                bcast(49),
+                bcast(50)
+            ]
+        );
+        assert_eq!(c.len(), 0);
+        assert_eq!(ctr.ArpFailed, 1);
+        assert_eq!(ctr.ArpRevalidations, 1);
+        assert!(matches!(
+            c.lookup(Instant::from_secs(52), IP),
+            Lookup::Missing
+        ));
+    }
+
+    #[test]
+    fn upper_layer_confirmation_keeps_entry_reachable() {
+        let mut c = cache(ArpLimits::default());
+        let mut ctr = LinkCounters::default();
+        c.learn(Instant::ZERO, IP, MAC, true, &mut ctr);
+        // A TCP flow confirms every few seconds for two minutes: no probes.
+        for s in (2..120).step_by(2) {
+            let t = Instant::from_secs(s);
+            assert!(matches!(c.lookup(t, IP), Lookup::Found(_)));
+            c.confirm(t, IP);
+            let mut r = Vec::new();
+            c.poll(t, &mut ctr, &mut r);
+            assert!(r.is_empty(), "no probe at {s} s");
+        }
+        // Confirmed during DELAY: back to REACHABLE without probing.
+        let t = Instant::from_secs(200);
+        assert!(matches!(c.lookup(t, IP), Lookup::Found(_)));
+        c.confirm(t + Duration::from_secs(1), IP);
+        assert!(run(&mut c, Instant::from_secs(210), &mut ctr).is_empty());
+        assert_eq!(ctr.ArpRevalidations, 0);
+    }
+
+    #[test]
+    fn negative_advice_probes_at_once_and_a_reply_fixes_the_mac() {
+        let mut c = cache(ArpLimits::default());
+        let mut ctr = LinkCounters::default();
+        let wrong = MacAddr([0x42, 0, 0, 0, 0, 2]);
+        // A corrupted reply resolved the neighbour to a wrong MAC.
+        assert!(c.enqueue(Instant::ZERO, IP, &[0], &mut ctr));
+        assert!(c.learn(Instant::ZERO, IP, wrong, false, &mut ctr).is_some());
+        // TCP's retransmission timer fires: the entry is probed now.
+        let t = Instant::from_secs(1);
+        c.suspect(t, IP);
+        assert_eq!(c.poll_at(), Some(t));
         let mut r = Vec::new();
-        c.poll(Instant::from_secs(55), &mut ctr, &mut r);
+        c.poll(t, &mut ctr, &mut r);
+        assert_eq!(
+            r,
+            vec![ArpRequest {
+                target: IP,
+                unicast: Some(wrong)
+            }]
+        );
+        // Suspecting again while probing does not restart the probe.
+        c.suspect(t, IP);
+        assert_eq!(c.poll_at(), Some(Instant::from_secs(2)));
+        // The broadcast probes reach the real neighbour, whose reply
+        // contradicts the entry: the MAC is replaced.
+        c.learn(Instant::from_secs(4), IP, MAC, false, &mut ctr);
+        assert_eq!(c.peek(Instant::from_secs(4), IP), Some(MAC));
+    }
+
+    #[test]
+    fn contradiction_right_after_an_update_is_verified_not_taken() {
+        let mut c = cache(ArpLimits::default());
+        let mut ctr = LinkCounters::default();
+        let wrong = MacAddr([0x0a, 0, 0, 0, 0, 2]);
+        let t0 = Instant::ZERO;
+        c.learn(t0, IP, MAC, true, &mut ctr);
+        // 4 ms later a (corrupted) reply claims another MAC: kept, probed.
+        let t1 = Instant::from_millis(4);
+        c.learn(t1, IP, wrong, false, &mut ctr);
+        assert_eq!(c.peek(t1, IP), Some(MAC));
+        assert_eq!(ctr.ArpContradictions, 1);
+        let mut r = Vec::new();
+        c.poll(t1, &mut ctr, &mut r);
         assert_eq!(
             r,
             vec![ArpRequest {
@@ -406,17 +684,27 @@ mod tests {
                 unicast: Some(MAC)
             }]
         );
-        // The reply refreshes the entry.
-        c.learn(Instant::from_secs(55), IP, MAC, false, &mut ctr);
-        assert!(c.peek(Instant::from_secs(100), IP).is_some());
-        // Unused entries simply expire.
-        let mut c2 = cache(ArpLimits::default());
-        c2.learn(Instant::ZERO, IP, MAC, true, &mut ctr);
-        assert_eq!(c2.poll_at(), Some(Instant::from_secs(60)));
-        let mut r2 = Vec::new();
-        c2.poll(Instant::from_secs(60), &mut ctr, &mut r2);
-        assert!(r2.is_empty());
-        assert_eq!(c2.len(), 0);
+        // The answer confirms the entry.
+        c.learn(Instant::from_millis(10), IP, MAC, false, &mut ctr);
+        assert!(run(&mut c, Instant::from_secs(20), &mut ctr).is_empty());
+        // Much later a changed MAC (a replaced NIC) is taken, unconfirmed:
+        // in use it is re-validated.
+        let t2 = Instant::from_secs(25);
+        c.learn(t2, IP, wrong, false, &mut ctr);
+        assert_eq!(c.peek(t2, IP), Some(wrong));
+        assert!(matches!(c.lookup(t2, IP), Lookup::Found(m) if m == wrong));
+        assert_eq!(c.poll_at(), Some(t2 + Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn unused_entries_are_collected() {
+        let mut c = cache(ArpLimits::default());
+        let mut ctr = LinkCounters::default();
+        c.learn(Instant::ZERO, IP, MAC, true, &mut ctr);
+        assert_eq!(c.poll_at(), Some(Instant::from_secs(30)));
+        assert!(run(&mut c, Instant::from_secs(30), &mut ctr).is_empty());
+        assert_eq!(c.len(), 0);
+        assert_eq!(c.poll_at(), None);
     }
 
     #[test]

@@ -55,7 +55,7 @@ counter_group!(
     InFrames, OutFrames, InMalformed, InNotForUs, InUnknownEthertype,
     ArpInRequests, ArpInReplies, ArpOutRequests, ArpOutReplies, ArpInvalid,
     ArpConflicts, ArpResolved, ArpFailed, ArpQueueDrops, ArpUnresolvedDiscards,
-    ArpCacheFull,
+    ArpCacheFull, ArpContradictions, ArpRevalidations,
 });
 
 counter_group!(

@@ -146,6 +146,26 @@ impl Iface {
         self.ident
     }
 
+    /// Apply the upper layer's reachability advice about destinations to
+    /// the neighbour entries of their next hops.
+    pub(crate) fn neighbour_advice(
+        &mut self,
+        now: Instant,
+        advice: impl Iterator<Item = (Ipv4Addr, crate::tcp::NeighbourAdvice)>,
+    ) {
+        for (dst, adv) in advice {
+            let Some(NextHop::Neighbour(hop)) = self.route(dst) else {
+                continue;
+            };
+            if adv.confirm {
+                self.arp.confirm(now, hop);
+            }
+            if adv.suspect {
+                self.arp.suspect(now, hop);
+            }
+        }
+    }
+
     /// Largest TCP MSS for this interface (MTU - 40).
     pub(crate) fn route_mss(&self) -> u16 {
         u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)

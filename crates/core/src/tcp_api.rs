@@ -75,6 +75,7 @@ impl Stack {
                 let mut tctr = std::mem::take(&mut counters.tcp);
                 tcp.dispatch(idx, now, &mut tctr, &mut emitter(iface, counters, now, tx));
                 counters.tcp = tctr;
+                iface.neighbour_advice(now, tcp.advice.drain(..));
             }
             Demux::Unmatched => {
                 // RFC 9293 3.10.7.1: answer a segment to no connection with a
@@ -109,6 +110,7 @@ impl Stack {
             &mut emitter(iface, counters, now, tx),
         );
         counters.tcp = tctr;
+        iface.neighbour_advice(now, tcp.advice.drain(..));
     }
 
     pub(crate) fn tcp_poll_at(&self) -> Option<Instant> {

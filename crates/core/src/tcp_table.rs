@@ -3,13 +3,13 @@
 //! connections. The per-connection protocol lives in `tcp/`.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ustack_wire::tcp::TcpRepr;
 
 use crate::counters::TcpStackCounters;
 use crate::hash::{keyed_hash, KeyedState};
-use crate::tcp::{Connection, Isn, State, TcpConfig, TcpCounters, TcpError};
+use crate::tcp::{Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpCounters, TcpError};
 use crate::time::Instant;
 use crate::udp::{EPHEMERAL_FIRST, EPHEMERAL_LAST};
 use crate::{BindError, ConnectError};
@@ -128,6 +128,10 @@ pub(crate) struct TcpTable {
     rr_cursor: usize,
     /// `poll` ran out of budget with connections still due.
     pub(crate) more_work: bool,
+    /// Reachability advice from dispatched connections, per remote address,
+    /// for the neighbour cache (drained by the Stack; reused, no per-packet
+    /// allocation once grown).
+    pub(crate) advice: Vec<(Ipv4Addr, NeighbourAdvice)>,
 }
 
 impl TcpTable {
@@ -155,6 +159,7 @@ impl TcpTable {
             next_ephemeral: 0,
             rr_cursor: 0,
             more_work: false,
+            advice: Vec::new(),
         }
     }
 
@@ -615,6 +620,10 @@ impl TcpTable {
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
             let remote = c.remote;
             c.conn.dispatch(now, ctr, &mut |seg| emit(remote, seg));
+            let adv = c.conn.take_neighbour_advice();
+            if adv != NeighbourAdvice::default() {
+                self.advice.push((*remote.ip(), adv));
+            }
         }
         self.after_activity(idx);
     }

@@ -422,6 +422,13 @@ fn unsolicited_arp_reply_creates_no_entry_but_updates_one() {
     n.a.icmp_echo_send(n.now, B_IP, 1, 1, b"x").unwrap();
     n.pump();
     assert_eq!(n.b.neighbour(n.now, A_IP), Some(A_MAC));
+    // Right after the entry was learned, a contradicting reply (ARP has no
+    // checksum: it may be corrupted) is verified by a probe, not taken.
+    n.inject_to_b(&f);
+    assert_eq!(n.b.neighbour(n.now, A_IP), Some(A_MAC));
+    assert_eq!(counter(&n.b, "Link", "ArpContradictions"), 1);
+    // Later (past the 1 s lock time) the reply updates the entry.
+    n.advance(Duration::from_secs(2));
     n.inject_to_b(&f);
     assert_eq!(
         n.b.neighbour(n.now, A_IP),

@@ -161,3 +161,39 @@ fn reordered_stale_zero_window_does_not_close_the_window() {
     c.process(now, &peer(IRS + 1, ISS + 1001, 0), &mut ctr);
     assert_eq!(c.info().snd_wnd, 0);
 }
+
+/// `mixed 500`, `corrupt 883/840/899`, `mixed 638/719/853/1396`: a
+/// corrupted ARP reply left a wrong MAC in the neighbour cache. The
+/// connection tells the neighbour layer about progress (an ACK advancing
+/// SND.UNA confirms the path) and about its absence (a retransmission
+/// timeout is negative advice, which makes the cache re-probe the entry).
+#[test]
+fn connection_gives_neighbour_advice() {
+    let mut ctr = TcpCounters::default();
+    let now = Instant::ZERO;
+    let mut c = Connection::connect(&cfg(), LOCAL, REMOTE, SeqNum(ISS), 1460, now);
+    assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 1, "SYN");
+    assert_eq!(c.take_neighbour_advice(), Default::default());
+    // The SYN's retransmission timer fires: negative advice.
+    let rto = c.poll_at().expect("SYN timer");
+    let out = dispatch(&mut c, rto, &mut ctr);
+    assert_eq!(out.len(), 1, "SYN retransmitted");
+    let adv = c.take_neighbour_advice();
+    assert!(adv.suspect && !adv.confirm);
+    assert_eq!(c.take_neighbour_advice(), Default::default(), "taken");
+    // The SYN-ACK acknowledges our SYN: forward progress.
+    let synack = TcpRepr {
+        syn: true,
+        ..peer(IRS, ISS + 1, 4096)
+    };
+    c.process(rto, &synack, &mut ctr);
+    assert!(c.take_neighbour_advice().confirm);
+    dispatch(&mut c, rto, &mut ctr);
+    assert_eq!(c.send(b"abc").unwrap(), 3);
+    dispatch(&mut c, rto, &mut ctr);
+    // A duplicate ACK is no progress.
+    c.process(rto, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
+    assert!(!c.take_neighbour_advice().confirm);
+    c.process(rto, &peer(IRS + 1, ISS + 4, 4096), &mut ctr);
+    assert!(c.take_neighbour_advice().confirm);
+}

@@ -42,7 +42,7 @@ use ustack_wire::tcp::{SeqNum, TcpRepr};
 pub use cc::{CongestionControl, NewReno};
 pub use isn::Isn;
 pub use rtt::RttEstimator;
-pub use state::{Connection, IcmpUnreachable, TcpConnInfo};
+pub use state::{Connection, IcmpUnreachable, NeighbourAdvice, TcpConnInfo};
 
 /// TCP states (RFC 9293 3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -154,6 +154,19 @@ pub struct Connection {
     probes_out: u32,
     rcv_mss: usize,
     scratch: Vec<u8>,
+    advice: NeighbourAdvice,
+}
+
+/// What a connection learned about reachability of its peer's next hop
+/// since the last [`Connection::take_neighbour_advice`], for the neighbour
+/// cache (Linux `dst_confirm` / `dst_negative_advice`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NeighbourAdvice {
+    /// Forward progress: an ACK advanced SND.UNA.
+    pub confirm: bool,
+    /// No progress: the retransmission timer expired. Newer than `confirm`
+    /// when both are set.
+    pub suspect: bool,
 }
 
 fn window_shift_for(buf: usize) -> u8 {
@@ -250,6 +263,7 @@ impl Connection {
             probes_out: 0,
             rcv_mss: DEFAULT_MSS.min(usize::from(adv_mss)),
             scratch: vec![0u8; route_mss.max(usize::from(adv_mss))],
+            advice: NeighbourAdvice::default(),
         }
     }
 
@@ -407,6 +421,10 @@ impl Connection {
     }
     pub fn nodelay(&self) -> bool {
         self.nodelay
+    }
+    /// Take (and clear) the reachability advice gathered since the last call.
+    pub fn take_neighbour_advice(&mut self) -> NeighbourAdvice {
+        std::mem::take(&mut self.advice)
     }
     pub fn info(&self) -> TcpConnInfo {
         TcpConnInfo {
@@ -1174,6 +1192,7 @@ impl Connection {
         if let Some(ack) = seg.ack {
             self.snd_wl2 = ack;
             self.snd_una = ack;
+            self.advice.confirm = true;
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
             }
@@ -1238,6 +1257,8 @@ impl Connection {
             }
         }
         if ack.gt(self.snd_una) {
+            // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
+            self.advice.confirm = true;
             let acked_seq = ack.wrapping_sub(self.snd_una) as usize;
             let mut acked_data = self.sendq.ack_to(ack);
             if acked_data > acked_seq {
@@ -1580,6 +1601,9 @@ impl Connection {
             return;
         }
         ctr.TCPTimeouts += 1;
+        // Negative advice (Linux tcp_write_timeout -> dst_negative_advice):
+        // the neighbour mapping may be wrong, have it re-validated.
+        self.advice.suspect = true;
         let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
         self.cc.on_timeout(flight, self.max_payload_base());
         self.rtt.backoff();
