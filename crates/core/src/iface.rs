@@ -82,6 +82,9 @@ pub(crate) struct Iface {
     /// IP MTU.
     pub mtu: usize,
     pub arp: ArpCache,
+    /// Transparent mode (see `transparent.rs`): every unicast destination
+    /// is on-link.
+    pub transparent: bool,
     frame: Vec<u8>,
     ident: u16,
 }
@@ -104,6 +107,7 @@ impl Iface {
             gateway,
             mtu,
             arp,
+            transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             ident,
         }
@@ -135,7 +139,7 @@ impl Iface {
         if self.is_broadcast(dst) {
             return Some(NextHop::Broadcast);
         }
-        if self.cidr.contains(dst) {
+        if self.cidr.contains(dst) || self.transparent {
             return Some(NextHop::Neighbour(dst));
         }
         self.gateway.map(NextHop::Neighbour)
@@ -193,6 +197,22 @@ impl Iface {
         payload: &[u8],
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
+        let src = self.addr();
+        self.send_ip_from(now, ip, link, src, out, payload, tx)
+    }
+
+    /// `send_ip` with an explicit source address (transparent mode).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_ip_from(
+        &mut self,
+        now: Instant,
+        ip: &mut IpCounters,
+        link: &mut LinkCounters,
+        src: Ipv4Addr,
+        out: IpOut,
+        payload: &[u8],
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TxError> {
         ip.OutRequests += 1;
         let Some(hop) = self.route(out.dst) else {
             ip.OutNoRoutes += 1;
@@ -203,7 +223,7 @@ impl Iface {
             return Err(TxError::TooLarge);
         }
         let mut repr = Ipv4Repr {
-            src: self.addr(),
+            src,
             dst: out.dst,
             protocol: out.protocol,
             payload_len: payload.len(),
@@ -250,12 +270,15 @@ impl Iface {
         body.copy_from_slice(payload);
     }
 
-    /// Send a TCP segment (DF set; the MSS keeps it within the MTU).
-    pub(crate) fn send_tcp(
+    /// Send a TCP segment (DF set; the MSS keeps it within the MTU) from
+    /// `src` (our address, or any address in transparent mode).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_tcp_from(
         &mut self,
         now: Instant,
         ip: &mut IpCounters,
         link: &mut LinkCounters,
+        src: Ipv4Addr,
         dst: Ipv4Addr,
         seg: &TcpRepr,
         tx: &mut dyn FnMut(&[u8]),
@@ -271,7 +294,7 @@ impl Iface {
             return Err(TxError::TooLarge);
         }
         let repr = Ipv4Repr {
-            src: self.addr(),
+            src,
             dst,
             protocol: IpProtocol::Tcp,
             payload_len: tcp_len,
@@ -283,7 +306,6 @@ impl Iface {
             frag_offset: 0,
         };
         self.start_frame(IPV4_HEADER_LEN + tcp_len);
-        let src = self.addr();
         let ip_buf = &mut self.frame[ETHERNET_HEADER_LEN..];
         let (hdr, body) = ip_buf.split_at_mut(IPV4_HEADER_LEN);
         repr.emit(&mut Ipv4Packet::new_unchecked(&mut hdr[..]), true);
@@ -352,6 +374,23 @@ impl Iface {
         link: &mut LinkCounters,
         tx: &mut dyn FnMut(&[u8]),
     ) {
+        let me = self.addr();
+        self.send_arp_from(op, eth_dst, target_mac, target_ip, me, link, tx);
+    }
+
+    /// `send_arp` with an explicit sender protocol address (transparent
+    /// mode answers for every address).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_arp_from(
+        &mut self,
+        op: ArpOperation,
+        eth_dst: MacAddr,
+        target_mac: MacAddr,
+        target_ip: Ipv4Addr,
+        sender_ip: Ipv4Addr,
+        link: &mut LinkCounters,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
         // 14 + 28 = 42; pad to the 60-byte Ethernet minimum as Linux does.
         let mut buf = [0u8; 60];
         let eth = EthernetRepr {
@@ -363,7 +402,7 @@ impl Iface {
         let arp = ArpRepr {
             operation: op,
             sender_mac: self.mac,
-            sender_ip: self.addr(),
+            sender_ip,
             target_mac,
             target_ip,
         };

@@ -12,6 +12,7 @@
 //! | `arp` | the neighbour cache |
 //! | `frag` | IPv4 reassembly |
 //! | `udp` | the UDP socket table |
+//! | `transparent` | transparent mode: the stack as the whole outside world for one guest |
 //! | `counters` | `/proc/net/snmp`-named counters |
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ mod iface;
 mod stack;
 mod tcp_api;
 mod tcp_table;
+mod transparent;
 mod udp;
 
 pub use arp::ArpLimits;
@@ -36,4 +38,8 @@ pub use frag::ReasmLimits;
 pub use stack::{Config, EchoReply, Limits, Stack};
 pub use tcp::TcpError;
 pub use tcp_table::{TcpHandle, TcpInfo, TcpStatus};
+pub use transparent::{
+    EchoRequestInfo, PendingSyn, PendingSynId, Refuse, TransparentConfig, TransparentCounters,
+    UdpAnyHandle,
+};
 pub use udp::{UdpHandle, UdpStatus, EPHEMERAL_FIRST, EPHEMERAL_LAST};

@@ -22,6 +22,7 @@ use crate::iface::{Iface, IpOut, TokenBucket, TxError};
 use crate::tcp::TcpConfig;
 use crate::tcp_table::TcpTable;
 use crate::time::Instant;
+use crate::transparent::Transparent;
 use crate::udp::{Deliver, UdpHandle, UdpStatus, UdpTable};
 use crate::BindError;
 
@@ -115,13 +116,15 @@ pub struct Stack {
     pub(crate) iface: Iface,
     icmp_bucket: TokenBucket,
     reasm: Reassembler,
-    udp: UdpTable,
+    pub(crate) udp: UdpTable,
     pub(crate) tcp: TcpTable,
     echo: VecDeque<EchoReply>,
     /// Reused buffer where transport payloads are built before IP output.
-    scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
     /// Frames produced by socket calls, sent on the next `poll`.
-    txq: TxQueue,
+    pub(crate) txq: TxQueue,
+    /// Transparent mode state (`None` = an ordinary host).
+    pub(crate) transparent: Option<Box<Transparent>>,
     arp_requests: Vec<ArpRequest>,
     reasm_expired: Vec<Expired>,
     /// Gratuitous ARP still to announce.
@@ -169,6 +172,7 @@ impl Stack {
             txq: TxQueue::new(l.tx_queue_bytes),
             arp_requests: Vec::new(),
             reasm_expired: Vec::new(),
+            transparent: None,
             announce: true,
             started: now,
             last_now: now,
@@ -249,6 +253,10 @@ impl Stack {
                 return;
             }
         }
+        if self.transparent.is_some() {
+            self.transparent_arp(now, &arp, tx);
+            return;
+        }
         let me = self.iface.addr();
         if !arp.sender_mac.is_unicast() || self.iface.is_martian_source(arp.sender_ip) {
             // Probes (RFC 5227, sender 0.0.0.0) are answered but not learned.
@@ -324,7 +332,8 @@ impl Stack {
         };
         let me = self.iface.addr();
         let ip_bcast = self.iface.is_broadcast(repr.dst);
-        if repr.dst != me && !ip_bcast {
+        let any_dst = self.transparent.is_some() && crate::transparent::is_unicast(repr.dst);
+        if repr.dst != me && !ip_bcast && !any_dst {
             // RFC 1122 3.3.4.2 / 3.2.1.3: not ours and we do not forward.
             ipc.InAddrErrors += 1;
             return;
@@ -426,6 +435,10 @@ impl Stack {
                     // Linux default icmp_echo_ignore_broadcasts = 1 (smurf defence).
                     return;
                 }
+                if self.transparent.is_some() {
+                    self.transparent_echo_request(ip, ident, seq_no, data);
+                    return;
+                }
                 // RFC 1122 3.2.2.6: "Every host MUST implement an ICMP Echo
                 // server function that receives Echo Requests and sends
                 // corresponding Echo Replies." ... "The data received in the
@@ -485,7 +498,7 @@ impl Stack {
         data: &[u8],
     ) {
         // The quoted datagram must be one we sent.
-        if header.src != self.iface.addr() {
+        if header.src != self.iface.addr() && self.transparent.is_none() {
             return;
         }
         let (Some(sp), Some(dp)) = (data.get(0..2), data.get(2..4)) else {
@@ -543,6 +556,10 @@ impl Stack {
             }
         };
         let from = SocketAddrV4::new(ip.src, repr.src_port);
+        if !ip_bcast && self.transparent_udp_input(ip, &repr, pkt.payload_ref()) {
+            return;
+        }
+        let c = &mut self.counters.udp;
         let limits = self.udp.limits();
         match self.udp.lookup_mut(from, repr.dst_port, ip_bcast) {
             Some(sock) => match sock.deliver(from, pkt.payload_ref(), limits) {
@@ -831,7 +848,7 @@ impl Stack {
     }
 
     /// Frame bytes (with Ethernet and IP headers) an IP payload of `len` needs.
-    fn frames_bytes(&self, len: usize) -> usize {
+    pub(crate) fn frames_bytes(&self, len: usize) -> usize {
         let per = self.iface.mtu.saturating_sub(20).max(8);
         let n = len.div_ceil(per).max(1);
         len + n * 34
@@ -888,6 +905,7 @@ impl Stack {
             self.send_icmp_error(now, &e.header, d, IcmpErr::FragExpired, false, tx);
         }
         self.reasm_expired = expired;
+        self.transparent_poll(now);
         self.poll_tcp(now, tx);
     }
 
@@ -900,6 +918,7 @@ impl Stack {
             self.iface.arp.poll_at(),
             self.reasm.poll_at(),
             self.tcp_poll_at(),
+            self.transparent_poll_at(),
         ]
         .into_iter()
         .flatten()
@@ -910,7 +929,7 @@ impl Stack {
 /// Frames produced outside `poll` (socket calls have no `tx`), kept in pooled
 /// buffers so steady-state sending does not allocate.
 #[derive(Default)]
-struct TxQueue {
+pub(crate) struct TxQueue {
     frames: VecDeque<Vec<u8>>,
     pool: Vec<Vec<u8>>,
     bytes: usize,
@@ -926,11 +945,11 @@ impl TxQueue {
         }
     }
 
-    fn has_room(&self, bytes: usize) -> bool {
+    pub(crate) fn has_room(&self, bytes: usize) -> bool {
         self.bytes + bytes <= self.limit
     }
 
-    fn push(&mut self, now: Instant, frame: &[u8]) {
+    pub(crate) fn push(&mut self, now: Instant, frame: &[u8]) {
         let mut b = self.pool.pop().unwrap_or_default();
         b.clear();
         b.extend_from_slice(frame);

@@ -21,13 +21,14 @@ fn emitter<'a>(
     counters: &'a mut Counters,
     now: Instant,
     tx: &'a mut dyn FnMut(&[u8]),
-) -> impl FnMut(SocketAddrV4, &TcpRepr) -> bool + 'a {
-    move |remote: SocketAddrV4, seg: &TcpRepr| {
+) -> impl FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr) -> bool + 'a {
+    move |local: SocketAddrV4, remote: SocketAddrV4, seg: &TcpRepr| {
         iface
-            .send_tcp(
+            .send_tcp_from(
                 now,
                 &mut counters.ip,
                 &mut counters.link,
+                *local.ip(),
                 *remote.ip(),
                 seg,
                 tx,
@@ -63,6 +64,9 @@ impl Stack {
         };
         let local = SocketAddrV4::new(ip.dst, seg.dst_port);
         let remote = SocketAddrV4::new(ip.src, seg.src_port);
+        if self.transparent_tcp_input(now, local, remote, &seg) {
+            return;
+        }
         let Stack {
             tcp,
             iface,
@@ -79,10 +83,12 @@ impl Stack {
             }
             Demux::Unmatched => {
                 // RFC 9293 3.10.7.1: answer a segment to no connection with a
-                // RST (never a RST in answer to a RST).
+                // RST (never a RST in answer to a RST), from the address it
+                // was sent to (ours, or any in transparent mode).
                 if let Some(rst) = rst_for_unmatched(&seg) {
+                    let (ipc, link) = (&mut counters.ip, &mut counters.link);
                     if iface
-                        .send_tcp(now, &mut counters.ip, &mut counters.link, ip.src, &rst, tx)
+                        .send_tcp_from(now, ipc, link, ip.dst, ip.src, &rst, tx)
                         .is_ok()
                     {
                         counters.tcp.OutSegs += 1;
@@ -189,6 +195,8 @@ impl Stack {
         let local = match local {
             None => SocketAddrV4::new(me, 0),
             Some(l) if l.ip().is_unspecified() || *l.ip() == me => SocketAddrV4::new(me, l.port()),
+            // Transparent mode: appear to come from any unicast address.
+            Some(l) if self.transparent.is_some() && !self.iface.is_martian_source(*l.ip()) => l,
             Some(_) => return Err(ConnectError::InvalidAddress),
         };
         self.last_now = self.last_now.max(now);

@@ -615,11 +615,11 @@ impl TcpTable {
         idx: usize,
         now: Instant,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddrV4, &TcpRepr) -> bool,
+        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr) -> bool,
     ) {
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
-            let remote = c.remote;
-            c.conn.dispatch(now, ctr, &mut |seg| emit(remote, seg));
+            let (local, remote) = (c.local, c.remote);
+            c.conn.dispatch(now, ctr, &mut |seg| emit(local, remote, seg));
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
                 self.advice.push((*remote.ip(), adv));
@@ -700,7 +700,7 @@ impl TcpTable {
         now: Instant,
         budget: usize,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddrV4, &TcpRepr) -> bool,
+        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr) -> bool,
     ) {
         let n = self.slots.len();
         let mut done = 0;
@@ -738,5 +738,67 @@ impl TcpTable {
                 _ => None,
             })
             .min()
+    }
+}
+
+/// Hooks for transparent mode (`transparent.rs`).
+impl TcpTable {
+    /// Whether a SYN `remote -> local` should be held for the application:
+    /// no listener on the port and no connection on the 4-tuple (a
+    /// TIME-WAIT connection that accepts the SYN as a new incarnation, RFC
+    /// 9293 3.6.1, is dropped to make way).
+    pub(crate) fn syn_unclaimed(
+        &mut self,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+    ) -> bool {
+        if self.listeners.contains_key(&local.port()) {
+            return false;
+        }
+        let Some(&idx) = self.conns.get(&(local, remote)) else {
+            return true;
+        };
+        let idx = idx as usize;
+        let reuse = match self.slots.get(idx).and_then(|s| s.sock.as_ref()) {
+            Some(Sock::Conn(c)) => {
+                c.conn.state() == State::TimeWait && c.conn.accepts_reuse_syn(seg)
+            }
+            _ => false,
+        };
+        if reuse {
+            self.detach(idx);
+        }
+        reuse
+    }
+
+    /// Create an application-owned connection in SYN-RECEIVED from a SYN
+    /// held earlier (RFC 9293 3.10.7.2, LISTEN state, "third check for a
+    /// SYN"); the SYN|ACK goes out on the next poll.
+    pub(crate) fn adopt_syn(
+        &mut self,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        syn: &TcpRepr,
+    ) -> Result<TcpHandle, TcpError> {
+        if self.live >= self.max_sockets || self.conns.contains_key(&(local, remote)) {
+            return Err(TcpError::InvalidState);
+        }
+        let iss = self.isn.generate(local, remote, now);
+        let conn = Connection::accept(&self.cfg, local, remote, syn, iss, self.route_mss, now);
+        let c = Conn {
+            conn,
+            local,
+            remote,
+            owner: Owner::App,
+            in_map: true,
+            active_open: false,
+        };
+        let h = self
+            .alloc(Sock::Conn(Box::new(c)))
+            .ok_or(TcpError::InvalidState)?;
+        self.conns.insert((local, remote), h.index);
+        Ok(h)
     }
 }

@@ -1,0 +1,878 @@
+//! Transparent mode: the `Stack` plays the whole outside world for one guest
+//! on the link (user-mode networking, as slirp/passt do).
+//!
+//! With [`Stack::new_transparent`]:
+//! * ARP requests for any address but the guest's own are answered with our
+//!   MAC, so the guest reaches every on-link address through us.
+//! * IPv4 datagrams to any unicast destination are accepted (we never forward).
+//! * Every destination is on-link: replies "from 93.184.216.34" go straight
+//!   to the guest's MAC.
+//! * A TCP SYN to an address/port without listener is *held*
+//!   ([`Stack::tcp_pending_syns`]) until the application accepts it
+//!   ([`Stack::tcp_accept_pending`], the handshake then completes) or refuses
+//!   it ([`Stack::tcp_refuse_pending`], RST or ICMP unreachable).
+//! * `tcp_connect` may use any local address (inbound port forwards).
+//! * UDP to any address lands on one catch-all socket ([`Stack::udp_bind_any`]);
+//!   replies may come from any address ([`Stack::udp_send_from`]).
+//! * ICMP echo requests to any address are queued for the application
+//!   ([`Stack::icmp_echo_request_recv`]) instead of being answered;
+//!   replies and unreachables can come from any address.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use ustack_wire::arp::{ArpOperation, ArpRepr};
+use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
+use ustack_wire::ip::IpProtocol;
+use ustack_wire::ipv4::Ipv4Repr;
+use ustack_wire::tcp::TcpRepr;
+use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
+
+use crate::error::{BindError, IcmpError, UdpError};
+use crate::hash::KeyedState;
+use crate::iface::{IpOut, TxError, DEFAULT_TTL};
+use crate::stack::{Config, Stack};
+use crate::tcp::{rst_for_unmatched, TcpError};
+use crate::tcp_table::TcpHandle;
+use crate::time::{Duration, Instant};
+
+/// Tunables of transparent mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransparentConfig {
+    /// The guest's address, if known: ARP requests for it are never
+    /// answered (the guest's own duplicate-address checks must not see a
+    /// conflict).
+    pub guest: Option<Ipv4Addr>,
+    /// Held SYNs; beyond it the oldest is dropped silently.
+    pub max_pending_syns: usize,
+    /// A held SYN nobody decided about is dropped silently after this.
+    pub pending_syn_timeout: Duration,
+    /// Echo requests queued for the application (oldest dropped).
+    pub echo_queue: usize,
+    /// Payload bytes queued for the application (echo requests and, per
+    /// queue, catch-all UDP datagrams).
+    pub queue_bytes: usize,
+    /// Datagrams queued on the catch-all UDP socket.
+    pub udp_datagrams: usize,
+}
+
+impl Default for TransparentConfig {
+    fn default() -> Self {
+        TransparentConfig {
+            guest: None,
+            max_pending_syns: 1024,
+            pending_syn_timeout: Duration::from_secs(75),
+            echo_queue: 1024,
+            queue_bytes: 4 << 20,
+            udp_datagrams: 4096,
+        }
+    }
+}
+
+/// Identifies a held SYN. Ids are never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PendingSynId(u64);
+
+/// A connection attempt awaiting the application's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingSyn {
+    pub id: PendingSynId,
+    /// Where the guest wants to go (our side of the connection).
+    pub local: SocketAddrV4,
+    /// The guest's end.
+    pub remote: SocketAddrV4,
+}
+
+/// How to refuse a held SYN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuse {
+    /// RST|ACK: "connection refused".
+    Rst,
+    /// ICMP destination unreachable with this code, quoting the SYN.
+    IcmpUnreachable(DstUnreachable),
+}
+
+/// The catch-all UDP socket of transparent mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdpAnyHandle(u32);
+
+/// An echo request the guest sent to `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EchoRequestInfo {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub ident: u16,
+    pub seq: u16,
+    /// Payload bytes (without the 8-byte ICMP header); the copy given to
+    /// `icmp_echo_request_recv` is truncated to its buffer.
+    pub len: usize,
+    pub ttl: u8,
+}
+
+/// Counters of transparent mode (diagnostics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransparentCounters {
+    pub syns_held: u64,
+    /// Retransmitted SYNs (or other segments) for a held SYN, dropped.
+    pub syns_absorbed: u64,
+    /// Held SYNs dropped because the table was full or they expired.
+    pub syns_dropped: u64,
+    pub syns_accepted: u64,
+    pub syns_refused: u64,
+    pub echo_dropped: u64,
+    pub udp_dropped: u64,
+}
+
+struct Held {
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    syn: TcpRepr<'static>,
+}
+
+/// Datagrams in one byte ring plus metadata (no allocation per datagram).
+struct DgramQueue<M> {
+    data: VecDeque<u8>,
+    meta: VecDeque<(usize, M)>,
+    max_bytes: usize,
+    max_items: usize,
+}
+
+impl<M> DgramQueue<M> {
+    fn new(max_bytes: usize, max_items: usize) -> Self {
+        DgramQueue {
+            data: VecDeque::new(),
+            meta: VecDeque::new(),
+            max_bytes,
+            max_items,
+        }
+    }
+
+    /// Queue a datagram; `drop_oldest` makes room instead of refusing.
+    /// Returns how many datagrams were dropped (including this one when refused).
+    fn push(&mut self, m: M, bytes: &[u8], drop_oldest: bool) -> u64 {
+        if bytes.len() > self.max_bytes || self.max_items == 0 {
+            return 1;
+        }
+        let mut dropped = 0;
+        while self.meta.len() >= self.max_items || self.data.len() + bytes.len() > self.max_bytes {
+            if !drop_oldest {
+                return 1;
+            }
+            let Some((n, _)) = self.meta.pop_front() else {
+                break;
+            };
+            self.data.drain(..n.min(self.data.len()));
+            dropped += 1;
+        }
+        self.data.extend(bytes);
+        self.meta.push_back((bytes.len(), m));
+        dropped
+    }
+
+    /// Pop one datagram into `buf` (truncated); returns its full length.
+    fn pop(&mut self, buf: &mut [u8]) -> Option<(usize, M)> {
+        let (len, m) = self.meta.pop_front()?;
+        let len = len.min(self.data.len());
+        for (d, s) in buf.iter_mut().zip(self.data.drain(..len)) {
+            *d = s;
+        }
+        Some((len, m))
+    }
+}
+
+/// Transparent-mode state owned by the `Stack`.
+pub(crate) struct Transparent {
+    cfg: TransparentConfig,
+    held: HashMap<u64, Held, KeyedState>,
+    by_tuple: HashMap<(SocketAddrV4, SocketAddrV4), u64, KeyedState>,
+    /// Held SYN ids in arrival order with their expiry (may hold ids
+    /// already decided; skipped lazily).
+    order: VecDeque<(u64, Instant)>,
+    /// Held SYNs not yet reported to the application.
+    fresh: VecDeque<u64>,
+    next_id: u64,
+    udp_any: Option<(u32, DgramQueue<(SocketAddrV4, SocketAddrV4)>)>,
+    udp_generation: u32,
+    echo: DgramQueue<EchoRequestInfo>,
+    counters: TransparentCounters,
+}
+
+impl Transparent {
+    fn new(cfg: TransparentConfig, secret: &[u8; 16]) -> Self {
+        let echo = DgramQueue::new(cfg.queue_bytes, cfg.echo_queue);
+        Transparent {
+            held: HashMap::with_hasher(KeyedState::new(secret, 0x7470_0001)),
+            by_tuple: HashMap::with_hasher(KeyedState::new(secret, 0x7470_0002)),
+            order: VecDeque::new(),
+            fresh: VecDeque::new(),
+            next_id: 1,
+            udp_any: None,
+            udp_generation: 0,
+            echo,
+            counters: TransparentCounters::default(),
+            cfg,
+        }
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Held> {
+        let h = self.held.remove(&id)?;
+        self.by_tuple.remove(&(h.local, h.remote));
+        // Keep the side queues proportional to the live set.
+        let bound = 2 * self.cfg.max_pending_syns + 16;
+        if self.order.len() > bound {
+            let held = &self.held;
+            self.order.retain(|(i, _)| held.contains_key(i));
+        }
+        if self.fresh.len() > bound {
+            let held = &self.held;
+            self.fresh.retain(|i| held.contains_key(i));
+        }
+        Some(h)
+    }
+
+    fn hold(&mut self, now: Instant, local: SocketAddrV4, remote: SocketAddrV4, syn: &TcpRepr) {
+        if self.cfg.max_pending_syns == 0 {
+            self.counters.syns_dropped += 1;
+            return;
+        }
+        while self.held.len() >= self.cfg.max_pending_syns {
+            let Some((old, _)) = self.order.pop_front() else {
+                break;
+            };
+            if self.remove(old).is_some() {
+                self.counters.syns_dropped += 1;
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.held.insert(
+            id,
+            Held {
+                local,
+                remote,
+                syn: owned_syn(syn),
+            },
+        );
+        self.by_tuple.insert((local, remote), id);
+        self.order
+            .push_back((id, now + self.cfg.pending_syn_timeout));
+        self.fresh.push_back(id);
+        self.counters.syns_held += 1;
+    }
+}
+
+/// The SYN without its payload (data on a SYN is not kept; the guest
+/// retransmits it after the handshake), detached from the packet buffer.
+fn owned_syn(s: &TcpRepr) -> TcpRepr<'static> {
+    TcpRepr {
+        src_port: s.src_port,
+        dst_port: s.dst_port,
+        seq: s.seq,
+        ack: s.ack,
+        syn: s.syn,
+        fin: false,
+        rst: s.rst,
+        psh: false,
+        ece: s.ece,
+        cwr: s.cwr,
+        window: s.window,
+        max_seg_size: s.max_seg_size,
+        window_scale: s.window_scale,
+        sack_permitted: s.sack_permitted,
+        sack_ranges: s.sack_ranges,
+        timestamp: s.timestamp,
+        payload: &[],
+    }
+}
+
+/// Transparent mode accepts datagrams to (and sends from) any unicast address.
+pub(crate) fn is_unicast(a: Ipv4Addr) -> bool {
+    !(a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback())
+}
+
+impl Stack {
+    /// Create a stack in transparent mode (see the module docs). `config.addr`
+    /// is the gateway's address and prefix: the address our ARP requests and
+    /// ICMP errors of our own come from. `config.gateway` is ignored.
+    pub fn new_transparent(config: Config, tcfg: TransparentConfig, now: Instant) -> Stack {
+        let secret = config.secret;
+        let mut s = Stack::new(config, now);
+        s.iface.transparent = true;
+        s.iface.gateway = None;
+        s.transparent = Some(Box::new(Transparent::new(tcfg, &secret)));
+        s
+    }
+
+    /// Whether this stack is in transparent mode.
+    pub fn is_transparent(&self) -> bool {
+        self.transparent.is_some()
+    }
+
+    /// Counters of transparent mode (zero otherwise).
+    pub fn transparent_counters(&self) -> TransparentCounters {
+        self.transparent
+            .as_ref()
+            .map(|t| t.counters)
+            .unwrap_or_default()
+    }
+
+    // ------------------------------------------------------------------
+    // Input hooks (called from the receive path)
+    // ------------------------------------------------------------------
+
+    /// ARP in transparent mode: answer for every address but the guest's.
+    pub(crate) fn transparent_arp(
+        &mut self,
+        now: Instant,
+        arp: &ArpRepr,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let Some(t) = self.transparent.as_deref() else {
+            return;
+        };
+        let guest = t.cfg.guest;
+        let me = self.iface.addr();
+        let link = &mut self.counters.link;
+        let probe = arp.sender_ip.is_unspecified();
+        if !arp.sender_mac.is_unicast()
+            || (!probe && self.iface.is_martian_source(arp.sender_ip))
+            || arp.sender_mac == self.iface.mac
+        {
+            link.ArpInvalid += 1;
+            return;
+        }
+        let target = arp.target_ip;
+        // RFC 826 answers for "the target protocol address" when it is
+        // ours; here every address but the guest's is ours. Never answer a
+        // gratuitous ARP (target = sender) and answer an RFC 5227 probe
+        // (sender 0.0.0.0, the prober's candidate address as target) only
+        // for the gateway address, so the guest's checks see no conflict.
+        let answer = arp.operation == ArpOperation::Request
+            && target != arp.sender_ip
+            && Some(target) != guest
+            && is_unicast(target)
+            && (!probe || target == me);
+        if !probe && Some(arp.sender_ip) != Some(me) {
+            if let Some(queue) = self.iface.arp.learn(
+                now,
+                arp.sender_ip,
+                arp.sender_mac,
+                answer || target == me,
+                link,
+            ) {
+                self.iface.flush_queue(queue, arp.sender_mac, link, tx);
+            }
+        }
+        if answer {
+            self.iface.send_arp_from(
+                ArpOperation::Reply,
+                arp.sender_mac,
+                arp.sender_mac,
+                arp.sender_ip,
+                target,
+                link,
+                tx,
+            );
+        }
+    }
+
+    /// Queue an echo request for the application instead of answering it.
+    pub(crate) fn transparent_echo_request(
+        &mut self,
+        ip: &Ipv4Repr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) {
+        let Some(t) = self.transparent.as_deref_mut() else {
+            return;
+        };
+        let info = EchoRequestInfo {
+            src: ip.src,
+            dst: ip.dst,
+            ident,
+            seq,
+            len: data.len(),
+            ttl: ip.ttl,
+        };
+        t.counters.echo_dropped += t.echo.push(info, data, true);
+    }
+
+    /// UDP in transparent mode: datagrams no bound socket claims go to the
+    /// catch-all socket. Returns true when the datagram was taken.
+    pub(crate) fn transparent_udp_input(
+        &mut self,
+        ip: &Ipv4Repr,
+        repr: &UdpRepr,
+        data: &[u8],
+    ) -> bool {
+        let Some(t) = self.transparent.as_deref_mut() else {
+            return false;
+        };
+        let Some((_, q)) = t.udp_any.as_mut() else {
+            return false;
+        };
+        let from = SocketAddrV4::new(ip.src, repr.src_port);
+        let to = SocketAddrV4::new(ip.dst, repr.dst_port);
+        // A socket bound to the port on 0.0.0.0 or on this very address keeps it.
+        if self
+            .udp
+            .lookup_mut(from, repr.dst_port, false)
+            .is_some_and(|s| s.local.ip().is_unspecified() || *s.local.ip() == ip.dst)
+        {
+            return false;
+        }
+        let c = &mut self.counters.udp;
+        if q.push((from, to), data, false) == 0 {
+            c.InDatagrams += 1;
+        } else {
+            c.RcvbufErrors += 1;
+            c.InErrors += 1;
+            t.counters.udp_dropped += 1;
+        }
+        true
+    }
+
+    /// TCP in transparent mode: hold SYNs nobody listens for and absorb
+    /// segments for held ones. Returns true when the segment was taken.
+    pub(crate) fn transparent_tcp_input(
+        &mut self,
+        now: Instant,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+    ) -> bool {
+        let Some(t) = self.transparent.as_deref_mut() else {
+            return false;
+        };
+        if let Some(&id) = t.by_tuple.get(&(local, remote)) {
+            // A retransmitted SYN while the decision is pending: stay
+            // silent (no RST, no SYN|ACK). A SYN with another ISN is a new
+            // attempt on the same 4-tuple: answer that one when accepted.
+            if seg.syn && seg.ack.is_none() && !seg.rst {
+                if let Some(h) = t.held.get_mut(&id) {
+                    h.syn = owned_syn(seg);
+                }
+            }
+            t.counters.syns_absorbed += 1;
+            return true;
+        }
+        if !seg.syn || seg.ack.is_some() || seg.rst || !is_unicast(*local.ip()) {
+            return false;
+        }
+        if !self.tcp.syn_unclaimed(local, remote, seg) {
+            return false;
+        }
+        t.hold(now, local, remote, seg);
+        true
+    }
+
+    pub(crate) fn transparent_poll(&mut self, now: Instant) {
+        let Some(t) = self.transparent.as_deref_mut() else {
+            return;
+        };
+        while let Some(&(id, expires)) = t.order.front() {
+            if expires > now {
+                break;
+            }
+            t.order.pop_front();
+            if t.remove(id).is_some() {
+                t.counters.syns_dropped += 1;
+            }
+        }
+    }
+
+    pub(crate) fn transparent_poll_at(&self) -> Option<Instant> {
+        self.transparent
+            .as_deref()
+            .and_then(|t| t.order.front().map(|&(_, at)| at))
+    }
+
+    // ------------------------------------------------------------------
+    // TCP: held SYNs
+    // ------------------------------------------------------------------
+
+    /// The next held SYN not reported yet (each is reported once).
+    pub fn tcp_next_pending_syn(&mut self) -> Option<PendingSyn> {
+        let t = self.transparent.as_deref_mut()?;
+        while let Some(id) = t.fresh.pop_front() {
+            if let Some(h) = t.held.get(&id) {
+                return Some(PendingSyn {
+                    id: PendingSynId(id),
+                    local: h.local,
+                    remote: h.remote,
+                });
+            }
+        }
+        None
+    }
+
+    /// Held SYNs not reported yet (drained).
+    pub fn tcp_pending_syns(&mut self) -> impl Iterator<Item = PendingSyn> + '_ {
+        std::iter::from_fn(move || self.tcp_next_pending_syn())
+    }
+
+    /// Number of SYNs currently held (diagnostics).
+    pub fn tcp_pending_syn_count(&self) -> usize {
+        self.transparent.as_deref().map_or(0, |t| t.held.len())
+    }
+
+    /// Complete the handshake of a held SYN: the connection starts in
+    /// SYN-RECEIVED and its SYN|ACK goes out on the next `poll`. The handle
+    /// behaves like one from `tcp_accept`. A stale id (decided, expired or
+    /// dropped) gives `InvalidHandle`.
+    pub fn tcp_accept_pending(
+        &mut self,
+        now: Instant,
+        id: PendingSynId,
+    ) -> Result<TcpHandle, TcpError> {
+        let t = self
+            .transparent
+            .as_deref_mut()
+            .ok_or(TcpError::InvalidHandle)?;
+        let h = t.remove(id.0).ok_or(TcpError::InvalidHandle)?;
+        t.counters.syns_accepted += 1;
+        self.last_now = self.last_now.max(now);
+        self.tcp.adopt_syn(now, h.local, h.remote, &h.syn)
+    }
+
+    /// Refuse a held SYN: RST|ACK (RFC 9293 3.10.7.1: "If the ACK bit is
+    /// off, sequence number zero is used, <SEQ=0><ACK=SEG.SEQ+SEG.LEN>
+    /// <CTL=RST,ACK>"), or an ICMP destination unreachable quoting the SYN,
+    /// from the address the guest tried. Goes out on the next `poll`; a
+    /// stale id is ignored.
+    pub fn tcp_refuse_pending(&mut self, now: Instant, id: PendingSynId, how: Refuse) {
+        let Some(t) = self.transparent.as_deref_mut() else {
+            return;
+        };
+        let Some(h) = t.remove(id.0) else { return };
+        t.counters.syns_refused += 1;
+        match how {
+            Refuse::Rst => {
+                let Some(rst) = rst_for_unmatched(&h.syn) else {
+                    return;
+                };
+                if !self.txq.has_room(self.frames_bytes(rst.buffer_len())) {
+                    return;
+                }
+                let q = &mut self.txq;
+                let r = self.iface.send_tcp_from(
+                    now,
+                    &mut self.counters.ip,
+                    &mut self.counters.link,
+                    *h.local.ip(),
+                    *h.remote.ip(),
+                    &rst,
+                    &mut |f| q.push(now, f),
+                );
+                if r.is_ok() {
+                    self.counters.tcp.OutSegs += 1;
+                    self.counters.tcp.OutRsts += 1;
+                }
+            }
+            Refuse::IcmpUnreachable(reason) => {
+                // RFC 792: "the internet header plus the first 64 bits of
+                // the original datagram's data" — ports and sequence number.
+                let mut quoted = [0u8; 8];
+                quoted[0..2].copy_from_slice(&h.syn.src_port.to_be_bytes());
+                quoted[2..4].copy_from_slice(&h.syn.dst_port.to_be_bytes());
+                quoted[4..8].copy_from_slice(&h.syn.seq.0.to_be_bytes());
+                let header = quoted_header(
+                    *h.remote.ip(),
+                    *h.local.ip(),
+                    IpProtocol::Tcp,
+                    h.syn.header_len(),
+                );
+                let repr = Icmpv4Repr::DstUnreachable {
+                    reason,
+                    next_hop_mtu: 0,
+                    header,
+                    data: &quoted,
+                };
+                if self
+                    .queue_icmp_from(now, *h.local.ip(), *h.remote.ip(), &repr)
+                    .is_ok()
+                {
+                    self.counters.icmp.OutDestUnreachs += 1;
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // UDP: the catch-all socket
+    // ------------------------------------------------------------------
+
+    /// Open the catch-all UDP socket: it receives every datagram to any
+    /// address and port that no bound socket claims. One per stack
+    /// (`AddrInUse` otherwise); `AddrNotAvailable` outside transparent mode.
+    pub fn udp_bind_any(&mut self) -> Result<UdpAnyHandle, BindError> {
+        let t = self
+            .transparent
+            .as_deref_mut()
+            .ok_or(BindError::AddrNotAvailable)?;
+        if t.udp_any.is_some() {
+            return Err(BindError::AddrInUse);
+        }
+        t.udp_generation = t.udp_generation.wrapping_add(1);
+        let q = DgramQueue::new(t.cfg.queue_bytes, t.cfg.udp_datagrams);
+        t.udp_any = Some((t.udp_generation, q));
+        Ok(UdpAnyHandle(t.udp_generation))
+    }
+
+    /// Close the catch-all socket (stale handles are ignored).
+    pub fn udp_close_any(&mut self, h: UdpAnyHandle) {
+        if let Some(t) = self.transparent.as_deref_mut() {
+            if t.udp_any.as_ref().is_some_and(|(g, _)| *g == h.0) {
+                t.udp_any = None;
+            }
+        }
+    }
+
+    /// One datagram from the catch-all socket, truncated to `buf`:
+    /// `(length copied, source, destination)`. `WouldBlock` when empty.
+    pub fn udp_recv_from_to(
+        &mut self,
+        h: UdpAnyHandle,
+        buf: &mut [u8],
+    ) -> Result<(usize, SocketAddrV4, SocketAddrV4), UdpError> {
+        let q = self.udp_any_queue(h)?;
+        let (len, (src, dst)) = q.pop(buf).ok_or(UdpError::WouldBlock)?;
+        Ok((len.min(buf.len()), src, dst))
+    }
+
+    fn udp_any_queue(
+        &mut self,
+        h: UdpAnyHandle,
+    ) -> Result<&mut DgramQueue<(SocketAddrV4, SocketAddrV4)>, UdpError> {
+        match self
+            .transparent
+            .as_deref_mut()
+            .and_then(|t| t.udp_any.as_mut())
+        {
+            Some((g, q)) if *g == h.0 => Ok(q),
+            _ => Err(UdpError::InvalidHandle),
+        }
+    }
+
+    /// Send a datagram to the guest appearing to come from `src` (any
+    /// unicast address). Goes out on the next `poll`.
+    pub fn udp_send_from(
+        &mut self,
+        now: Instant,
+        h: UdpAnyHandle,
+        data: &[u8],
+        src: SocketAddrV4,
+        dst: SocketAddrV4,
+    ) -> Result<usize, UdpError> {
+        self.udp_any_queue(h)?;
+        if !is_unicast(*src.ip())
+            || self.iface.is_martian_source(*src.ip())
+            || src.port() == 0
+            || dst.port() == 0
+            || !is_unicast(*dst.ip())
+        {
+            return Err(UdpError::InvalidAddress);
+        }
+        if data.len() > 65535 - 20 - UDP_HEADER_LEN {
+            return Err(UdpError::TooLarge);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(UDP_HEADER_LEN + data.len(), 0);
+        if let Some(p) = scratch.get_mut(UDP_HEADER_LEN..) {
+            p.copy_from_slice(data);
+        }
+        let repr = UdpRepr {
+            src_port: src.port(),
+            dst_port: dst.port(),
+        };
+        repr.emit(
+            &mut UdpPacket::new_unchecked(&mut scratch[..]),
+            *src.ip(),
+            *dst.ip(),
+            data.len(),
+            true,
+        );
+        let r = self.queue_ip_from(now, *src.ip(), *dst.ip(), IpProtocol::Udp, &scratch);
+        self.scratch = scratch;
+        match r {
+            Ok(()) => {
+                self.counters.udp.OutDatagrams += 1;
+                Ok(data.len())
+            }
+            Err(QueueError::Full) => {
+                self.counters.udp.SndbufErrors += 1;
+                Err(UdpError::Exhausted)
+            }
+            Err(QueueError::Tx(TxError::NoRoute)) => Err(UdpError::NoRoute),
+            Err(QueueError::Tx(TxError::TooLarge)) => Err(UdpError::TooLarge),
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // ICMP echo to anywhere
+    // ------------------------------------------------------------------
+
+    /// The next echo request the guest sent (to any address), its payload
+    /// copied into `buf` (truncated).
+    pub fn icmp_echo_request_recv(&mut self, buf: &mut [u8]) -> Option<EchoRequestInfo> {
+        let t = self.transparent.as_deref_mut()?;
+        t.echo.pop(buf).map(|(_, info)| info)
+    }
+
+    /// Send an echo reply from `from` to `to` (RFC 792: "The data received
+    /// in the echo message must be returned in the echo reply message").
+    pub fn icmp_echo_reply_from(
+        &mut self,
+        now: Instant,
+        from: Ipv4Addr,
+        to: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) -> Result<(), IcmpError> {
+        if !is_unicast(from) || !is_unicast(to) {
+            return Err(IcmpError::InvalidAddress);
+        }
+        let repr = Icmpv4Repr::EchoReply {
+            ident,
+            seq_no: seq,
+            data,
+        };
+        self.queue_icmp_from(now, from, to, &repr)?;
+        self.counters.icmp.OutEchoReps += 1;
+        Ok(())
+    }
+
+    /// Answer an echo request (`to` → `from`, with `ident`, `seq`, `data`)
+    /// with ICMP destination unreachable `code` from `from`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn icmp_unreachable_for_echo(
+        &mut self,
+        now: Instant,
+        from: Ipv4Addr,
+        to: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+        code: DstUnreachable,
+    ) -> Result<(), IcmpError> {
+        if !is_unicast(from) || !is_unicast(to) {
+            return Err(IcmpError::InvalidAddress);
+        }
+        // Rebuild the request's ICMP header (with its checksum) to quote it.
+        let req = Icmpv4Repr::EchoRequest {
+            ident,
+            seq_no: seq,
+            data,
+        };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(req.buffer_len(), 0);
+        req.emit(&mut Icmpv4Packet::new_unchecked(&mut scratch[..]));
+        let mut quoted = [0u8; 8];
+        if let Some(h) = scratch.get(..8) {
+            quoted.copy_from_slice(h);
+        }
+        self.scratch = scratch;
+        let repr = Icmpv4Repr::DstUnreachable {
+            reason: code,
+            next_hop_mtu: 0,
+            header: quoted_header(to, from, IpProtocol::Icmp, req.buffer_len()),
+            data: &quoted,
+        };
+        self.queue_icmp_from(now, from, to, &repr)?;
+        self.counters.icmp.OutDestUnreachs += 1;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------
+    // Output helpers
+    // ------------------------------------------------------------------
+
+    fn queue_icmp_from(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        repr: &Icmpv4Repr,
+    ) -> Result<(), IcmpError> {
+        if repr.buffer_len() > 65535 - 20 {
+            return Err(IcmpError::TooLarge);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(repr.buffer_len(), 0);
+        repr.emit(&mut Icmpv4Packet::new_unchecked(&mut scratch[..]));
+        let r = self.queue_ip_from(now, src, dst, IpProtocol::Icmp, &scratch);
+        self.scratch = scratch;
+        match r {
+            Ok(()) => {
+                self.counters.icmp.OutMsgs += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.icmp.OutErrors += 1;
+                Err(match e {
+                    QueueError::Full => IcmpError::Exhausted,
+                    QueueError::Tx(TxError::NoRoute) => IcmpError::NoRoute,
+                    QueueError::Tx(TxError::TooLarge) => IcmpError::TooLarge,
+                })
+            }
+        }
+    }
+
+    /// Send an IP datagram with source `src` into the frame queue flushed by `poll`.
+    fn queue_ip_from(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        protocol: IpProtocol,
+        payload: &[u8],
+    ) -> Result<(), QueueError> {
+        if !self.txq.has_room(self.frames_bytes(payload.len())) {
+            return Err(QueueError::Full);
+        }
+        self.last_now = self.last_now.max(now);
+        let out = IpOut {
+            dst,
+            protocol,
+            dont_frag: false,
+        };
+        let q = &mut self.txq;
+        self.iface
+            .send_ip_from(
+                now,
+                &mut self.counters.ip,
+                &mut self.counters.link,
+                src,
+                out,
+                payload,
+                &mut |f| q.push(now, f),
+            )
+            .map_err(QueueError::Tx)
+    }
+}
+
+enum QueueError {
+    Full,
+    Tx(TxError),
+}
+
+/// The IPv4 header of a datagram we quote in an ICMP error.
+fn quoted_header(src: Ipv4Addr, dst: Ipv4Addr, protocol: IpProtocol, len: usize) -> Ipv4Repr {
+    Ipv4Repr {
+        src,
+        dst,
+        protocol,
+        payload_len: len,
+        ttl: DEFAULT_TTL,
+        dscp_ecn: 0,
+        ident: 0,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    }
+}
