@@ -197,3 +197,39 @@ fn connection_gives_neighbour_advice() {
     c.process(rto, &peer(IRS + 1, ISS + 4, 4096), &mut ctr);
     assert!(c.take_neighbour_advice().confirm);
 }
+
+/// `defaults_bulk_both_ways` (crates/sim/tests/cases.rs): in FIN-WAIT-2 the
+/// peer's last data segment and FIN arrive; entering TIME-WAIT cleared the
+/// pending ACK, so the FIN was acknowledged only ~200 ms later when the
+/// peer retransmitted. RFC 9293 3.10.7.4: "advance RCV.NXT over the FIN,
+/// and send an acknowledgment for the FIN" -- at once.
+#[test]
+fn fin_received_in_fin_wait_2_is_acked_at_once() {
+    let mut ctr = TcpCounters::default();
+    let mut c = established(4096, &mut ctr);
+    c.shutdown();
+    let now = Instant::from_millis(10);
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert!(
+        out.iter().any(|o| o.fin && o.seq == SeqNum(ISS + 1)),
+        "{out:?}"
+    );
+    c.process(now, &peer(IRS + 1, ISS + 2, 4096), &mut ctr);
+    assert_eq!(c.state(), State::FinWait2);
+    let _ = dispatch(&mut c, now, &mut ctr);
+    // Data (one segment: alone it would only arm the delayed ACK) + FIN.
+    let data = TcpRepr {
+        payload: &[5u8; 100],
+        fin: true,
+        ..peer(IRS + 1, ISS + 2, 4096)
+    };
+    c.process(now, &data, &mut ctr);
+    assert_eq!(c.state(), State::TimeWait);
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        out[0].ack,
+        Some(SeqNum(IRS + 102)),
+        "acks the data and the FIN"
+    );
+}

@@ -1498,6 +1498,10 @@ impl Connection {
             State::FinWait2 => self.set_state(State::TimeWait, ctr),
             _ => {}
         }
+        // Entering TIME-WAIT clears the timers and pending ACK: the FIN's
+        // acknowledgment must still go out now, not when the peer's
+        // retransmission of the FIN provokes it.
+        self.ack_now = true;
     }
 
     // ----- timers -----------------------------------------------------------
