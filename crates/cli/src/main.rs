@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod get;
 mod http;
 mod kernel;
@@ -38,6 +39,8 @@ enum Command {
     Ping(ping::PingArgs),
     /// Fetch a URL with HTTP/1.1 GET over ustack; throughput goes to stderr.
     Get(get::GetArgs),
+    /// Benchmark ustack over TAP against the kernel over veth (ICMP, TCP RR, bulk).
+    Bench(bench::BenchArgs),
     /// Run a command in its own network namespace, networked by ustack in user space.
     Run(ustack_relay::cli::RunArgs),
     /// Attach ustack networking to an existing process's network namespace.
@@ -89,6 +92,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             ping::run(a)
         }
         Command::Get(a) => get::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Run(a) => ustack_relay::cli::run(a),
         Command::Attach(a) => ustack_relay::cli::attach(a),
         Command::Kserve { bind } => {

@@ -75,12 +75,12 @@ fn status_page(net: &ustack_net::Net, active: &AtomicUsize) -> String {
     s
 }
 
-pub fn run(args: ServeArgs) -> Result<i32> {
-    let up = setup::bring_up(&args.net, "ustk0")?;
-    let ip = up.addr.addr;
+/// Start echo (TCP and UDP), discard, chargen and HTTP on `ip`, each on
+/// its own accept thread.
+pub fn start_services(net: &ustack_net::Net, ip: std::net::Ipv4Addr) -> Result<()> {
     let active = Arc::new(AtomicUsize::new(0));
     let page: server::PageFn = {
-        let net = up.net.clone();
+        let net = net.clone();
         let active = active.clone();
         Arc::new(move || status_page(&net, &active))
     };
@@ -91,7 +91,7 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         Service::Http,
     ] {
         let addr = SocketAddrV4::new(ip, svc.port());
-        let l = ustack_net::TcpListener::bind_with_backlog(&up.net, addr, 256)
+        let l = ustack_net::TcpListener::bind_with_backlog(net, addr, 256)
             .with_context(|| format!("cannot listen on {addr} ({})", svc.name()))?;
         let (p, a) = (page.clone(), active.clone());
         thread::Builder::new()
@@ -100,12 +100,19 @@ pub fn run(args: ServeArgs) -> Result<i32> {
             .context("cannot start a service thread")?;
     }
     let uaddr = SocketAddrV4::new(ip, Service::Echo.port());
-    let u = ustack_net::UdpSocket::bind(&up.net, uaddr)
+    let u = ustack_net::UdpSocket::bind(net, uaddr)
         .with_context(|| format!("cannot bind UDP {uaddr}"))?;
     thread::Builder::new()
         .name("udp-echo".into())
         .spawn(move || server::run_udp_echo(u))
         .context("cannot start the UDP echo thread")?;
+    Ok(())
+}
+
+pub fn run(args: ServeArgs) -> Result<i32> {
+    let up = setup::bring_up(&args.net, "ustk0")?;
+    let ip = up.addr.addr;
+    start_services(&up.net, ip)?;
 
     let where_ = match &up.netns {
         Some(ns) => format!(" (kernel side {} in netns {ns})", up.host_addr),

@@ -1,0 +1,298 @@
+//! `ustack bench`: ustack over TAP against the Linux kernel over veth, in
+//! one run, with the same client tools on the kernel side for both.
+//!
+//! - ustack: runs in this process (host namespace) on a TAP whose kernel
+//!   side is moved into a namespace the bench creates; the clients run in
+//!   that namespace, so every packet crosses the TAP.
+//! - kernel: two new namespaces joined by a veth pair; `ustack kserve`
+//!   (the same service code on kernel sockets) in one, the clients in the other.
+//!
+//! Clients: ping(8) for ICMP RTT, `ustack kclient` (kernel sockets) for TCP
+//! 1-byte request/response and bulk transfers in both directions.
+
+use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+use crate::setup::{self, Cidr, NetArgs};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Print the rows as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// ICMP echo requests per side.
+    #[arg(long, default_value_t = 200)]
+    pub pings: u32,
+    /// TCP 1-byte round trips per side.
+    #[arg(long, default_value_t = 2000)]
+    pub round_trips: u64,
+    /// Seconds per bulk transfer (each direction, each side).
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Busy-poll ustack's device for this many microseconds after activity.
+    #[arg(long, value_name = "US")]
+    pub busy_poll: Option<u64>,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Row {
+    pub test: String,
+    pub ustack: f64,
+    pub kernel: f64,
+    pub unit: String,
+    /// ustack / kernel.
+    pub ratio: f64,
+}
+
+/// Namespaces deleted on drop.
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    fn add(&mut self, name: &str) -> Result<()> {
+        ip(&["netns", "add", name]).context("cannot create a network namespace (need root)")?;
+        self.0.push(name.to_string());
+        ip(&["-n", name, "link", "set", "lo", "up"])
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+/// A helper process killed on drop.
+struct Helper(Child);
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("cannot run ip(8) (install iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, prog])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {prog} in {ns}"))?;
+    if !out.status.success() {
+        bail!(
+            "{prog} {} (in {ns}) failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Average RTT in µs from ping(8)'s summary line.
+fn ping_avg_us(ns: &str, target: Ipv4Addr, count: u32) -> Result<f64> {
+    let out = in_ns(
+        ns,
+        "ping",
+        &[
+            "-q",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.002",
+            "-W",
+            "2",
+            &target.to_string(),
+        ],
+    )?;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("rtt") || l.starts_with("round-trip"))
+        .with_context(|| format!("no rtt line in ping output: {out}"))?;
+    let nums = line
+        .split('=')
+        .nth(1)
+        .map(|s| s.trim().trim_end_matches("ms").trim().to_string())
+        .unwrap_or_default();
+    let avg: f64 = nums
+        .split('/')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("cannot parse '{line}'"))?;
+    Ok(avg * 1000.0)
+}
+
+fn kclient(exe: &Path, ns: &str, test: &str, host: Ipv4Addr, a: &BenchArgs) -> Result<f64> {
+    let exe = exe.to_string_lossy();
+    let out = in_ns(
+        ns,
+        &exe,
+        &[
+            "kclient",
+            test,
+            &host.to_string(),
+            "--count",
+            &a.round_trips.to_string(),
+            "--seconds",
+            &a.seconds.to_string(),
+        ],
+    )?;
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).with_context(|| format!("kclient output: {out}"))?;
+    v.get("value")
+        .and_then(|x| x.as_f64())
+        .with_context(|| format!("kclient output: {out}"))
+}
+
+struct Measured {
+    icmp_us: f64,
+    rr_us: f64,
+    to_mbps: f64,
+    from_mbps: f64,
+}
+
+fn measure(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Measured> {
+    eprintln!("  ICMP echo x{} ...", a.pings);
+    let icmp_us = ping_avg_us(ns, target, a.pings)?;
+    eprintln!("  TCP 1-byte request/response x{} ...", a.round_trips);
+    let rr_us = kclient(exe, ns, "rr", target, a)?;
+    eprintln!("  TCP bulk to the stack, {} s ...", a.seconds);
+    let to_mbps = kclient(exe, ns, "send", target, a)?;
+    eprintln!("  TCP bulk from the stack, {} s ...", a.seconds);
+    let from_mbps = kclient(exe, ns, "recv", target, a)?;
+    Ok(Measured {
+        icmp_us,
+        rr_us,
+        to_mbps,
+        from_mbps,
+    })
+}
+
+pub fn run(a: BenchArgs) -> Result<i32> {
+    if !(0.1..=600.0).contains(&a.seconds) {
+        bail!("--seconds must be between 0.1 and 600");
+    }
+    let exe = std::env::current_exe().context("cannot find the ustack executable")?;
+    let pid = std::process::id() % 100_000;
+    let ns_u = format!("ubu{pid}");
+    let ns_a = format!("uba{pid}");
+    let ns_b = format!("ubb{pid}");
+    let mut nss = Namespaces(Vec::new());
+
+    // ustack side.
+    nss.add(&ns_u)?;
+    let args = NetArgs {
+        tap: Some(format!("ubt{pid}")),
+        addr: Cidr {
+            addr: Ipv4Addr::new(10, 78, 0, 2),
+            prefix: 24,
+        },
+        host_addr: Cidr {
+            addr: Ipv4Addr::new(10, 78, 0, 1),
+            prefix: 24,
+        },
+        gateway: None,
+        mtu: 1500,
+        netns: Some(ns_u.clone()),
+        pcap: None,
+        busy_poll: a.busy_poll,
+    };
+    let up = setup::bring_up(&args, "")?;
+    crate::serve::start_services(&up.net, args.addr.addr)?;
+    eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
+    let u = measure(&exe, &ns_u, args.addr.addr, &a)?;
+    up.finish();
+
+    // Kernel side: veth between two namespaces.
+    nss.add(&ns_a)?;
+    nss.add(&ns_b)?;
+    ip(&[
+        "link", "add", "ubva", "netns", &ns_a, "type", "veth", "peer", "name", "ubvb", "netns",
+        &ns_b,
+    ])?;
+    ip(&["-n", &ns_a, "addr", "add", "10.79.0.1/24", "dev", "ubva"])?;
+    ip(&["-n", &ns_b, "addr", "add", "10.79.0.2/24", "dev", "ubvb"])?;
+    ip(&["-n", &ns_a, "link", "set", "ubva", "up"])?;
+    ip(&["-n", &ns_b, "link", "set", "ubvb", "up"])?;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns_b])
+        .arg(&exe)
+        .args(["kserve", "--bind", "10.79.0.2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the kernel-side server")?;
+    let stdout = child.stdout.take();
+    let _server = Helper(child);
+    let (tx, rx) = mpsc::channel();
+    if let Some(out) = stdout {
+        std::thread::spawn(move || {
+            let mut l = String::new();
+            let _ = BufReader::new(out).read_line(&mut l);
+            let _ = tx.send(l);
+        });
+    }
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(l) if l.trim() == "ready" => {}
+        _ => bail!("the kernel-side server did not start"),
+    }
+    eprintln!("kernel over veth ({ns_a} -> {ns_b}):");
+    let k = measure(&exe, &ns_a, Ipv4Addr::new(10, 79, 0, 2), &a)?;
+
+    let row = |test: &str, us: f64, kv: f64, unit: &str| Row {
+        test: test.to_string(),
+        ustack: us,
+        kernel: kv,
+        unit: unit.to_string(),
+        ratio: if kv > 0.0 { us / kv } else { f64::NAN },
+    };
+    let rows = vec![
+        row("icmp_echo_rtt", u.icmp_us, k.icmp_us, "us"),
+        row("tcp_rr_1byte", u.rr_us, k.rr_us, "us"),
+        row("tcp_bulk_to_stack", u.to_mbps, k.to_mbps, "Mbit/s"),
+        row("tcp_bulk_from_stack", u.from_mbps, k.from_mbps, "Mbit/s"),
+    ];
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!(
+            "{:<22} {:>12} {:>12} {:<7} {:>8}",
+            "test", "ustack", "kernel", "unit", "ratio"
+        );
+        for r in &rows {
+            println!(
+                "{:<22} {:>12.1} {:>12.1} {:<7} {:>8.2}",
+                r.test, r.ustack, r.kernel, r.unit, r.ratio
+            );
+        }
+        println!(
+            "(ustack: TAP, peer = kernel in a namespace; kernel: veth between two namespaces; ratio = ustack/kernel)"
+        );
+    }
+    Ok(0)
+}

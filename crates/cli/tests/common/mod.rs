@@ -1,0 +1,343 @@
+//! Harness for the interop tests: private network namespaces, `ustack`
+//! child processes, commands run inside a namespace, and the `/bytes/N`
+//! pattern. Everything is torn down by Drop guards, also when a test panics.
+//!
+//! These tests need root (network namespaces, TAP devices). Without it they
+//! FAIL with a message; they never skip.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+pub const USTACK_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+pub const BIN: &str = env!("CARGO_BIN_EXE_ustack");
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A unique short suffix: pid (mod 10^6) and a per-process counter.
+pub fn unique() -> String {
+    format!(
+        "{}{}",
+        std::process::id() % 1_000_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Run a command to completion, panicking with its stderr on failure.
+pub fn must(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A network namespace that is deleted on drop.
+pub struct NetNs {
+    pub name: String,
+}
+
+impl NetNs {
+    pub fn new() -> NetNs {
+        let name = format!("ut{}", unique());
+        let out = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .expect("cannot run ip(8): install iproute2");
+        assert!(
+            out.status.success(),
+            "cannot create network namespace {name} (these tests need root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        must(Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]));
+        NetNs { name }
+    }
+
+    /// A command that runs inside the namespace.
+    pub fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, prog]);
+        c
+    }
+
+    /// `bash -c SCRIPT` inside the namespace.
+    pub fn sh(&self, script: &str) -> Output {
+        self.cmd("bash")
+            .args(["-c", script])
+            .output()
+            .expect("run bash")
+    }
+
+    /// Run `f` on a thread that has joined this namespace (for Rust clients
+    /// on kernel sockets inside it).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> thread::JoinHandle<T> {
+        let file = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
+        thread::spawn(move || {
+            // SAFETY: setns on a valid namespace fd; it changes only the network
+            // namespace of this new thread.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// A child process killed (SIGTERM, then SIGKILL) on drop.
+pub struct ChildGuard {
+    pub child: Child,
+}
+
+impl ChildGuard {
+    /// SIGTERM and wait up to 10 s; returns the exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(st)) = self.child.try_wait() {
+            return Some(st);
+        }
+        let pid = libc::pid_t::try_from(self.child.id()).ok()?;
+        // SAFETY: sending a signal to our own child's pid.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// `ustack serve` on its own TAP whose kernel side is in `ns`.
+pub struct Serve {
+    pub proc: ChildGuard,
+    pub tap: String,
+    pub banner: String,
+    pub stderr: mpsc::Receiver<String>,
+}
+
+impl Serve {
+    pub fn start(ns: &NetNs, extra: &[&str]) -> Serve {
+        let tap = format!("ut{}", unique());
+        let mut child = Command::new(BIN)
+            .args(["serve", "--tap", &tap, "--netns", &ns.name])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ustack serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut guard = ChildGuard { child };
+        let (etx, erx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut s = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut s);
+            let _ = etx.send(s);
+        });
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+            for _ in lines {}
+        });
+        let banner = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => l,
+            Err(_) => {
+                guard.stop();
+                let err = erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+                panic!("ustack serve did not start: {err}");
+            }
+        };
+        assert!(
+            banner.contains("ustack serving on 10.77.0.2"),
+            "unexpected banner: {banner}"
+        );
+        Serve {
+            proc: guard,
+            tap,
+            banner,
+            stderr: erx,
+        }
+    }
+
+    /// SIGTERM; assert a clean exit 0 and return stderr.
+    pub fn stop_clean(mut self) -> String {
+        let st = self.proc.stop().expect("ustack serve exit status");
+        let err = self
+            .stderr
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_default();
+        assert!(st.success(), "ustack serve exited with {st}: {err}");
+        assert!(!err.contains("panicked"), "ustack serve panicked: {err}");
+        err
+    }
+}
+
+/// SHA-256 of `len` bytes of the `/bytes/N` pattern (byte i = i % 251).
+pub fn pattern_sha256(len: u64) -> String {
+    let block: Vec<u8> = (0..251 * 256).map(|i| (i % 251) as u8).collect();
+    let mut h = Sha256::new();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        h.update(&block[..n]);
+        left -= n as u64;
+    }
+    hex(&h.finalize())
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), for transfers.
+pub fn random_block(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Connect with retries (the service may still be starting).
+pub fn connect(addr: SocketAddrV4) -> TcpStream {
+    let t0 = Instant::now();
+    loop {
+        match TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5)) {
+            Ok(s) => return s,
+            Err(e) if t0.elapsed() < Duration::from_secs(10) => {
+                eprintln!("connect {addr}: {e}; retrying");
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("cannot connect to {addr}: {e}"),
+        }
+    }
+}
+
+/// Send `total` bytes of pseudo-random data through the echo service at
+/// `addr` (from the calling thread's namespace) and check that exactly the
+/// same bytes come back. Returns seconds taken.
+pub fn echo_transfer(addr: SocketAddrV4, total: usize, seed: u64) -> f64 {
+    let block = random_block(seed, 1 << 20);
+    let s = connect(addr);
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let t0 = Instant::now();
+    let wblock = block.clone();
+    let writer = thread::spawn(move || {
+        let mut h = Sha256::new();
+        let mut left = total;
+        let mut k = 0usize;
+        while left > 0 {
+            // Vary chunk sizes so segment boundaries move around.
+            let n = left.min(1 + (k * 7919) % wblock.len());
+            w.write_all(&wblock[..n]).expect("echo write");
+            h.update(&wblock[..n]);
+            left -= n;
+            k += 1;
+        }
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+        hex(&h.finalize())
+    });
+    let mut r = s;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0usize;
+    loop {
+        let n = r.read(&mut buf).expect("echo read");
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        got += n;
+    }
+    let sent_hash = writer.join().expect("writer");
+    assert_eq!(got, total, "echo returned {got} of {total} bytes");
+    assert_eq!(hex(&h.finalize()), sent_hash, "echoed bytes differ");
+    t0.elapsed().as_secs_f64()
+}
+
+/// Run `curl` of `/bytes/N` in `ns` and check the body hash; returns seconds.
+pub fn curl_bytes(ns: &NetNs, n: u64, max_time: u32) -> f64 {
+    let t0 = Instant::now();
+    let out = ns.sh(&format!(
+        "set -o pipefail; curl -sS --fail --max-time {max_time} http://{USTACK_IP}/bytes/{n} | sha256sum"
+    ));
+    let secs = t0.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = String::from_utf8_lossy(&out.stdout);
+    let got = got.split_whitespace().next().unwrap_or("");
+    assert_eq!(got, pattern_sha256(n), "body of /bytes/{n} differs");
+    secs
+}
+
+/// Add netem impairments on the kernel side of `tap` (inside `ns`).
+pub fn netem(ns: &NetNs, tap: &str, spec: &str) {
+    let out = ns
+        .cmd("tc")
+        .args(["qdisc", "add", "dev", tap, "root", "netem"])
+        .args(spec.split_whitespace())
+        .output()
+        .expect("cannot run tc (install iproute2)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "tc qdisc add dev {tap} root netem {spec}: {err}{}",
+        if err.contains("qdisc kind is unknown") {
+            " -- this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM / sch_netem module)"
+        } else {
+            ""
+        }
+    );
+}

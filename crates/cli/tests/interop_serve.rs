@@ -1,0 +1,193 @@
+//! `ustack serve` against the Linux kernel's tools: the kernel side of the
+//! TAP lives in a private network namespace (`--netns`), ustack in this
+//! process's namespace holds the TAP fd, and ping/curl/socat and Rust
+//! clients on kernel sockets run inside the namespace.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn ping_ok(ns: &NetNs, size: u32) {
+    let out = ns
+        .cmd("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "3", "-s", &size.to_string()])
+        .arg(USTACK_IP.to_string())
+        .output()
+        .expect("run ping");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ping -s {size} failed: {text}");
+    assert!(text.contains("3 received"), "ping -s {size}: {text}");
+    assert!(
+        text.contains(&format!("{} bytes from {USTACK_IP}", size + 8)),
+        "ping -s {size}: {text}"
+    );
+}
+
+#[test]
+fn ping_including_fragments() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &[]);
+    ping_ok(&ns, 56);
+    // 1472 = the largest payload that fits a 1500-byte MTU without fragmenting.
+    ping_ok(&ns, 1472);
+    // 8000 bytes: the request arrives in 6 fragments and the reply leaves in 6.
+    ping_ok(&ns, 8000);
+    srv.stop_clean();
+}
+
+#[test]
+fn curl_100mb_byte_exact_and_http_errors() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &[]);
+    let secs = curl_bytes(&ns, 104_857_600, 240);
+    eprintln!(
+        "curl /bytes/104857600: {secs:.2} s ({:.0} Mbit/s)",
+        838.9 / secs
+    );
+    // Status codes and the status page.
+    let out = ns.sh(&format!(
+        "curl -s -o /dev/null -w '%{{http_code}} ' http://{USTACK_IP}/nope; \
+         curl -s -o /dev/null -w '%{{http_code}} ' -X POST http://{USTACK_IP}/; \
+         curl -s -o /dev/null -w '%{{http_code}} ' -I http://{USTACK_IP}/bytes/10; \
+         curl -s http://{USTACK_IP}/"
+    ));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("404 405 200 "), "{text}");
+    assert!(text.contains("TcpPassiveOpens"), "status page: {text}");
+    // Keep-alive: two URLs on one connection (curl reports reuse on stderr).
+    let out = ns.sh(&format!(
+        "curl -sv -o /dev/null -o /dev/null http://{USTACK_IP}/bytes/1000 http://{USTACK_IP}/bytes/2000 2>&1"
+    ));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Re-using existing") || text.contains("Reusing existing"),
+        "no connection reuse: {text}"
+    );
+    srv.stop_clean();
+}
+
+#[test]
+fn echo_100mb_random_data() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &[]);
+    let addr = SocketAddrV4::new(USTACK_IP, 7);
+    let secs = ns
+        .spawn(move || echo_transfer(addr, 100 << 20, 0x5eed))
+        .join()
+        .expect("echo client");
+    eprintln!(
+        "echo 100 MiB: {secs:.2} s ({:.0} Mbit/s each way)",
+        838.9 / secs
+    );
+    srv.stop_clean();
+}
+
+#[test]
+fn udp_echo_discard_chargen() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &[]);
+    // UDP echo with socat (from the kernel side).
+    let out = ns.sh(&format!(
+        "printf 'hello over udp' | socat -t 3 - UDP4:{USTACK_IP}:7"
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello over udp",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A larger datagram that needs fragmenting both ways.
+    let out = ns.sh(&format!(
+        "head -c 6000 /dev/zero | tr '\\0' 'u' | socat -t 3 -b 8000 - UDP4:{USTACK_IP}:7 | wc -c"
+    ));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "6000");
+
+    let (discarded, chargen) = ns
+        .spawn(|| {
+            let mut d = connect(SocketAddrV4::new(USTACK_IP, 9));
+            d.write_all(&vec![7u8; 1 << 20]).unwrap();
+            d.shutdown(std::net::Shutdown::Write).unwrap();
+            d.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut rest = Vec::new();
+            // Discard sends nothing back and closes after our FIN.
+            d.read_to_end(&mut rest).unwrap();
+            let mut c = connect(SocketAddrV4::new(USTACK_IP, 19));
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut got = vec![0u8; 74 * 95 * 3];
+            c.read_exact(&mut got).unwrap();
+            (rest.len(), got)
+        })
+        .join()
+        .expect("client");
+    assert_eq!(discarded, 0);
+    // RFC 864 pattern: 72 printable characters, CR LF, each line shifted by one.
+    for (line, chunk) in chargen.chunks(74).enumerate() {
+        assert_eq!(&chunk[72..], b"\r\n");
+        for (k, b) in chunk[..72].iter().enumerate() {
+            assert_eq!(*b, b' ' + ((line + k) % 95) as u8, "line {line} col {k}");
+        }
+    }
+    srv.stop_clean();
+}
+
+#[test]
+fn two_hundred_concurrent_connections() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &[]);
+    let ok = ns
+        .spawn(|| {
+            let addr = SocketAddrV4::new(USTACK_IP, 7);
+            // Open all 200 first, so they really are concurrent.
+            let mut conns: Vec<_> = (0..200).map(|_| connect(addr)).collect();
+            let t0 = Instant::now();
+            for (i, c) in conns.iter_mut().enumerate() {
+                c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                c.write_all(&random_block(i as u64 + 1, 4000)).unwrap();
+            }
+            let mut ok = 0;
+            for (i, c) in conns.iter_mut().enumerate() {
+                let mut back = vec![0u8; 4000];
+                c.read_exact(&mut back).unwrap();
+                assert_eq!(back, random_block(i as u64 + 1, 4000), "connection {i}");
+                ok += 1;
+            }
+            eprintln!("200 connections echoed in {:?}", t0.elapsed());
+            ok
+        })
+        .join()
+        .expect("clients");
+    assert_eq!(ok, 200);
+    srv.stop_clean();
+}
+
+#[test]
+fn pcap_capture_is_readable_by_tcpdump() {
+    let ns = NetNs::new();
+    let dir = std::env::temp_dir().join(format!("ustack-pcap-{}", unique()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("serve.pcap");
+    let srv = Serve::start(&ns, &["--pcap", file.to_str().unwrap()]);
+    ping_ok(&ns, 100);
+    curl_bytes(&ns, 5000, 30);
+    srv.stop_clean();
+    let out = must(
+        std::process::Command::new("tcpdump")
+            .args(["-n", "-r"])
+            .arg(&file),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        text.contains(&format!("{USTACK_IP} > {KERNEL_IP}: ICMP echo reply")),
+        "{text}"
+    );
+    assert!(text.contains("ARP"), "{text}");
+    assert!(
+        text.contains(&format!("{USTACK_IP}.80 > {KERNEL_IP}")),
+        "{text}"
+    );
+}
