@@ -619,7 +619,8 @@ impl TcpTable {
     ) {
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
             let (local, remote) = (c.local, c.remote);
-            c.conn.dispatch(now, ctr, &mut |seg| emit(local, remote, seg));
+            c.conn
+                .dispatch(now, ctr, &mut |seg| emit(local, remote, seg));
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
                 self.advice.push((*remote.ip(), adv));

@@ -233,3 +233,43 @@ fn fin_received_in_fin_wait_2_is_acked_at_once() {
         "acks the data and the FIN"
     );
 }
+
+/// `lossy 21110`: both peers had filled each other's window (with a hole),
+/// so each one's ACK carried SEG.SEQ = RCV.NXT + RCV.WND of the other. Each
+/// found the other's ACK unacceptable and answered it with an ACK: an ACK
+/// loop until the connection timed out. Like Linux, a segment without data
+/// at exactly the right edge is acceptable, and ACKs answering unacceptable
+/// segments without data are rate-limited.
+#[test]
+fn no_ack_loop_at_the_right_window_edge() {
+    let mut ctr = TcpCounters::default();
+    let mut c = established(4096, &mut ctr);
+    let now = Instant::from_millis(10);
+    // Our advertised window (no window scaling): RCV.NXT + the window field.
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert!(out.is_empty());
+    assert_eq!(c.send(b"x").unwrap(), 1);
+    let out = dispatch(&mut c, now, &mut ctr);
+    let wnd = u32::from(out[0].window);
+    // A pure ACK exactly at the right edge: accepted, no answer.
+    c.process(now, &peer(IRS + 1 + wnd, ISS + 2, 4096), &mut ctr);
+    assert!(dispatch(&mut c, now, &mut ctr).is_empty());
+    assert_eq!(c.send_queue(), 0, "its ACK was processed");
+    // Beyond the edge: answered once, then rate-limited.
+    c.process(now, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
+    assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 1);
+    for _ in 0..10 {
+        c.process(now, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
+        assert!(dispatch(&mut c, now, &mut ctr).is_empty());
+    }
+    let later = now + ustack_core::time::Duration::from_millis(600);
+    c.process(later, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
+    assert_eq!(dispatch(&mut c, later, &mut ctr).len(), 1);
+    // Data that is not acceptable is always answered (not an ACK loop).
+    let old = TcpRepr {
+        payload: b"zz",
+        ..peer(IRS - 10, ISS + 2, 4096)
+    };
+    c.process(later, &old, &mut ctr);
+    assert_eq!(dispatch(&mut c, later, &mut ctr).len(), 1);
+}

@@ -20,6 +20,9 @@ const MAX_BURST: usize = 64;
 const DEFAULT_MSS: usize = 536;
 /// RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// Least interval between ACKs answering unacceptable segments without
+/// data (Linux `tcp_invalid_ratelimit`).
+const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// When `emit` refuses a segment, retry this much later.
 const TX_RETRY: Duration = Duration::from_millis(10);
 
@@ -155,6 +158,8 @@ pub struct Connection {
     rcv_mss: usize,
     scratch: Vec<u8>,
     advice: NeighbourAdvice,
+    /// Last ACK sent in answer to an unacceptable segment without data.
+    last_oow_ack_at: Option<Instant>,
 }
 
 /// What a connection learned about reachability of its peer's next hop
@@ -264,6 +269,7 @@ impl Connection {
             rcv_mss: DEFAULT_MSS.min(usize::from(adv_mss)),
             scratch: vec![0u8; route_mss.max(usize::from(adv_mss))],
             advice: NeighbourAdvice::default(),
+            last_oow_ack_at: None,
         }
     }
 
@@ -989,7 +995,7 @@ impl Connection {
                 let valid = now.saturating_duration_since(self.ts_recent_at) < PAWS_IDLE;
                 if valid && (tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
                     ctr.PAWSEstab += 1;
-                    self.ack_now = true;
+                    self.oow_ack(now, seg.seq_len());
                     return;
                 }
             }
@@ -1000,7 +1006,14 @@ impl Connection {
         let wnd = self.rcv_wnd();
         let acceptable = match (seg_len, wnd) {
             (0, 0) => seg.seq == self.rcv_nxt,
-            (0, _) => seg.seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd),
+            // RFC 9293: "RCV.NXT =< SEG.SEQ < RCV.NXT+RCV.WND". Like Linux
+            // (tcp_sequence), a segment without data exactly at the right
+            // edge is accepted too: it is what a peer that filled our
+            // window sends as its ACK, and refusing it makes two such
+            // peers answer each other's ACKs with ACKs forever.
+            (0, _) => {
+                seg.seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd) || seg.seq == self.rcv_nxt + wnd
+            }
             (_, 0) => false,
             (_, _) => {
                 seg.seq.in_range(self.rcv_nxt, self.rcv_nxt + wnd)
@@ -1020,7 +1033,7 @@ impl Connection {
             } else {
                 // "If an incoming segment is not acceptable, an
                 // acknowledgment should be sent in reply".
-                self.ack_now = true;
+                self.oow_ack(now, seg_len);
                 if self.state == State::TimeWait && seg.fin {
                     self.restart_time_wait(now);
                 }
@@ -1114,6 +1127,24 @@ impl Connection {
             self.restart_time_wait(now);
         }
         self.check_fin(now, ctr);
+    }
+
+    /// Answer an unacceptable segment with an ACK. Like Linux
+    /// (`tcp_oow_rate_limited`, `tcp_invalid_ratelimit` = 500 ms), answers
+    /// to segments without data are rate-limited: they are what ACK loops
+    /// are made of (RFC 5961 10: "implementations SHOULD ... rate-limit
+    /// the challenge ACKs").
+    fn oow_ack(&mut self, now: Instant, seg_len: usize) {
+        if seg_len == 0 {
+            if self
+                .last_oow_ack_at
+                .is_some_and(|t| now.saturating_duration_since(t) < OOW_ACK_INTERVAL)
+            {
+                return;
+            }
+            self.last_oow_ack_at = Some(now);
+        }
+        self.ack_now = true;
     }
 
     fn accepted_whole(&self, seg: &TcpRepr) -> bool {
