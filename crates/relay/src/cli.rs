@@ -12,6 +12,7 @@ use ustack_dev::pcap::Capture;
 use ustack_dev::Device;
 use ustack_sandbox::{attach as sb_attach, signals, Sandbox, SandboxConfig, UserNs};
 
+use crate::core_guest::{CoreGuest, CoreGuestConfig};
 use crate::dns;
 use crate::guest::GuestStack;
 use crate::limits::{Limits, Timeouts};
@@ -51,6 +52,10 @@ pub struct RelayArgs {
     /// Guest-visible DNS server, forwarded to the host's resolver.
     #[arg(long, default_value = "10.0.2.3")]
     pub dns: Ipv4Addr,
+    /// Where DNS sent to the guest-visible nameserver goes (default: the
+    /// first nameserver of the host's /etc/resolv.conf, port 53).
+    #[arg(long, value_name = "IP:PORT")]
+    pub dns_upstream: Option<std::net::SocketAddrV4>,
     /// Do not map the gateway to the host's loopback.
     #[arg(long)]
     pub no_map_gateway: bool,
@@ -94,7 +99,7 @@ impl RelayArgs {
             gateway: self.gateway,
             gateway_to_loopback: !self.no_map_gateway,
             dns: Some(self.dns),
-            host_dns: dns::host_resolver(),
+            host_dns: self.dns_upstream.unwrap_or_else(dns::host_resolver),
             limits: Limits {
                 max_flows: self.max_flows,
                 max_half_open: self.max_half_open,
@@ -155,18 +160,15 @@ pub struct AttachArgs {
 /// Builds the guest-side engine for a device.
 pub type GuestFactory<G> = dyn FnOnce(Box<dyn Device + Send>, &RelayArgs, usize) -> io::Result<G>;
 
-/// The default engine: `ustack_core::Stack` in transparent mode. Until core
-/// provides that mode (see `crates/relay/CORE_NEEDS.md`) this reports it.
+/// The default engine: `ustack_core::Stack` in transparent mode on the
+/// device, driven by the relay's own loop (see [`crate::core_guest`]).
 pub fn default_guest(
-    _dev: Box<dyn Device + Send>,
-    _args: &RelayArgs,
-    _mtu: usize,
-) -> io::Result<crate::testing::FakeGuest> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "the guest-side engine needs ustack-core's transparent mode (any-IP SYN hold/accept/refuse, \
-         any-destination UDP and ICMP echo), which core does not provide yet; see crates/relay/CORE_NEEDS.md",
-    ))
+    dev: Box<dyn Device + Send>,
+    args: &RelayArgs,
+    mtu: usize,
+) -> io::Result<CoreGuest> {
+    let cfg = CoreGuestConfig::new(args.addr.addr, args.gateway, args.addr.prefix_len, mtu);
+    CoreGuest::new(dev, cfg)
 }
 
 fn wrap_pcap<D: Device + Send + 'static>(

@@ -15,6 +15,7 @@
 //! * [`Limits`] with counters in [`Stats`].
 
 pub mod cli;
+pub mod core_guest;
 pub mod dns;
 pub mod guest;
 pub mod limits;
@@ -24,6 +25,7 @@ pub mod stats;
 mod sys;
 pub mod testing;
 
+pub use core_guest::{CoreGuest, CoreGuestConfig};
 pub use guest::{
     ConnError, ConnId, ConnState, Datagram, EchoRequest, GuestStack, PendingSyn, Refusal, SynId,
     Unreachable,

@@ -1,0 +1,437 @@
+//! The real guest-side engine: `ustack_core::Stack` in transparent mode on a
+//! device (the TAP of `ustack run`), driven directly by the relay's own
+//! epoll loop.
+//!
+//! Why not the `ustack_net` runtime: the relay already runs one thread with
+//! epoll over the host sockets and the device fd; a second stack thread
+//! would add a lock and a wake-up per event on both sides. Here one thread
+//! does everything: the relay's `service` calls [`GuestStack::poll`], which
+//! drains the device into `Stack::receive`, runs `Stack::poll` and writes
+//! the frames out; socket calls between two polls queue frames that the next
+//! poll (at the end of the same `service`) sends.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use ustack_core::tcp::{State, TcpConfig};
+use ustack_core::time::Instant as CoreInstant;
+use ustack_core::{
+    Config, Limits, PendingSynId, Refuse, Stack, TcpError, TcpHandle, TransparentConfig,
+    UdpAnyHandle,
+};
+use ustack_dev::Device;
+use ustack_wire::ethernet::MacAddr;
+use ustack_wire::icmpv4::DstUnreachable;
+use ustack_wire::ipv4::Ipv4Cidr;
+
+use crate::guest::{
+    ConnError, ConnId, ConnState, Datagram, EchoRequest, GuestStack, PendingSyn, Refusal, SynId,
+    Unreachable,
+};
+
+/// Our MAC on the guest's link (as slirp's gateway: 52:55:0a:00:02:02).
+pub const GATEWAY_MAC: MacAddr = MacAddr([0x52, 0x55, 0x0a, 0x00, 0x02, 0x02]);
+
+/// Frames taken from the device per `poll` (the fd stays readable, so the
+/// relay comes back at once when more are waiting).
+const RX_BUDGET: usize = 512;
+
+/// Core time starts at 1 s so that "time zero" never means "now".
+const CORE_EPOCH_MICROS: u64 = 1_000_000;
+
+/// What the guest-side stack needs to know.
+#[derive(Debug, Clone)]
+pub struct CoreGuestConfig {
+    /// The guest's address (never answered for in ARP).
+    pub guest: Ipv4Addr,
+    /// Our address on the link (the gateway) and the link's prefix.
+    pub gateway: Ipv4Addr,
+    pub prefix_len: u8,
+    /// IP MTU of the link.
+    pub mtu: usize,
+    pub tcp: TcpConfig,
+    pub limits: Limits,
+    pub transparent: TransparentConfig,
+}
+
+impl CoreGuestConfig {
+    pub fn new(guest: Ipv4Addr, gateway: Ipv4Addr, prefix_len: u8, mtu: usize) -> Self {
+        CoreGuestConfig {
+            guest,
+            gateway,
+            prefix_len,
+            mtu,
+            tcp: TcpConfig::default(),
+            limits: Limits::default(),
+            transparent: TransparentConfig {
+                guest: Some(guest),
+                ..TransparentConfig::default()
+            },
+        }
+    }
+}
+
+/// `ustack_core::Stack` (transparent mode) + a device, as a [`GuestStack`].
+pub struct CoreGuest {
+    stack: Stack,
+    dev: Box<dyn Device + Send>,
+    epoch: Instant,
+    udp: UdpAnyHandle,
+    syns: HashMap<u64, PendingSynId>,
+    conns: HashMap<u64, TcpHandle>,
+    next_id: u64,
+    rx: Vec<u8>,
+    /// Frames the device refused (full or failing).
+    pub tx_drops: u64,
+}
+
+fn random_bytes(buf: &mut [u8]) {
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        if f.read_exact(buf).is_ok() {
+            return;
+        }
+    }
+    // Fallback: time and pid through a mixer (ISNs stay unpredictable
+    // enough for a local guest link, never constant).
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    for b in buf.iter_mut() {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        *b = (z ^ (z >> 31)) as u8;
+    }
+}
+
+impl CoreGuest {
+    pub fn new(dev: Box<dyn Device + Send>, cfg: CoreGuestConfig) -> io::Result<CoreGuest> {
+        let addr = Ipv4Cidr::new(cfg.gateway, cfg.prefix_len).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "bad gateway prefix length")
+        })?;
+        let mut secret = [0u8; 16];
+        random_bytes(&mut secret);
+        let mut seed = [0u8; 8];
+        random_bytes(&mut seed);
+        let config = Config {
+            mac: GATEWAY_MAC,
+            addr,
+            gateway: None,
+            mtu: cfg.mtu,
+            tcp: cfg.tcp,
+            limits: cfg.limits,
+            secret,
+            seed: u64::from_le_bytes(seed),
+        };
+        let epoch = Instant::now();
+        let mut stack = Stack::new_transparent(
+            config,
+            cfg.transparent,
+            CoreInstant::from_micros(CORE_EPOCH_MICROS),
+        );
+        let udp = stack
+            .udp_bind_any()
+            .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
+        let rx = vec![0u8; (cfg.mtu + 14).max(1514)];
+        Ok(CoreGuest {
+            stack,
+            dev,
+            epoch,
+            udp,
+            syns: HashMap::new(),
+            conns: HashMap::new(),
+            next_id: 1,
+            rx,
+            tx_drops: 0,
+        })
+    }
+
+    /// The stack (diagnostics: counters, sockets).
+    pub fn stack(&self) -> &Stack {
+        &self.stack
+    }
+
+    fn core_now(&self, now: Instant) -> CoreInstant {
+        let d = now.saturating_duration_since(self.epoch);
+        CoreInstant::from_micros(
+            CORE_EPOCH_MICROS.saturating_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        )
+    }
+
+    fn std_time(&self, t: CoreInstant) -> Instant {
+        let micros = t.total_micros().saturating_sub(CORE_EPOCH_MICROS);
+        self.epoch + Duration::from_micros(micros)
+    }
+
+    fn alloc(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn handle(&self, c: ConnId) -> io::Result<TcpHandle> {
+        self.conns
+            .get(&c.0)
+            .copied()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
+    }
+}
+
+fn io_err(e: TcpError) -> io::Error {
+    io::Error::new(e.errno_kind(), e.to_string())
+}
+
+fn code(u: Unreachable) -> DstUnreachable {
+    match u {
+        Unreachable::Net => DstUnreachable::NetUnreachable,
+        Unreachable::Host => DstUnreachable::HostUnreachable,
+        Unreachable::Port => DstUnreachable::PortUnreachable,
+        Unreachable::AdminProhibited => DstUnreachable::AdminProhibited,
+    }
+}
+
+impl GuestStack for CoreGuest {
+    fn raw_fd(&self) -> Option<RawFd> {
+        self.dev.raw_fd()
+    }
+
+    fn poll(&mut self, now: Instant) -> io::Result<()> {
+        let t = self.core_now(now);
+        let CoreGuest {
+            stack,
+            dev,
+            rx,
+            tx_drops,
+            ..
+        } = self;
+        let mut result = Ok(());
+        for _ in 0..RX_BUDGET {
+            match dev.recv(rx) {
+                Ok(Some(n)) => {
+                    let frame = rx.get(..n).unwrap_or(&[]);
+                    let mut out = |f: &[u8]| {
+                        if dev_send(&mut **dev, f).is_err() {
+                            *tx_drops += 1;
+                        }
+                    };
+                    // `dev` is borrowed by `out`; receive through a split borrow.
+                    stack.receive(t, frame, &mut out);
+                }
+                Ok(None) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        // Bounded work per `Stack::poll`; run it again while it is due.
+        for _ in 0..8 {
+            stack.poll(t, &mut |f| {
+                if dev_send(&mut **dev, f).is_err() {
+                    *tx_drops += 1;
+                }
+            });
+            if stack.poll_at().is_none_or(|at| at > t) {
+                break;
+            }
+        }
+        result
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.stack.poll_at().map(|t| self.std_time(t))
+    }
+
+    fn tcp_next_syn(&mut self) -> Option<PendingSyn> {
+        let p = self.stack.tcp_next_pending_syn()?;
+        let id = self.alloc();
+        self.syns.insert(id, p.id);
+        Some(PendingSyn {
+            id: SynId(id),
+            src: p.remote,
+            dst: p.local,
+        })
+    }
+
+    fn tcp_accept(&mut self, now: Instant, id: SynId) -> io::Result<ConnId> {
+        let p = self
+            .syns
+            .remove(&id.0)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let t = self.core_now(now);
+        let h = self.stack.tcp_accept_pending(t, p).map_err(io_err)?;
+        let c = self.alloc();
+        self.conns.insert(c, h);
+        Ok(ConnId(c))
+    }
+
+    fn tcp_refuse(&mut self, now: Instant, id: SynId, how: Refusal) {
+        let Some(p) = self.syns.remove(&id.0) else {
+            return;
+        };
+        let how = match how {
+            Refusal::Reset => Refuse::Rst,
+            Refusal::Unreachable(u) => Refuse::IcmpUnreachable(code(u)),
+        };
+        let t = self.core_now(now);
+        self.stack.tcp_refuse_pending(t, p, how);
+    }
+
+    fn tcp_connect(
+        &mut self,
+        now: Instant,
+        from: SocketAddrV4,
+        to: SocketAddrV4,
+    ) -> io::Result<ConnId> {
+        let t = self.core_now(now);
+        let h = self
+            .stack
+            .tcp_connect(t, to, Some(from))
+            .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
+        let c = self.alloc();
+        self.conns.insert(c, h);
+        Ok(ConnId(c))
+    }
+
+    fn tcp_state(&self, c: ConnId) -> ConnState {
+        let gone = ConnState {
+            established: false,
+            closed: true,
+            error: Some(ConnError::Reset),
+        };
+        let Some(h) = self.conns.get(&c.0) else {
+            return gone;
+        };
+        let Ok(st) = self.stack.tcp_status(*h) else {
+            return gone;
+        };
+        let error = match st.pending_error {
+            Some(TcpError::ConnectionReset) | Some(TcpError::ConnectionAborted) => {
+                Some(ConnError::Reset)
+            }
+            Some(TcpError::TimedOut) => Some(ConnError::TimedOut),
+            Some(TcpError::ConnectionRefused) => Some(ConnError::Refused),
+            Some(TcpError::HostUnreachable) => Some(ConnError::Unreachable),
+            _ => None,
+        };
+        let established = !matches!(
+            st.state,
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        );
+        // Finished on the guest side once nothing is left to read.
+        let closed = matches!(st.state, State::Closed | State::TimeWait) && st.recv_queue == 0;
+        ConnState {
+            established,
+            closed,
+            error,
+        }
+    }
+
+    fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize> {
+        let h = self.handle(c)?;
+        match self.stack.tcp_send(h, data) {
+            Ok(n) => Ok(n),
+            Err(TcpError::WouldBlock) => Ok(0),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
+    fn tcp_recv(&mut self, c: ConnId, buf: &mut [u8]) -> io::Result<usize> {
+        let h = self.handle(c)?;
+        self.stack.tcp_recv(h, buf).map_err(io_err)
+    }
+
+    fn tcp_shutdown(&mut self, c: ConnId) {
+        if let Ok(h) = self.handle(c) {
+            let _ = self.stack.tcp_shutdown(h);
+        }
+    }
+
+    fn tcp_abort(&mut self, c: ConnId) {
+        if let Some(h) = self.conns.remove(&c.0) {
+            self.stack.tcp_abort(h);
+        }
+    }
+
+    fn tcp_close(&mut self, c: ConnId) {
+        if let Some(h) = self.conns.remove(&c.0) {
+            self.stack.tcp_close(h);
+        }
+    }
+
+    fn udp_recv(&mut self, buf: &mut [u8]) -> Option<Datagram> {
+        let (len, src, dst) = self.stack.udp_recv_from_to(self.udp, buf).ok()?;
+        Some(Datagram { src, dst, len })
+    }
+
+    fn udp_send(
+        &mut self,
+        now: Instant,
+        src: SocketAddrV4,
+        dst: SocketAddrV4,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let t = self.core_now(now);
+        self.stack
+            .udp_send_from(t, self.udp, data, src, dst)
+            .map(|_| ())
+            .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))
+    }
+
+    fn icmp_echo_recv(&mut self, buf: &mut [u8]) -> Option<EchoRequest> {
+        let r = self.stack.icmp_echo_request_recv(buf)?;
+        Some(EchoRequest {
+            src: r.src,
+            dst: r.dst,
+            ident: r.ident,
+            seq: r.seq,
+            len: r.len.min(buf.len()),
+        })
+    }
+
+    fn icmp_echo_reply(
+        &mut self,
+        now: Instant,
+        from: Ipv4Addr,
+        to: Ipv4Addr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let t = self.core_now(now);
+        self.stack
+            .icmp_echo_reply_from(t, from, to, ident, seq, data)
+            .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))
+    }
+
+    fn icmp_echo_unreachable(
+        &mut self,
+        now: Instant,
+        req: &EchoRequest,
+        data: &[u8],
+        how: Unreachable,
+    ) {
+        let t = self.core_now(now);
+        let _ = self.stack.icmp_unreachable_for_echo(
+            t,
+            req.dst,
+            req.src,
+            req.ident,
+            req.seq,
+            data,
+            code(how),
+        );
+    }
+}
+
+fn dev_send(dev: &mut dyn Device, frame: &[u8]) -> io::Result<()> {
+    dev.send(frame)
+}

@@ -1,0 +1,264 @@
+//! `ustack run` end to end with the real engine (ustack-core in transparent
+//! mode behind the sandbox's TAP): real programs inside the namespace talk
+//! to servers on the host's loopback through the relay. Needs root and
+//! /dev/net/tun; a missing prerequisite fails the test loudly.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use ustack_relay::cli::{run, RunArgs};
+
+#[derive(Parser)]
+struct W {
+    #[command(flatten)]
+    a: RunArgs,
+}
+
+fn args(v: &[&str]) -> RunArgs {
+    let mut all = vec!["ustack-run"];
+    all.extend_from_slice(v);
+    match W::try_parse_from(all) {
+        Ok(w) => w.a,
+        Err(e) => panic!("parse: {e}"),
+    }
+}
+
+fn ustack_run(v: &[&str]) -> i32 {
+    match run(args(v)) {
+        Ok(c) => c,
+        Err(e) => panic!("ustack run {v:?}: {e:#}"),
+    }
+}
+
+/// Stops a helper thread and joins it when dropped (also on failure).
+struct Helper {
+    stop: Arc<AtomicBool>,
+    join: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// Removes a file when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn body_byte(i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ (i >> 11)) as u8
+}
+
+/// HTTP/1.0 server on 127.0.0.1 answering every request with `len`
+/// deterministic bytes.
+fn http_server(len: usize) -> (u16, Helper) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.set_nonblocking(true).expect("nonblocking");
+    let port = l.local_addr().expect("addr").port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let join = thread::spawn(move || {
+        let body: Vec<u8> = (0..len).map(body_byte).collect();
+        while !s2.load(Ordering::SeqCst) {
+            let (mut c, _) = match l.accept() {
+                Ok(x) => x,
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+            };
+            let _ = c.set_nonblocking(false);
+            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = format!("HTTP/1.0 200 OK\r\nContent-Length: {len}\r\n\r\n");
+            let _ = c.write_all(head.as_bytes());
+            let _ = c.write_all(&body);
+        }
+    });
+    (
+        port,
+        Helper {
+            stop,
+            join: Some(join),
+        },
+    )
+}
+
+/// A port on 127.0.0.1 nobody listens on.
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+#[test]
+fn exit_status_passes_through() {
+    assert_eq!(ustack_run(&["--", "sh", "-c", "exit 7"]), 7);
+}
+
+#[test]
+fn curl_downloads_10mb_from_host_loopback_byte_exact() {
+    const LEN: usize = 10 << 20;
+    let (port, _srv) = http_server(LEN);
+    let out =
+        TempFile(std::env::temp_dir().join(format!("ustack-e2e-{}-curl.bin", std::process::id())));
+    let path = out.0.to_string_lossy().into_owned();
+    let url = format!("http://10.0.2.2:{port}/file");
+    let t0 = Instant::now();
+    let code = ustack_run(&["--", "curl", "-s", "--max-time", "30", "-o", &path, &url]);
+    let took = t0.elapsed();
+    assert_eq!(code, 0, "curl exit status");
+    let got = std::fs::read(&out.0).expect("curl output");
+    assert_eq!(got.len(), LEN);
+    if let Some(i) = (0..LEN).find(|&i| got[i] != body_byte(i)) {
+        panic!("byte {i} differs");
+    }
+    eprintln!("10 MB through the relay in {took:?}");
+}
+
+#[test]
+fn closed_host_port_is_refused_fast() {
+    let port = closed_port();
+    let url = format!("http://10.0.2.2:{port}/");
+    let t0 = Instant::now();
+    let code = ustack_run(&["--", "curl", "-s", "--max-time", "10", &url]);
+    assert_eq!(code, 7, "curl: couldn't connect (connection refused)");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn ping_the_gateway() {
+    let code = ustack_run(&["--", "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.0.2.2"]);
+    assert_eq!(code, 0);
+}
+
+/// A DNS responder answering every A query with 10.1.2.3 (other types:
+/// no answer), on 127.0.0.1.
+fn dns_server() -> (u16, Helper) {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let port = s.local_addr().expect("addr").port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let join = thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while !s2.load(Ordering::SeqCst) {
+            let Ok((n, peer)) = s.recv_from(&mut buf) else {
+                continue;
+            };
+            let q = &buf[..n];
+            if q.len() < 12 {
+                continue;
+            }
+            // Question: name labels up to the root, then QTYPE and QCLASS.
+            let mut i = 12;
+            while i < q.len() && q[i] != 0 {
+                i += 1 + q[i] as usize;
+            }
+            let end = i + 5;
+            if end > q.len() {
+                continue;
+            }
+            let qtype = u16::from_be_bytes([q[i + 1], q[i + 2]]);
+            let a = qtype == 1;
+            let mut r = Vec::with_capacity(end + 16);
+            r.extend_from_slice(&q[0..2]);
+            r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(a), 0, 0, 0, 0]);
+            r.extend_from_slice(&q[12..end]);
+            if a {
+                r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 1, 2, 3]);
+            }
+            let _ = s.send_to(&r, peer);
+        }
+    });
+    (
+        port,
+        Helper {
+            stop,
+            join: Some(join),
+        },
+    )
+}
+
+#[test]
+fn dns_through_the_guest_visible_nameserver() {
+    let (port, _dns) = dns_server();
+    let upstream = format!("127.0.0.1:{port}");
+    let code = ustack_run(&[
+        "--dns-upstream",
+        &upstream,
+        "--",
+        "sh",
+        "-c",
+        "getent ahostsv4 ustack-e2e.example | grep -q '^10\\.1\\.2\\.3 '",
+    ]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn port_forward_reaches_a_server_in_the_sandbox() {
+    let host_port = closed_port();
+    let spec = format!("127.0.0.1:{host_port}:80");
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let client = thread::spawn(move || -> Result<Vec<u8>, String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut last = String::new();
+        while Instant::now() < deadline && !s2.load(Ordering::SeqCst) {
+            let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, host_port);
+            match TcpStream::connect_timeout(&addr.into(), Duration::from_secs(2)) {
+                Ok(mut c) => {
+                    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                    let msg = b"hello through the forward\n";
+                    let mut got = Vec::new();
+                    if c.write_all(msg).is_ok()
+                        && c.shutdown(std::net::Shutdown::Write).is_ok()
+                        && c.read_to_end(&mut got).is_ok()
+                        && got == msg
+                    {
+                        return Ok(got);
+                    }
+                    last = format!("got {got:?}");
+                }
+                Err(e) => last = e.to_string(),
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+        Err(last)
+    });
+    let code = ustack_run(&[
+        "-p",
+        &spec,
+        "--",
+        "timeout",
+        "25",
+        "socat",
+        "TCP-LISTEN:80,reuseaddr",
+        "EXEC:cat",
+    ]);
+    stop.store(true, Ordering::SeqCst);
+    let got = client.join().expect("client thread");
+    assert_eq!(code, 0, "socat exit status");
+    assert_eq!(got, Ok(b"hello through the forward\n".to_vec()));
+}
