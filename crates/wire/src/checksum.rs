@@ -102,12 +102,18 @@ mod tests {
 
     #[test]
     fn wide_sum_matches_naive() {
-        let data: Vec<u8> = (0..1001u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let data: Vec<u8> = (0..1001u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
         for len in 0..data.len() {
             let d = &data[..len];
             let mut naive: u32 = 0;
             for p in d.chunks(2) {
-                let w = if p.len() == 2 { u16::from_be_bytes([p[0], p[1]]) } else { u16::from(p[0]) << 8 };
+                let w = if p.len() == 2 {
+                    u16::from_be_bytes([p[0], p[1]])
+                } else {
+                    u16::from(p[0]) << 8
+                };
                 naive += u32::from(w);
             }
             assert_eq!(fold(sum(d, 0)), fold(naive), "len {len}");
