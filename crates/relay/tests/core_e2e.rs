@@ -262,3 +262,27 @@ fn port_forward_reaches_a_server_in_the_sandbox() {
     assert_eq!(code, 0, "socat exit status");
     assert_eq!(got, Ok(b"hello through the forward\n".to_vec()));
 }
+
+/// CPU time consumed by the calling thread (the relay loop runs in it).
+fn thread_cpu() -> Duration {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage struct; RUSAGE_THREAD is Linux-specific and supported.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    assert_eq!(rc, 0, "getrusage");
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+#[test]
+fn an_idle_guest_costs_no_cpu() {
+    let before = thread_cpu();
+    // The guest's kernel sends its own chatter (ARP, maybe IPv6 router
+    // solicitations); the loop must sleep between events, not spin.
+    assert_eq!(ustack_run(&["--", "sleep", "2"]), 0);
+    let used = thread_cpu().saturating_sub(before);
+    assert!(
+        used < Duration::from_millis(300),
+        "relay used {used:?} of CPU in 2 s idle"
+    );
+}
