@@ -36,7 +36,7 @@
 //! ```
 
 //pub mod bench;
-//pub mod capi;
+pub mod capi;
 //pub mod cli;
 mod domain;
 mod endpoint;
