@@ -8,6 +8,9 @@
 //!   delay, jitter, rate limit, queue limit) for simulations.
 //! - [`pcap`]: a classic pcap writer and [`pcap::Capture`], which wraps any
 //!   device and records every frame in and out.
+//! - [`netem`]: [`netem::Netem`] wraps any device (a TAP included) and
+//!   impairs each direction in real time like Linux's `netem` qdisc (loss,
+//!   duplication, reordering, corruption, delay, jitter, rate), seeded.
 //! - [`wrap`]: [`wrap::Tracing`] (logs frames with `tracing`) and
 //!   [`wrap::FaultInject`] (seeded drops/corruption/back-pressure).
 //!
@@ -18,6 +21,7 @@ use std::os::fd::RawFd;
 
 pub mod batch;
 pub mod memlink;
+pub mod netem;
 pub mod pcap;
 pub mod tap;
 pub mod wrap;
@@ -92,6 +96,23 @@ pub trait Device {
     /// File descriptor to wait on for readability (epoll); `None` for
     /// in-memory devices.
     fn raw_fd(&self) -> Option<RawFd>;
+
+    /// When the device next has time-driven work: a held-back frame becomes
+    /// receivable, or a delayed frame must be transmitted (see
+    /// [`netem::Netem`]). The runtime wakes up no later than this, calls
+    /// [`Device::poll_deferred`] and tries [`Device::recv`] again, even if
+    /// the file descriptor did not become readable. A time in the past means
+    /// "now". `None` (the default) = nothing pending.
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// Do deferred work that is due now, such as transmitting frames whose
+    /// delay has passed. Called by the runtime on every loop iteration; the
+    /// default does nothing.
+    fn poll_deferred(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -116,6 +137,12 @@ impl<D: Device + ?Sized> Device for Box<D> {
     fn raw_fd(&self) -> Option<RawFd> {
         (**self).raw_fd()
     }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        (**self).next_deadline()
+    }
+    fn poll_deferred(&mut self) -> io::Result<()> {
+        (**self).poll_deferred()
+    }
 }
 
 impl<D: Device + ?Sized> Device for &mut D {
@@ -139,5 +166,11 @@ impl<D: Device + ?Sized> Device for &mut D {
     }
     fn raw_fd(&self) -> Option<RawFd> {
         (**self).raw_fd()
+    }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        (**self).next_deadline()
+    }
+    fn poll_deferred(&mut self) -> io::Result<()> {
+        (**self).poll_deferred()
     }
 }

@@ -252,6 +252,12 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
     fn raw_fd(&self) -> Option<RawFd> {
         self.inner.raw_fd()
     }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.inner.next_deadline()
+    }
+    fn poll_deferred(&mut self) -> io::Result<()> {
+        self.inner.poll_deferred()
+    }
 }
 
 #[cfg(test)]

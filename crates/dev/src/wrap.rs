@@ -145,6 +145,12 @@ impl<D: Device> Device for Tracing<D> {
     fn raw_fd(&self) -> Option<RawFd> {
         self.inner.raw_fd()
     }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.inner.next_deadline()
+    }
+    fn poll_deferred(&mut self) -> io::Result<()> {
+        self.inner.poll_deferred()
+    }
 }
 
 /// Fault probabilities for [`FaultInject`].
@@ -274,6 +280,12 @@ impl<D: Device> Device for FaultInject<D> {
     }
     fn raw_fd(&self) -> Option<RawFd> {
         self.inner.raw_fd()
+    }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.inner.next_deadline()
+    }
+    fn poll_deferred(&mut self) -> io::Result<()> {
+        self.inner.poll_deferred()
     }
 }
 
