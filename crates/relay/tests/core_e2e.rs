@@ -286,3 +286,87 @@ fn an_idle_guest_costs_no_cpu() {
         "relay used {used:?} of CPU in 2 s idle"
     );
 }
+
+/// A network namespace made by `ip netns add`, deleted when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let st = std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .expect("run ip");
+    assert!(st.success(), "ip {args:?} failed");
+}
+
+#[test]
+fn attach_serves_an_existing_namespace() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use ustack_relay::cli::{attach_with, default_guest, AttachArgs};
+
+    #[derive(Parser)]
+    struct A {
+        #[command(flatten)]
+        a: AttachArgs,
+    }
+
+    let name = format!("ustk-att-{}", std::process::id());
+    ip(&["netns", "add", &name]);
+    let ns = Netns(name);
+    ip(&["-n", &ns.0, "tuntap", "add", "mode", "tap", "name", "tap0"]);
+    ip(&["-n", &ns.0, "addr", "add", "10.0.2.15/24", "dev", "tap0"]);
+    ip(&["-n", &ns.0, "link", "set", "tap0", "up"]);
+    ip(&["-n", &ns.0, "route", "add", "default", "via", "10.0.2.2"]);
+
+    let (port, _srv) = http_server(100_000);
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (stop_r, stop_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let netns = format!("/run/netns/{}", ns.0);
+    let parsed = match A::try_parse_from(["ustack-attach", "--netns", &netns, "--tap", "tap0"]) {
+        Ok(a) => a.a,
+        Err(e) => panic!("parse: {e}"),
+    };
+    let stop_fd = stop_r.as_raw_fd();
+    let server = thread::spawn(move || {
+        let r = attach_with(parsed, Box::new(default_guest), Some(stop_fd));
+        drop(stop_r);
+        r.map_err(|e| format!("{e:#}"))
+    });
+    let url = format!("http://10.0.2.2:{port}/x");
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            "curl",
+            "-s",
+            "--max-time",
+            "10",
+            &url,
+        ])
+        .output()
+        .expect("curl in the namespace");
+    // Stop the relay whatever happened.
+    // SAFETY: writing one byte from a valid buffer to the pipe we own.
+    let w = unsafe { libc::write(stop_w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+    assert_eq!(w, 1);
+    let served = server.join().expect("attach thread");
+    assert_eq!(served, Ok(0));
+    assert!(out.status.success(), "curl: {:?}", out.status);
+    assert_eq!(out.stdout.len(), 100_000);
+    assert!(out
+        .stdout
+        .iter()
+        .enumerate()
+        .all(|(i, b)| *b == body_byte(i)));
+}
