@@ -370,3 +370,38 @@ fn attach_serves_an_existing_namespace() {
         .enumerate()
         .all(|(i, b)| *b == body_byte(i)));
 }
+
+#[test]
+fn upload_from_the_sandbox_to_host_loopback_byte_exact() {
+    const LEN: usize = 5 << 20;
+    let file = TempFile(
+        std::env::temp_dir().join(format!("ustack-e2e-{}-upload.bin", std::process::id())),
+    );
+    let data: Vec<u8> = (0..LEN).map(|i| body_byte(i * 3)).collect();
+    std::fs::write(&file.0, &data).expect("write upload file");
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let sink = thread::spawn(move || -> std::io::Result<Vec<u8>> {
+        l.set_nonblocking(true)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut c = loop {
+            match l.accept() {
+                Ok((c, _)) => break c,
+                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(e),
+            }
+        };
+        c.set_nonblocking(false)?;
+        c.set_read_timeout(Some(Duration::from_secs(20)))?;
+        let mut got = Vec::new();
+        c.read_to_end(&mut got)?;
+        Ok(got)
+    });
+    let src = format!("FILE:{}", file.0.display());
+    let dst = format!("TCP:10.0.2.2:{port}");
+    let code = ustack_run(&["--", "socat", "-u", &src, &dst]);
+    assert_eq!(code, 0, "socat exit status");
+    let got = sink.join().expect("sink thread").expect("sink");
+    assert_eq!(got.len(), LEN);
+    assert!(got == data, "uploaded bytes differ");
+}
