@@ -26,6 +26,14 @@
 //! up for every packet. When an operation moves `poll_at` earlier than the deadline the
 //! stack thread sleeps until, or leaves frames in the transmit backlog, the
 //! caller kicks the stack thread's `eventfd`.
+//!
+//! # Device deadlines
+//!
+//! A device may hold frames back (`ustack_dev::netem::Netem` emulates link
+//! delay): the stack thread sleeps no longer than `Device::next_deadline`,
+//! calls `Device::poll_deferred` on every iteration so delayed frames leave
+//! on time, and application threads kick it when their output moved the
+//! device's deadline earlier than the thread's wake-up time.
 
 use std::collections::VecDeque;
 use std::io;
@@ -115,6 +123,22 @@ pub struct RuntimeStats {
 /// Whether a `poll_at` deadline has come.
 fn is_due(at: Option<Instant>, now: Instant) -> bool {
     at.is_some_and(|t| t <= now)
+}
+
+/// The earlier of two optional deadlines.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// A wall-clock deadline as stack time (microseconds since `epoch`),
+/// rounded up so the device is never polled before it is due.
+fn stack_time(epoch: std::time::Instant, t: std::time::Instant) -> Instant {
+    let us = t.saturating_duration_since(epoch).as_nanos().div_ceil(1000);
+    Instant::from_micros(u64::try_from(us).unwrap_or(u64::MAX))
 }
 
 /// What a parked thread waits for; the stack thread unparks it when the
@@ -263,6 +287,20 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// When the runtime must next run: the stack's timers or the device's
+    /// deferred work (delayed frames, see `Device::next_deadline`).
+    fn next_wakeup(&self, epoch: std::time::Instant) -> Option<Instant> {
+        let dev = self.dev.next_deadline().map(|t| stack_time(epoch, t));
+        earliest(self.stack.poll_at(), dev)
+    }
+
+    /// Let the device transmit what it held back and is now due.
+    fn poll_device(&mut self) {
+        if self.dev.poll_deferred().is_err() {
+            self.stats.tx_errors += 1;
+        }
+    }
+
     /// `Stack::poll` with the device as transmit path.
     fn poll(&mut self, now: Instant) {
         let Inner {
@@ -368,7 +406,7 @@ impl Shared {
         let due_before = is_due(g.stack.poll_at(), now);
         let backlog_was_empty = g.backlog.is_empty();
         g.poll(now);
-        let next = g.stack.poll_at();
+        let next = g.next_wakeup(self.epoch);
         let kick = match g.sleep {
             Sleep::Awake => false,
             Sleep::Forever => next.is_some(),
@@ -524,6 +562,8 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
                 } = &mut *g;
                 backlog.flush(&mut **dev, stats);
             }
+            // Frames the device held back (delay emulation) that are due.
+            g.poll_device();
 
             // 2. A bounded batch of received frames.
             let mut received = 0;
@@ -581,7 +621,13 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
 
             // 4. How long to sleep.
             want_out = !g.backlog.is_empty();
-            let next = g.stack.poll_at();
+            // The device may hold frames back (delay emulation): wake up
+            // when they are due even if its fd never becomes readable.
+            let dev_next = g.dev.next_deadline().map(|t| stack_time(shared.epoch, t));
+            if is_due(dev_next, now) {
+                more = true;
+            }
+            let next = earliest(g.stack.poll_at(), dev_next);
             let busy = opts.busy_poll.is_some_and(|b| last_activity.elapsed() < b);
             timeout = if more || busy {
                 Some(Duration::ZERO)
@@ -661,7 +707,9 @@ impl NetInner {
                 if g.stopped {
                     return;
                 }
-                g.stack.tcp_sockets().iter().any(|s| s.send_queue > 0) || !g.backlog.is_empty()
+                g.stack.tcp_sockets().iter().any(|s| s.send_queue > 0)
+                    || !g.backlog.is_empty()
+                    || g.dev.next_deadline().is_some()
             };
             if !busy || std::time::Instant::now() >= deadline {
                 return;
