@@ -65,8 +65,9 @@ pub(crate) struct Peer {
     start: u64,
 }
 
-/// Snapshot of a peer's identity for liveness checks.
-fn peer_of(dom: &Domain, slot: u32) -> Result<Peer> {
+/// Snapshot of a peer's identity for liveness checks (`full`: also check that the owner
+/// process/thread is alive, which costs a syscall and a `/proc` read).
+fn peer_of(dom: &Domain, slot: u32, full: bool) -> Result<Peer> {
     let s = dom.slot(slot);
     let a = s.alloc.load(Ordering::Acquire);
     if a & 0xff != A_ACTIVE {
@@ -79,7 +80,7 @@ fn peer_of(dom: &Domain, slot: u32) -> Result<Peer> {
         tid: s.tid.load(Ordering::Relaxed),
         start: s.start.load(Ordering::Relaxed),
     };
-    if !sys::owner_alive(p.pid, p.tid, p.start) {
+    if full && !sys::owner_alive(p.pid, p.tid, p.start) {
         dom.reclaim_if_dead(slot);
         return Err(Error::DeadEndpoint);
     }
@@ -252,6 +253,9 @@ pub struct Endpoint {
     mode: WaitMode,
     rot: u32,
     copybuf: Vec<u8>,
+    /// Per peer slot: (generation, time of the last full liveness check), so that the
+    /// expensive check runs at most every LIVENESS_PERIOD_NS per peer.
+    checked: Vec<(u32, u64)>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -266,6 +270,7 @@ impl std::fmt::Debug for Endpoint {
 impl Endpoint {
     pub(crate) fn new(dom: Domain, slot: u32, gen: u32, seq: u32) -> Endpoint {
         let ep = dom.endpoint_of_slot(slot);
+        let checked = vec![(u32::MAX, 0); dom.max_endpoints() as usize];
         Endpoint {
             dom,
             slot,
@@ -275,6 +280,7 @@ impl Endpoint {
             mode: WaitMode::Adaptive,
             rot: 0,
             copybuf: Vec::new(),
+            checked,
         }
     }
 
@@ -320,12 +326,28 @@ impl Endpoint {
         Ok(())
     }
 
-    fn peer(&self, ep: i32) -> Result<Peer> {
+    fn peer(&mut self, ep: i32) -> Result<Peer> {
         let slot = self.dom.resolve(ep)?;
         if slot == self.slot {
             return Err(Error::BadEndpoint);
         }
-        peer_of(&self.dom, slot)
+        self.peer_slot(slot)
+    }
+
+    fn peer_slot(&mut self, slot: u32) -> Result<Peer> {
+        let now = sys::now_ns();
+        let gen = self.dom.slot(slot).gen.load(Ordering::Acquire);
+        let full = match self.checked.get(slot as usize) {
+            Some(&(g, t)) => g != gen || now.saturating_sub(t) >= LIVENESS_PERIOD_NS,
+            None => true,
+        };
+        let p = peer_of(&self.dom, slot, full)?;
+        if full {
+            if let Some(c) = self.checked.get_mut(slot as usize) {
+                *c = (p.gen, now);
+            }
+        }
+        Ok(p)
     }
 
     // ----------------------------------------------------------------- send
@@ -814,12 +836,12 @@ impl Endpoint {
         Ok(())
     }
 
-    fn copy_pid(&self, ep: i32) -> Result<u32> {
+    fn copy_pid(&mut self, ep: i32) -> Result<u32> {
         let slot = self.dom.resolve(ep)?;
         if slot == self.slot {
             return Ok(sys::getpid());
         }
-        Ok(peer_of(&self.dom, slot)?.pid)
+        Ok(self.peer_slot(slot)?.pid)
     }
 
     /// Unbind explicitly (also done on drop). Peers blocked on us get `DeadEndpoint`.

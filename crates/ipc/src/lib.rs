@@ -35,9 +35,9 @@
 //! assert_eq!(a.notify(b.id()), Err(Error::DomainEnded));
 //! ```
 
-//pub mod bench;
+pub mod bench;
 pub mod capi;
-//pub mod cli;
+pub mod cli;
 mod domain;
 mod endpoint;
 mod error;

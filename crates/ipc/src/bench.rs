@@ -1,0 +1,1029 @@
+//! `ustack ipc bench`: the M3-IPC paper's micro-benchmarks (IPC1 send+receive, IPC2
+//! sendrec, IPC3 notify, COPY1/COPY2 bandwidth) for ustack's IPC in each wait mode and, on
+//! the same message and block sizes, for Linux pipes, FIFOs, Unix stream and seqpacket
+//! sockets, TCP over loopback and POSIX message queues, plus in-process `memcpy` and the
+//! aggregate throughput of 1..N concurrent client/server pairs.
+//!
+//! Helper processes are made with `fork()` (the children only run the benchmark loop and
+//! `_exit`), so the benchmark runs the same from the `ustack` binary and from tests.
+
+use crate::{Domain, DomainConfig, Endpoint, Error, Message, WaitMode, ANY};
+use serde::Serialize;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// One result row (also the JSON object printed by `--json`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Row {
+    /// IPC1, IPC2, IPC3, COPY1, COPY2, AGGREGATE.
+    pub benchmark: String,
+    /// ustack, pipe, fifo, unix-stream, unix-seqpacket, tcp-loopback, mqueue, memcpy.
+    pub mechanism: String,
+    /// Wait mode for ustack (adaptive/spin/block), "-" otherwise.
+    pub mode: String,
+    /// Message or block size in bytes.
+    pub size: u64,
+    /// Concurrent client/server pairs.
+    pub pairs: u32,
+    /// The measurement.
+    pub value: f64,
+    /// Unit of `value`: "round trips/s", "msgs/s" or "MB/s" (10^6 bytes per second).
+    pub unit: String,
+}
+
+/// Benchmark options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Very short runs (for tests): a few ms per measurement and fewer sizes.
+    pub quick: bool,
+    /// Largest number of concurrent pairs for the aggregate benchmark.
+    pub max_pairs: u32,
+    /// Show progress on stderr (only if it is a terminal).
+    pub progress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            quick: false,
+            max_pairs: 4,
+            progress: true,
+        }
+    }
+}
+
+const MSG: usize = 64;
+const MT_STOP: u16 = 0xFFFF;
+const MT_ADDR: u16 = 0xFFFE;
+const MODES: [WaitMode; 3] = [WaitMode::Adaptive, WaitMode::Spin, WaitMode::Block];
+const LINUX: [&str; 6] = [
+    "pipe",
+    "fifo",
+    "unix-stream",
+    "unix-seqpacket",
+    "tcp-loopback",
+    "mqueue",
+];
+
+fn fork_run(f: impl FnOnce() -> i32) -> anyhow::Result<libc::pid_t> {
+    // SAFETY: the child runs only `f` (benchmark loops on pre-created resources) and then
+    // `_exit`s; it never returns into the caller.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        anyhow::bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let rc = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: leave the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(rc) };
+    }
+    Ok(pid)
+}
+
+fn reap(pid: libc::pid_t, limit: Duration) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+        if r == pid || r < 0 {
+            return if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                -1
+            };
+        }
+        if t0.elapsed() > limit {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut st, 0);
+            }
+            return -1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+struct Ctx {
+    dom: Domain,
+    opts: Options,
+    dur: Duration,
+    rows: Vec<Row>,
+    step: usize,
+    steps: usize,
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        let _ = self.dom.end();
+    }
+}
+
+impl Ctx {
+    fn progress(&mut self, what: &str) {
+        self.step += 1;
+        // SAFETY: isatty only inspects the descriptor.
+        if self.opts.progress && unsafe { libc::isatty(2) } == 1 {
+            eprint!("\r\x1b[K[{:>3}/{}] {what}", self.step, self.steps);
+            let _ = std::io::stderr().flush();
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        benchmark: &str,
+        mechanism: &str,
+        mode: &str,
+        size: u64,
+        pairs: u32,
+        value: f64,
+        unit: &str,
+    ) {
+        self.rows.push(Row {
+            benchmark: benchmark.into(),
+            mechanism: mechanism.into(),
+            mode: mode.into(),
+            size,
+            pairs,
+            value,
+            unit: unit.into(),
+        });
+    }
+}
+
+/// Run all benchmarks and return the rows.
+pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
+    let name = format!("bench-{}", std::process::id());
+    let dom = Domain::create(
+        &name,
+        DomainConfig {
+            max_endpoints: 64,
+            max_copy: 64 << 20,
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("create domain {name}: {e}"))?;
+    let sizes = copy_sizes(opts.quick);
+    let steps =
+        2 * (MODES.len() + LINUX.len()) + MODES.len() + sizes.len() * 5 + opts.max_pairs as usize;
+    let mut cx = Ctx {
+        dom,
+        opts: opts.clone(),
+        dur: if opts.quick {
+            Duration::from_millis(15)
+        } else {
+            Duration::from_millis(250)
+        },
+        rows: Vec::new(),
+        step: 0,
+        steps,
+    };
+    for bench in ["IPC1", "IPC2"] {
+        for mode in MODES {
+            cx.progress(&format!("{bench} ustack {}", mode.name()));
+            let v = ustack_pingpong(&cx, bench, mode)?;
+            cx.push(
+                bench,
+                "ustack",
+                mode.name(),
+                MSG as u64,
+                1,
+                v,
+                "round trips/s",
+            );
+        }
+        for mech in LINUX {
+            cx.progress(&format!("{bench} {mech}"));
+            let v = linux_pingpong(&cx, mech)?;
+            cx.push(bench, mech, "-", MSG as u64, 1, v, "round trips/s");
+        }
+    }
+    for mode in MODES {
+        cx.progress(&format!("IPC3 ustack {}", mode.name()));
+        let v = ustack_pingpong(&cx, "IPC3", mode)?;
+        cx.push("IPC3", "ustack", mode.name(), 0, 1, v, "round trips/s");
+    }
+    for &size in &sizes {
+        for mech in ["memcpy", "ustack", "ustack-copy2", "pipe", "unix-stream"] {
+            cx.progress(&format!("COPY {mech} {}", fmt_size(size as u64)));
+            let v = copy_bench(&cx, mech, size)?;
+            let bench = if mech == "ustack-copy2" {
+                "COPY2"
+            } else {
+                "COPY1"
+            };
+            let mech = if mech == "ustack-copy2" {
+                "ustack"
+            } else {
+                mech
+            };
+            cx.push(bench, mech, "-", size as u64, 1, v, "MB/s");
+        }
+    }
+    for pairs in 1..=opts.max_pairs {
+        cx.progress(&format!("AGGREGATE {pairs} pairs"));
+        let v = aggregate(&cx, pairs)?;
+        cx.push(
+            "AGGREGATE",
+            "ustack",
+            "adaptive",
+            MSG as u64,
+            pairs,
+            v,
+            "msgs/s",
+        );
+    }
+    // SAFETY: isatty only inspects the descriptor.
+    if opts.progress && unsafe { libc::isatty(2) } == 1 {
+        eprintln!("\r\x1b[Kdone");
+    }
+    Ok(std::mem::take(&mut cx.rows))
+}
+
+fn copy_sizes(quick: bool) -> Vec<usize> {
+    if quick {
+        vec![4 << 10, 1 << 20]
+    } else {
+        vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
+    }
+}
+
+fn fmt_size(s: u64) -> String {
+    if s >= 1 << 20 {
+        format!("{}M", s >> 20)
+    } else if s >= 1 << 10 {
+        format!("{}K", s >> 10)
+    } else {
+        format!("{s}")
+    }
+}
+
+// ---------------------------------------------------------------- ustack ping-pong
+
+/// Bind with retries (a slot freed by a just-exited child may still be in use briefly).
+fn bind_slot(dom: &Domain, slot: i32, name: &str) -> Result<Endpoint, Error> {
+    for _ in 0..2000 {
+        match dom.bind_as(slot, name) {
+            Err(Error::EndpointInUse) => {
+                dom.reclaim_dead();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            r => return r,
+        }
+    }
+    Err(Error::EndpointInUse)
+}
+
+fn ustack_server(dom: &Domain, slot: i32, bench: &str, mode: WaitMode) -> i32 {
+    let Ok(mut e) = bind_slot(dom, slot, "bench-server") else {
+        return 2;
+    };
+    e.set_wait_mode(mode);
+    let m = Message::new(1);
+    loop {
+        let Ok(r) = e.receive(ANY) else { return 3 };
+        if r.mtype == MT_STOP {
+            let _ = e.send(r.source, &m);
+            return 0;
+        }
+        let res = if bench == "IPC3" && r.is_notify() {
+            e.notify(r.source)
+        } else {
+            e.send(r.source, &m)
+        };
+        if res.is_err() {
+            return 4;
+        }
+    }
+}
+
+fn ustack_pingpong(cx: &Ctx, bench: &str, mode: WaitMode) -> anyhow::Result<f64> {
+    let dom = cx.dom.clone();
+    let b = bench.to_string();
+    let child = fork_run(move || ustack_server(&dom, 1, &b, mode))?;
+    let r = (|| -> anyhow::Result<f64> {
+        let mut c = bind_slot(&cx.dom, 0, "bench-client")?;
+        c.set_wait_mode(mode);
+        let srv = cx.dom.endpoint_of_slot(1);
+        let m = Message::new(1);
+        let one = |c: &mut Endpoint| -> Result<(), Error> {
+            match bench {
+                "IPC1" => {
+                    c.send(srv, &m)?;
+                    c.receive(srv).map(|_| ())
+                }
+                "IPC2" => c.sendrec(srv, &m).map(|_| ()),
+                _ => {
+                    c.notify(srv)?;
+                    c.receive(srv).map(|_| ())
+                }
+            }
+        };
+        // Wait for the server to bind, then warm up.
+        let t0 = Instant::now();
+        loop {
+            match c.sendrec(srv, &Message::new(2)) {
+                Ok(_) => break,
+                Err(Error::BadEndpoint) if t0.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let v = timed(cx.dur, || one(&mut c))?;
+        c.sendrec(srv, &Message::new(MT_STOP))?;
+        Ok(v)
+    })();
+    reap(child, Duration::from_secs(5));
+    r
+}
+
+/// Run `f` repeatedly for about `dur`; operations per second.
+fn timed<E>(dur: Duration, mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    let t0 = Instant::now();
+    let mut n: u64 = 0;
+    loop {
+        for _ in 0..64 {
+            f()?;
+        }
+        n += 64;
+        let el = t0.elapsed();
+        if el >= dur {
+            return Ok(n as f64 / el.as_secs_f64());
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Linux ping-pong
+
+fn cvt(r: libc::c_int) -> std::io::Result<libc::c_int> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn read_full(fd: libc::c_int, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        // SAFETY: reading into the unfilled tail of a valid buffer.
+        let n = unsafe {
+            libc::read(
+                fd,
+                buf[off..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - off,
+            )
+        };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "short read",
+            ));
+        }
+        off += n as usize;
+    }
+    Ok(())
+}
+
+fn write_full(fd: libc::c_int, buf: &[u8]) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        // SAFETY: writing from a valid buffer.
+        let n = unsafe {
+            libc::write(
+                fd,
+                buf[off..].as_ptr() as *const libc::c_void,
+                buf.len() - off,
+            )
+        };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(std::io::Error::last_os_error());
+        }
+        off += n as usize;
+    }
+    Ok(())
+}
+
+fn close(fd: libc::c_int) {
+    // SAFETY: closing a descriptor we own.
+    unsafe { libc::close(fd) };
+}
+
+/// A bidirectional byte channel: (client read, client write, server read, server write).
+struct Chan {
+    cr: libc::c_int,
+    cw: libc::c_int,
+    sr: libc::c_int,
+    sw: libc::c_int,
+    cleanup: Vec<std::path::PathBuf>,
+}
+
+impl Chan {
+    fn close_all(&self) {
+        let mut fds = vec![self.cr, self.cw, self.sr, self.sw];
+        fds.sort();
+        fds.dedup();
+        for fd in fds {
+            close(fd);
+        }
+        for p in &self.cleanup {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn pipe_pair() -> std::io::Result<(libc::c_int, libc::c_int)> {
+    let mut p = [0; 2];
+    // SAFETY: valid out-array of two ints.
+    cvt(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    Ok((p[0], p[1]))
+}
+
+fn socketpair(ty: libc::c_int) -> std::io::Result<(libc::c_int, libc::c_int)> {
+    let mut p = [0; 2];
+    // SAFETY: valid out-array of two ints.
+    cvt(unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, p.as_mut_ptr()) })?;
+    Ok((p[0], p[1]))
+}
+
+fn make_chan(mech: &str) -> anyhow::Result<Chan> {
+    Ok(match mech {
+        "pipe" => {
+            let (a_r, a_w) = pipe_pair()?; // client -> server
+            let (b_r, b_w) = pipe_pair()?; // server -> client
+            Chan {
+                cr: b_r,
+                cw: a_w,
+                sr: a_r,
+                sw: b_w,
+                cleanup: vec![],
+            }
+        }
+        "fifo" => {
+            let base =
+                std::env::temp_dir().join(format!("ustack-ipc-bench-{}", std::process::id()));
+            let (p1, p2) = (base.with_extension("c2s"), base.with_extension("s2c"));
+            let mut fds = vec![];
+            for p in [&p1, &p2] {
+                let _ = std::fs::remove_file(p);
+                let c = std::ffi::CString::new(p.to_string_lossy().as_bytes())?;
+                // SAFETY: valid NUL-terminated path.
+                cvt(unsafe { libc::mkfifo(c.as_ptr(), 0o600) })?;
+                // Open read-write so neither open blocks waiting for the other side.
+                // SAFETY: valid NUL-terminated path.
+                fds.push(cvt(unsafe {
+                    libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC)
+                })?);
+            }
+            Chan {
+                cr: fds[1],
+                cw: fds[0],
+                sr: fds[0],
+                sw: fds[1],
+                cleanup: vec![p1, p2],
+            }
+        }
+        "unix-stream" | "unix-seqpacket" => {
+            let ty = if mech == "unix-stream" {
+                libc::SOCK_STREAM
+            } else {
+                libc::SOCK_SEQPACKET
+            };
+            let (a, b) = socketpair(ty)?;
+            Chan {
+                cr: a,
+                cw: a,
+                sr: b,
+                sw: b,
+                cleanup: vec![],
+            }
+        }
+        "tcp-loopback" => {
+            use std::os::fd::IntoRawFd;
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let c = std::net::TcpStream::connect(l.local_addr()?)?;
+            let (s, _) = l.accept()?;
+            c.set_nodelay(true)?;
+            s.set_nodelay(true)?;
+            let (c, s) = (c.into_raw_fd(), s.into_raw_fd());
+            Chan {
+                cr: c,
+                cw: c,
+                sr: s,
+                sw: s,
+                cleanup: vec![],
+            }
+        }
+        other => anyhow::bail!("unknown mechanism {other}"),
+    })
+}
+
+fn linux_pingpong(cx: &Ctx, mech: &str) -> anyhow::Result<f64> {
+    if mech == "mqueue" {
+        return mqueue_pingpong(cx);
+    }
+    let ch = make_chan(mech)?;
+    let (sr, sw) = (ch.sr, ch.sw);
+    let child = fork_run(move || {
+        let mut b = [0u8; MSG];
+        loop {
+            if read_full(sr, &mut b).is_err() {
+                return 2;
+            }
+            if write_full(sw, &b).is_err() {
+                return 3;
+            }
+            if b[0] == 0xFF {
+                return 0;
+            }
+        }
+    })?;
+    let mut b = [0u8; MSG];
+    let r = timed(cx.dur, || {
+        write_full(ch.cw, &b)?;
+        read_full(ch.cr, &mut b)
+    });
+    b[0] = 0xFF;
+    let _ = write_full(ch.cw, &b).and_then(|_| read_full(ch.cr, &mut b));
+    reap(child, Duration::from_secs(5));
+    ch.close_all();
+    Ok(r?)
+}
+
+fn mqueue_pingpong(cx: &Ctx) -> anyhow::Result<f64> {
+    let names: Vec<std::ffi::CString> = ["c2s", "s2c"]
+        .iter()
+        .map(|d| std::ffi::CString::new(format!("/ustack-ipc-bench-{}-{d}", std::process::id())))
+        .collect::<Result<_, _>>()?;
+    let mut qs = vec![];
+    for n in &names {
+        // SAFETY: an all-zero mq_attr is valid; the fields we need are set below.
+        let mut attr: libc::mq_attr = unsafe { std::mem::zeroed() };
+        attr.mq_maxmsg = 1;
+        attr.mq_msgsize = MSG as libc::c_long;
+        // SAFETY: valid name and attribute pointer.
+        let q = unsafe {
+            libc::mq_unlink(n.as_ptr());
+            libc::mq_open(
+                n.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+                0o600,
+                &attr as *const libc::mq_attr,
+            )
+        };
+        if q < 0 {
+            anyhow::bail!("mq_open: {}", std::io::Error::last_os_error());
+        }
+        qs.push(q);
+    }
+    let (c2s, s2c) = (qs[0], qs[1]);
+    let child = fork_run(move || {
+        let mut b = [0u8; MSG];
+        loop {
+            // SAFETY: valid queue descriptors and buffers of the queue's message size.
+            unsafe {
+                if libc::mq_receive(
+                    c2s,
+                    b.as_mut_ptr() as *mut libc::c_char,
+                    MSG,
+                    std::ptr::null_mut(),
+                ) < 0
+                {
+                    return 2;
+                }
+                if libc::mq_send(s2c, b.as_ptr() as *const libc::c_char, MSG, 0) < 0 {
+                    return 3;
+                }
+            }
+            if b[0] == 0xFF {
+                return 0;
+            }
+        }
+    })?;
+    let mut b = [0u8; MSG];
+    let rt = |b: &mut [u8; MSG]| -> std::io::Result<()> {
+        // SAFETY: valid queue descriptors and buffers of the queue's message size.
+        unsafe {
+            if libc::mq_send(c2s, b.as_ptr() as *const libc::c_char, MSG, 0) < 0
+                || libc::mq_receive(
+                    s2c,
+                    b.as_mut_ptr() as *mut libc::c_char,
+                    MSG,
+                    std::ptr::null_mut(),
+                ) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    let r = timed(cx.dur, || rt(&mut b));
+    b[0] = 0xFF;
+    let _ = rt(&mut b);
+    reap(child, Duration::from_secs(5));
+    for (q, n) in qs.iter().zip(&names) {
+        // SAFETY: closing/unlinking our own queues.
+        unsafe {
+            libc::mq_close(*q);
+            libc::mq_unlink(n.as_ptr());
+        }
+    }
+    Ok(r?)
+}
+
+// ---------------------------------------------------------------- copies
+
+/// A child that allocates a buffer, sends its address to `to`, then serves until STOP.
+fn buffer_holder(dom: &Domain, slot: i32, size: usize, to: i32) -> i32 {
+    let Ok(mut e) = bind_slot(dom, slot, "bench-buffer") else {
+        return 2;
+    };
+    let mut buf = vec![1u8; size];
+    let m = Message::new(MT_ADDR).with_u64(0, buf.as_mut_ptr() as usize as u64);
+    let t0 = Instant::now();
+    loop {
+        match e.send(to, &m) {
+            Ok(()) => break,
+            Err(Error::BadEndpoint) if t0.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(_) => return 3,
+        }
+    }
+    e.set_wait_mode(WaitMode::Block);
+    loop {
+        match e.receive(ANY) {
+            Ok(r) if r.mtype == MT_STOP => {
+                let _ = e.send(r.source, &m);
+                return 0;
+            }
+            Ok(_) => {}
+            Err(_) => return 4,
+        }
+    }
+}
+
+fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
+    let mbps = |ops: f64| ops * size as f64 / 1e6;
+    match mech {
+        "memcpy" => {
+            let src = vec![3u8; size];
+            let mut dst = vec![0u8; size];
+            let v = timed(cx.dur, || -> Result<(), ()> {
+                dst.copy_from_slice(std::hint::black_box(&src));
+                std::hint::black_box(&mut dst);
+                Ok(())
+            })
+            .unwrap_or(0.0);
+            Ok(mbps(v))
+        }
+        "ustack" | "ustack-copy2" => {
+            let mut me = bind_slot(&cx.dom, 0, "bench-copier")?;
+            let n = if mech == "ustack" { 1 } else { 2 };
+            let mut kids = vec![];
+            for k in 0..n {
+                let dom = cx.dom.clone();
+                let to = me.id();
+                kids.push(fork_run(move || buffer_holder(&dom, 1 + k, size, to))?);
+            }
+            let r = (|| -> anyhow::Result<f64> {
+                let mut addr = [0usize; 2];
+                for _ in 0..n {
+                    let m = me.receive_timeout(ANY, Duration::from_secs(5))?;
+                    let slot = (m.source as u32 & 0xffff) as usize;
+                    if let Some(a) = addr.get_mut(slot.wrapping_sub(1)) {
+                        *a = m.u64_at(0) as usize;
+                    }
+                }
+                let (e1, e2) = (cx.dom.endpoint_of_slot(1), cx.dom.endpoint_of_slot(2));
+                let local = vec![5u8; size];
+                let v = if n == 1 {
+                    // COPY1: we are the source.
+                    timed(cx.dur, || {
+                        me.vcopy(me.id(), local.as_ptr() as usize, e1, addr[0], size)
+                    })?
+                } else {
+                    // COPY2: we ask for a copy between two other processes.
+                    timed(cx.dur, || me.vcopy(e1, addr[0], e2, addr[1], size))?
+                };
+                Ok(mbps(v))
+            })();
+            for k in 0..n {
+                let _ = me.sendrec_timeout(
+                    cx.dom.endpoint_of_slot(1 + k as u32),
+                    &Message::new(MT_STOP),
+                    Duration::from_secs(2),
+                );
+            }
+            for k in kids {
+                reap(k, Duration::from_secs(5));
+            }
+            r
+        }
+        _ => {
+            // Send a block through the channel, the reader acknowledges with one byte.
+            let ch = make_chan(mech)?;
+            let (sr, sw) = (ch.sr, ch.sw);
+            let child = fork_run(move || {
+                let mut buf = vec![0u8; size];
+                loop {
+                    if read_full(sr, &mut buf).is_err() {
+                        return 2;
+                    }
+                    if write_full(sw, &buf[..1]).is_err() {
+                        return 3;
+                    }
+                    if buf[0] == 0xFF {
+                        return 0;
+                    }
+                }
+            })?;
+            let mut buf = vec![1u8; size];
+            let mut ack = [0u8; 1];
+            let r = timed(cx.dur, || {
+                write_full(ch.cw, &buf)?;
+                read_full(ch.cr, &mut ack)
+            });
+            buf[0] = 0xFF;
+            let _ = write_full(ch.cw, &buf).and_then(|_| read_full(ch.cr, &mut ack));
+            reap(child, Duration::from_secs(5));
+            ch.close_all();
+            Ok(mbps(r?))
+        }
+    }
+}
+
+// ---------------------------------------------------------------- aggregate
+
+fn aggregate(cx: &Ctx, pairs: u32) -> anyhow::Result<f64> {
+    let mut coll = bind_slot(&cx.dom, 0, "bench-collector")?;
+    let start = crate::sys::now_ns() + 30_000_000;
+    let end = start + cx.dur.as_nanos() as u64;
+    let mut kids = vec![];
+    for p in 0..pairs {
+        let (srv_slot, cli_slot) = (1 + 2 * p as i32, 2 + 2 * p as i32);
+        let dom = cx.dom.clone();
+        kids.push(fork_run(move || {
+            ustack_server(&dom, srv_slot, "IPC2", WaitMode::Adaptive)
+        })?);
+        let dom = cx.dom.clone();
+        let to = coll.id();
+        kids.push(fork_run(move || {
+            let Ok(mut c) = bind_slot(&dom, cli_slot, "bench-client") else {
+                return 2;
+            };
+            let srv = dom.endpoint_of_slot(srv_slot as u32);
+            let m = Message::new(1);
+            let t0 = Instant::now();
+            loop {
+                match c.sendrec(srv, &m) {
+                    Ok(_) => break,
+                    Err(Error::BadEndpoint) if t0.elapsed() < Duration::from_secs(5) => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(_) => return 3,
+                }
+            }
+            while crate::sys::now_ns() < start {
+                std::hint::spin_loop();
+            }
+            let mut n = 0u64;
+            while crate::sys::now_ns() < end {
+                for _ in 0..32 {
+                    if c.sendrec(srv, &m).is_err() {
+                        return 4;
+                    }
+                }
+                n += 32;
+            }
+            let el = crate::sys::now_ns() - start;
+            let _ = c.sendrec(srv, &Message::new(MT_STOP));
+            // Report round trips and elapsed time to the collector.
+            if c.send(to, &Message::new(7).with_u64(0, n).with_u64(1, el))
+                .is_err()
+            {
+                return 5;
+            }
+            0
+        })?);
+    }
+    let mut total = 0.0;
+    let mut err = None;
+    for _ in 0..pairs {
+        match coll.receive_timeout(ANY, cx.dur + Duration::from_secs(10)) {
+            Ok(m) => total += 2.0 * m.u64_at(0) as f64 / (m.u64_at(1).max(1) as f64 / 1e9),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    for k in kids {
+        reap(k, Duration::from_secs(5));
+    }
+    match err {
+        Some(e) => Err(anyhow::anyhow!("aggregate with {pairs} pairs: {e}")),
+        None => Ok(total),
+    }
+}
+
+// ---------------------------------------------------------------- output
+
+/// Render the rows as text tables.
+pub fn tables(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let get = |b: &str, m: &str, mode: &str, size: u64, pairs: u32| {
+        rows.iter()
+            .find(|r| {
+                r.benchmark == b
+                    && r.mechanism == m
+                    && r.mode == mode
+                    && r.size == size
+                    && r.pairs == pairs
+            })
+            .map(|r| r.value)
+    };
+    s.push_str("Message passing (64-byte messages; round trips per second, higher is better)\n");
+    s.push_str(&format!(
+        "{:<28}{:>14}{:>14}{:>14}{:>12}\n",
+        "mechanism", "IPC1 send+rcv", "IPC2 sendrec", "IPC3 notify", "IPC2 us/rt"
+    ));
+    let mut mechs: Vec<(String, String)> = vec![];
+    for r in rows.iter().filter(|r| r.benchmark.starts_with("IPC")) {
+        let k = (r.mechanism.clone(), r.mode.clone());
+        if !mechs.contains(&k) {
+            mechs.push(k);
+        }
+    }
+    let cell = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+    for (m, mode) in &mechs {
+        let label = if mode == "-" {
+            m.clone()
+        } else {
+            format!("{m} ({mode})")
+        };
+        let i2 = get("IPC2", m, mode, MSG as u64, 1);
+        s.push_str(&format!(
+            "{:<28}{:>14}{:>14}{:>14}{:>12}\n",
+            label,
+            cell(get("IPC1", m, mode, MSG as u64, 1)),
+            cell(i2),
+            cell(get("IPC3", m, mode, 0, 1)),
+            i2.map(|v| format!("{:.2}", 1e6 / v))
+                .unwrap_or_else(|| "-".into())
+        ));
+    }
+    let mut sizes: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.benchmark.starts_with("COPY"))
+        .map(|r| r.size)
+        .collect();
+    sizes.dedup();
+    s.push_str("\nBlock copy between processes (MB/s = 10^6 bytes/s, higher is better)\n");
+    s.push_str(&format!("{:<22}", "mechanism"));
+    for sz in &sizes {
+        s.push_str(&format!("{:>11}", fmt_size(*sz)));
+    }
+    s.push('\n');
+    for (b, m, label) in [
+        ("COPY1", "memcpy", "memcpy (1 process)"),
+        ("COPY1", "ustack", "ustack COPY1"),
+        ("COPY2", "ustack", "ustack COPY2"),
+        ("COPY1", "pipe", "pipe"),
+        ("COPY1", "unix-stream", "unix-stream"),
+    ] {
+        s.push_str(&format!("{label:<22}"));
+        for sz in &sizes {
+            s.push_str(&format!("{:>11}", cell(get(b, m, "-", *sz, 1))));
+        }
+        s.push('\n');
+    }
+    s.push_str("\nAggregate sendrec throughput, ustack adaptive (messages/s = 2 x round trips)\n");
+    for r in rows.iter().filter(|r| r.benchmark == "AGGREGATE") {
+        s.push_str(&format!("{:>3} pairs {:>14.0} msgs/s\n", r.pairs, r.value));
+    }
+    s
+}
+
+/// Render an SVG with two panels like the paper's figures: message round trips per
+/// mechanism (bars, log scale) and copy bandwidth against block size (lines, log-log).
+pub fn svg(rows: &[Row]) -> String {
+    let (w, h) = (900.0, 900.0);
+    let mut s = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    );
+    let colors = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+        "#bcbd22",
+    ];
+    // Panel 1: IPC2 and IPC1 bars.
+    s.push_str("<text x='450' y='20' text-anchor='middle' font-size='14'>IPC1 / IPC2 round trips per second (log scale)</text>\n");
+    let bars: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.benchmark == "IPC2" || r.benchmark == "IPC1")
+        .collect();
+    let maxv = bars.iter().map(|r| r.value).fold(1.0f64, f64::max);
+    let (x0, x1) = (200.0, 860.0);
+    let lg = |v: f64| (v.max(1.0).log10() / maxv.log10().max(1.0)) * (x1 - x0);
+    let mut y = 40.0;
+    for r in &bars {
+        let label = if r.mode == "-" {
+            format!("{} {}", r.benchmark, r.mechanism)
+        } else {
+            format!("{} {} ({})", r.benchmark, r.mechanism, r.mode)
+        };
+        let c = if r.benchmark == "IPC2" {
+            colors[0]
+        } else {
+            colors[1]
+        };
+        s.push_str(&format!(
+            "<text x='{}' y='{}' text-anchor='end'>{}</text><rect x='{x0}' y='{}' width='{:.1}' height='12' fill='{c}'/><text x='{:.1}' y='{}'>{:.0}</text>\n",
+            x0 - 5.0,
+            y + 10.0,
+            label,
+            y,
+            lg(r.value),
+            x0 + lg(r.value) + 4.0,
+            y + 10.0,
+            r.value
+        ));
+        y += 16.0;
+    }
+    // Panel 2: copy bandwidth lines.
+    let top = y + 40.0;
+    let (py0, py1) = (top + 20.0, h - 60.0);
+    s.push_str(&format!("<text x='450' y='{top}' text-anchor='middle' font-size='14'>Copy bandwidth (MB/s) vs block size (log-log)</text>\n"));
+    let copies: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.benchmark.starts_with("COPY"))
+        .collect();
+    let (smin, smax) = copies.iter().fold((f64::MAX, 1.0f64), |(a, b), r| {
+        (a.min(r.size as f64), b.max(r.size as f64))
+    });
+    let vmax = copies.iter().map(|r| r.value).fold(1.0f64, f64::max);
+    let vmin = copies
+        .iter()
+        .map(|r| r.value)
+        .fold(f64::MAX, f64::min)
+        .max(1.0);
+    let px =
+        |sz: f64| x0 + (sz.log2() - smin.log2()) / (smax.log2() - smin.log2()).max(1.0) * (x1 - x0);
+    let py = |v: f64| {
+        py1 - (v.max(1.0).log10() - vmin.log10()) / (vmax.log10() - vmin.log10()).max(0.1)
+            * (py1 - py0)
+    };
+    s.push_str(&format!("<line x1='{x0}' y1='{py1}' x2='{x1}' y2='{py1}' stroke='black'/><line x1='{x0}' y1='{py0}' x2='{x0}' y2='{py1}' stroke='black'/>\n"));
+    let mut series: Vec<(String, String)> = vec![];
+    for r in &copies {
+        let k = (r.benchmark.clone(), r.mechanism.clone());
+        if !series.contains(&k) {
+            series.push(k);
+        }
+    }
+    for (i, (b, m)) in series.iter().enumerate() {
+        let pts: Vec<String> = copies
+            .iter()
+            .filter(|r| &r.benchmark == b && &r.mechanism == m)
+            .map(|r| format!("{:.1},{:.1}", px(r.size as f64), py(r.value)))
+            .collect();
+        let c = colors[i % colors.len()];
+        s.push_str(&format!(
+            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>\n",
+            pts.join(" ")
+        ));
+        s.push_str(&format!(
+            "<text x='{}' y='{}' fill='{c}'>{b} {m}</text>\n",
+            x0 + 10.0,
+            py0 + 14.0 * i as f64
+        ));
+    }
+    let mut sizes: Vec<u64> = copies.iter().map(|r| r.size).collect();
+    sizes.sort();
+    sizes.dedup();
+    for sz in sizes {
+        s.push_str(&format!(
+            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>\n",
+            px(sz as f64),
+            py1 + 15.0,
+            fmt_size(sz)
+        ));
+    }
+    for v in [vmin, (vmin * vmax).sqrt(), vmax] {
+        s.push_str(&format!(
+            "<text x='{}' y='{:.1}' text-anchor='end'>{v:.0}</text>\n",
+            x0 - 5.0,
+            py(v) + 4.0
+        ));
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -1,0 +1,111 @@
+//! The benchmark's output shape (not its speed) and the `ustack ipc` commands.
+
+mod common;
+use clap::Parser;
+use std::collections::BTreeSet;
+use ustack_ipc::bench;
+use ustack_ipc::cli::{self, IpcCommand};
+use ustack_ipc::Domain;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: IpcCommand,
+}
+
+#[test]
+fn quick_bench_rows_have_the_json_shape() {
+    let rows = bench::run(&bench::Options {
+        quick: true,
+        max_pairs: 2,
+        progress: false,
+    })
+    .unwrap();
+    let mut benches = BTreeSet::new();
+    let mut mechs = BTreeSet::new();
+    for r in &rows {
+        let v = serde_json::to_value(r).unwrap();
+        let obj = v.as_object().unwrap();
+        let keys: BTreeSet<&str> = obj.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from([
+                "benchmark",
+                "mechanism",
+                "mode",
+                "size",
+                "pairs",
+                "value",
+                "unit"
+            ])
+        );
+        assert!(obj["value"].as_f64().unwrap() > 0.0, "{r:?}");
+        assert!(obj["size"].is_u64() && obj["pairs"].as_u64().unwrap() >= 1);
+        benches.insert(r.benchmark.clone());
+        mechs.insert(r.mechanism.clone());
+    }
+    assert_eq!(
+        benches,
+        BTreeSet::from(["IPC1", "IPC2", "IPC3", "COPY1", "COPY2", "AGGREGATE"].map(String::from))
+    );
+    for m in [
+        "ustack",
+        "pipe",
+        "fifo",
+        "unix-stream",
+        "unix-seqpacket",
+        "tcp-loopback",
+        "mqueue",
+        "memcpy",
+    ] {
+        assert!(mechs.contains(m), "missing {m}");
+    }
+    let modes: BTreeSet<&str> = rows
+        .iter()
+        .filter(|r| r.benchmark == "IPC2" && r.mechanism == "ustack")
+        .map(|r| r.mode.as_str())
+        .collect();
+    assert_eq!(modes, BTreeSet::from(["adaptive", "spin", "block"]));
+    assert_eq!(
+        rows.iter().filter(|r| r.benchmark == "AGGREGATE").count(),
+        2
+    );
+    let t = bench::tables(&rows);
+    assert!(t.contains("IPC2 sendrec") && t.contains("ustack COPY2") && t.contains("2 pairs"));
+    let svg = bench::svg(&rows);
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>") && svg.contains("polyline")
+    );
+}
+
+#[test]
+fn cli_create_ls_gc_end() {
+    let name = common::unique("cli");
+    let run = |args: &[&str]| {
+        let mut v = vec!["ipc"];
+        v.extend_from_slice(args);
+        cli::run(Cli::try_parse_from(v).unwrap().cmd).unwrap()
+    };
+    assert_eq!(run(&["create", &name, "--max-endpoints", "8"]), 0);
+    let d = Domain::open(&name).unwrap();
+    assert_eq!(d.max_endpoints(), 8);
+    let mut a = d.bind("alpha").unwrap();
+    let b = d.bind("beta").unwrap();
+    a.notify(b.id()).unwrap();
+    let text = cli::ls_text(&[d.info()]);
+    assert!(
+        text.contains(&format!("domain {name}")) && text.contains("alpha") && text.contains("beta"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&a.id().to_string()) && text.contains("running"),
+        "{text}"
+    );
+    assert_eq!(run(&["ls", &name]), 0);
+    assert_eq!(run(&["ls", "--json"]), 0);
+    assert_eq!(run(&["gc", &name]), 0);
+    assert!(Cli::try_parse_from(["ipc", "bench", "--quick", "--json", "--pairs", "3"]).is_ok());
+    assert_eq!(run(&["end", &name]), 0);
+    assert!(d.is_ended());
+    assert!(Cli::try_parse_from(["ipc", "frobnicate"]).is_err());
+}
