@@ -40,6 +40,20 @@ pub struct Options {
     pub max_pairs: u32,
     /// Show progress on stderr (only if it is a terminal).
     pub progress: bool,
+    /// Only run the benchmarks whose name starts with this (e.g. "IPC", "IPC2", "COPY",
+    /// "AGG"), case-insensitive; `None` runs all.
+    pub only: Option<String>,
+}
+
+impl Options {
+    fn wants(&self, bench: &str) -> bool {
+        match &self.only {
+            None => true,
+            Some(p) => bench
+                .to_ascii_uppercase()
+                .starts_with(&p.to_ascii_uppercase()),
+        }
+    }
 }
 
 impl Default for Options {
@@ -48,6 +62,7 @@ impl Default for Options {
             quick: false,
             max_pairs: 4,
             progress: true,
+            only: None,
         }
     }
 }
@@ -180,6 +195,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
         steps,
     };
     for bench in ["IPC1", "IPC2"] {
+        if !opts.wants(bench) {
+            continue;
+        }
         for mode in MODES {
             cx.progress(&format!("{bench} ustack {}", mode.name()));
             let v = ustack_pingpong(&cx, bench, mode)?;
@@ -199,12 +217,12 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
             cx.push(bench, mech, "-", MSG as u64, 1, v, "round trips/s");
         }
     }
-    for mode in MODES {
+    for mode in MODES.into_iter().filter(|_| opts.wants("IPC3")) {
         cx.progress(&format!("IPC3 ustack {}", mode.name()));
         let v = ustack_pingpong(&cx, "IPC3", mode)?;
         cx.push("IPC3", "ustack", mode.name(), 0, 1, v, "round trips/s");
     }
-    for &size in &sizes {
+    for &size in sizes.iter().filter(|_| opts.wants("COPY")) {
         for mech in ["memcpy", "ustack", "ustack-copy2", "pipe", "unix-stream"] {
             cx.progress(&format!("COPY {mech} {}", fmt_size(size as u64)));
             let v = copy_bench(&cx, mech, size)?;
@@ -221,7 +239,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
             cx.push(bench, mech, "-", size as u64, 1, v, "MB/s");
         }
     }
-    for pairs in 1..=opts.max_pairs {
+    for pairs in (1..=opts.max_pairs).filter(|_| opts.wants("AGGREGATE")) {
         cx.progress(&format!("AGGREGATE {pairs} pairs"));
         let v = aggregate(&cx, pairs)?;
         cx.push(

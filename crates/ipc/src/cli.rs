@@ -59,6 +59,9 @@ pub struct BenchArgs {
     /// Do not write a plot.
     #[arg(long)]
     pub no_plot: bool,
+    /// Only run benchmarks whose name starts with this (IPC, IPC2, COPY, AGGREGATE, ...).
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 /// Run a `ustack ipc` command; returns the process exit code.
@@ -129,6 +132,7 @@ pub fn run(cmd: IpcCommand) -> anyhow::Result<i32> {
                 quick: a.quick,
                 max_pairs: a.pairs.max(1),
                 progress: true,
+                only: a.only,
             })?;
             if a.json {
                 for r in &rows {

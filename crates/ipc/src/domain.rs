@@ -122,7 +122,10 @@ pub(crate) struct Slot {
     pub(crate) alloc: AtomicU64,
     pub(crate) gen: AtomicU32,
     pub(crate) wait_mode: AtomicU32,
-    _pad0: [u8; 32],
+    /// CPU the owner last waited on (adaptive waiting does not spin on a peer that shares
+    /// our CPU: it could not make progress while we spin).
+    pub(crate) cpu: AtomicU32,
+    _pad0: [u8; 28],
     // Line 1: written by a sender handing a message straight to this (receiving) endpoint.
     pub(crate) inbox: UnsafeCell<Message>,
     // Line 2: written by the owner before it publishes a SENDING state.

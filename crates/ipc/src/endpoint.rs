@@ -35,7 +35,9 @@ use std::time::Duration;
 /// "Any source" for [`Endpoint::receive`].
 pub const ANY: i32 = -1;
 
-const ADAPTIVE_SPIN_NS: u64 = 50_000;
+const ADAPTIVE_SPIN_INIT_NS: u64 = 10_000;
+const ADAPTIVE_SPIN_MIN_NS: u64 = 1_000;
+const ADAPTIVE_SPIN_MAX_NS: u64 = 50_000;
 const LIVENESS_PERIOD_NS: u64 = 10_000_000;
 const COPY2_CHUNK: usize = 1 << 20;
 
@@ -163,13 +165,44 @@ fn wait_loop<R>(
     mode: WaitMode,
     dl: Deadline,
     peer: Option<&Peer>,
+    budget: &mut u64,
     mut cond: impl FnMut() -> Option<R>,
 ) -> Result<R> {
+    let cpu = sys::current_cpu();
+    me.cpu.store(cpu, Ordering::Relaxed);
+    let shares_cpu =
+        |p: &Peer| cpu != u32::MAX && dom.slot(p.slot).cpu.load(Ordering::Relaxed) == cpu;
     let spin_ns = match mode {
-        WaitMode::Adaptive => ADAPTIVE_SPIN_NS,
+        WaitMode::Adaptive if peer.is_some_and(shares_cpu) => 0,
+        WaitMode::Adaptive => *budget,
         WaitMode::Spin => u64::MAX,
         WaitMode::Block => 0,
     };
+    let mut slept = false;
+    let r = wait_inner(dom, me, mode, dl, peer, spin_ns, &mut slept, &mut cond);
+    if mode == WaitMode::Adaptive && spin_ns > 0 && r.is_ok() {
+        // Adapt the spin budget like an adaptive mutex: spinning that pays off grows it,
+        // having to sleep anyway halves it (e.g. the peer shares our CPU or is preempted).
+        *budget = if slept {
+            (*budget / 2).max(ADAPTIVE_SPIN_MIN_NS)
+        } else {
+            (*budget + *budget / 4 + 100).min(ADAPTIVE_SPIN_MAX_NS)
+        };
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn wait_inner<R>(
+    dom: &Domain,
+    me: &Slot,
+    mode: WaitMode,
+    dl: Deadline,
+    peer: Option<&Peer>,
+    spin_ns: u64,
+    slept: &mut bool,
+    cond: &mut impl FnMut() -> Option<R>,
+) -> Result<R> {
     let t0 = sys::now_ns();
     let mut last_full = t0;
     let mut spins: u32 = 0;
@@ -179,13 +212,24 @@ fn wait_loop<R>(
             return Ok(r);
         }
         spins = spins.wrapping_add(1);
-        if spin_ns > 0 && spins & 127 != 0 {
-            std::hint::spin_loop();
-            continue;
-        }
-        if mode == WaitMode::Spin && spins & 4095 == 0 {
-            // Let a peer sharing our CPU run.
-            std::thread::yield_now();
+        match mode {
+            WaitMode::Spin => {
+                if spins & 127 != 0 {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                if spins & 1023 == 0 {
+                    // Let a peer that shares our CPU run (oversubscribed CPUs).
+                    std::thread::yield_now();
+                }
+            }
+            WaitMode::Adaptive => {
+                if spin_ns > 0 && spins & 15 != 0 && spins < (1 << 20) {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            WaitMode::Block => {}
         }
         if dom.is_ended() {
             return Err(Error::DomainEnded);
@@ -213,6 +257,7 @@ fn wait_loop<R>(
         }
         // Sleep. Anyone who changes our condition bumps `futex` after the change, so if it
         // changed since we loaded `v` the wait returns at once.
+        *slept = true;
         me.sleeping.store(1, Ordering::SeqCst);
         let mut tmo = LIVENESS_PERIOD_NS;
         if let Deadline::At(t) = dl {
@@ -256,6 +301,8 @@ pub struct Endpoint {
     /// Per peer slot: (generation, time of the last full liveness check), so that the
     /// expensive check runs at most every LIVENESS_PERIOD_NS per peer.
     checked: Vec<(u32, u64)>,
+    /// Current spin budget of the adaptive wait mode, ns.
+    spin_budget: u64,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -281,6 +328,7 @@ impl Endpoint {
             rot: 0,
             copybuf: Vec::new(),
             checked,
+            spin_budget: ADAPTIVE_SPIN_INIT_NS,
         }
     }
 
@@ -444,9 +492,12 @@ impl Endpoint {
                     )
                     .is_err()
             } else {
-                match wait_loop(&dom, me, self.mode, dl, Some(&p), || {
+                let mut budget = self.spin_budget;
+                let r = wait_loop(&dom, me, self.mode, dl, Some(&p), &mut budget, || {
                     (me.state.load(Ordering::Acquire) != mine).then_some(())
-                }) {
+                });
+                self.spin_budget = budget;
+                match r {
                     Ok(()) => true,
                     Err(e) => {
                         if me
@@ -629,7 +680,8 @@ impl Endpoint {
         let mode = self.mode;
         let mut filling_since = 0u64;
         loop {
-            let r = wait_loop(&dom, me, mode, dl, filter.as_ref(), || {
+            let mut budget = self.spin_budget;
+            let r = wait_loop(&dom, me, mode, dl, filter.as_ref(), &mut budget, || {
                 let s = me.state.load(Ordering::Acquire);
                 match st_op(s) {
                     OP_FILLED => Some(Some(s)),
@@ -655,6 +707,7 @@ impl Endpoint {
                     _ => self.has_candidates(f, reply_only).then_some(None),
                 }
             });
+            self.spin_budget = budget;
             match r {
                 Ok(Some(s)) => return Ok(self.take_inbox(s)),
                 Ok(None) => {

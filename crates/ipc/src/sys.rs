@@ -97,6 +97,17 @@ pub(crate) fn owner_alive(pid: u32, tid: u32, start: u64) -> bool {
     }
 }
 
+/// CPU the calling thread runs on (u32::MAX if unknown).
+pub(crate) fn current_cpu() -> u32 {
+    // SAFETY: sched_getcpu has no arguments; it returns -1 on error.
+    let c = unsafe { libc::sched_getcpu() };
+    if c < 0 {
+        u32::MAX
+    } else {
+        c as u32
+    }
+}
+
 /// Monotonic time in nanoseconds.
 pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -19,6 +19,7 @@ fn quick_bench_rows_have_the_json_shape() {
         quick: true,
         max_pairs: 2,
         progress: false,
+        only: None,
     })
     .unwrap();
     let mut benches = BTreeSet::new();
