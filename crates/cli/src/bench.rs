@@ -221,6 +221,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         netns: Some(ns_u.clone()),
         pcap: None,
         busy_poll: a.busy_poll,
+        impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;
     crate::serve::start_services(&up.net, args.addr.addr)?;

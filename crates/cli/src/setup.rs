@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use ustack_net::core::{tcp::TcpConfig, Config, Limits};
+use ustack_net::dev::netem::{ImpairSpec, Netem, NetemConfig, NetemCounters};
 use ustack_net::dev::{pcap::Capture, tap::Tap, Device, FrameBatch};
 use ustack_net::{Net, RuntimeOptions};
 use ustack_wire::ethernet::MacAddr;
@@ -92,6 +93,91 @@ pub struct NetArgs {
     /// (lower latency, more CPU).
     #[arg(long, value_name = "US")]
     pub busy_poll: Option<u64>,
+    #[command(flatten)]
+    pub impair: ImpairArgs,
+}
+
+/// Link impairments applied in user space at the TAP boundary.
+#[derive(Args, Clone, Debug, Default)]
+pub struct ImpairArgs {
+    /// Impair both directions at the TAP like `tc netem` (for kernels without
+    /// the netem qdisc): SPEC is comma-separated KEY=VALUE from loss=P,
+    /// duplicate=P, reorder=P, corrupt=P (P a percentage, e.g. 5%),
+    /// delay=D, jitter=D (e.g. 10ms, 500us), rate=R (e.g. 100mbit),
+    /// limit=FRAMES, seed=N. Example:
+    /// loss=5%,delay=10ms,reorder=25%,duplicate=1%. As in netem, reorder=P
+    /// sends P of the frames at once while the rest wait the delay. Frames
+    /// from the kernel are impaired before ustack sees them, frames from
+    /// ustack before the kernel sees them; --pcap records ustack's view.
+    #[arg(long, value_name = "SPEC", verbatim_doc_comment)]
+    pub impair: Option<ImpairSpec>,
+    /// Impair only frames from the kernel to ustack (overrides --impair for
+    /// that direction).
+    #[arg(long, value_name = "SPEC")]
+    pub impair_rx: Option<ImpairSpec>,
+    /// Impair only frames from ustack to the kernel (overrides --impair for
+    /// that direction).
+    #[arg(long, value_name = "SPEC")]
+    pub impair_tx: Option<ImpairSpec>,
+}
+
+/// The resolved impairments: per direction, and the seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Impairments {
+    pub rx: NetemConfig,
+    pub tx: NetemConfig,
+    pub seed: u64,
+}
+
+impl ImpairArgs {
+    /// `None` when no impairment is asked for. The seed is the first one
+    /// given (--impair-rx, --impair-tx, then --impair), else `random_seed`.
+    pub fn resolve(&self, random_seed: impl FnOnce() -> u64) -> Option<Impairments> {
+        let rx = self.impair_rx.as_ref().or(self.impair.as_ref());
+        let tx = self.impair_tx.as_ref().or(self.impair.as_ref());
+        if rx.is_none() && tx.is_none() {
+            return None;
+        }
+        let seed = [&self.impair_rx, &self.impair_tx, &self.impair]
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.seed)
+            .unwrap_or_else(random_seed);
+        let cfg = |s: Option<&ImpairSpec>| s.map(|s| s.config.clone()).unwrap_or_default();
+        Some(Impairments {
+            rx: cfg(rx),
+            tx: cfg(tx),
+            seed,
+        })
+    }
+}
+
+fn describe(c: &NetemConfig) -> String {
+    if c.is_identity() {
+        return "none".to_string();
+    }
+    let mut parts = Vec::new();
+    let pct = |x: f64| format!("{}%", (x * 1e6).round() / 1e4);
+    for (name, p) in [
+        ("loss", c.loss),
+        ("duplicate", c.duplicate),
+        ("reorder", c.reorder),
+        ("corrupt", c.corrupt),
+    ] {
+        if p > 0.0 {
+            parts.push(format!("{name}={}", pct(p)));
+        }
+    }
+    if !c.delay.is_zero() {
+        parts.push(format!("delay={:?}", c.delay));
+    }
+    if !c.jitter.is_zero() {
+        parts.push(format!("jitter={:?}", c.jitter));
+    }
+    if let Some(r) = c.rate_bps {
+        parts.push(format!("rate={r}bit"));
+    }
+    parts.join(",")
 }
 
 /// A device shared with the command so the capture can be flushed at exit.
@@ -135,7 +221,8 @@ pub struct Up {
     pub addr: Cidr,
     pub host_addr: Cidr,
     pub netns: Option<String>,
-    capture: Option<Arc<Mutex<Capture<Tap>>>>,
+    capture: Option<Arc<Mutex<Capture<Box<dyn Device + Send>>>>>,
+    impaired: Option<NetemCounters>,
 }
 
 impl Up {
@@ -143,6 +230,10 @@ impl Up {
     /// process exits (it is not persistent).
     pub fn finish(&self) {
         self.net.shutdown();
+        if let Some(c) = &self.impaired {
+            eprintln!("ustack: impaired rx (kernel -> ustack): {}", c.rx());
+            eprintln!("ustack: impaired tx (ustack -> kernel): {}", c.tx());
+        }
         if let Some(c) = &self.capture {
             let mut g = c.lock().unwrap_or_else(|p| p.into_inner());
             if let Err(e) = g.flush() {
@@ -167,18 +258,27 @@ fn run_ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// A locally administered unicast MAC, different per process.
-fn our_mac() -> MacAddr {
-    let mut b = [0u8; 4];
+/// Random bytes from getrandom(2), or a clock/pid mix if it fails.
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
     // SAFETY: getrandom writes at most b.len() bytes into the valid buffer b.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != 4 {
+    if usize::try_from(n).ok() != Some(N) {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
+            .map(|d| d.as_nanos())
             .unwrap_or(0);
-        b = (t ^ std::process::id()).to_be_bytes();
+        let x = (t ^ u128::from(std::process::id())).to_le_bytes();
+        for (d, s) in b.iter_mut().zip(x.iter().cycle()) {
+            *d = *s;
+        }
     }
+    b
+}
+
+/// A locally administered unicast MAC, different per process.
+fn our_mac() -> MacAddr {
+    let b: [u8; 4] = random_bytes();
     MacAddr([0x02, 0x75, b[0], b[1], b[2], b[3]])
 }
 
@@ -261,14 +361,33 @@ pub fn bring_up(args: &NetArgs, default_tap: &str) -> Result<Up> {
         busy_poll: args.busy_poll.map(std::time::Duration::from_micros),
         ..RuntimeOptions::default()
     };
+    // TAP, then impairments, then capture: the pcap shows what ustack sees.
+    let mut impaired = None;
+    let device: Box<dyn Device + Send> = match args
+        .impair
+        .resolve(|| u64::from_ne_bytes(random_bytes()))
+    {
+        Some(imp) => {
+            eprintln!(
+                "ustack: impairing frames at {name}: rx (kernel -> ustack) {}; tx (ustack -> kernel) {}; seed={}",
+                describe(&imp.rx),
+                describe(&imp.tx),
+                imp.seed
+            );
+            let netem = Netem::new(tap, imp.rx, imp.tx, imp.seed);
+            impaired = Some(netem.counters());
+            Box::new(netem)
+        }
+        None => Box::new(tap),
+    };
     let (device, capture): (Box<dyn Device + Send>, _) = match &args.pcap {
         Some(path) => {
-            let cap = Capture::to_file(tap, path)
+            let cap = Capture::to_file(device, path)
                 .with_context(|| format!("cannot capture to {}", path.display()))?;
             let shared = Arc::new(Mutex::new(cap));
             (Box::new(SharedDev(shared.clone())), Some(shared))
         }
-        None => (Box::new(tap), None),
+        None => (device, None),
     };
     let net = Net::start(config, device, opts).context("cannot start the stack")?;
     Ok(Up {
@@ -278,6 +397,7 @@ pub fn bring_up(args: &NetArgs, default_tap: &str) -> Result<Up> {
         host_addr,
         netns: args.netns.clone(),
         capture,
+        impaired,
     })
 }
 
@@ -308,6 +428,55 @@ mod tests {
             .contains("not an IPv4"));
         assert!("0.0.0.0/8".parse::<Cidr>().is_err());
         assert!("224.0.0.1/8".parse::<Cidr>().is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct T {
+        #[command(flatten)]
+        net: NetArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<NetArgs, clap::Error> {
+        use clap::Parser;
+        T::try_parse_from(std::iter::once("t").chain(args.iter().copied())).map(|t| t.net)
+    }
+
+    #[test]
+    fn impair_options_resolve_per_direction() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.impair.resolve(|| 1), None);
+        let a = parse(&["--impair", "loss=5%,delay=10ms,reorder=25%,duplicate=1%"]).unwrap();
+        let r = a.impair.resolve(|| 99).unwrap();
+        assert_eq!(r.rx, r.tx);
+        assert_eq!(r.seed, 99, "random seed when none given");
+        assert!((r.rx.loss - 0.05).abs() < 1e-12);
+        assert_eq!(
+            describe(&r.rx),
+            "loss=5%,duplicate=1%,reorder=25%,delay=10ms"
+        );
+        let a = parse(&["--impair", "loss=5%,seed=7", "--impair-tx", "delay=1ms"]).unwrap();
+        let r = a.impair.resolve(|| 99).unwrap();
+        assert_eq!(r.seed, 7);
+        assert!((r.rx.loss - 0.05).abs() < 1e-12);
+        assert_eq!(r.tx.loss, 0.0);
+        assert_eq!(r.tx.delay, std::time::Duration::from_millis(1));
+        let a = parse(&["--impair-rx", "corrupt=1%"]).unwrap();
+        let r = a.impair.resolve(|| 3).unwrap();
+        assert!(r.tx.is_identity());
+        assert_eq!(describe(&r.tx), "none");
+    }
+
+    #[test]
+    fn impair_parse_errors_are_clear() {
+        let e = parse(&["--impair", "loss=5"]).err().unwrap().to_string();
+        assert!(e.contains("--impair") && e.contains("percentage"), "{e}");
+        let e = parse(&["--impair", "lag=5ms"]).err().unwrap().to_string();
+        assert!(e.contains("unknown impairment 'lag'"), "{e}");
+        let e = parse(&["--impair-tx", "reorder=25%"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("reorder needs a delay"), "{e}");
     }
 
     #[test]
