@@ -215,6 +215,8 @@ impl Reassembler {
         };
         dst.copy_from_slice(payload);
         let pos = d.ranges.partition_point(|&(s, _)| s < offset);
+        // Keep the capacity tight so `mem()` stays what the check above priced.
+        d.ranges.reserve_exact(1);
         d.ranges.insert(pos, (offset, end));
         if !repr.more_frags {
             d.total = Some(end);
@@ -227,6 +229,12 @@ impl Reassembler {
         }
         let after = d.mem();
         self.mem = self.mem - before + after;
+        // The allocator may hand out more than was asked for: the bound is on
+        // what is really held, so re-check after the fact.
+        if self.mem > limits.mem_limit {
+            self.kill(&key, ctr);
+            return Reasm::Pending;
+        }
 
         // Complete when the ranges tile [0, total).
         let Some(total) = d.total else {
