@@ -214,6 +214,9 @@ impl<D: Device> Device for SharedDev<D> {
     }
 }
 
+/// The device chain with a capture on top (shared so `finish` can flush it).
+type Captured = Capture<Box<dyn Device + Send>>;
+
 /// A running stack on a TAP.
 pub struct Up {
     pub net: Net,
@@ -221,7 +224,7 @@ pub struct Up {
     pub addr: Cidr,
     pub host_addr: Cidr,
     pub netns: Option<String>,
-    capture: Option<Arc<Mutex<Capture<Box<dyn Device + Send>>>>>,
+    capture: Option<Arc<Mutex<Captured>>>,
     impaired: Option<NetemCounters>,
 }
 

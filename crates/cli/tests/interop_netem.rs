@@ -1,24 +1,88 @@
-//! The same transfers under `tc netem` on the kernel side of the TAP
-//! (loss 5%, delay 10 ms, reorder 25%, duplicate 1%). 100 MB under these
-//! impairments takes minutes, so these use 8 MB (HTTP) and 4 MB (echo,
-//! both directions impaired by the kernel's qdisc on its egress only).
+//! The interop transfers repeated on an impaired link: 5% loss, 10 ms
+//! delay, 25% reordering and 1% duplication.
+//!
+//! Issue 2 asks for `tc netem` on the kernel side, but this machine's (and
+//! CI's) kernel is built without the netem qdisc (`CONFIG_NET_SCH_NETEM is
+//! not set`: `tc qdisc add ... netem` says "Specified qdisc kind is
+//! unknown"). So ustack applies the same impairments itself, in user space
+//! at the TAP boundary (`--impair`, the `ustack_dev::netem::Netem` wrapper),
+//! in *both* directions: frames from the kernel are impaired before ustack
+//! sees them and frames from ustack before the kernel sees them, so the
+//! kernel's TCP meets loss, delay, reordering and duplication of ustack's
+//! packets just as ustack's TCP meets them for the kernel's. The seed is
+//! fixed so a failure can be replayed with the same decisions per frame.
+//!
+//! Sizes are chosen to finish quickly on two cores (TCP under 5% loss each
+//! way and a 20 ms RTT moves a few hundred KB/s to a few MB/s); every
+//! transfer is checked byte for byte, so lost or corrupted data fails.
 
 mod common;
 
+use std::collections::HashMap;
 use std::net::SocketAddrV4;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::*;
 
-const NETEM: &str = "loss 5% delay 10ms reorder 25% duplicate 1%";
+/// The impairments of issue 2, as `ustack --impair` spells them.
+const IMPAIR: &str = "loss=5%,delay=10ms,reorder=25%,duplicate=1%";
+
+fn impair_arg(seed: u64) -> String {
+    format!("{IMPAIR},seed={seed}")
+}
+
+/// The impairment counters ustack prints at exit for one direction
+/// ("rx" = kernel -> ustack, "tx" = ustack -> kernel).
+fn impair_counters(stderr: &str, dir: &str) -> HashMap<String, u64> {
+    let prefix = format!("ustack: impaired {dir} ");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no '{prefix}' line in ustack's stderr: {stderr}"));
+    let (_, fields) = line
+        .split_once("): ")
+        .unwrap_or_else(|| panic!("malformed counters line: {line}"));
+    let words: Vec<&str> = fields.split_whitespace().collect();
+    words
+        .chunks(2)
+        .filter_map(|kv| match kv {
+            [k, v] => v.parse().ok().map(|v| (k.to_string(), v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Both directions really were impaired: frames lost, reordered and (in
+/// the busy direction) duplicated.
+fn assert_impaired(stderr: &str) {
+    for dir in ["rx", "tx"] {
+        let c = impair_counters(stderr, dir);
+        let get = |k: &str| c.get(k).copied().unwrap_or(0);
+        assert!(get("frames") > 200, "{dir}: too few frames: {c:?}");
+        assert!(get("lost") > 0, "{dir}: nothing lost: {c:?}");
+        assert!(get("reordered") > 0, "{dir}: nothing reordered: {c:?}");
+        // Loss near 5%: a sanity check that the spec was applied as given.
+        let frac = get("lost") as f64 / get("frames") as f64;
+        assert!((0.02..0.09).contains(&frac), "{dir}: loss {frac:.3}: {c:?}");
+    }
+    let rx = impair_counters(stderr, "rx");
+    let tx = impair_counters(stderr, "tx");
+    assert!(
+        rx.get("duplicated").copied().unwrap_or(0) + tx.get("duplicated").copied().unwrap_or(0) > 0,
+        "nothing duplicated: {rx:?} {tx:?}"
+    );
+}
 
 #[test]
-fn transfers_under_netem() {
+fn transfers_under_impairment() {
+    let t0 = Instant::now();
     let ns = NetNs::new();
-    let srv = Serve::start(&ns, &[]);
-    netem(&ns, &srv.tap, NETEM);
+    let srv = Serve::start(&ns, &["--impair", &impair_arg(2)]);
 
-    // ping: with 5% loss some of 20 may go missing, but most must come back.
+    // ping with 3000-byte payloads (3 fragments each way): with 5% loss per
+    // frame and direction about a quarter go missing, but most come back,
+    // and the RTT includes the 10 ms delay in each direction.
     let out = ns
         .cmd("ping")
         .args(["-c", "20", "-i", "0.05", "-W", "2", "-s", "3000"])
@@ -27,24 +91,56 @@ fn transfers_under_netem() {
         .expect("ping");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
+    let received: u32 = text
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" received"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {text}"));
+    assert!(received >= 8, "only {received} of 20 replies: {text}");
+    // Frames that jump the queue skip the delay, so a reply can be early;
+    // most must show the 10 ms each way (all 3 fragments rarely all jump).
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split(" time=").nth(1))
+        .filter_map(|t| t.trim_end_matches(" ms").parse().ok())
+        .collect();
+    let slow = rtts.iter().filter(|&&t| t >= 19.0).count();
+    assert!(
+        slow * 2 >= rtts.len(),
+        "most RTTs should include the 2 x 10 ms delay: {text}"
+    );
 
-    let secs = curl_bytes(&ns, 8 << 20, 240);
-    eprintln!("netem: curl 8 MiB in {secs:.1} s");
+    let n = 4 << 20;
+    let secs = curl_bytes(&ns, n, 120);
+    eprintln!("impaired: curl {} MiB in {secs:.1} s", n >> 20);
+
     let addr = SocketAddrV4::new(USTACK_IP, 7);
+    let n = 2 << 20;
     let secs = ns
-        .spawn(move || echo_transfer(addr, 4 << 20, 77))
+        .spawn(move || echo_transfer(addr, n, 77))
         .join()
         .expect("echo client");
-    eprintln!("netem: echo 4 MiB in {secs:.1} s");
-    srv.stop_clean();
+    eprintln!("impaired: echo {} MiB in {secs:.1} s", n >> 20);
+
+    let err = srv.stop_clean();
+    assert_impaired(&err);
+    eprintln!(
+        "impaired: {}\nimpaired: serve test took {:.1} s",
+        err.lines()
+            .filter(|l| l.starts_with("ustack: impaired"))
+            .collect::<Vec<_>>()
+            .join("\nimpaired: "),
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 #[test]
-fn ustack_get_under_netem() {
+fn ustack_get_under_impairment() {
+    let t0 = Instant::now();
     let ns = NetNs::new();
     let dir = std::env::temp_dir().join(format!("ustack-netem-{}", unique()));
     std::fs::create_dir_all(&dir).unwrap();
-    let data = random_block(9, 6 << 20);
+    let data = random_block(9, 3 << 20);
     std::fs::write(dir.join("f.bin"), &data).unwrap();
     let server = ns
         .cmd("python3")
@@ -62,53 +158,34 @@ fn ustack_get_under_netem() {
         .spawn()
         .expect("python3 http.server");
     let _server = ChildGuard { child: server };
-    // `ustack get` creates the TAP; netem can only be added once the link is
-    // in the namespace, so a helper adds it as soon as it appears.
-    let tap = format!("ut{}", unique());
-    let ns_name = ns.name.clone();
-    let tap2 = tap.clone();
-    let adder = std::thread::spawn(move || {
-        for _ in 0..200 {
-            let ok = Command::new("ip")
-                .args([
-                    "netns", "exec", &ns_name, "tc", "qdisc", "add", "dev", &tap2, "root", "netem",
-                ])
-                .args(NETEM.split_whitespace())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if ok {
-                return true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        false
-    });
-    // Give python time to listen; ustack get retries nothing, so wait first.
-    let t0 = std::time::Instant::now();
+    // `ustack get` does not retry: wait until the server listens.
     while !ns
         .sh("ss -ltn 'sport = :8080' | grep -q LISTEN")
         .status
         .success()
     {
         assert!(t0.elapsed().as_secs() < 15, "http.server did not start");
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
     }
+    let tap = format!("ut{}", unique());
     let outfile = dir.join("out.bin");
     let out = Command::new(BIN)
-        .args(["get", "--tap", &tap, "--netns", &ns.name, "-o"])
+        .args(["get", "--tap", &tap, "--netns", &ns.name])
+        .args(["--impair", &impair_arg(3), "-o"])
         .arg(&outfile)
         .arg(format!("http://{KERNEL_IP}:8080/f.bin"))
         .output()
         .expect("ustack get");
-    assert!(
-        adder.join().unwrap(),
-        "could not add netem to {tap} (does this kernel have the netem qdisc? `tc qdisc add ... netem` must work)"
-    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    eprintln!("netem: {err}");
-    assert!(std::fs::read(&outfile).unwrap() == data, "download differs");
+    eprintln!("impaired get: {err}");
+    let got = std::fs::read(&outfile).unwrap();
+    assert_eq!(got.len(), data.len(), "download length differs");
+    assert!(got == data, "download differs");
+    assert_impaired(&err);
     let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "impaired: get test took {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
