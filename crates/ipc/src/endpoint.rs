@@ -35,9 +35,10 @@ use std::time::Duration;
 /// "Any source" for [`Endpoint::receive`].
 pub const ANY: i32 = -1;
 
-const ADAPTIVE_SPIN_INIT_NS: u64 = 10_000;
-const ADAPTIVE_SPIN_MIN_NS: u64 = 1_000;
-const ADAPTIVE_SPIN_MAX_NS: u64 = 50_000;
+const ADAPTIVE_SPIN_INIT_NS: u64 = 20_000;
+const ADAPTIVE_SPIN_MIN_NS: u64 = 4_000;
+const ADAPTIVE_SPIN_MAX_NS: u64 = 100_000;
+const COLOC_YIELDS: u32 = 4;
 const LIVENESS_PERIOD_NS: u64 = 10_000_000;
 const COPY2_CHUNK: usize = 1 << 20;
 
@@ -172,21 +173,24 @@ fn wait_loop<R>(
     me.cpu.store(cpu, Ordering::Relaxed);
     let shares_cpu =
         |p: &Peer| cpu != u32::MAX && dom.slot(p.slot).cpu.load(Ordering::Relaxed) == cpu;
+    let coloc = mode == WaitMode::Adaptive && peer.is_some_and(shares_cpu);
     let spin_ns = match mode {
-        WaitMode::Adaptive if peer.is_some_and(shares_cpu) => 0,
+        WaitMode::Adaptive if coloc => 0,
         WaitMode::Adaptive => *budget,
         WaitMode::Spin => u64::MAX,
         WaitMode::Block => 0,
     };
     let mut slept = false;
-    let r = wait_inner(dom, me, mode, dl, peer, spin_ns, &mut slept, &mut cond);
+    let r = wait_inner(
+        dom, me, mode, dl, peer, spin_ns, coloc, &mut slept, &mut cond,
+    );
     if mode == WaitMode::Adaptive && spin_ns > 0 && r.is_ok() {
         // Adapt the spin budget like an adaptive mutex: spinning that pays off grows it,
-        // having to sleep anyway halves it (e.g. the peer shares our CPU or is preempted).
+        // having to sleep anyway shrinks it by a quarter (e.g. the peer is preempted).
         *budget = if slept {
-            (*budget / 2).max(ADAPTIVE_SPIN_MIN_NS)
+            (*budget - *budget / 4).max(ADAPTIVE_SPIN_MIN_NS)
         } else {
-            (*budget + *budget / 4 + 100).min(ADAPTIVE_SPIN_MAX_NS)
+            (*budget * 2).min(ADAPTIVE_SPIN_MAX_NS)
         };
     }
     r
@@ -200,6 +204,7 @@ fn wait_inner<R>(
     dl: Deadline,
     peer: Option<&Peer>,
     spin_ns: u64,
+    coloc: bool,
     slept: &mut bool,
     cond: &mut impl FnMut() -> Option<R>,
 ) -> Result<R> {
@@ -224,7 +229,13 @@ fn wait_inner<R>(
                 }
             }
             WaitMode::Adaptive => {
-                if spin_ns > 0 && spins & 15 != 0 && spins < (1 << 20) {
+                if coloc {
+                    // The peer last ran on our CPU: spinning cannot help, but giving it
+                    // the CPU a few times is cheaper than a sleep/wake-up cycle.
+                    if spins <= COLOC_YIELDS {
+                        std::thread::yield_now();
+                    }
+                } else if spin_ns > 0 && spins & 15 != 0 && spins < (1 << 20) {
                     std::hint::spin_loop();
                     continue;
                 }
@@ -252,7 +263,7 @@ fn wait_inner<R>(
                 return Err(Error::DeadEndpoint);
             }
         }
-        if now.saturating_sub(t0) < spin_ns {
+        if now.saturating_sub(t0) < spin_ns || (coloc && spins <= COLOC_YIELDS) {
             continue;
         }
         // Sleep. Anyone who changes our condition bumps `futex` after the change, so if it

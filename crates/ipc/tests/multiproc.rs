@@ -301,20 +301,16 @@ const KIND_DONE: u64 = 3;
 /// detect any lost or duplicated message (timed-out sends must not be delivered).
 #[test]
 fn stress_random_mix_processes_and_threads() {
-    const SERVERS: u32 = 2;
-    const PROCS: u32 = 3;
-    const THREADS: u32 = 2;
-    const OPS: u32 = 1500;
+    const SERVERS: u32 = 3;
+    const PROCS: u32 = 4;
+    const THREADS: u32 = 3;
+    const OPS: u32 = 2000;
     let d = domain("stress", 32);
     let t0 = Instant::now();
     let mut servers = vec![];
     for s in 0..SERVERS {
         let mut e = d.bind_as(s as i32, "server").unwrap();
-        e.set_wait_mode(if s == 0 {
-            WaitMode::Adaptive
-        } else {
-            WaitMode::Block
-        });
+        e.set_wait_mode(MODES[s as usize % MODES.len()]);
         servers.push(std::thread::spawn(move || -> Result<(u64, u64), String> {
             let mut next: HashMap<i32, u64> = HashMap::new();
             let (mut done, mut msgs, mut notes) = (0, 0u64, 0u64);
