@@ -166,14 +166,16 @@ fn wait_loop<R>(
     mode: WaitMode,
     dl: Deadline,
     peer: Option<&Peer>,
+    hint: Option<u32>,
     budget: &mut u64,
     mut cond: impl FnMut() -> Option<R>,
 ) -> Result<R> {
     let cpu = sys::current_cpu();
     me.cpu.store(cpu, Ordering::Relaxed);
-    let shares_cpu =
-        |p: &Peer| cpu != u32::MAX && dom.slot(p.slot).cpu.load(Ordering::Relaxed) == cpu;
-    let coloc = mode == WaitMode::Adaptive && peer.is_some_and(shares_cpu);
+    // The peer we wait for (or, for a receive from ANY, the one we last talked to).
+    let coloc = mode == WaitMode::Adaptive
+        && cpu != u32::MAX
+        && hint.is_some_and(|h| dom.slot(h).cpu.load(Ordering::Relaxed) == cpu);
     let spin_ns = match mode {
         WaitMode::Adaptive if coloc => 0,
         WaitMode::Adaptive => *budget,
@@ -314,6 +316,8 @@ pub struct Endpoint {
     checked: Vec<(u32, u64)>,
     /// Current spin budget of the adaptive wait mode, ns.
     spin_budget: u64,
+    /// Slot we last exchanged a message with (hint for adaptive waiting).
+    last_peer: Option<u32>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -340,6 +344,7 @@ impl Endpoint {
             copybuf: Vec::new(),
             checked,
             spin_budget: ADAPTIVE_SPIN_INIT_NS,
+            last_peer: None,
         }
     }
 
@@ -472,6 +477,7 @@ impl Endpoint {
                         .store(st_make(st_seq(s), OP_FILLED, self.slot), Ordering::Release);
                     ds.wake();
                     bump(&me.c_sent, 1);
+                    self.last_peer = Some(p.slot);
                     return Ok(p);
                 }
                 continue;
@@ -504,9 +510,16 @@ impl Endpoint {
                     .is_err()
             } else {
                 let mut budget = self.spin_budget;
-                let r = wait_loop(&dom, me, self.mode, dl, Some(&p), &mut budget, || {
-                    (me.state.load(Ordering::Acquire) != mine).then_some(())
-                });
+                let r = wait_loop(
+                    &dom,
+                    me,
+                    self.mode,
+                    dl,
+                    Some(&p),
+                    Some(p.slot),
+                    &mut budget,
+                    || (me.state.load(Ordering::Acquire) != mine).then_some(()),
+                );
                 self.spin_budget = budget;
                 match r {
                     Ok(()) => true,
@@ -535,6 +548,7 @@ impl Endpoint {
                 me.state.store(st_make(q, OP_RUNNING, 0), Ordering::Release);
             }
             bump(&me.c_sent, 1);
+            self.last_peer = Some(p.slot);
             return Ok(p);
         }
     }
@@ -564,7 +578,9 @@ impl Endpoint {
         } else {
             Some(self.peer(src)?)
         };
-        self.do_receive(filter, false, dl, false)
+        let m = self.do_receive(filter, false, dl, false)?;
+        self.last_peer = Some((m.source as u32) & 0xffff);
+        Ok(m)
     }
 
     /// Is there something for us in the bitmaps that matches the filter?
@@ -689,35 +705,45 @@ impl Endpoint {
             me.state.store(st_make(q, rop, rpeer), Ordering::SeqCst);
         }
         let mode = self.mode;
+        let hint = f.or(self.last_peer);
         let mut filling_since = 0u64;
         loop {
             let mut budget = self.spin_budget;
-            let r = wait_loop(&dom, me, mode, dl, filter.as_ref(), &mut budget, || {
-                let s = me.state.load(Ordering::Acquire);
-                match st_op(s) {
-                    OP_FILLED => Some(Some(s)),
-                    OP_FILLING => {
-                        // A filler killed in the middle of a hand-off would leave us here.
-                        let now = sys::now_ns();
-                        if filling_since == 0 {
-                            filling_since = now;
-                        } else if now - filling_since > LIVENESS_PERIOD_NS {
-                            filling_since = now;
-                            let fp = dom.slot(st_peer(s)).pid.load(Ordering::Relaxed);
-                            if !sys::pid_running(fp) {
-                                let _ = me.state.compare_exchange(
-                                    s,
-                                    st_make(st_seq(s), rop, rpeer),
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                );
+            let r = wait_loop(
+                &dom,
+                me,
+                mode,
+                dl,
+                filter.as_ref(),
+                hint,
+                &mut budget,
+                || {
+                    let s = me.state.load(Ordering::Acquire);
+                    match st_op(s) {
+                        OP_FILLED => Some(Some(s)),
+                        OP_FILLING => {
+                            // A filler killed in the middle of a hand-off would leave us here.
+                            let now = sys::now_ns();
+                            if filling_since == 0 {
+                                filling_since = now;
+                            } else if now - filling_since > LIVENESS_PERIOD_NS {
+                                filling_since = now;
+                                let fp = dom.slot(st_peer(s)).pid.load(Ordering::Relaxed);
+                                if !sys::pid_running(fp) {
+                                    let _ = me.state.compare_exchange(
+                                        s,
+                                        st_make(st_seq(s), rop, rpeer),
+                                        Ordering::AcqRel,
+                                        Ordering::Acquire,
+                                    );
+                                }
                             }
+                            None
                         }
-                        None
+                        _ => self.has_candidates(f, reply_only).then_some(None),
                     }
-                    _ => self.has_candidates(f, reply_only).then_some(None),
-                }
-            });
+                },
+            );
             self.spin_budget = budget;
             match r {
                 Ok(Some(s)) => return Ok(self.take_inbox(s)),
@@ -826,6 +852,7 @@ impl Endpoint {
         rdl: Deadline,
     ) -> Result<Message> {
         let p = self.do_send(dst, msg, true, sdl)?;
+        self.last_peer = Some(p.slot);
         self.do_receive(Some(p), true, rdl, true)
     }
 
