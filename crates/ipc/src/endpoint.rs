@@ -160,6 +160,7 @@ fn scan<T>(
 }
 
 /// Spin and/or sleep until `cond` yields a value, checking the domain, deadline and peer.
+#[allow(clippy::too_many_arguments)]
 fn wait_loop<R>(
     dom: &Domain,
     me: &Slot,
