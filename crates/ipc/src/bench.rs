@@ -250,18 +250,23 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
             cx.push(bench, mech, "-", size as u64, 1, v, "MB/s");
         }
     }
-    for pairs in (1..=opts.max_pairs).filter(|_| opts.wants("AGGREGATE")) {
-        cx.progress(&format!("AGGREGATE {pairs} pairs"));
-        let v = best(&cx, || aggregate(&cx, pairs))?;
-        cx.push(
-            "AGGREGATE",
-            "ustack",
-            "adaptive",
-            MSG as u64,
-            pairs,
-            v,
-            "msgs/s",
-        );
+    for mode in [WaitMode::Adaptive, WaitMode::Spin]
+        .into_iter()
+        .filter(|_| opts.wants("AGGREGATE"))
+    {
+        for pairs in 1..=opts.max_pairs {
+            cx.progress(&format!("AGGREGATE {pairs} pairs {}", mode.name()));
+            let v = best(&cx, || aggregate(&cx, pairs, mode))?;
+            cx.push(
+                "AGGREGATE",
+                "ustack",
+                mode.name(),
+                MSG as u64,
+                pairs,
+                v,
+                "msgs/s",
+            );
+        }
     }
     // SAFETY: isatty only inspects the descriptor.
     if opts.progress && unsafe { libc::isatty(2) } == 1 {
@@ -792,7 +797,7 @@ fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
 
 // ---------------------------------------------------------------- aggregate
 
-fn aggregate(cx: &Ctx, pairs: u32) -> anyhow::Result<f64> {
+fn aggregate(cx: &Ctx, pairs: u32, mode: WaitMode) -> anyhow::Result<f64> {
     let mut coll = bind_slot(&cx.dom, 0, "bench-collector")?;
     let start = crate::sys::now_ns() + 30_000_000;
     let end = start + cx.dur.as_nanos() as u64;
@@ -801,7 +806,7 @@ fn aggregate(cx: &Ctx, pairs: u32) -> anyhow::Result<f64> {
         let (srv_slot, cli_slot) = (1 + 2 * p as i32, 2 + 2 * p as i32);
         let dom = cx.dom.clone();
         kids.push(fork_run(move || {
-            ustack_server(&dom, srv_slot, "IPC2", WaitMode::Adaptive)
+            ustack_server(&dom, srv_slot, "IPC2", mode)
         })?);
         let dom = cx.dom.clone();
         let to = coll.id();
@@ -809,6 +814,7 @@ fn aggregate(cx: &Ctx, pairs: u32) -> anyhow::Result<f64> {
             let Ok(mut c) = bind_slot(&dom, cli_slot, "bench-client") else {
                 return 2;
             };
+            c.set_wait_mode(mode);
             let srv = dom.endpoint_of_slot(srv_slot as u32);
             let m = Message::new(1);
             let t0 = Instant::now();
@@ -935,9 +941,21 @@ pub fn tables(rows: &[Row]) -> String {
         }
         s.push('\n');
     }
-    s.push_str("\nAggregate sendrec throughput, ustack adaptive (messages/s = 2 x round trips)\n");
-    for r in rows.iter().filter(|r| r.benchmark == "AGGREGATE") {
-        s.push_str(&format!("{:>3} pairs {:>14.0} msgs/s\n", r.pairs, r.value));
+    s.push_str("\nAggregate sendrec throughput of concurrent process pairs (messages/s = 2 x round trips)\n");
+    s.push_str(&format!("{:>9}{:>16}{:>16}\n", "pairs", "adaptive", "spin"));
+    let mut pairs: Vec<u32> = rows
+        .iter()
+        .filter(|r| r.benchmark == "AGGREGATE")
+        .map(|r| r.pairs)
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    for p in pairs {
+        s.push_str(&format!(
+            "{p:>9}{:>16}{:>16}\n",
+            cell(get("AGGREGATE", "ustack", "adaptive", MSG as u64, p)),
+            cell(get("AGGREGATE", "ustack", "spin", MSG as u64, p))
+        ));
     }
     s
 }

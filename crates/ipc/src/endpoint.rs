@@ -174,9 +174,8 @@ fn wait_loop<R>(
     let cpu = sys::current_cpu();
     me.cpu.store(cpu, Ordering::Relaxed);
     // The peer we wait for (or, for a receive from ANY, the one we last talked to).
-    let coloc = mode == WaitMode::Adaptive
-        && cpu != u32::MAX
-        && hint.is_some_and(|h| dom.slot(h).cpu.load(Ordering::Relaxed) == cpu);
+    let coloc =
+        cpu != u32::MAX && hint.is_some_and(|h| dom.slot(h).cpu.load(Ordering::Relaxed) == cpu);
     let spin_ns = match mode {
         WaitMode::Adaptive if coloc => 0,
         WaitMode::Adaptive => *budget,
@@ -222,11 +221,13 @@ fn wait_inner<R>(
         spins = spins.wrapping_add(1);
         match mode {
             WaitMode::Spin => {
-                if spins & 127 != 0 {
+                if coloc {
+                    // The peer last ran on our CPU: let it run between checks.
+                    std::thread::yield_now();
+                } else if spins & 127 != 0 {
                     std::hint::spin_loop();
                     continue;
-                }
-                if spins & 1023 == 0 {
+                } else if spins & 1023 == 0 {
                     // Let a peer that shares our CPU run (oversubscribed CPUs).
                     std::thread::yield_now();
                 }
@@ -266,7 +267,9 @@ fn wait_inner<R>(
                 return Err(Error::DeadEndpoint);
             }
         }
-        if now.saturating_sub(t0) < spin_ns || (coloc && spins <= COLOC_YIELDS) {
+        if now.saturating_sub(t0) < spin_ns
+            || (mode == WaitMode::Adaptive && coloc && spins <= COLOC_YIELDS)
+        {
             continue;
         }
         // Sleep. Anyone who changes our condition bumps `futex` after the change, so if it

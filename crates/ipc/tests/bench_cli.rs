@@ -69,10 +69,13 @@ fn quick_bench_rows_have_the_json_shape() {
     assert_eq!(modes, BTreeSet::from(["adaptive", "spin", "block"]));
     assert_eq!(
         rows.iter().filter(|r| r.benchmark == "AGGREGATE").count(),
-        2
+        4,
+        "2 pairs x (adaptive, spin)"
     );
     let t = bench::tables(&rows);
-    assert!(t.contains("IPC2 sendrec") && t.contains("ustack COPY2") && t.contains("2 pairs"));
+    assert!(
+        t.contains("IPC2 sendrec") && t.contains("ustack COPY2") && t.contains("Aggregate sendrec")
+    );
     let svg = bench::svg(&rows);
     assert!(
         svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>") && svg.contains("polyline")
