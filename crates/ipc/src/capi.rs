@@ -8,7 +8,17 @@ use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::time::Duration;
 
 thread_local! {
-    static EP: RefCell<Option<Endpoint>> = const { RefCell::new(None) };
+    /// The calling thread's endpoint, with the pid that bound it (after `fork` the child
+    /// inherits the parent's thread-local value, which then does not belong to it).
+    static EP: RefCell<Option<(u32, Endpoint)>> = const { RefCell::new(None) };
+}
+
+/// Forget an endpoint inherited through `fork` (it is the parent's; dropping it in the
+/// child does not unbind the parent's slot because the owner pid differs).
+fn forget_inherited(slot: &mut Option<(u32, Endpoint)>) {
+    if matches!(slot, Some((pid, _)) if *pid != std::process::id()) {
+        *slot = None;
+    }
 }
 
 fn code(r: crate::Result<()>) -> c_int {
@@ -19,9 +29,13 @@ fn code(r: crate::Result<()>) -> c_int {
 }
 
 fn with_ep(f: impl FnOnce(&mut Endpoint) -> crate::Result<()>) -> c_int {
-    EP.with(|c| match c.borrow_mut().as_mut() {
-        Some(ep) => code(f(ep)),
-        None => Error::BadEndpoint.code(),
+    EP.with(|c| {
+        let mut b = c.borrow_mut();
+        forget_inherited(&mut b);
+        match b.as_mut() {
+            Some((_, ep)) => code(f(ep)),
+            None => Error::BadEndpoint.code(),
+        }
     })
 }
 
@@ -78,7 +92,11 @@ pub extern "C" fn mnx_dc_end(name: *const c_char) -> c_int {
 #[no_mangle]
 pub extern "C" fn mnx_bind(name: *const c_char, endpoint: c_int) -> c_int {
     let r = name_of(name).and_then(|n| {
-        if EP.with(|c| c.borrow().is_some()) {
+        if EP.with(|c| {
+            let mut b = c.borrow_mut();
+            forget_inherited(&mut b);
+            b.is_some()
+        }) {
             return Err(Error::EndpointInUse);
         }
         let d = Domain::open(n)?;
@@ -88,7 +106,7 @@ pub extern "C" fn mnx_bind(name: *const c_char, endpoint: c_int) -> c_int {
             d.bind_as(endpoint, "c")?
         };
         let id = ep.id();
-        EP.with(|c| *c.borrow_mut() = Some(ep));
+        EP.with(|c| *c.borrow_mut() = Some((std::process::id(), ep)));
         Ok(id)
     });
     match r {
@@ -102,8 +120,9 @@ pub extern "C" fn mnx_bind(name: *const c_char, endpoint: c_int) -> c_int {
 pub extern "C" fn mnx_unbind(endpoint: c_int) -> c_int {
     EP.with(|c| {
         let mut b = c.borrow_mut();
+        forget_inherited(&mut b);
         match b.as_ref() {
-            Some(ep) if endpoint < 0 || ep.id() == endpoint => {
+            Some((_, ep)) if endpoint < 0 || ep.id() == endpoint => {
                 *b = None;
                 0
             }
@@ -116,9 +135,10 @@ pub extern "C" fn mnx_unbind(endpoint: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn mnx_getep() -> c_int {
     EP.with(|c| {
-        c.borrow()
-            .as_ref()
-            .map(|e| e.id())
+        let mut b = c.borrow_mut();
+        forget_inherited(&mut b);
+        b.as_ref()
+            .map(|(_, e)| e.id())
             .unwrap_or(Error::BadEndpoint.code())
     })
 }

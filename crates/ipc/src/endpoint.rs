@@ -322,6 +322,8 @@ pub struct Endpoint {
     spin_budget: u64,
     /// Slot we last exchanged a message with (hint for adaptive waiting).
     last_peer: Option<u32>,
+    /// Thread that last used this endpoint (recorded in the slot for liveness checks).
+    tid: u32,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -349,6 +351,7 @@ impl Endpoint {
             checked,
             spin_budget: ADAPTIVE_SPIN_INIT_NS,
             last_peer: None,
+            tid: sys::cached_tid(),
         }
     }
 
@@ -387,9 +390,16 @@ impl Endpoint {
         self.seq
     }
 
-    fn check_domain(&self) -> Result<()> {
+    /// Start of every call: fail if the domain ended, and record the calling thread as
+    /// the owner (an endpoint may be moved to another thread; liveness follows it).
+    fn check_domain(&mut self) -> Result<()> {
         if self.dom.is_ended() {
             return Err(Error::DomainEnded);
+        }
+        let t = sys::cached_tid();
+        if t != self.tid {
+            self.tid = t;
+            self.dom.slot(self.slot).tid.store(t, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -51,6 +51,15 @@ pub(crate) fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
+thread_local! {
+    static TID: u32 = gettid();
+}
+
+/// Kernel thread id of the calling thread, cached per thread (no system call).
+pub(crate) fn cached_tid() -> u32 {
+    TID.with(|t| *t)
+}
+
 /// Process id of the caller.
 pub(crate) fn getpid() -> u32 {
     std::process::id()
@@ -80,14 +89,15 @@ pub(crate) fn pid_running(pid: u32) -> bool {
     matches!(proc_stat(pid), Some((st, _)) if st != 'Z' && st != 'X')
 }
 
-/// Is the owner (process `pid` started at `start`, thread `tid`) still alive?
-/// Zombies (killed but not yet reaped) count as dead.
-pub(crate) fn owner_alive(pid: u32, tid: u32, start: u64) -> bool {
-    if pid == 0 {
+/// Is the owner (process `pid` started at `start`) still alive? Zombies (killed but not
+/// yet reaped) count as dead. Liveness is per process: an endpoint may move between the
+/// threads of its process, and a thread that exits drops (unbinds) its endpoints.
+pub(crate) fn owner_alive(pid: u32, _tid: u32, start: u64) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
         return false;
     }
-    // SAFETY: tgkill with signal 0 only performs the existence/permission check.
-    let r = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::pid_t, tid as libc::pid_t, 0) };
+    // SAFETY: kill with signal 0 only performs the existence/permission check.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
         return false;
     }
