@@ -117,6 +117,12 @@ fn bump(c: &AtomicU64, by: u64) {
     );
 }
 
+/// Peer field of a SENDING state: destination slot (10 bits) and low 14 bits of its generation.
+#[inline]
+fn dest_tag(slot: u32, gen: u32) -> u32 {
+    (slot & 0x3ff) | ((gen & 0x3fff) << 10)
+}
+
 #[inline]
 fn accepts(s: u64, from: u32) -> bool {
     match st_op(s) {
@@ -466,6 +472,10 @@ impl Endpoint {
         loop {
             // Hand-off path: the receiver is already waiting for us.
             let s = ds.state.load(Ordering::Acquire);
+            if ds.gen.load(Ordering::Acquire) != p.gen {
+                // The slot was unbound (and maybe re-bound by someone else) meanwhile.
+                return Err(Error::DeadEndpoint);
+            }
             if accepts(s, self.slot) {
                 if ds
                     .state
@@ -507,12 +517,31 @@ impl Endpoint {
             // that read a stale copy fails its CAS because the sequence number changes).
             unsafe { std::ptr::write_volatile(me.outbox.get(), out) };
             let q = self.next_seq();
-            let mine = st_make(q, if rec { OP_SENDREC_SENDING } else { OP_SENDING }, p.slot);
+            // The destination is named with its generation, so that whoever binds the slot
+            // after it cannot take a message meant for its predecessor.
+            let op = if rec { OP_SENDREC_SENDING } else { OP_SENDING };
+            let mine = st_make(q, op, dest_tag(p.slot, p.gen));
             me.state.store(mine, Ordering::SeqCst);
             ds.senders[w].fetch_or(bit, Ordering::SeqCst);
             ds.wake();
             let s2 = ds.state.load(Ordering::SeqCst);
-            let delivered = if accepts(s2, self.slot) {
+            let delivered = if ds.gen.load(Ordering::SeqCst) != p.gen {
+                // Re-bound meanwhile: withdraw unless the new owner already took it.
+                if me
+                    .state
+                    .compare_exchange(
+                        mine,
+                        st_make(q, OP_RUNNING, 0),
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    )
+                    .is_ok()
+                {
+                    ds.senders[w].fetch_and(!bit, Ordering::AcqRel);
+                    return Err(Error::DeadEndpoint);
+                }
+                true
+            } else if accepts(s2, self.slot) {
                 // It started receiving before seeing our bit: take the message back and hand it off.
                 me.state
                     .compare_exchange(
@@ -639,6 +668,7 @@ impl Endpoint {
         }
         let dom = &self.dom;
         let my_slot = self.slot;
+        let my_tag = dest_tag(self.slot, self.gen);
         let got = scan(&me.senders, f, nw, rot, |src| {
             let (w, b) = ((src / 64) as usize, 1u64 << (src % 64));
             if me.senders[w].fetch_and(!b, Ordering::AcqRel) & b == 0 {
@@ -647,7 +677,7 @@ impl Endpoint {
             let ss = dom.slot(src);
             let s = ss.state.load(Ordering::Acquire);
             let op = st_op(s);
-            if (op == OP_SENDING || op == OP_SENDREC_SENDING) && st_peer(s) == my_slot {
+            if (op == OP_SENDING || op == OP_SENDREC_SENDING) && st_peer(s) == my_tag {
                 // SAFETY: the sender does not write its outbox while in a SENDING state; if it
                 // left that state (and possibly rewrote the outbox) our CAS below fails and the
                 // copy is discarded (seqlock pattern). Volatile: the memory is shared.

@@ -90,8 +90,8 @@ impl Domain {
             let ep = |x: u32| self.endpoint_of_slot(x).to_string();
             let state = match st_op(st) {
                 OP_RUNNING => "running".to_string(),
-                OP_SENDING => format!("sending to {}", ep(st_peer(st))),
-                OP_SENDREC_SENDING => format!("sendrec to {}", ep(st_peer(st))),
+                OP_SENDING => format!("sending to {}", ep(st_peer(st) & 0x3ff)),
+                OP_SENDREC_SENDING => format!("sendrec to {}", ep(st_peer(st) & 0x3ff)),
                 OP_DELIVERED => "running (send completed)".to_string(),
                 OP_RECEIVING if st_peer(st) == PEER_ANY => "receiving from ANY".to_string(),
                 OP_RECEIVING => format!("receiving from {}", ep(st_peer(st))),

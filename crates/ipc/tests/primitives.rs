@@ -442,3 +442,23 @@ fn create_replaces_stale_and_open_or_create() {
     ));
     assert!(Domain::list().contains(&name));
 }
+
+#[test]
+fn a_rebound_slot_does_not_get_its_predecessors_messages() {
+    let d = domain("rebind", 8);
+    let mut a = d.bind("a").unwrap();
+    let b1 = d.bind_as(5, "b1").unwrap();
+    let bid = b1.id();
+    let t = std::thread::spawn(move || a.send(bid, &Message::new(1)));
+    assert!(eventually(Duration::from_secs(2), || d
+        .info()
+        .endpoints
+        .iter()
+        .any(|e| e.state == format!("sending to {bid}"))));
+    drop(b1);
+    let mut b2 = d.bind_as(5, "b2").unwrap();
+    assert_eq!(b2.id(), bid, "same endpoint number, new generation");
+    assert_eq!(b2.try_receive(ANY), Err(Error::WouldBlock));
+    assert_eq!(t.join().unwrap(), Err(Error::DeadEndpoint));
+    assert_eq!(b2.try_receive(ANY), Err(Error::WouldBlock));
+}
