@@ -18,6 +18,7 @@ use crate::guest::GuestStack;
 use crate::limits::{Limits, Timeouts};
 use crate::portfwd::PortForward;
 use crate::relay::{Relay, RelayConfig};
+use crate::stats::Stats;
 
 /// An IPv4 address with prefix length, `A.B.C.D/N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +192,28 @@ pub fn run_with<G: GuestStack>(
     args: RunArgs,
     make_guest: Box<GuestFactory<G>>,
 ) -> anyhow::Result<i32> {
+    run_report_with(args, make_guest).map(|r| r.code)
+}
+
+/// What one `ustack run` did: the command's exit code and the relay's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunReport {
+    /// The command's exit code (signal N → 128+N; 127 not found, 126 not executable).
+    pub code: i32,
+    /// The relay's counters at exit (what `--stats` prints).
+    pub stats: Stats,
+}
+
+/// `ustack run` with the default engine, returning the counters too.
+pub fn run_report(args: RunArgs) -> anyhow::Result<RunReport> {
+    run_report_with(args, Box::new(default_guest))
+}
+
+/// `ustack run` with a given engine, returning the counters too.
+pub fn run_report_with<G: GuestStack>(
+    args: RunArgs,
+    make_guest: Box<GuestFactory<G>>,
+) -> anyhow::Result<RunReport> {
     let cfg = SandboxConfig {
         tap_name: args.tap.clone(),
         mtu: args.mtu,
@@ -221,26 +244,39 @@ pub fn run_with<G: GuestStack>(
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             eprintln!("ustack run: {e}");
-            return Ok(127);
+            return Ok(RunReport {
+                code: 127,
+                stats: *relay.stats(),
+            });
         }
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             eprintln!("ustack run: {e}");
-            return Ok(126);
+            return Ok(RunReport {
+                code: 126,
+                stats: *relay.stats(),
+            });
         }
         Err(e) => return Err(e).context("ustack run: cannot start the command"),
     }
-    let served = relay.run_until(Some(sandbox.exit_fd()), None);
+    let mut served = relay.run_until(Some(sandbox.exit_fd()), None);
+    if served.is_ok() {
+        // The command is gone, but its kernel may still be sending what its
+        // closed sockets had queued (the end of an upload, FINs).
+        let drain = args.relay.relay_config().timeouts.exit_drain;
+        served = relay.drain(drain).map(|()| crate::relay::Stop::StopFd);
+    }
     let code = sandbox.wait().context("waiting for the command")?;
     relay.shutdown();
+    let stats = *relay.stats();
     if args.relay.stats {
-        eprint!("{}", relay.stats());
+        eprint!("{stats}");
     }
     drop(relay);
     drop(sandbox);
     if let Err(e) = served {
         bail!("ustack run: relay failed: {e}");
     }
-    Ok(code)
+    Ok(RunReport { code, stats })
 }
 
 /// `ustack attach`: serve an existing namespace/TAP until interrupted.

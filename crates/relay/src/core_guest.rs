@@ -232,18 +232,20 @@ impl GuestStack for CoreGuest {
                 }
             }
         }
-        // Bounded work per `Stack::poll`; run it again while it is due.
-        for _ in 0..8 {
-            stack.poll(t, &mut |f| {
-                if dev_send(&mut **dev, f).is_err() {
-                    *tx_drops += 1;
-                }
-            });
-            if stack.poll_at().is_none_or(|at| at > t) {
-                break;
-            }
-        }
+        transmit(stack, &mut **dev, tx_drops, t);
         result
+    }
+
+    fn flush(&mut self, now: Instant) -> io::Result<()> {
+        let t = self.core_now(now);
+        let CoreGuest {
+            stack,
+            dev,
+            tx_drops,
+            ..
+        } = self;
+        transmit(stack, &mut **dev, tx_drops, t);
+        Ok(())
     }
 
     fn poll_at(&self) -> Option<Instant> {
@@ -429,6 +431,21 @@ impl GuestStack for CoreGuest {
             data,
             code(how),
         );
+    }
+}
+
+/// Run the stack's output and timers (bounded work per `Stack::poll`; run
+/// it again while it is due) and write the frames to the device.
+fn transmit(stack: &mut Stack, dev: &mut dyn Device, tx_drops: &mut u64, t: CoreInstant) {
+    for _ in 0..8 {
+        stack.poll(t, &mut |f| {
+            if dev_send(dev, f).is_err() {
+                *tx_drops += 1;
+            }
+        });
+        if stack.poll_at().is_none_or(|at| at > t) {
+            break;
+        }
     }
 }
 

@@ -91,6 +91,14 @@ pub trait GuestStack {
     fn poll(&mut self, now: Instant) -> io::Result<()>;
     /// When `poll` must be called next even without guest frames.
     fn poll_at(&self) -> Option<Instant>;
+    /// Transmit what socket calls queued and run due timers, *without*
+    /// taking new frames from the guest: the relay calls this last in an
+    /// iteration, so that nothing the guest sends (a SYN, a datagram) is
+    /// taken in after the relay looked for it and then left waiting for
+    /// the next wake-up (the guest's descriptor stays readable instead).
+    fn flush(&mut self, now: Instant) -> io::Result<()> {
+        self.poll(now)
+    }
 
     /// Next SYN to any destination that awaits a decision.
     fn tcp_next_syn(&mut self) -> Option<PendingSyn>;

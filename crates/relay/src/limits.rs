@@ -44,6 +44,11 @@ pub struct Timeouts {
     pub udp_idle: Duration,
     /// ICMP echo flow with no traffic. Default 10 s.
     pub icmp_idle: Duration,
+    /// After the command exits, how long the relay keeps serving so that
+    /// what the guest's kernel still sends for closed sockets (the rest of
+    /// an upload, the FIN) reaches the host. It stops earlier once every
+    /// TCP flow has finished on the guest side. Default 2 s.
+    pub exit_drain: Duration,
 }
 
 impl Default for Timeouts {
@@ -54,6 +59,7 @@ impl Default for Timeouts {
             tcp_half_closed: Duration::from_secs(120),
             udp_idle: Duration::from_secs(60),
             icmp_idle: Duration::from_secs(10),
+            exit_drain: Duration::from_secs(2),
         }
     }
 }

@@ -354,17 +354,68 @@ impl<G: GuestStack> Relay<G> {
             self.reap(now);
             self.last_reap = Some(now);
         }
-        self.guest.poll(now)?;
+        // Send what the flows queued; new guest frames wait for the next
+        // iteration (the guest descriptor stays readable, so it comes at once).
+        self.guest.flush(now)?;
         self.stats.peak_flows = self.stats.peak_flows.max(self.flows.len() as u64);
         self.stats.peak_buffered = self.stats.peak_buffered.max(self.buffered as u64);
         Ok(())
     }
 
-    /// Tear everything down (guest connections reset, host sockets closed).
+    /// Keep serving (at most `max`) until every TCP flow has finished on
+    /// the guest side: the guest sent its FIN (or reset) and everything it
+    /// sent was written to the host. Used after the command exited: its
+    /// kernel still sends what closed sockets had queued.
+    pub fn drain(&mut self, max: Duration) -> io::Result<()> {
+        let start = Instant::now();
+        loop {
+            if self.guest_side_finished() {
+                return Ok(());
+            }
+            let left = max.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(());
+            }
+            let mut timeout = left.min(Duration::from_millis(50));
+            if let Some(at) = self.guest.poll_at() {
+                timeout = timeout.min(at.saturating_duration_since(Instant::now()));
+            }
+            self.step(Some(timeout))?;
+        }
+    }
+
+    /// No TCP flow can still carry data from the guest to the host.
+    fn guest_side_finished(&self) -> bool {
+        self.flows.values().all(|f| match &f.kind {
+            Kind::Tcp(t) => match t.phase {
+                TcpPhase::Established => t.guest_eof && t.g2h.is_empty(),
+                TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting => true,
+            },
+            _ => true,
+        })
+    }
+
+    /// Tear everything down. Flows whose guest side finished cleanly (FIN
+    /// relayed to the host as `shutdown(SHUT_WR)`) close the host socket
+    /// gracefully; all others are reset on both sides.
     pub fn shutdown(&mut self) {
         let ids: Vec<u64> = self.flows.keys().copied().collect();
         for id in ids {
-            self.abort_flow(Instant::now(), id, true);
+            let graceful = self.flows.get(&id).is_some_and(|f| match &f.kind {
+                Kind::Tcp(t) => t.host_wr_shut && t.g2h.is_empty(),
+                _ => false,
+            });
+            if graceful {
+                if let Some(Kind::Tcp(t)) = self.flows.get(&id).map(|f| &f.kind) {
+                    if let Some(c) = t.conn {
+                        self.guest.tcp_abort(c);
+                    }
+                }
+                self.stats.tcp_closed += 1;
+                self.remove_flow(id);
+            } else {
+                self.abort_flow(Instant::now(), id, true);
+            }
         }
     }
 
