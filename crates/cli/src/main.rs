@@ -21,7 +21,7 @@ mod signals;
 #[command(
     name = "ustack",
     version,
-    about = "A user-space TCP/IP stack: serve, ping, get, bench"
+    about = "A user-space TCP/IP stack: serve, ping, get, bench, run, attach, ipc"
 )]
 struct Cli {
     /// More logging on stderr (-v: debug, -vv: trace); RUST_LOG overrides.
@@ -45,6 +45,13 @@ enum Command {
     Run(ustack_relay::cli::RunArgs),
     /// Attach ustack networking to an existing process's network namespace.
     Attach(ustack_relay::cli::AttachArgs),
+    /// Benchmark `ustack run` against pasta and slirp4netns (iperf3 both ways, TCP RR).
+    RunBench(ustack_relay::bench::RunBenchArgs),
+    /// Minix-3-style IPC: list, create and end domains; run the IPC benchmark.
+    Ipc {
+        #[command(subcommand)]
+        cmd: ustack_ipc::cli::IpcCommand,
+    },
     /// (bench helper) Run the services on the kernel's sockets.
     #[command(hide = true)]
     Kserve {
@@ -95,6 +102,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(a) => bench::run(a),
         Command::Run(a) => ustack_relay::cli::run(a),
         Command::Attach(a) => ustack_relay::cli::attach(a),
+        Command::RunBench(a) => ustack_relay::bench::run(a),
+        Command::Ipc { cmd } => ustack_ipc::cli::run(cmd),
         Command::Kserve { bind } => {
             signals::block_termination()?;
             kernel::kserve(bind)
