@@ -1,0 +1,620 @@
+//! `ustack run-bench`: user-mode networking for a sandboxed command,
+//! ustack against `pasta` and `slirp4netns`, on the same jobs in one run:
+//!
+//! * TCP sandbox → host: `iperf3 -c GATEWAY` inside, `iperf3 -s` on the
+//!   host's 127.0.0.1 (each tool maps its gateway address to the host's
+//!   loopback);
+//! * TCP host → sandbox: the same with `-R` (the host-side server sends;
+//!   no port forwarding involved);
+//! * TCP request/response latency: a ping-pong client inside (this binary,
+//!   `run-bench --rr-client`, the same for all three) against an echo
+//!   server on the host's loopback, N-byte messages, one at a time.
+//!
+//! Needs root (`ip netns`), `iperf3`, `pasta` and `slirp4netns`. Every
+//! namespace and process it creates is removed on exit or error.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+
+/// `ustack run-bench [--json] [--seconds N]`
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunBenchArgs {
+    /// Print one JSON object per row (JSON Lines) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds per measurement (each iperf3 run and the latency run).
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Message size of the request/response test, bytes.
+    #[arg(long, default_value_t = 14)]
+    pub msg_size: usize,
+    /// Which tools to measure (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ustack,pasta,slirp4netns"
+    )]
+    pub tools: Vec<Tool>,
+    /// (internal) Run the ping-pong client against IP:PORT and print JSON.
+    #[arg(long, hide = true, value_name = "IP:PORT")]
+    pub rr_client: Option<SocketAddrV4>,
+}
+
+/// A user-mode networking tool under test.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Ustack,
+    Pasta,
+    #[value(name = "slirp4netns")]
+    Slirp4netns,
+}
+
+impl Tool {
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Ustack => "ustack",
+            Tool::Pasta => "pasta",
+            Tool::Slirp4netns => "slirp4netns",
+        }
+    }
+}
+
+/// Entry point of `ustack run-bench`.
+pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
+    if let Some(server) = args.rr_client {
+        return rr_client(server, args.seconds, args.msg_size);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("run-bench needs root (it creates network namespaces for pasta and slirp4netns)");
+    }
+    let exe = std::env::current_exe().context("cannot find the ustack binary")?;
+    let iperf_port = free_port()?;
+    let _iperf = Reaped(
+        Command::new("iperf3")
+            .args(["-s", "-B", "127.0.0.1", "-p", &iperf_port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start iperf3 -s (is iperf3 installed?)")?,
+    );
+    wait_listening(iperf_port)?;
+    let (rr_port, _rr) = rr_server(args.msg_size)?;
+
+    let mut results: Vec<(Tool, Result<Figures, String>)> = Vec::new();
+    for &tool in &args.tools {
+        if !args.json {
+            eprintln!("measuring {} ...", tool.name());
+        }
+        let r = measure(tool, &exe, &args, iperf_port, rr_port).map_err(|e| format!("{e:#}"));
+        if let Err(e) = &r {
+            eprintln!("{}: {e}", tool.name());
+        }
+        results.push((tool, r));
+    }
+    print_results(&args, &results);
+    Ok(if results.iter().all(|(_, r)| r.is_ok()) {
+        0
+    } else {
+        1
+    })
+}
+
+/// What one tool achieved.
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    up_gbps: f64,
+    down_gbps: f64,
+    rr_avg_us: f64,
+    rr_p99_us: f64,
+}
+
+/// Runs commands inside one tool's sandbox.
+enum Sandbox {
+    /// `ustack run -- CMD` per command.
+    Ustack { exe: PathBuf },
+    /// `ip netns exec NAME CMD` in a namespace served by a running tool.
+    /// (The tool is stopped before its namespace is deleted: fields drop in order.)
+    Netns {
+        server: Reaped,
+        ns: Netns,
+        gateway: Ipv4Addr,
+    },
+}
+
+impl Sandbox {
+    fn start(tool: Tool, exe: &std::path::Path) -> anyhow::Result<Sandbox> {
+        let pid = std::process::id();
+        match tool {
+            Tool::Ustack => Ok(Sandbox::Ustack {
+                exe: exe.to_path_buf(),
+            }),
+            Tool::Pasta => {
+                let ns = Netns::add(format!("ustk-bench-pasta-{pid}"))?;
+                let server = Reaped(
+                    Command::new("pasta")
+                        .args(["--config-net", "--netns", &ns.path(), "-f", "--runas", "0"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .context("cannot start pasta (is it installed?)")?,
+                );
+                let gateway = wait_default_route(&ns.0)?;
+                Ok(Sandbox::Netns {
+                    server,
+                    ns,
+                    gateway,
+                })
+            }
+            Tool::Slirp4netns => {
+                let ns = Netns::add(format!("ustk-bench-slirp-{pid}"))?;
+                let server = Reaped(
+                    Command::new("slirp4netns")
+                        .args(["--configure", "--netns-type=path", &ns.path(), "tap0"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .context("cannot start slirp4netns (is it installed?)")?,
+                );
+                let gateway = wait_default_route(&ns.0)?;
+                Ok(Sandbox::Netns {
+                    server,
+                    ns,
+                    gateway,
+                })
+            }
+        }
+    }
+
+    /// The address inside that reaches the host's 127.0.0.1.
+    fn gateway(&self) -> Ipv4Addr {
+        match self {
+            Sandbox::Ustack { .. } => Ipv4Addr::new(10, 0, 2, 2),
+            Sandbox::Netns { gateway, .. } => *gateway,
+        }
+    }
+
+    /// Run `cmd` inside; its stdout, bounded to `limit`.
+    fn output(&mut self, cmd: &[String], limit: Duration) -> anyhow::Result<String> {
+        let mut c = match self {
+            Sandbox::Ustack { exe } => {
+                let mut c = Command::new(exe);
+                c.args(["run", "--"]).args(cmd);
+                c
+            }
+            Sandbox::Netns { server, ns, .. } => {
+                if let Ok(Some(st)) = server.0.try_wait() {
+                    bail!("the tool serving the namespace exited: {st}");
+                }
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.0]).args(cmd);
+                c
+            }
+        };
+        let child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot run {cmd:?}"))?;
+        let mut child = Reaped(child);
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(st) = child.0.try_wait()? {
+                break st;
+            }
+            if Instant::now() >= deadline {
+                bail!("{cmd:?} did not finish within {limit:?}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(mut o) = child.0.stdout.take() {
+            o.read_to_string(&mut out)?;
+        }
+        if let Some(mut e) = child.0.stderr.take() {
+            e.read_to_string(&mut err)?;
+        }
+        if !status.success() {
+            bail!("{cmd:?}: {status}: {}", err.trim());
+        }
+        Ok(out)
+    }
+}
+
+fn measure(
+    tool: Tool,
+    exe: &std::path::Path,
+    args: &RunBenchArgs,
+    iperf_port: u16,
+    rr_port: u16,
+) -> anyhow::Result<Figures> {
+    let mut sb = Sandbox::start(tool, exe)?;
+    let gw = sb.gateway().to_string();
+    let secs = args.seconds.max(1);
+    let limit = Duration::from_secs(secs + 30);
+    let iperf = |reverse: bool| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "iperf3",
+            "-c",
+            &gw,
+            "-p",
+            &iperf_port.to_string(),
+            "-t",
+            &secs.to_string(),
+            "-J",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if reverse {
+            v.push("-R".into());
+        }
+        v
+    };
+    let up = iperf_gbps(&sb.output(&iperf(false), limit)?)?;
+    let down = iperf_gbps(&sb.output(&iperf(true), limit)?)?;
+    let rr_cmd: Vec<String> = vec![
+        exe.to_string_lossy().into_owned(),
+        "run-bench".into(),
+        "--rr-client".into(),
+        format!("{gw}:{rr_port}"),
+        "--seconds".into(),
+        secs.to_string(),
+        "--msg-size".into(),
+        args.msg_size.to_string(),
+    ];
+    let rr: serde_json::Value = serde_json::from_str(sb.output(&rr_cmd, limit)?.trim())
+        .context("ping-pong client output")?;
+    let num = |k: &str| {
+        rr[k]
+            .as_f64()
+            .ok_or_else(|| anyhow!("ping-pong client printed no {k}"))
+    };
+    Ok(Figures {
+        up_gbps: up,
+        down_gbps: down,
+        rr_avg_us: num("avg_us")?,
+        rr_p99_us: num("p99_us")?,
+    })
+}
+
+fn iperf_gbps(json: &str) -> anyhow::Result<f64> {
+    let v: serde_json::Value = serde_json::from_str(json).context("iperf3 -J output")?;
+    if let Some(e) = v["error"].as_str() {
+        bail!("iperf3: {e}");
+    }
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .map(|b| b / 1e9)
+        .ok_or_else(|| anyhow!("iperf3 -J output has no end.sum_received"))
+}
+
+struct Row {
+    key: &'static str,
+    label: &'static str,
+    unit: &'static str,
+    higher_is_better: bool,
+    get: fn(&Figures) -> f64,
+}
+
+const ROWS: [Row; 4] = [
+    Row {
+        key: "tcp_sandbox_to_host",
+        label: "TCP sandbox -> host (iperf3)",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| f.up_gbps,
+    },
+    Row {
+        key: "tcp_host_to_sandbox",
+        label: "TCP host -> sandbox (iperf3 -R)",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| f.down_gbps,
+    },
+    Row {
+        key: "tcp_rr_avg",
+        label: "TCP request/response RTT, avg",
+        unit: "us",
+        higher_is_better: false,
+        get: |f| f.rr_avg_us,
+    },
+    Row {
+        key: "tcp_rr_p99",
+        label: "TCP request/response RTT, p99",
+        unit: "us",
+        higher_is_better: false,
+        get: |f| f.rr_p99_us,
+    },
+];
+
+fn print_results(args: &RunBenchArgs, results: &[(Tool, Result<Figures, String>)]) {
+    let value = |tool: Tool, row: &Row| -> Option<f64> {
+        results
+            .iter()
+            .find(|(t, _)| *t == tool)
+            .and_then(|(_, r)| r.as_ref().ok())
+            .map(row.get)
+    };
+    let ratio = |row: &Row, other: Tool| -> Option<f64> {
+        let u = value(Tool::Ustack, row)?;
+        let o = value(other, row)?;
+        (o > 0.0).then_some(u / o)
+    };
+    if args.json {
+        for row in &ROWS {
+            let mut m = serde_json::Map::new();
+            m.insert("metric".into(), row.key.into());
+            m.insert("unit".into(), row.unit.into());
+            let better = if row.higher_is_better {
+                "higher"
+            } else {
+                "lower"
+            };
+            m.insert("better".into(), better.into());
+            m.insert("msg_size".into(), args.msg_size.into());
+            m.insert("seconds".into(), args.seconds.into());
+            for (tool, _) in results {
+                let v = value(*tool, row).map_or(serde_json::Value::Null, |v| v.into());
+                m.insert(tool.name().into(), v);
+            }
+            for other in [Tool::Pasta, Tool::Slirp4netns] {
+                let v = ratio(row, other).map_or(serde_json::Value::Null, |v| v.into());
+                m.insert(format!("ustack_over_{}", other.name()), v);
+            }
+            println!("{}", serde_json::Value::Object(m));
+        }
+        return;
+    }
+    let fmt = |v: Option<f64>, unit: &str| match v {
+        Some(v) if unit == "us" => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+        None => "n/a".to_string(),
+    };
+    println!(
+        "{:<34} {:>7} {:>9} {:>9} {:>11} {:>13} {:>18}",
+        "job", "unit", "ustack", "pasta", "slirp4netns", "ustack/pasta", "ustack/slirp4netns"
+    );
+    for row in &ROWS {
+        println!(
+            "{:<34} {:>7} {:>9} {:>9} {:>11} {:>13} {:>18}",
+            row.label,
+            row.unit,
+            fmt(value(Tool::Ustack, row), row.unit),
+            fmt(value(Tool::Pasta, row), row.unit),
+            fmt(value(Tool::Slirp4netns, row), row.unit),
+            fmt(ratio(row, Tool::Pasta), ""),
+            fmt(ratio(row, Tool::Slirp4netns), ""),
+        );
+    }
+    println!(
+        "(throughput: ratio > 1 = ustack faster; latency: ratio < 1 = ustack faster; \
+         {} s per run, {}-byte messages; MTU: ustack 1500, pasta 65520, slirp4netns 1500 - each tool's default)",
+        args.seconds, args.msg_size
+    );
+}
+
+// ------------------------------------------------------------ ping-pong
+
+/// The client inside the sandbox: one connection, one message in flight,
+/// for `seconds`; prints `{"count","avg_us","p50_us","p99_us"}`.
+fn rr_client(server: SocketAddrV4, seconds: u64, size: usize) -> anyhow::Result<i32> {
+    let size = size.clamp(1, 65536);
+    let mut s = TcpStream::connect_timeout(&server.into(), Duration::from_secs(10))
+        .with_context(|| format!("connect {server}"))?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let msg = vec![0x5au8; size];
+    let mut back = vec![0u8; size];
+    // Warm up (ARP, windows, caches).
+    for _ in 0..200 {
+        s.write_all(&msg)?;
+        s.read_exact(&mut back)?;
+    }
+    let mut samples: Vec<u32> = Vec::with_capacity(1 << 16);
+    let end = Instant::now() + Duration::from_secs(seconds.max(1));
+    while Instant::now() < end && samples.len() < 10_000_000 {
+        let t = Instant::now();
+        s.write_all(&msg)?;
+        s.read_exact(&mut back)?;
+        let ns = t.elapsed().as_nanos();
+        samples.push(u32::try_from(ns).unwrap_or(u32::MAX));
+    }
+    if back != msg {
+        bail!("echo differs");
+    }
+    if samples.is_empty() {
+        bail!("no round trips");
+    }
+    let total: u64 = samples.iter().map(|&n| u64::from(n)).sum();
+    let avg_us = total as f64 / samples.len() as f64 / 1000.0;
+    samples.sort_unstable();
+    let pct = |p: usize| -> f64 {
+        let i = (samples.len() * p / 100).min(samples.len() - 1);
+        samples
+            .get(i)
+            .copied()
+            .map_or(0.0, |n| f64::from(n) / 1000.0)
+    };
+    println!(
+        "{{\"count\":{},\"avg_us\":{avg_us:.3},\"p50_us\":{:.3},\"p99_us\":{:.3}}}",
+        samples.len(),
+        pct(50),
+        pct(99)
+    );
+    Ok(0)
+}
+
+/// Echo server on 127.0.0.1 for the ping-pong client: messages of `size`
+/// bytes, one thread per connection. Stops when the guard is dropped.
+fn rr_server(size: usize) -> anyhow::Result<(u16, Stopper)> {
+    let size = size.clamp(1, 65536);
+    let l = TcpListener::bind("127.0.0.1:0").context("bind the echo server")?;
+    l.set_nonblocking(true)?;
+    let port = l.local_addr()?.port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let join = thread::spawn(move || {
+        while !s2.load(Ordering::SeqCst) {
+            let Ok((mut c, _)) = l.accept() else {
+                thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            let s3 = s2.clone();
+            thread::spawn(move || {
+                let _ = c.set_nonblocking(false);
+                let _ = c.set_nodelay(true);
+                let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut buf = vec![0u8; size];
+                while !s3.load(Ordering::SeqCst) {
+                    match c.read_exact(&mut buf) {
+                        Ok(()) => {
+                            if c.write_all(&buf).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+    });
+    Ok((
+        port,
+        Stopper {
+            stop,
+            join: Some(join),
+        },
+    ))
+}
+
+// ------------------------------------------------------------ helpers
+
+/// Stops a helper thread when dropped.
+struct Stopper {
+    stop: Arc<AtomicBool>,
+    join: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// A child process killed and reaped when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A network namespace made with `ip netns add`, deleted when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn add(name: String) -> anyhow::Result<Netns> {
+        let st = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .context("cannot run ip")?;
+        if !st.success() {
+            bail!("ip netns add {name} failed");
+        }
+        Ok(Netns(name))
+    }
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Wait (10 s at most) until the namespace has a default route; its gateway.
+fn wait_default_route(ns: &str) -> anyhow::Result<Ipv4Addr> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let out = Command::new("ip")
+            .args(["-n", ns, "-4", "route", "show", "default"])
+            .output()
+            .context("cannot run ip")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let gw = text
+            .split_whitespace()
+            .skip_while(|w| *w != "via")
+            .nth(1)
+            .and_then(|a| a.parse().ok());
+        if let Some(gw) = gw {
+            return Ok(gw);
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    bail!("namespace {ns} got no default route within 10 s")
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Wait (10 s at most) until something listens on 127.0.0.1:`port`.
+fn wait_listening(port: u16) -> anyhow::Result<()> {
+    let needle = format!("0100007F:{port:04X} 00000000:0000 0A");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| t.contains(&needle)) {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    bail!("iperf3 -s is not listening on 127.0.0.1:{port} after 10 s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iperf_json_parsing() {
+        let ok = r#"{"end":{"sum_received":{"bits_per_second":2.5e9,"bytes":1}}}"#;
+        assert!((iperf_gbps(ok).unwrap_or(0.0) - 2.5).abs() < 1e-9);
+        assert!(iperf_gbps(r#"{"error":"unable to connect"}"#).is_err());
+        assert!(iperf_gbps("not json").is_err());
+        assert!(iperf_gbps(r#"{"end":{}}"#).is_err());
+    }
+
+    #[test]
+    fn ping_pong_client_against_the_echo_server() {
+        let (port, _srv) = rr_server(14).unwrap_or_else(|e| panic!("{e}"));
+        let r = rr_client(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), 1, 14);
+        assert_eq!(r.ok(), Some(0));
+    }
+}
