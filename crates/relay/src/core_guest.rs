@@ -64,7 +64,13 @@ impl CoreGuestConfig {
             gateway,
             prefix_len,
             mtu,
-            tcp: TcpConfig::default(),
+            // A relay forwards what the host side gave it as soon as it can:
+            // the application on the host already chose when to send, and
+            // Nagle here would hold a reply behind an unacknowledged one.
+            tcp: TcpConfig {
+                nodelay: true,
+                ..TcpConfig::default()
+            },
             limits: Limits::default(),
             transparent: TransparentConfig {
                 guest: Some(guest),

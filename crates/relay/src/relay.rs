@@ -290,6 +290,11 @@ impl<G: GuestStack> Relay<G> {
         let r = self.epoll.wait(&mut self.events, timeout, &mut ready);
         let mut stop = false;
         let now = Instant::now();
+        // Read the guest's device only when epoll says it is readable (or
+        // on a timeout, for timers): a wake-up for a host socket would
+        // otherwise cost a read(2) that finds nothing. The descriptor is
+        // level-triggered, so frames left behind are reported again.
+        let guest_rx = ready.is_empty() || ready.iter().any(|&(t, _)| t == TOKEN_GUEST);
         if r.is_ok() {
             for &(token, ev) in &ready {
                 match token {
@@ -304,13 +309,23 @@ impl<G: GuestStack> Relay<G> {
         }
         self.ready = ready;
         r?;
-        self.service(now)?;
+        self.service_with(now, guest_rx)?;
         Ok(stop)
     }
 
     /// Serve the guest: poll it, take new flows, pump every TCP flow, reap.
     pub fn service(&mut self, now: Instant) -> io::Result<()> {
-        self.guest.poll(now)?;
+        self.service_with(now, true)
+    }
+
+    /// [`Relay::service`]; `guest_rx` = take frames from the guest's device
+    /// (otherwise only transmit and run timers).
+    fn service_with(&mut self, now: Instant, guest_rx: bool) -> io::Result<()> {
+        if guest_rx || self.guest.raw_fd().is_none() {
+            self.guest.poll(now)?;
+        } else {
+            self.guest.flush(now)?;
+        }
         while let Some(syn) = self.guest.tcp_next_syn() {
             self.on_syn(now, syn);
         }
