@@ -212,6 +212,12 @@ impl<D: Device> Device for SharedDev<D> {
     fn raw_fd(&self) -> Option<RawFd> {
         self.with(|d| d.raw_fd())
     }
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        self.with(|d| d.next_deadline())
+    }
+    fn poll_deferred(&mut self) -> io::Result<()> {
+        self.with(|d| d.poll_deferred())
+    }
 }
 
 /// The device chain with a capture on top (shared so `finish` can flush it).

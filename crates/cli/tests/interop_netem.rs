@@ -171,7 +171,11 @@ fn ustack_get_under_impairment() {
     let outfile = dir.join("out.bin");
     let out = Command::new(BIN)
         .args(["get", "--tap", &tap, "--netns", &ns.name])
-        .args(["--impair", &impair_arg(3), "-o"])
+        // With a capture too: the capture wrapper must pass the impairment
+        // timers through (delayed frames would otherwise wait for traffic).
+        .args(["--impair", &impair_arg(3), "--pcap"])
+        .arg(dir.join("get.pcap"))
+        .arg("-o")
         .arg(&outfile)
         .arg(format!("http://{KERNEL_IP}:8080/f.bin"))
         .output()
@@ -183,6 +187,10 @@ fn ustack_get_under_impairment() {
     assert_eq!(got.len(), data.len(), "download length differs");
     assert!(got == data, "download differs");
     assert_impaired(&err);
+    let pcap = std::fs::metadata(dir.join("get.pcap"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(pcap > 1 << 20, "capture has only {pcap} bytes");
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "impaired: get test took {:.1} s",
