@@ -120,6 +120,93 @@ fn reap(pid: libc::pid_t, limit: Duration) -> i32 {
     }
 }
 
+/// Where the client and the server of a ping-pong run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Place {
+    /// Wherever the scheduler puts them (no affinity set).
+    Free,
+    /// Client pinned to the first CPU, server to the second (`sched_setaffinity`), as in
+    /// the M3-IPC paper's dual-core figures.
+    Split(usize, usize),
+}
+
+impl Place {
+    /// `mode` column of a row measured with this placement.
+    fn label(self, mode: &str) -> String {
+        match (self, mode) {
+            (Place::Free, m) => m.to_string(),
+            (Place::Split(..), "-") => "pinned".to_string(),
+            (Place::Split(..), m) => format!("{m},pinned"),
+        }
+    }
+
+    /// Pin the calling (child) process to the server's CPU.
+    fn pin_server(self) {
+        if let Place::Split(_, s) = self {
+            pin_to(s);
+        }
+    }
+
+    /// Pin the calling (parent) process to the client's CPU until the guard drops.
+    fn pin_client(self) -> Option<AffinityGuard> {
+        match self {
+            Place::Free => None,
+            Place::Split(c, _) => {
+                let g = AffinityGuard::save()?;
+                pin_to(c);
+                Some(g)
+            }
+        }
+    }
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return vec![];
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Restrict the calling thread to one CPU.
+fn pin_to(cpu: usize) -> bool {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` comes from `allowed_cpus`, below CPU_SETSIZE; the set is valid.
+    unsafe {
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Restores the calling thread's CPU affinity when dropped.
+struct AffinityGuard(libc::cpu_set_t);
+
+impl AffinityGuard {
+    fn save() -> Option<AffinityGuard> {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity fills it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid out-pointer of the size passed.
+        let r =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        (r == 0).then_some(AffinityGuard(set))
+    }
+}
+
+impl Drop for AffinityGuard {
+    fn drop(&mut self) {
+        // SAFETY: restoring a mask previously returned by sched_getaffinity.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) };
+    }
+}
+
 /// Repeat a measurement and keep the best value (filters out scheduler noise from other
 /// load on the machine; applied to every mechanism alike).
 fn best(cx: &Ctx, mut f: impl FnMut() -> anyhow::Result<f64>) -> anyhow::Result<f64> {
@@ -135,6 +222,8 @@ struct Ctx {
     dom: Domain,
     opts: Options,
     dur: Duration,
+    /// Placement of the two processes of the ping-pong benchmarks being run.
+    place: Place,
     rows: Vec<Row>,
     step: usize,
     steps: usize,
@@ -191,8 +280,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
     )
     .map_err(|e| anyhow::anyhow!("create domain {name}: {e}"))?;
     let sizes = copy_sizes(opts.quick);
-    let steps =
-        2 * (MODES.len() + LINUX.len()) + MODES.len() + sizes.len() * 5 + opts.max_pairs as usize;
+    let steps = placements().len() * (2 * (MODES.len() + LINUX.len()) + MODES.len())
+        + sizes.len() * 5
+        + 2 * opts.max_pairs as usize;
     let mut cx = Ctx {
         dom,
         opts: opts.clone(),
@@ -201,38 +291,42 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
         } else {
             Duration::from_millis(150)
         },
+        place: Place::Free,
         rows: Vec::new(),
         step: 0,
         steps,
     };
-    for bench in ["IPC1", "IPC2"] {
-        if !opts.wants(bench) {
-            continue;
+    for place in placements() {
+        cx.place = place;
+        let tag = match place {
+            Place::Free => "unpinned".to_string(),
+            Place::Split(c, s) => format!("cpus {c}/{s}"),
+        };
+        for bench in ["IPC1", "IPC2"] {
+            if !opts.wants(bench) {
+                continue;
+            }
+            for mode in MODES {
+                cx.progress(&format!("{bench} ustack {} ({tag})", mode.name()));
+                let v = best(&cx, || ustack_pingpong(&cx, bench, mode))?;
+                let m = place.label(mode.name());
+                cx.push(bench, "ustack", &m, MSG as u64, 1, v, "round trips/s");
+            }
+            for mech in LINUX {
+                cx.progress(&format!("{bench} {mech} ({tag})"));
+                let v = best(&cx, || linux_pingpong(&cx, mech))?;
+                let m = place.label("-");
+                cx.push(bench, mech, &m, MSG as u64, 1, v, "round trips/s");
+            }
         }
-        for mode in MODES {
-            cx.progress(&format!("{bench} ustack {}", mode.name()));
-            let v = best(&cx, || ustack_pingpong(&cx, bench, mode))?;
-            cx.push(
-                bench,
-                "ustack",
-                mode.name(),
-                MSG as u64,
-                1,
-                v,
-                "round trips/s",
-            );
-        }
-        for mech in LINUX {
-            cx.progress(&format!("{bench} {mech}"));
-            let v = best(&cx, || linux_pingpong(&cx, mech))?;
-            cx.push(bench, mech, "-", MSG as u64, 1, v, "round trips/s");
+        for mode in MODES.into_iter().filter(|_| opts.wants("IPC3")) {
+            cx.progress(&format!("IPC3 ustack {} ({tag})", mode.name()));
+            let v = best(&cx, || ustack_pingpong(&cx, "IPC3", mode))?;
+            let m = place.label(mode.name());
+            cx.push("IPC3", "ustack", &m, 0, 1, v, "round trips/s");
         }
     }
-    for mode in MODES.into_iter().filter(|_| opts.wants("IPC3")) {
-        cx.progress(&format!("IPC3 ustack {}", mode.name()));
-        let v = best(&cx, || ustack_pingpong(&cx, "IPC3", mode))?;
-        cx.push("IPC3", "ustack", mode.name(), 0, 1, v, "round trips/s");
-    }
+    cx.place = Place::Free;
     for &size in sizes.iter().filter(|_| opts.wants("COPY")) {
         for mech in ["memcpy", "ustack", "ustack-copy2", "pipe", "unix-stream"] {
             cx.progress(&format!("COPY {mech} {}", fmt_size(size as u64)));
@@ -273,6 +367,14 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
         eprintln!("\r\x1b[Kdone");
     }
     Ok(std::mem::take(&mut cx.rows))
+}
+
+/// Pinned to two different CPUs first (if there are two), then unpinned.
+fn placements() -> Vec<Place> {
+    match allowed_cpus()[..] {
+        [a, b, ..] => vec![Place::Split(a, b), Place::Free],
+        _ => vec![Place::Free],
+    }
 }
 
 fn copy_sizes(quick: bool) -> Vec<usize> {
@@ -335,7 +437,12 @@ fn ustack_server(dom: &Domain, slot: i32, bench: &str, mode: WaitMode) -> i32 {
 fn ustack_pingpong(cx: &Ctx, bench: &str, mode: WaitMode) -> anyhow::Result<f64> {
     let dom = cx.dom.clone();
     let b = bench.to_string();
-    let child = fork_run(move || ustack_server(&dom, 1, &b, mode))?;
+    let place = cx.place;
+    let child = fork_run(move || {
+        place.pin_server();
+        ustack_server(&dom, 1, &b, mode)
+    })?;
+    let _pinned = place.pin_client();
     let r = (|| -> anyhow::Result<f64> {
         let mut c = bind_slot(&cx.dom, 0, "bench-client")?;
         c.set_wait_mode(mode);
@@ -566,7 +673,9 @@ fn linux_pingpong(cx: &Ctx, mech: &str) -> anyhow::Result<f64> {
     }
     let ch = make_chan(mech)?;
     let (sr, sw) = (ch.sr, ch.sw);
+    let place = cx.place;
     let child = fork_run(move || {
+        place.pin_server();
         let mut b = [0u8; MSG];
         loop {
             if read_full(sr, &mut b).is_err() {
@@ -580,6 +689,7 @@ fn linux_pingpong(cx: &Ctx, mech: &str) -> anyhow::Result<f64> {
             }
         }
     })?;
+    let _pinned = place.pin_client();
     let mut b = [0u8; MSG];
     let r = timed(cx.dur, || {
         write_full(ch.cw, &b)?;
@@ -619,7 +729,9 @@ fn mqueue_pingpong(cx: &Ctx) -> anyhow::Result<f64> {
         qs.push(q);
     }
     let (c2s, s2c) = (qs[0], qs[1]);
+    let place = cx.place;
     let child = fork_run(move || {
+        place.pin_server();
         let mut b = [0u8; MSG];
         loop {
             // SAFETY: valid queue descriptors and buffers of the queue's message size.
@@ -642,6 +754,7 @@ fn mqueue_pingpong(cx: &Ctx) -> anyhow::Result<f64> {
             }
         }
     })?;
+    let _pinned = place.pin_client();
     let mut b = [0u8; MSG];
     let rt = |b: &mut [u8; MSG]| -> std::io::Result<()> {
         // SAFETY: valid queue descriptors and buffers of the queue's message size.
@@ -886,35 +999,52 @@ pub fn tables(rows: &[Row]) -> String {
             })
             .map(|r| r.value)
     };
-    s.push_str("Message passing (64-byte messages; round trips per second, higher is better)\n");
-    s.push_str(&format!(
-        "{:<28}{:>14}{:>14}{:>14}{:>12}\n",
-        "mechanism", "IPC1 send+rcv", "IPC2 sendrec", "IPC3 notify", "IPC2 us/rt"
-    ));
-    let mut mechs: Vec<(String, String)> = vec![];
-    for r in rows.iter().filter(|r| r.benchmark.starts_with("IPC")) {
-        let k = (r.mechanism.clone(), r.mode.clone());
-        if !mechs.contains(&k) {
-            mechs.push(k);
-        }
-    }
     let cell = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
-    for (m, mode) in &mechs {
-        let label = if mode == "-" {
-            m.clone()
+    for pinned in [true, false] {
+        let is_pinned = |mode: &str| mode.ends_with("pinned");
+        let mut mechs: Vec<(String, String)> = vec![];
+        for r in rows
+            .iter()
+            .filter(|r| r.benchmark.starts_with("IPC") && is_pinned(&r.mode) == pinned)
+        {
+            let k = (r.mechanism.clone(), r.mode.clone());
+            if !mechs.contains(&k) {
+                mechs.push(k);
+            }
+        }
+        if mechs.is_empty() {
+            continue;
+        }
+        s.push_str(if pinned {
+            "Message passing, client and server pinned to two different CPUs \
+             (64-byte messages; round trips per second, higher is better)\n"
         } else {
-            format!("{m} ({mode})")
-        };
-        let i2 = get("IPC2", m, mode, MSG as u64, 1);
+            "Message passing, unpinned: the scheduler places client and server \
+             (64-byte messages; round trips per second, higher is better)\n"
+        });
         s.push_str(&format!(
             "{:<28}{:>14}{:>14}{:>14}{:>12}\n",
-            label,
-            cell(get("IPC1", m, mode, MSG as u64, 1)),
-            cell(i2),
-            cell(get("IPC3", m, mode, 0, 1)),
-            i2.map(|v| format!("{:.2}", 1e6 / v))
-                .unwrap_or_else(|| "-".into())
+            "mechanism", "IPC1 send+rcv", "IPC2 sendrec", "IPC3 notify", "IPC2 us/rt"
         ));
+        for (m, mode) in &mechs {
+            let wait = mode.trim_end_matches("pinned").trim_end_matches(',');
+            let label = if wait.is_empty() || wait == "-" {
+                m.clone()
+            } else {
+                format!("{m} ({wait})")
+            };
+            let i2 = get("IPC2", m, mode, MSG as u64, 1);
+            s.push_str(&format!(
+                "{:<28}{:>14}{:>14}{:>14}{:>12}\n",
+                label,
+                cell(get("IPC1", m, mode, MSG as u64, 1)),
+                cell(i2),
+                cell(get("IPC3", m, mode, 0, 1)),
+                i2.map(|v| format!("{:.2}", 1e6 / v))
+                    .unwrap_or_else(|| "-".into())
+            ));
+        }
+        s.push('\n');
     }
     let mut sizes: Vec<u64> = rows
         .iter()
@@ -922,7 +1052,7 @@ pub fn tables(rows: &[Row]) -> String {
         .map(|r| r.size)
         .collect();
     sizes.dedup();
-    s.push_str("\nBlock copy between processes (MB/s = 10^6 bytes/s, higher is better)\n");
+    s.push_str("Block copy between processes (MB/s = 10^6 bytes/s, higher is better)\n");
     s.push_str(&format!("{:<22}", "mechanism"));
     for sz in &sizes {
         s.push_str(&format!("{:>11}", fmt_size(*sz)));

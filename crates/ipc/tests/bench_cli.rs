@@ -66,7 +66,25 @@ fn quick_bench_rows_have_the_json_shape() {
         .filter(|r| r.benchmark == "IPC2" && r.mechanism == "ustack")
         .map(|r| r.mode.as_str())
         .collect();
-    assert_eq!(modes, BTreeSet::from(["adaptive", "spin", "block"]));
+    // Unpinned always; pinned to two different CPUs as well when we may use two CPUs.
+    let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let mut want = BTreeSet::from(["adaptive", "spin", "block"]);
+    if two_cpus {
+        want.extend(["adaptive,pinned", "spin,pinned", "block,pinned"]);
+    }
+    assert_eq!(modes, want);
+    // The Linux primitives are measured with the same placements.
+    let pipe_modes: BTreeSet<&str> = rows
+        .iter()
+        .filter(|r| r.benchmark == "IPC2" && r.mechanism == "pipe")
+        .map(|r| r.mode.as_str())
+        .collect();
+    let want_pipe = if two_cpus {
+        BTreeSet::from(["-", "pinned"])
+    } else {
+        BTreeSet::from(["-"])
+    };
+    assert_eq!(pipe_modes, want_pipe);
     assert_eq!(
         rows.iter().filter(|r| r.benchmark == "AGGREGATE").count(),
         4,
@@ -76,6 +94,7 @@ fn quick_bench_rows_have_the_json_shape() {
     assert!(
         t.contains("IPC2 sendrec") && t.contains("ustack COPY2") && t.contains("Aggregate sendrec")
     );
+    assert_eq!(t.contains("pinned to two different CPUs"), two_cpus, "{t}");
     let svg = bench::svg(&rows);
     assert!(
         svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>") && svg.contains("polyline")
