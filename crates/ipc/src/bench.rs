@@ -385,6 +385,12 @@ fn copy_sizes(quick: bool) -> Vec<usize> {
     }
 }
 
+/// Copies per COPY measurement: 128 MiB in total (8 MiB with `quick`), at least 8.
+fn copy_iters(quick: bool, size: usize) -> u64 {
+    let total: u64 = if quick { 8 << 20 } else { 128 << 20 };
+    (total / size.max(1) as u64).max(8)
+}
+
 fn fmt_size(s: u64) -> String {
     if s >= 1 << 20 {
         format!("{}M", s >> 20)
@@ -494,6 +500,23 @@ fn timed<E>(dur: Duration, mut f: impl FnMut() -> Result<(), E>) -> Result<f64, 
             return Ok(n as f64 / el.as_secs_f64());
         }
     }
+}
+
+/// Run `f` once untimed (warm-up: page faults, caches), then exactly `iters` times;
+/// operations per second.
+fn counted<E>(iters: u64, mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    f()?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        f()?;
+    }
+    Ok(iters as f64 / t0.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// A buffer whose pages are all faulted in (written), so no measurement pays first-touch
+/// page faults (`vec![0; n]` would map untouched zero pages).
+fn touched(size: usize, fill: u8) -> Vec<u8> {
+    vec![fill.max(1); size]
 }
 
 // ---------------------------------------------------------------- Linux ping-pong
@@ -793,7 +816,7 @@ fn buffer_holder(dom: &Domain, slot: i32, size: usize, to: i32) -> i32 {
     let Ok(mut e) = bind_slot(dom, slot, "bench-buffer") else {
         return 2;
     };
-    let mut buf = vec![1u8; size];
+    let mut buf = touched(size, 1);
     let m = Message::new(MT_ADDR).with_u64(0, buf.as_mut_ptr() as usize as u64);
     let t0 = Instant::now();
     loop {
@@ -818,13 +841,17 @@ fn buffer_holder(dom: &Domain, slot: i32, size: usize, to: i32) -> i32 {
     }
 }
 
+/// Copy bandwidth. Every mechanism copies between two distinct, pre-faulted buffers of
+/// `size` bytes, the same (`copy_iters`) number of times after one untimed warm-up copy;
+/// the buffers are reused, so they are equally cache-warm for all mechanisms.
 fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
+    let iters = copy_iters(cx.opts.quick, size);
     let mbps = |ops: f64| ops * size as f64 / 1e6;
     match mech {
         "memcpy" => {
-            let src = vec![3u8; size];
-            let mut dst = vec![0u8; size];
-            let v = timed(cx.dur, || -> Result<(), ()> {
+            let src = touched(size, 3);
+            let mut dst = touched(size, 2);
+            let v = counted(iters, || -> Result<(), ()> {
                 dst.copy_from_slice(std::hint::black_box(&src));
                 std::hint::black_box(&mut dst);
                 Ok(())
@@ -851,15 +878,15 @@ fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
                     }
                 }
                 let (e1, e2) = (cx.dom.endpoint_of_slot(1), cx.dom.endpoint_of_slot(2));
-                let local = vec![5u8; size];
+                let local = touched(size, 5);
                 let v = if n == 1 {
                     // COPY1: we are the source.
-                    timed(cx.dur, || {
+                    counted(iters, || {
                         me.vcopy(me.id(), local.as_ptr() as usize, e1, addr[0], size)
                     })?
                 } else {
                     // COPY2: we ask for a copy between two other processes.
-                    timed(cx.dur, || me.vcopy(e1, addr[0], e2, addr[1], size))?
+                    counted(iters, || me.vcopy(e1, addr[0], e2, addr[1], size))?
                 };
                 Ok(mbps(v))
             })();
@@ -880,7 +907,7 @@ fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
             let ch = make_chan(mech)?;
             let (sr, sw) = (ch.sr, ch.sw);
             let child = fork_run(move || {
-                let mut buf = vec![0u8; size];
+                let mut buf = touched(size, 2);
                 loop {
                     if read_full(sr, &mut buf).is_err() {
                         return 2;
@@ -893,9 +920,9 @@ fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
                     }
                 }
             })?;
-            let mut buf = vec![1u8; size];
+            let mut buf = touched(size, 1);
             let mut ack = [0u8; 1];
-            let r = timed(cx.dur, || {
+            let r = counted(iters, || {
                 write_full(ch.cw, &buf)?;
                 read_full(ch.cr, &mut ack)
             });
