@@ -600,3 +600,22 @@ fn tarpit_listener() -> TcpListener {
     assert_eq!(rc, 0, "listen");
     l
 }
+
+#[test]
+fn user_namespace_sandbox_relays_too() {
+    // As unprivileged users get it (`unshare -rn`-like), forced with --userns.
+    const LEN: usize = 1 << 20;
+    let (port, _srv) = http_server(LEN);
+    let out = TempFile::new("userns.bin");
+    let script = format!(
+        "grep -q '4294967295' /proc/self/uid_map && exit 9; \
+         curl -s --max-time 20 -o {} http://10.0.2.2:{port}/f",
+        out.path()
+    );
+    let r = ustack_run(&["--userns", "--", "sh", "-c", &script]);
+    assert_ne!(r.code, 9, "the command ran in the initial user namespace");
+    assert_eq!(r.code, 0, "curl exit status");
+    let got = std::fs::read(&out.0).expect("curl output");
+    assert_eq!(got.len(), LEN);
+    assert!(got.iter().enumerate().all(|(i, b)| *b == body_byte(i)));
+}
