@@ -146,6 +146,7 @@ fn run_seed(seed: u64, case: Case) -> Result<u64, String> {
         corrupt: rng.below(30) as f64 / 1000.0,
         delay: Duration::from_micros(100 + rng.below(50_000)),
         jitter: Duration::from_micros(rng.below(20_000)),
+        ..Impair::default()
     };
     net.ab.imp = imp(&mut rng);
     net.ba.imp = imp(&mut rng);

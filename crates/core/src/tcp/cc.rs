@@ -8,12 +8,13 @@ pub trait CongestionControl: Debug + Send {
     fn ssthresh(&self) -> usize;
     /// New data was cumulatively acknowledged outside recovery.
     fn on_ack(&mut self, acked: usize, mss: usize);
-    /// Three duplicate ACKs: entering fast recovery with `flight` bytes out.
+    /// Loss detected (RACK, or three duplicate ACKs without SACK):
+    /// entering fast recovery with `flight` bytes out. During recovery the
+    /// sender keeps RFC 6675's pipe below cwnd.
     fn on_enter_recovery(&mut self, flight: usize, mss: usize);
-    /// A further duplicate ACK during fast recovery.
-    fn on_dupack(&mut self, mss: usize);
-    /// A partial ACK (RFC 6582) acknowledging `acked` bytes.
-    fn on_partial_ack(&mut self, acked: usize, mss: usize);
+    /// The reduction was spurious (RFC 3708 / Eifel, DSACK): restore the
+    /// state from before it.
+    fn on_undo(&mut self, prior_cwnd: usize, prior_ssthresh: usize);
     /// A full ACK ends recovery; `flight` is what remains outstanding.
     fn on_exit_recovery(&mut self, flight: usize, mss: usize);
     /// The retransmission timer expired with `flight` bytes out.
@@ -72,29 +73,18 @@ impl CongestionControl for NewReno {
     }
 
     fn on_enter_recovery(&mut self, flight: usize, mss: usize) {
-        // RFC 5681 3.2 (2): "ssthresh = max (FlightSize / 2, 2*SMSS)";
-        // (3): "cwnd = ssthresh + 3*SMSS".
+        // RFC 6675 5 (4.2): "ssthresh = cwnd = (FlightSize / 2)" (with
+        // RFC 5681's floor of 2*SMSS). No window inflation: the pipe
+        // estimate accounts for what left the network.
         self.ssthresh = (flight / 2).max(2 * mss);
-        self.cwnd = self.ssthresh + 3 * mss;
+        self.cwnd = self.ssthresh;
         self.ca_acked = 0;
     }
 
-    fn on_dupack(&mut self, mss: usize) {
-        // RFC 5681 3.2 (4): "For each additional duplicate ACK received
-        // (after the third), cwnd MUST be incremented by SMSS."
-        self.cwnd += mss;
-    }
-
-    fn on_partial_ack(&mut self, acked: usize, mss: usize) {
-        // RFC 6582 3.2 (5): "deflate the congestion window by the amount of
-        // new data acknowledged by the cumulative acknowledgment field. If
-        // the partial ACK acknowledges at least one SMSS of new data, then
-        // add back SMSS bytes to the congestion window."
-        self.cwnd = self.cwnd.saturating_sub(acked);
-        if acked >= mss {
-            self.cwnd += mss;
-        }
-        self.cwnd = self.cwnd.max(mss);
+    fn on_undo(&mut self, prior_cwnd: usize, prior_ssthresh: usize) {
+        // RFC 3708 / Linux tcp_undo_cwnd_reduction: back to where we were.
+        self.cwnd = self.cwnd.max(prior_cwnd);
+        self.ssthresh = self.ssthresh.max(prior_ssthresh);
     }
 
     fn on_exit_recovery(&mut self, flight: usize, mss: usize) {
@@ -142,16 +132,14 @@ mod tests {
     }
 
     #[test]
-    fn fast_recovery_inflation_and_deflation() {
+    fn fast_recovery_and_undo() {
         let mss = 1000;
         let mut c = NewReno::new(10, mss);
         c.on_enter_recovery(10_000, mss);
-        assert_eq!((c.ssthresh(), c.cwnd()), (5000, 8000));
-        c.on_dupack(mss);
-        assert_eq!(c.cwnd(), 9000);
-        c.on_partial_ack(3000, mss);
-        assert_eq!(c.cwnd(), 7000);
+        assert_eq!((c.ssthresh(), c.cwnd()), (5000, 5000));
         c.on_exit_recovery(2000, mss);
         assert_eq!(c.cwnd(), 3000);
+        c.on_undo(10_000, usize::MAX / 2);
+        assert_eq!((c.cwnd(), c.ssthresh()), (10_000, usize::MAX / 2));
     }
 }

@@ -8,7 +8,8 @@
 //! | `state.rs` | the state machine and segment arrival processing (RFC 9293 3.10) |
 //! | `send.rs` | send buffer, segmentation decisions: Nagle, sender SWS avoidance |
 //! | `recv.rs` | receive buffer, out-of-order reassembly, SACK blocks, window management |
-//! | `sack.rs` | the sender's SACK scoreboard (RFC 2018) |
+//! | `sack.rs` | the sender's scoreboard: segments sent, SACKed, lost (RFC 2018, RFC 6675) |
+//! | `rack.rs` | time-based loss detection, RACK (RFC 8985) |
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
 //! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
@@ -26,6 +27,7 @@
 
 mod cc;
 mod isn;
+mod rack;
 mod recv;
 mod ring;
 mod rtt;
@@ -274,6 +276,11 @@ counters!(
     TCPTimeouts,
     TCPFastRetrans,
     TCPLossProbes,
+    TCPLossProbeRecovery,
+    TCPDSACKRecv,
+    TCPDSACKOldSent,
+    TCPFullUndo,
+    TCPLossUndo,
     TCPSackRecovery,
     TCPRenoRecovery,
     TCPOFOQueue,

@@ -6,6 +6,7 @@ use std::net::SocketAddrV4;
 use ustack_wire::tcp::{SeqNum, TcpRepr, MAX_WINDOW_SHIFT};
 
 use super::cc::{CongestionControl, NewReno};
+use super::rack::Rack;
 use super::recv::RecvQueue;
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
@@ -25,6 +26,31 @@ const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 const OOW_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// When `emit` refuses a segment, retry this much later.
 const TX_RETRY: Duration = Duration::from_millis(10);
+/// RFC 8985 7.2 "WCDelAckT": the worst-case delayed-ACK time added to the
+/// probe timeout when only one segment is in flight.
+const WC_DEL_ACK: Duration = Duration::from_millis(200);
+/// Least probe timeout (Linux `TCP_TIMEOUT_MIN`, 2 jiffies).
+const MIN_PTO: Duration = Duration::from_millis(10);
+
+/// What to restore if a window reduction turns out spurious (RFC 3708).
+#[derive(Debug, Clone, Copy)]
+struct Undo {
+    prior_cwnd: usize,
+    prior_ssthresh: usize,
+    /// Our TSval on the first retransmission of the episode (Linux
+    /// `retrans_stamp`).
+    retrans_ts: Option<u32>,
+}
+
+/// Our TSval at `t` (RFC 7323 timestamps in milliseconds plus an offset).
+fn ts_at(t: Instant, offset: u32) -> u32 {
+    (t.total_millis() as u32).wrapping_add(offset)
+}
+
+/// The ACK's TSecr predates `xmit` (it echoes an earlier transmission).
+fn echo_before(ecr: Option<u32>, xmit: Instant, offset: u32) -> bool {
+    ecr.is_some_and(|e| (e.wrapping_sub(ts_at(xmit, offset)) as i32) < 0)
+}
 
 /// ICMP errors relevant to a connection (RFC 1122 4.2.3.9, RFC 5927).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,12 +143,25 @@ pub struct Connection {
     total_retrans: u32,
     rtt_probe: Option<(SeqNum, Instant)>,
     cc: Box<dyn CongestionControl>,
+    /// Duplicate ACKs in a row (loss detection without SACK).
     dupacks: u32,
+    /// In fast recovery (or, with `in_loss`, RTO recovery) until SND.UNA
+    /// reaches this ("recover", RFC 6582 / RFC 6675).
     recovery: Option<SeqNum>,
+    in_loss: bool,
     last_recover: Option<SeqNum>,
-    rtx_pending: Option<SeqNum>,
-    high_rxt: SeqNum,
     scoreboard: Scoreboard,
+    rack: Rack,
+    /// RACK reordering timer (RFC 8985 6.3).
+    rack_at: Option<Instant>,
+    /// Tail loss probe timer (RFC 8985 7.2) and a probe due now.
+    tlp_at: Option<Instant>,
+    tlp_pending: bool,
+    /// Outstanding probe: (SND.MAX after it, was a retransmission).
+    tlp_end: Option<(SeqNum, bool)>,
+    undo: Option<Undo>,
+    /// RFC 2883 D-SACK block for our next ACK.
+    dsack_out: Option<(SeqNum, SeqNum)>,
 
     // ACK generation.
     ack_now: bool,
@@ -237,9 +276,15 @@ impl Connection {
             dupacks: 0,
             recovery: None,
             last_recover: None,
-            rtx_pending: None,
-            high_rxt: iss,
+            in_loss: false,
             scoreboard: Scoreboard::default(),
+            rack: Rack::new(iss),
+            rack_at: None,
+            tlp_at: None,
+            tlp_pending: false,
+            tlp_end: None,
+            undo: None,
+            dsack_out: None,
             ack_now: false,
             ack_delay_at: None,
             unacked_bytes: 0,
@@ -637,7 +682,9 @@ impl Connection {
         self.finwait2_at = None;
         self.timewait_at = None;
         self.ack_now = false;
-        self.rtx_pending = None;
+        self.rack_at = None;
+        self.tlp_at = None;
+        self.tlp_pending = false;
         self.probe_pending = false;
     }
 
@@ -749,12 +796,32 @@ impl Connection {
     }
 
     fn sack_blocks(&self) -> [Option<(SeqNum, SeqNum)>; 4] {
-        if self.sack_ok && self.recvq.has_out_of_order() {
-            self.recvq
-                .sack_blocks(self.rcv_nxt, if self.ts_ok { 3 } else { 4 })
+        if !self.sack_ok {
+            return [None; 4];
+        }
+        let max = if self.ts_ok { 3 } else { 4 };
+        let Some(d) = self.dsack_out else {
+            if self.recvq.has_out_of_order() {
+                return self.recvq.sack_blocks(self.rcv_nxt, max);
+            }
+            return [None; 4];
+        };
+        // RFC 2883 4: "If the D-SACK block reports a duplicate contiguous
+        // sequence from a (possibly larger) block of data in the
+        // receiver's data queue above the cumulative acknowledgement, then
+        // the second SACK block ... SHOULD specify this (possibly larger)
+        // block"; the D-SACK block itself goes first.
+        let mut out = [None; 4];
+        let rest = if self.recvq.has_out_of_order() {
+            self.recvq.sack_blocks(self.rcv_nxt, max - 1)
         } else {
             [None; 4]
+        };
+        let mut blocks = core::iter::once(Some(d)).chain(rest);
+        for o in out.iter_mut() {
+            *o = blocks.next().flatten();
         }
+        out
     }
 
     fn max_payload(&self) -> usize {
@@ -789,6 +856,7 @@ impl Connection {
 
     fn sent_ack(&mut self, ctr: &mut TcpCounters, now: Instant) {
         self.ack_now = false;
+        self.dsack_out = None;
         self.ack_delay_at = None;
         self.unacked_bytes = 0;
         self.last_ack_sent = self.rcv_nxt;
@@ -818,17 +886,37 @@ impl Connection {
         self.sendq.fin_queued && self.snd_una.gt(self.sendq.fin_seq())
     }
 
-    /// The next data/FIN segment to send now: (seq, len, fin).
-    fn next_segment(&self, force: bool) -> Option<(SeqNum, usize, bool)> {
+    /// RFC 6675 "pipe": bytes believed in the network. Without SACK,
+    /// each duplicate ACK stands for a segment that left it (so new data
+    /// may go out, RFC 3042 limited transmit).
+    fn pipe(&self) -> usize {
+        let p = self.scoreboard.pipe();
+        if self.sack_ok {
+            p
+        } else {
+            p.saturating_sub(self.dupacks as usize * self.max_payload_base())
+        }
+    }
+
+    /// A segment deemed lost may be retransmitted now (RFC 6675 5
+    /// (C): "If cwnd - pipe >= 1 SMSS" ... NextSeg rule 1).
+    fn rtx_due(&self) -> bool {
+        if !self.can_send_data_state() {
+            return false;
+        }
+        let Some((s, _)) = self.scoreboard.first_lost() else {
+            return false;
+        };
+        (s == self.snd_una || s.lt(self.snd_una + self.snd_wnd)) && self.pipe() < self.cc.cwnd()
+    }
+
+    /// The next segment of new data (or the FIN) to send now: (seq, len,
+    /// fin). `probe`: a tail loss probe, which ignores cwnd (RFC 8985 7.3).
+    fn next_segment(&self, force: bool, probe: bool) -> Option<(SeqNum, usize, bool)> {
         if !self.can_send_data_state() {
             return None;
         }
-        let mut seq = self.snd_nxt;
-        if seq.lt(self.snd_max) {
-            if let Some(end) = self.scoreboard.sacked_end(seq) {
-                seq = end.min(self.snd_max);
-            }
-        }
+        let mut seq = self.snd_max;
         if seq.lt(self.sendq.seq) {
             seq = self.sendq.seq;
         }
@@ -844,16 +932,19 @@ impl Connection {
         }
         let flight = seq.wrapping_sub(self.snd_una) as usize;
         let wnd_room = self.snd_wnd.saturating_sub(flight);
-        let cwnd_room = self.cc.cwnd().saturating_sub(flight);
+        let cwnd_room = if probe {
+            usize::MAX
+        } else {
+            self.cc.cwnd().saturating_sub(self.pipe())
+        };
         let maxp = self.max_payload();
         let n = avail.min(maxp).min(wnd_room).min(cwnd_room);
-        let is_rtx = seq.lt(self.snd_max);
         // RFC 9293: the FIN occupies one sequence number inside the window.
-        let fin = fin_pending && n == avail && (n < wnd_room || force);
+        let fin = fin_pending && n == avail && (n < wnd_room || force) && cwnd_room > 0;
         if n == 0 && !fin {
             return None;
         }
-        if !is_rtx && !force && n > 0 {
+        if !force && !probe && n > 0 {
             let check = SendCheck {
                 len: n,
                 avail,
@@ -873,7 +964,7 @@ impl Connection {
     /// Data (or a FIN) queued and not yet sent.
     fn has_unsent(&self) -> bool {
         self.can_send_data_state()
-            && (self.sendq.ring.len() > self.snd_nxt.wrapping_sub(self.sendq.seq) as usize
+            && (self.sendq.ring.len() > self.snd_max.wrapping_sub(self.sendq.seq) as usize
                 || (self.sendq.fin_queued && self.snd_max.le(self.sendq.fin_seq())))
     }
 
@@ -891,9 +982,9 @@ impl Connection {
     fn persist_needed(&self) -> bool {
         self.persist_at.is_none()
             && self.rto_at.is_none()
-            && self.snd_nxt == self.snd_una
+            && self.snd_max == self.snd_una
             && self.has_unsent()
-            && self.next_segment(false).is_none()
+            && self.next_segment(false, false).is_none()
     }
 
     fn syn_needed(&self) -> bool {
@@ -911,8 +1002,9 @@ impl Connection {
             || self.ack_now
             || self.probe_pending
             || self.syn_needed()
-            || self.rtx_pending.is_some()
-            || self.next_segment(self.force_send).is_some()
+            || self.tlp_pending
+            || self.rtx_due()
+            || self.next_segment(self.force_send, false).is_some()
             // An application `send` into a closed window: `dispatch` must
             // run to arm the persist timer.
             || self.persist_needed()
@@ -931,6 +1023,8 @@ impl Connection {
         }
         if !matches!(self.state, State::Closed | State::Listen) {
             min(self.rto_at);
+            min(self.rack_at);
+            min(self.tlp_at);
             min(self.persist_at);
             min(self.ack_delay_at);
             min(self.timewait_at);
@@ -993,7 +1087,10 @@ impl Connection {
         if self.ts_ok && !seg.rst {
             if let Some((tsval, _)) = seg.timestamp {
                 let valid = now.saturating_duration_since(self.ts_recent_at) < PAWS_IDLE;
-                if valid && (tsval.wrapping_sub(self.ts_recent) as i32) < 0 {
+                if valid
+                    && (tsval.wrapping_sub(self.ts_recent) as i32) < 0
+                    && !self.disordered_ack(&seg, tsval)
+                {
                     ctr.PAWSEstab += 1;
                     self.oow_ack(now, seg.seq_len());
                     return;
@@ -1031,6 +1128,13 @@ impl Connection {
             if wnd == 0 && seg.seq == self.rcv_nxt {
                 ack_only = true;
             } else {
+                // A duplicate of data we have: report it (RFC 2883 D-SACK)
+                // so the sender can tell its retransmission was spurious.
+                let end = seg.seq + seg.payload.len();
+                if self.sack_ok && !seg.payload.is_empty() && end.le(self.rcv_nxt) {
+                    self.dsack_out = Some((seg.seq, end));
+                    ctr.TCPDSACKOldSent += 1;
+                }
                 // "If an incoming segment is not acceptable, an
                 // acknowledgment should be sent in reply".
                 self.oow_ack(now, seg_len);
@@ -1127,6 +1231,28 @@ impl Connection {
             self.restart_time_wait(now);
         }
         self.check_fin(now, ctr);
+    }
+
+    /// Like Linux (`tcp_disordered_ack`), a pure duplicate ACK that fails
+    /// PAWS only because the network reordered it is accepted: it carries
+    /// SACK information and cannot corrupt anything. RFC 7323 5.3 R1 still
+    /// applies to everything else (data, window updates, new ACKs).
+    fn disordered_ack(&self, seg: &TcpRepr, tsval: u32) -> bool {
+        let Some(ack) = seg.ack else {
+            return false;
+        };
+        let new_wnd = usize::from(seg.window) << self.snd_wscale;
+        // Would this segment update the window (Linux tcp_may_update_window)?
+        let updates_window = self.snd_wl1.lt(seg.seq)
+            || (self.snd_wl1 == seg.seq && (new_wnd > self.snd_wnd || new_wnd == 0));
+        let age_ms = u64::from(self.ts_recent.wrapping_sub(tsval));
+        seg.payload.is_empty()
+            && !seg.syn
+            && !seg.fin
+            && seg.seq == self.rcv_nxt
+            && ack == self.snd_una
+            && !updates_window
+            && age_ms <= self.rtt.rto().as_millis() as u64
     }
 
     /// Answer an unacceptable segment with an ACK. Like Linux
@@ -1280,44 +1406,68 @@ impl Connection {
         }
         self.probes_out = 0;
         let new_wnd = usize::from(seg.window) << self.snd_wscale;
+        let ecr = match (self.ts_ok, seg.timestamp) {
+            (true, Some((_, e))) if e != 0 => Some(e),
+            _ => None,
+        };
+        let una_before = self.snd_una;
+        let off = self.ts_offset;
         // SACK information (RFC 2018) before the cumulative ACK moves.
+        let mut dsack = false;
         if self.sack_ok {
-            for (l, r) in seg.sack_ranges.iter().flatten() {
-                self.scoreboard
-                    .add(*l, *r, ack.max(self.snd_una), self.snd_max);
+            let blocks = seg.sack_ranges;
+            let second = blocks.get(1).copied().flatten();
+            let rack = &mut self.rack;
+            for (i, &(l, r)) in blocks.iter().flatten().enumerate() {
+                // RFC 2883 4: "If the first SACK block ... is covered by
+                // the cumulative acknowledgement field ... or if the
+                // first block is covered by the second, it is a D-SACK".
+                if i == 0 && (r.le(ack) || second.is_some_and(|(l2, r2)| l.ge(l2) && r.le(r2))) {
+                    dsack = true;
+                    continue;
+                }
+                self.scoreboard.sack(l, r, &mut |s| {
+                    rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
+                });
             }
+        }
+        if dsack {
+            ctr.TCPDSACKRecv += 1;
+            self.rack.on_dsack(self.snd_una, self.snd_max);
         }
         if ack.gt(self.snd_una) {
             // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
             self.advice.confirm = true;
             let acked_seq = ack.wrapping_sub(self.snd_una) as usize;
-            let mut acked_data = self.sendq.ack_to(ack);
-            if acked_data > acked_seq {
-                acked_data = acked_seq;
-            }
+            self.sendq.ack_to(ack);
             self.snd_una = ack;
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
             }
-            self.scoreboard.ack(ack);
+            {
+                let rack = &mut self.rack;
+                self.scoreboard.ack(ack, &mut |s| {
+                    rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
+                });
+            }
             // RTT measurement: RFC 7323 4.1 from TSecr, else one timed
             // segment, never a retransmitted one (Karn).
             let mut sampled = false;
-            if self.ts_ok {
-                if let Some((_, ecr)) = seg.timestamp {
-                    if ecr != 0 {
-                        let ms = self.ts_now(now).wrapping_sub(ecr);
-                        if ms < 60_000 {
-                            self.rtt.sample(Duration::from_millis(u64::from(ms)));
-                            sampled = true;
-                        }
-                    }
+            if let Some(ecr) = ecr {
+                let ms = self.ts_now(now).wrapping_sub(ecr);
+                if ms < 60_000 {
+                    let d = Duration::from_millis(u64::from(ms));
+                    self.rtt.sample(d);
+                    self.rack.on_rtt_sample(d);
+                    sampled = true;
                 }
             }
             if let Some((seq, t)) = self.rtt_probe {
                 if ack.gt(seq) {
                     if !sampled {
-                        self.rtt.sample(now.saturating_duration_since(t));
+                        let d = now.saturating_duration_since(t);
+                        self.rtt.sample(d);
+                        self.rack.on_rtt_sample(d);
                     }
                     self.rtt_probe = None;
                 }
@@ -1326,19 +1476,31 @@ impl Connection {
             self.rtt.reset_backoff();
             self.persist_backoff = 0;
             let mss = self.max_payload_base();
+            self.try_undo(ecr, ctr);
             match self.recovery {
                 Some(recover) if ack.ge(recover) => {
-                    // Full acknowledgment: leave fast recovery.
-                    let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
-                    self.cc.on_exit_recovery(flight, mss);
+                    // Full acknowledgment: leave recovery.
+                    if self.in_loss {
+                        self.cc.on_ack(acked_seq, mss);
+                    } else {
+                        let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
+                        self.cc.on_exit_recovery(flight, mss);
+                    }
                     self.recovery = None;
+                    self.in_loss = false;
+                    self.undo = None;
                     self.last_recover = Some(recover);
                 }
                 Some(_) => {
-                    // RFC 6582 3.2 (5) partial ACK: "retransmit the first
-                    // unacknowledged segment".
-                    self.cc.on_partial_ack(acked_seq, mss);
-                    self.rtx_pending = Some(self.snd_una);
+                    if self.in_loss {
+                        // After an RTO the window slow-starts again
+                        // (RFC 5681 3.1) while the lost segments go out.
+                        self.cc.on_ack(acked_seq, mss);
+                    } else if !self.sack_ok {
+                        // RFC 6582 3.2 (5) partial ACK: "retransmit the
+                        // first unacknowledged segment".
+                        self.scoreboard.mark_head_lost();
+                    }
                 }
                 None => self.cc.on_ack(acked_seq, mss),
             }
@@ -1349,7 +1511,6 @@ impl Connection {
             } else {
                 Some(now + self.rtt.rto())
             };
-            let _ = acked_data;
         } else if ack == self.snd_una
             && seg.payload.is_empty()
             && !seg.syn
@@ -1359,36 +1520,47 @@ impl Connection {
         {
             // RFC 5681 2: a duplicate ACK.
             self.dupacks += 1;
-            let mss = self.max_payload_base();
-            let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
-            if self.recovery.is_none() && self.dupacks == 3 {
-                // RFC 6582 3.2 (2): only if "the cumulative acknowledgment
-                // field covers more than recover".
-                if self.last_recover.is_none_or(|r| ack.gt(r)) {
-                    self.recovery = Some(self.snd_max);
-                    self.cc.on_enter_recovery(flight, mss);
-                    self.rtx_pending = Some(self.snd_una);
-                    self.high_rxt = self.snd_una;
-                    ctr.TCPFastRetrans += 1;
-                    if self.sack_ok && !self.scoreboard.is_empty() {
-                        ctr.TCPSackRecovery += 1;
-                    } else {
-                        ctr.TCPRenoRecovery += 1;
-                    }
-                }
-            } else if self.recovery.is_some() {
-                self.cc.on_dupack(mss);
-                // With SACK, retransmit the next hole below the highest
-                // SACKed byte (RFC 6675 NextSeg rule 1).
-                if self.rtx_pending.is_none() {
-                    if let Some((l, _)) = self.scoreboard.next_hole(self.high_rxt.max(self.snd_una))
-                    {
-                        if self.scoreboard.highest().is_some_and(|h| l.lt(h)) {
-                            self.rtx_pending = Some(l);
-                        }
-                    }
-                }
+            // Without SACK, RFC 5681 3.2 / RFC 6582: the third duplicate
+            // ACK starts fast retransmit, if "the cumulative acknowledgment
+            // field covers more than recover". With SACK, RACK decides.
+            if !self.sack_ok
+                && self.recovery.is_none()
+                && self.dupacks == 3
+                && self.last_recover.is_none_or(|r| ack.gt(r))
+            {
+                self.scoreboard.mark_head_lost();
+                self.enter_recovery(ctr);
             }
+        }
+        // RFC 8985 7.4: was the tail loss probe repairing a loss?
+        if let Some((end, was_rtx)) = self.tlp_end {
+            if ack.ge(end) {
+                if was_rtx && !dsack && ack.gt(una_before) {
+                    // 7.4.2: "the TLP episode ... repaired a loss": the
+                    // congestion controller must react.
+                    ctr.TCPLossProbeRecovery += 1;
+                    if self.recovery.is_none() {
+                        let mss = self.max_payload_base();
+                        let cwnd = self.cc.cwnd();
+                        self.cc.on_enter_recovery(cwnd, mss);
+                    }
+                }
+                self.tlp_end = None;
+            } else if was_rtx && dsack {
+                // 7.4.1: the original and the probe both arrived.
+                self.tlp_end = None;
+            }
+        }
+        // RFC 8985 6.2 step 5: time-based loss detection.
+        if self.can_send_data_state() && !self.scoreboard.is_empty() {
+            self.rack_detect(now, ctr);
+        } else {
+            self.rack_at = None;
+        }
+        if ack.gt(una_before) {
+            // 7.2: "start or restart a loss probe PTO timer ... upon
+            // receiving an ACK that cumulatively acknowledges new data".
+            self.schedule_tlp(now);
         }
         // Window update: "If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and
         // SND.WL2 =< SEG.ACK), set SND.WND <- SEG.WND, set SND.WL1 <-
@@ -1448,6 +1620,12 @@ impl Connection {
         }
         let end = seg.seq + seg.payload.len();
         if end.le(self.rcv_nxt) {
+            // RFC 2883 4: "the receiver ... reports [duplicate segments]
+            // in the first SACK block" (D-SACK).
+            if self.sack_ok {
+                self.dsack_out = Some((seg.seq, end));
+                ctr.TCPDSACKOldSent += 1;
+            }
             self.ack_now = true;
             return;
         }
@@ -1460,6 +1638,10 @@ impl Connection {
         }
         // Trim what we already have.
         let (off, data) = if seg.seq.lt(self.rcv_nxt) {
+            if self.sack_ok {
+                self.dsack_out = Some((seg.seq, self.rcv_nxt));
+                ctr.TCPDSACKOldSent += 1;
+            }
             let skip = self.rcv_nxt.wrapping_sub(seg.seq) as usize;
             (0, seg.payload.get(skip..).unwrap_or(&[]))
         } else {
@@ -1535,6 +1717,153 @@ impl Connection {
         self.ack_now = true;
     }
 
+    // ----- loss recovery (RFC 6675, RFC 8985, RFC 3708) ---------------------
+
+    /// Loss detected outside recovery: reduce the window once for this
+    /// episode (RFC 6675 5 step 4, RFC 8985 "enter fast recovery").
+    fn enter_recovery(&mut self, ctr: &mut TcpCounters) {
+        let mss = self.max_payload_base();
+        let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
+        self.undo = Some(Undo {
+            prior_cwnd: self.cc.cwnd(),
+            prior_ssthresh: self.cc.ssthresh(),
+            retrans_ts: None,
+        });
+        self.cc.on_enter_recovery(flight, mss);
+        self.recovery = Some(self.snd_max);
+        self.in_loss = false;
+        self.tlp_at = None;
+        self.tlp_pending = false;
+        ctr.TCPFastRetrans += 1;
+        if self.sack_ok && self.scoreboard.any_sacked() {
+            ctr.TCPSackRecovery += 1;
+        } else {
+            ctr.TCPRenoRecovery += 1;
+        }
+    }
+
+    /// RFC 3708 / Eifel (RFC 3522) detection with timestamps, as Linux's
+    /// `tcp_packet_delayed`: an ACK that advances SND.UNA while echoing a
+    /// TSval older than our first retransmission was caused by an original
+    /// transmission, so the retransmissions were spurious. With no
+    /// retransmission still outstanding, undo the reduction.
+    fn try_undo(&mut self, ecr: Option<u32>, ctr: &mut TcpCounters) {
+        let (Some(u), Some(ecr)) = (self.undo, ecr) else {
+            return;
+        };
+        let Some(rts) = u.retrans_ts else {
+            return;
+        };
+        if self.recovery.is_none()
+            || (ecr.wrapping_sub(rts) as i32) >= 0
+            || self.scoreboard.retrans_out()
+        {
+            return;
+        }
+        self.cc.on_undo(u.prior_cwnd, u.prior_ssthresh);
+        self.scoreboard.clear_lost();
+        if self.in_loss {
+            ctr.TCPLossUndo += 1;
+        } else {
+            ctr.TCPFullUndo += 1;
+        }
+        self.recovery = None;
+        self.in_loss = false;
+        self.undo = None;
+        self.rack_at = None;
+    }
+
+    /// Run RACK's loss detection; arms the reordering timer and enters
+    /// recovery when it marks something lost.
+    fn rack_detect(&mut self, now: Instant, ctr: &mut TcpCounters) {
+        let srtt = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
+        let reo = self.rack.reo_wnd(
+            self.recovery.is_some(),
+            self.scoreboard.sacked_count(),
+            srtt,
+        );
+        let (marked, at) = self.rack.detect(&mut self.scoreboard, now, reo);
+        self.rack_at = at;
+        if marked && self.recovery.is_none() {
+            self.enter_recovery(ctr);
+        }
+    }
+
+    /// RFC 8985 7.2: arm the probe timeout when it can help: SACK is on,
+    /// no recovery is going on, no probe is outstanding, data is in flight.
+    /// "PTO = 2 * SRTT"; "If FlightSize is equal to one segment ... PTO +=
+    /// WCDelAckT"; never later than the RTO.
+    fn schedule_tlp(&mut self, now: Instant) {
+        self.tlp_at = None;
+        if !self.sack_ok
+            || self.recovery.is_some()
+            || self.tlp_end.is_some()
+            || self.tlp_pending
+            || self.snd_una == self.snd_max
+            || !self.can_send_data_state()
+        {
+            return;
+        }
+        let Some(srtt) = self.rtt.srtt() else {
+            return;
+        };
+        let mut pto = (srtt * 2).max(MIN_PTO);
+        if self.snd_max.wrapping_sub(self.snd_una) as usize <= self.max_payload_base() {
+            pto += WC_DEL_ACK;
+        }
+        let at = now + pto;
+        if self.rto_at.is_some_and(|r| at >= r) {
+            return;
+        }
+        self.tlp_at = Some(at);
+    }
+
+    /// Retransmit (the start of) the lost segment `[s, e)`; `tail`: send
+    /// its last full segment instead (a loss probe). False if `emit` refused.
+    #[allow(clippy::too_many_arguments)]
+    fn retransmit(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+        s: SeqNum,
+        e: SeqNum,
+        tail: bool,
+    ) -> bool {
+        let fin_seq = self.sendq.fin_seq();
+        let has_fin = self.sendq.fin_queued && e.gt(fin_seq);
+        let data_end = if has_fin { fin_seq } else { e };
+        let data_len = if s.lt(data_end) {
+            data_end.wrapping_sub(s) as usize
+        } else {
+            0
+        };
+        let maxp = self.max_payload();
+        let (start, n) = if tail && data_len > maxp {
+            (data_end - maxp, maxp)
+        } else {
+            (s, data_len.min(maxp))
+        };
+        let fin = has_fin && start + n == fin_seq;
+        if n == 0 && !fin {
+            // Nothing left to send for it (cannot happen): drop the mark.
+            self.scoreboard.retransmitted(s, e, now);
+            return true;
+        }
+        if !self.send_segment(now, ctr, emit, start, n, fin) {
+            return false;
+        }
+        self.scoreboard
+            .retransmitted(start, start + n + usize::from(fin), now);
+        let ts = self.ts_now(now);
+        if let Some(u) = self.undo.as_mut() {
+            if u.retrans_ts.is_none() && self.recovery.is_some() {
+                u.retrans_ts = Some(ts);
+            }
+        }
+        true
+    }
+
     // ----- timers -----------------------------------------------------------
 
     fn run_timers(&mut self, now: Instant, ctr: &mut TcpCounters) {
@@ -1560,6 +1889,19 @@ impl Connection {
             self.on_rto(now, ctr);
             if self.state == State::Closed {
                 return;
+            }
+        }
+        if self.rack_at.is_some_and(|t| now >= t) {
+            // RFC 8985 6.3: "When the reordering timer expires: RACK_detect_loss()".
+            self.rack_at = None;
+            if self.can_send_data_state() {
+                self.rack_detect(now, ctr);
+            }
+        }
+        if self.tlp_at.is_some_and(|t| now >= t) {
+            self.tlp_at = None;
+            if self.recovery.is_none() && self.snd_una != self.snd_max {
+                self.tlp_pending = true;
             }
         }
         if self.persist_at.is_some_and(|t| now >= t) {
@@ -1640,16 +1982,41 @@ impl Connection {
         // the neighbour mapping may be wrong, have it re-validated.
         self.advice.suspect = true;
         let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
+        // Remember what to restore should the timeout prove spurious
+        // (RFC 3708); inside fast recovery, the state from before it.
+        if self.recovery.is_none() || self.undo.is_none() {
+            self.undo = Some(Undo {
+                prior_cwnd: self.cc.cwnd(),
+                prior_ssthresh: self.cc.ssthresh(),
+                retrans_ts: None,
+            });
+        }
         self.cc.on_timeout(flight, self.max_payload_base());
         self.rtt.backoff();
-        self.recovery = None;
+        self.recovery = Some(self.snd_max);
+        self.in_loss = true;
         self.last_recover = Some(self.snd_max);
         self.dupacks = 0;
-        self.rtx_pending = None;
+        self.tlp_at = None;
+        self.tlp_pending = false;
+        self.tlp_end = None;
+        self.rack_at = None;
         // Karn: no sample from anything sent before the retransmission.
         self.rtt_probe = None;
-        // Go back: resend from the first unacknowledged sequence number.
-        self.snd_nxt = self.snd_una;
+        if self.can_send_data_state() {
+            // A SACKed segment at SND.UNA means the receiver reneged
+            // (RFC 2018 8): forget the SACK state, as Linux does.
+            if self.scoreboard.iter().next().is_some_and(|s| s.sacked) {
+                self.scoreboard.forget_sacks();
+            }
+            // RFC 6298 5.4 "Retransmit the earliest segment that has not
+            // been acknowledged", then the rest as cwnd opens, skipping
+            // what the receiver SACKed (RFC 6675 5.1).
+            self.scoreboard.mark_all_lost();
+        } else {
+            // SYN or SYN-ACK: send it again.
+            self.snd_nxt = self.snd_una;
+        }
         let _ = now;
     }
 
@@ -1763,27 +2130,56 @@ impl Connection {
             self.arm_rto(now);
         }
 
-        // A retransmission decided by ACK processing (fast retransmit,
-        // NewReno partial ACK, SACK hole).
-        if let Some(seq) = self.rtx_pending.take() {
-            if seq.lt(self.snd_max) && seq.ge(self.snd_una) && self.can_send_data_state() {
-                let off = seq.wrapping_sub(self.sendq.seq) as usize;
-                let qlen = self.sendq.ring.len();
-                let avail = qlen.saturating_sub(off);
-                let to_max = self.snd_max.wrapping_sub(seq) as usize;
-                let n = avail.min(self.max_payload()).min(to_max);
-                let fin = self.sendq.fin_queued && n == avail && to_max > n;
-                if !self.send_segment(now, ctr, emit, seq, n, fin) {
-                    self.rtx_pending = Some(seq);
-                    return self.blocked(now);
-                }
-                self.high_rxt = self.high_rxt.max(seq + n);
+        // Retransmissions of segments deemed lost (RACK, RTO, or three
+        // duplicate ACKs without SACK), within cwnd (RFC 6675 5 (C)).
+        for _ in 0..MAX_BURST {
+            if !self.rtx_due() {
+                break;
+            }
+            let Some((s, e)) = self.scoreboard.first_lost() else {
+                break;
+            };
+            if !self.retransmit(now, ctr, emit, s, e, false) {
+                return self.blocked(now);
             }
         }
 
+        // RFC 8985 7.3: the loss probe. "If a previously unsent segment
+        // exists AND the receive window allows new data to be sent:
+        // Transmit that new segment ... Otherwise ... retransmit the
+        // highest-sequence segment sent so far".
+        if self.tlp_pending {
+            self.tlp_pending = false;
+            if self.can_send_data_state() && self.snd_una != self.snd_max {
+                let sent = if let Some((seq, n, fin)) = self.next_segment(true, true) {
+                    if !self.send_segment(now, ctr, emit, seq, n, fin) {
+                        self.tlp_pending = true;
+                        return self.blocked(now);
+                    }
+                    self.snd_nxt = self.snd_max;
+                    Some(false)
+                } else if let Some((s, e)) = self.scoreboard.last_unsacked() {
+                    if !self.retransmit(now, ctr, emit, s, e, true) {
+                        self.tlp_pending = true;
+                        return self.blocked(now);
+                    }
+                    Some(true)
+                } else {
+                    None
+                };
+                if let Some(was_rtx) = sent {
+                    ctr.TCPLossProbes += 1;
+                    self.tlp_end = Some((self.snd_max, was_rtx));
+                    // "the sender MUST re-arm the RTO timer".
+                    self.rto_at = Some(now + self.rtt.rto());
+                }
+            }
+        }
+
+        let mut sent_new = false;
         for _ in 0..MAX_BURST {
             let force = self.force_send;
-            let Some((seq, n, fin)) = self.next_segment(force) else {
+            let Some((seq, n, fin)) = self.next_segment(force, false) else {
                 break;
             };
             self.force_send = false;
@@ -1791,10 +2187,15 @@ impl Connection {
                 self.force_send = force;
                 return self.blocked(now);
             }
-            let end = seq + n + usize::from(fin);
-            self.snd_nxt = end;
+            self.snd_nxt = self.snd_max;
+            sent_new = true;
         }
         self.force_send = false;
+        if sent_new && self.tlp_end.is_none() {
+            // RFC 8985 7.2: "start or restart a loss probe PTO timer after
+            // transmitting new data".
+            self.schedule_tlp(now);
+        }
 
         // Persist timer: unsent data, nothing in flight, window too small.
         if self.persist_needed() {
@@ -1878,8 +2279,11 @@ impl Connection {
                     self.rtt_probe = None;
                 }
             }
-        } else if self.rtt_probe.is_none() && !self.ts_ok && n > 0 {
-            self.rtt_probe = Some((seq, now));
+        } else {
+            if self.rtt_probe.is_none() && !self.ts_ok && n > 0 {
+                self.rtt_probe = Some((seq, now));
+            }
+            self.scoreboard.push(seq, end, now);
         }
         self.snd_max = self.snd_max.max(end);
         self.arm_rto(now);

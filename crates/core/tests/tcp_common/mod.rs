@@ -45,6 +45,9 @@ pub struct Impair {
     pub corrupt: f64,
     pub delay: Duration,
     pub jitter: Duration,
+    /// netem-like reordering: with this probability a segment skips
+    /// `delay` (and jitter) and overtakes those queued before it.
+    pub reorder: f64,
 }
 
 pub const A_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000);
@@ -78,7 +81,10 @@ impl Pipe {
                 self.corrupted += 1;
             }
             let jitter = self.imp.jitter.as_micros() as u64;
-            let at = now + self.imp.delay + Duration::from_micros(rng.below(jitter + 1));
+            let mut at = now + self.imp.delay + Duration::from_micros(rng.below(jitter + 1));
+            if self.imp.reorder > 0.0 && rng.chance(self.imp.reorder) {
+                at = now;
+            }
             self.order += 1;
             self.q.push_back((at, self.order, b));
         }
