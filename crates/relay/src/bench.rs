@@ -399,7 +399,7 @@ fn print_results(args: &RunBenchArgs, results: &[(Tool, Result<Figures, String>)
     }
     println!(
         "(throughput: ratio > 1 = ustack faster; latency: ratio < 1 = ustack faster; \
-         {} s per run, {}-byte messages; MTU: ustack 1500, pasta 65520, slirp4netns 1500 - each tool's default)",
+         {} s per run, {}-byte messages; MTU: ustack 65520, pasta 65520, slirp4netns 1500 - each tool's default)",
         args.seconds, args.msg_size
     );
 }

@@ -125,8 +125,11 @@ pub struct RunArgs {
     /// Name of the TAP inside the namespace.
     #[arg(long, default_value = "eth0")]
     pub tap: String,
-    /// Interface MTU.
-    #[arg(long, default_value_t = 1500)]
+    /// Interface MTU. The default, 65520 (as pasta uses), lets the guest's kernel hand
+    /// ustack 64 KB segments as single TAP frames: per-packet costs fall ~40x for bulk
+    /// transfers. Checksums are then computed in software on both sides (no
+    /// virtio-net header offloads yet). Use 1500 to mimic an Ethernet link.
+    #[arg(long, default_value_t = 65520, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(576..=65520), usize::from))]
     pub mtu: usize,
     /// Leave the host's /etc/resolv.conf visible to the command.
     #[arg(long)]
