@@ -69,6 +69,12 @@ impl CoreGuestConfig {
             // Nagle here would hold a reply behind an unacknowledged one.
             tcp: TcpConfig {
                 nodelay: true,
+                // RFC 9293 3.7.1: the MSS option carries "the maximum
+                // receive segment size at the TCP endpoint"; offer what the
+                // link carries (MTU minus the 20-byte IPv4 and TCP headers)
+                // so that at MTU 65520 the guest sends 64 KB segments
+                // instead of the 1460-byte default.
+                mss: u16::try_from(mtu.saturating_sub(40).max(536)).unwrap_or(u16::MAX),
                 ..TcpConfig::default()
             },
             limits: Limits::default(),
@@ -457,4 +463,20 @@ fn transmit(stack: &mut Stack, dev: &mut dyn Device, tx_drops: &mut u64, t: Core
 
 fn dev_send(dev: &mut dyn Device, frame: &[u8]) -> io::Result<()> {
     dev.send(frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_mss_follows_the_link_mtu() {
+        let g = Ipv4Addr::new(10, 0, 2, 15);
+        let gw = Ipv4Addr::new(10, 0, 2, 2);
+        assert_eq!(CoreGuestConfig::new(g, gw, 24, 65520).tcp.mss, 65480);
+        assert_eq!(CoreGuestConfig::new(g, gw, 24, 1500).tcp.mss, 1460);
+        // Never below the IPv4 minimum (RFC 9293: 536), never above u16.
+        assert_eq!(CoreGuestConfig::new(g, gw, 24, 100).tcp.mss, 536);
+        assert_eq!(CoreGuestConfig::new(g, gw, 24, 1 << 20).tcp.mss, u16::MAX);
+    }
 }
