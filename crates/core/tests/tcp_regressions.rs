@@ -273,3 +273,45 @@ fn no_ack_loop_at_the_right_window_edge() {
     c.process(later, &old, &mut ctr);
     assert_eq!(dispatch(&mut c, later, &mut ctr).len(), 1);
 }
+
+/// `ustack run` stalled host->guest downloads after exactly 2 GiB: "our
+/// SYN was acknowledged" was tested as SND.UNA > ISS, a comparison modulo
+/// 2^32 that turns false once SND.UNA is 2^31 bytes past ISS, and from
+/// then on no data could be sent. A sender must keep going past 2^31 (and
+/// 2^32) bytes.
+#[test]
+fn sender_keeps_sending_past_two_gibibytes() {
+    let mut ctr = TcpCounters::default();
+    let now = Instant::ZERO;
+    let mss: u16 = 65_000;
+    let mut c = Connection::connect(&cfg(), LOCAL, REMOTE, SeqNum(ISS), 65_535, now);
+    assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 1, "the SYN");
+    let synack = TcpRepr {
+        syn: true,
+        max_seg_size: Some(mss),
+        ..peer(IRS, ISS + 1, u16::MAX)
+    };
+    c.process(now, &synack, &mut ctr);
+    assert_eq!(
+        dispatch(&mut c, now, &mut ctr).len(),
+        1,
+        "the handshake's ACK"
+    );
+    let chunk = vec![0x5au8; usize::from(mss)];
+    let target: u64 = (1u64 << 32) + 4 * u64::from(mss);
+    let mut acked: u64 = 0;
+    while acked < target {
+        assert_eq!(c.send(&chunk).unwrap(), chunk.len(), "after {acked} bytes");
+        let out = dispatch(&mut c, now, &mut ctr);
+        let sent: usize = out.iter().map(|o| o.len).sum();
+        assert_eq!(
+            sent,
+            chunk.len(),
+            "no data sent after {acked} bytes acked: {out:?}"
+        );
+        acked += sent as u64;
+        let ack = ISS.wrapping_add(1).wrapping_add(acked as u32);
+        c.process(now, &peer(IRS + 1, ack, u16::MAX), &mut ctr);
+    }
+    assert_eq!(c.state(), State::Established);
+}

@@ -106,6 +106,10 @@ pub struct Connection {
     // sequence number sent; `snd_nxt` rewinds to SND.UNA on timeout.
     iss: SeqNum,
     snd_una: SeqNum,
+    /// Our SYN has been acknowledged (SND.UNA once passed ISS). A flag, not
+    /// `snd_una > iss`: sequence comparisons are modulo 2^32, and after
+    /// 2^31 bytes SND.UNA compares as *before* ISS again.
+    syn_acked: bool,
     snd_nxt: SeqNum,
     snd_max: SeqNum,
     snd_wnd: usize,
@@ -242,6 +246,7 @@ impl Connection {
             passive,
             iss,
             snd_una: iss,
+            syn_acked: false,
             snd_nxt: iss,
             snd_max: iss,
             snd_wnd: 0,
@@ -871,7 +876,7 @@ impl Connection {
     }
 
     fn can_send_data_state(&self) -> bool {
-        self.snd_una.gt(self.iss)
+        self.syn_acked
             && matches!(
                 self.state,
                 State::Established
@@ -1349,6 +1354,7 @@ impl Connection {
         if let Some(ack) = seg.ack {
             self.snd_wl2 = ack;
             self.snd_una = ack;
+            self.syn_acked = true;
             self.advice.confirm = true;
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
@@ -1440,6 +1446,10 @@ impl Connection {
             self.advice.confirm = true;
             let acked_seq = ack.wrapping_sub(self.snd_una) as usize;
             self.sendq.ack_to(ack);
+            if !self.syn_acked && ack.gt(self.iss) {
+                // The first advance of SND.UNA (within 2^31 of ISS).
+                self.syn_acked = true;
+            }
             self.snd_una = ack;
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
