@@ -85,7 +85,10 @@ pub(crate) struct Iface {
     /// Transparent mode (see `transparent.rs`): every unicast destination
     /// is on-link.
     pub transparent: bool,
+    /// Scratch buffer for the frame being built; only grows. The frame is
+    /// `frame[..frame_len]`.
     frame: Vec<u8>,
+    frame_len: usize,
     ident: u16,
 }
 
@@ -109,6 +112,7 @@ impl Iface {
             arp,
             transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
+            frame_len: 0,
             ident,
         }
     }
@@ -176,14 +180,47 @@ impl Iface {
     }
 
     fn start_frame(&mut self, ip_len: usize) {
-        self.frame.clear();
-        self.frame.resize(ETHERNET_HEADER_LEN + ip_len, 0);
+        self.start_frame_overwritten(ip_len);
+        let len = self.frame_len;
+        if let Some(rest) = self.frame.get_mut(ETHERNET_HEADER_LEN..len) {
+            rest.fill(0);
+        }
+    }
+
+    /// Like [`Iface::start_frame`] without zeroing what the previous frame
+    /// left in the scratch buffer (a 64 KB memset per segment at MTU
+    /// 65520): only for callers whose emitters write every byte of the
+    /// frame (IPv4 `emit` sets every header field; TCP `emit` every header
+    /// field, pads the options with EOL and copies the whole payload).
+    fn start_frame_overwritten(&mut self, ip_len: usize) {
+        let len = ETHERNET_HEADER_LEN + ip_len;
+        if self.frame.len() < len {
+            self.frame.resize(len, 0);
+        }
+        self.frame_len = len;
         let eth = EthernetRepr {
             src: self.mac,
             dst: MacAddr::BROADCAST,
             ethertype: EtherType::Ipv4,
         };
-        eth.emit(&mut EthernetFrame::new_unchecked(&mut self.frame[..]));
+        eth.emit(&mut EthernetFrame::new_unchecked(self.frame_mut()));
+    }
+
+    /// The frame being built.
+    fn frame(&self) -> &[u8] {
+        self.frame.get(..self.frame_len).unwrap_or(&[])
+    }
+
+    fn frame_mut(&mut self) -> &mut [u8] {
+        let len = self.frame_len;
+        self.frame.get_mut(..len).unwrap_or(&mut [])
+    }
+
+    /// The IP part of the frame being built.
+    fn ip_buf(&mut self) -> &mut [u8] {
+        self.frame_mut()
+            .get_mut(ETHERNET_HEADER_LEN..)
+            .unwrap_or(&mut [])
     }
 
     /// Send one IPv4 datagram carrying `payload`, fragmenting it when it
@@ -264,7 +301,7 @@ impl Iface {
 
     fn emit_ip(&mut self, repr: &Ipv4Repr, payload: &[u8]) {
         self.start_frame(IPV4_HEADER_LEN + payload.len());
-        let ip_buf = &mut self.frame[ETHERNET_HEADER_LEN..];
+        let ip_buf = self.ip_buf();
         let (hdr, body) = ip_buf.split_at_mut(IPV4_HEADER_LEN);
         repr.emit(&mut Ipv4Packet::new_unchecked(&mut hdr[..]), true);
         body.copy_from_slice(payload);
@@ -305,8 +342,8 @@ impl Iface {
             more_frags: false,
             frag_offset: 0,
         };
-        self.start_frame(IPV4_HEADER_LEN + tcp_len);
-        let ip_buf = &mut self.frame[ETHERNET_HEADER_LEN..];
+        self.start_frame_overwritten(IPV4_HEADER_LEN + tcp_len);
+        let ip_buf = self.ip_buf();
         let (hdr, body) = ip_buf.split_at_mut(IPV4_HEADER_LEN);
         repr.emit(&mut Ipv4Packet::new_unchecked(&mut hdr[..]), true);
         seg.emit(&mut TcpPacket::new_unchecked(&mut body[..]), src, dst, true);
@@ -328,7 +365,8 @@ impl Iface {
             NextHop::Neighbour(ip) => match self.arp.lookup(now, ip) {
                 Lookup::Found(mac) => mac,
                 Lookup::Missing => {
-                    if self.arp.enqueue(now, ip, &self.frame, link) {
+                    let frame = self.frame.get(..self.frame_len).unwrap_or(&[]);
+                    if self.arp.enqueue(now, ip, frame, link) {
                         self.send_arp(
                             ArpOperation::Request,
                             MacAddr::BROADCAST,
@@ -342,9 +380,9 @@ impl Iface {
                 }
             },
         };
-        EthernetFrame::new_unchecked(&mut self.frame[..]).set_dst_addr(target);
+        EthernetFrame::new_unchecked(self.frame_mut()).set_dst_addr(target);
         link.OutFrames += 1;
-        tx(&self.frame);
+        tx(self.frame());
     }
 
     /// Send frames that waited for `mac`.
