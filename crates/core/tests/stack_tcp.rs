@@ -411,3 +411,68 @@ fn counters_iterate_with_linux_names() {
     assert_eq!(counter(&n.a, "Icmp", "OutEchos"), 1);
     assert_eq!(counter(&n.a, "Icmp", "InEchoReps"), 1);
 }
+
+/// TCP frames are built over a scratch buffer that is not zeroed between
+/// frames. Every frame, also a short one after full-size ones, must be
+/// exactly what emitting its parsed headers into a zeroed buffer gives:
+/// no byte (reserved bits, option padding, urgent pointer) left over from
+/// an earlier, longer frame.
+#[test]
+fn short_frames_after_long_ones_carry_no_stale_bytes() {
+    let mut n = Net::new();
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+            .unwrap();
+    let s = established(&mut n, l, c);
+    let data = vec![0xffu8; 10_000];
+    let mut sent = 0;
+    let mut buf = vec![0u8; 65536];
+    let mut got = 0;
+    let mut replied = false;
+    assert!(n.run_until(Duration::from_secs(10), |n| {
+        if sent < data.len() {
+            sent += n.a.tcp_send(c, &data[sent..]).unwrap_or(0);
+        }
+        while let Ok(k) = n.b.tcp_recv(s, &mut buf) {
+            got += k;
+        }
+        if got == data.len() && !replied {
+            // B answers: A's pure ACK follows its full-size segments.
+            n.b.tcp_send(s, b"ok").unwrap();
+            replied = true;
+        }
+        replied && n.a.tcp_recv(c, &mut buf).is_ok()
+    }));
+    n.advance(Duration::from_secs(1));
+    let tcp: Vec<&Vec<u8>> = n
+        .log_ab
+        .iter()
+        .filter(|f| parse_ip(f).is_some_and(|(ip, _)| ip.protocol == IpProtocol::Tcp))
+        .collect();
+    let longest = tcp.iter().map(|f| f.len()).max().unwrap();
+    let shortest_after_long = tcp
+        .iter()
+        .skip_while(|f| f.len() < longest)
+        .filter(|f| f.len() < longest)
+        .count();
+    assert!(shortest_after_long > 0, "a short frame after a long one");
+    for f in tcp {
+        let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+        let eth_repr = EthernetRepr::parse(&eth).unwrap();
+        let ipp = Ipv4Packet::new_checked(eth.payload()).unwrap();
+        let ip = Ipv4Repr::parse(&ipp, true).unwrap();
+        let tp = TcpPacket::new_checked(ipp.payload()).unwrap();
+        let seg = TcpRepr::parse(&tp, ip.src, ip.dst, true).unwrap();
+        let mut fresh = vec![0u8; f.len()];
+        eth_repr.emit(&mut EthernetFrame::new_unchecked(&mut fresh[..]));
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut fresh[14..34]), true);
+        seg.emit(
+            &mut TcpPacket::new_unchecked(&mut fresh[34..]),
+            ip.src,
+            ip.dst,
+            true,
+        );
+        assert_eq!(&fresh, f, "frame of {} bytes", f.len());
+    }
+}
