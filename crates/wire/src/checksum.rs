@@ -8,29 +8,60 @@ use std::net::Ipv4Addr;
 
 /// Accumulate `data` (as big-endian 16-bit words, odd trailing byte padded
 /// with zero) onto `initial`. The result is not folded.
+///
+/// RFC 1071 2(B): the ones' complement sum is byte-order independent, so the
+/// bulk is summed in native order, 32 bytes per step into four independent
+/// accumulators (no byte swaps, instruction-level parallelism), and the folded
+/// result is swapped once at the end.
 #[inline]
 pub fn sum(data: &[u8], initial: u32) -> u32 {
-    // Sum 8 bytes at a time into a u64 to cut carries, then fold.
-    let mut acc: u64 = u64::from(initial);
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        // Add the two 32-bit halves; no overflow possible for < 2^31 chunks.
-        acc += (w >> 32) + (w & 0xffff_ffff);
+    let mut blocks = data.chunks_exact(32);
+    let mut acc = [0u64; 4];
+    for b in &mut blocks {
+        for (i, a) in acc.iter_mut().enumerate() {
+            let o = i * 8;
+            let w = u64::from_ne_bytes([
+                b[o],
+                b[o + 1],
+                b[o + 2],
+                b[o + 3],
+                b[o + 4],
+                b[o + 5],
+                b[o + 6],
+                b[o + 7],
+            ]);
+            // Two 32-bit halves per word: no overflow for inputs < 2^31 bytes.
+            *a += (w >> 32) + (w & 0xffff_ffff);
+        }
     }
-    let rest = chunks.remainder();
+    let native = fold64(acc[0] + acc[1] + acc[2] + acc[3]);
+    // The native-order 16-bit sum, in network order.
+    let bulk = u64::from(u16::from_be(native));
+    // The tail (< 32 bytes) starts at an even offset: sum it big-endian.
+    let rest = blocks.remainder();
+    let mut tail: u64 = 0;
     let mut pairs = rest.chunks_exact(2);
     for p in &mut pairs {
-        acc += u64::from(u16::from_be_bytes([p[0], p[1]]));
+        tail += u64::from(u16::from_be_bytes([p[0], p[1]]));
     }
     if let [last] = pairs.remainder() {
-        acc += u64::from(*last) << 8;
+        tail += u64::from(*last) << 8;
     }
+    let mut total = u64::from(initial) + bulk + tail;
     // Fold 64 -> 32 bits (ones' complement end-around carry).
-    while acc >> 32 != 0 {
-        acc = (acc & 0xffff_ffff) + (acc >> 32);
+    while total >> 32 != 0 {
+        total = (total & 0xffff_ffff) + (total >> 32);
     }
-    acc as u32
+    total as u32
+}
+
+/// Fold a 64-bit ones' complement accumulator to 16 bits.
+#[inline]
+fn fold64(mut s: u64) -> u16 {
+    while s >> 16 != 0 {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
 }
 
 /// Fold a 32-bit accumulated sum to 16 bits (not complemented).
@@ -118,6 +149,36 @@ mod tests {
             }
             assert_eq!(fold(sum(d, 0)), fold(naive), "len {len}");
         }
+    }
+
+    #[test]
+    fn large_and_unaligned_sums_match_naive() {
+        let data: Vec<u8> = (0..70_000u32)
+            .map(|i| (i.wrapping_mul(2_246_822_519) >> 7) as u8)
+            .collect();
+        for (start, len) in [
+            (0, 65_535),
+            (1, 65_534),
+            (3, 1500),
+            (5, 33),
+            (7, 31),
+            (0, 64),
+        ] {
+            let d = &data[start..start + len];
+            let mut naive: u32 = 0x1234;
+            for p in d.chunks(2) {
+                let w = if p.len() == 2 {
+                    u16::from_be_bytes([p[0], p[1]])
+                } else {
+                    u16::from(p[0]) << 8
+                };
+                naive += u32::from(w);
+            }
+            assert_eq!(fold(sum(d, 0x1234)), fold(naive), "start {start} len {len}");
+        }
+        // All ones: the carries must fold, not overflow.
+        let ff = vec![0xffu8; 65_536];
+        assert_eq!(fold(sum(&ff, 0xffff)), 0xffff);
     }
 
     #[test]
