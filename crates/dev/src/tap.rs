@@ -6,7 +6,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use crate::Device;
@@ -104,6 +104,52 @@ fn ifreq_ioctl(fd: RawFd, req: libc::c_ulong, ifr: &mut IfReq) -> io::Result<()>
     }
 }
 
+/// Read one Ethernet frame from a non-blocking TAP descriptor (`IFF_NO_PI`:
+/// one read is one frame). `Ok(None)` when no frame is queued; `EINTR` is
+/// retried. Shared by [`Tap`] and other holders of a TAP descriptor (the
+/// sandbox's, received from its child).
+pub fn read_frame(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes; `fd` is a
+        // live descriptor borrowed for the duration of the call.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Write one Ethernet frame to a TAP descriptor; `EINTR` is retried. Every
+/// other error is returned as is, including `EIO`, which the kernel gives
+/// while the interface is down (see [`is_link_down`]): what to do then is the
+/// caller's policy ([`Tap`] reports it, the sandbox drops the frame).
+pub fn write_frame(fd: BorrowedFd<'_>, frame: &[u8]) -> io::Result<()> {
+    loop {
+        // SAFETY: `frame` is valid for reads of `frame.len()` bytes; `fd` is a
+        // live descriptor borrowed for the duration of the call.
+        let n = unsafe { libc::write(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Whether an error from [`write_frame`] means the TAP interface is down
+/// (`EIO`).
+pub fn is_link_down(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EIO)
+}
+
 /// A Linux TAP device opened non-blocking with `IFF_TAP | IFF_NO_PI`: each
 /// read/write is exactly one Ethernet frame.
 ///
@@ -193,40 +239,20 @@ impl Tap {
 
 impl Device for Tap {
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is owned.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n >= 0 {
-                return Ok(Some(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(None),
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
-        }
+        read_frame(self.fd.as_fd(), buf)
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        loop {
-            // SAFETY: `frame` is valid for reads of `frame.len()` bytes; the fd is owned.
-            let n = unsafe { libc::write(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
-            if n >= 0 {
-                return Ok(());
+        write_frame(self.fd.as_fd(), frame).map_err(|e| {
+            if is_link_down(&e) {
+                io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!("TAP {} is down (EIO): bring the interface up", self.name),
+                )
+            } else {
+                e
             }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EIO) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::NotConnected,
-                        format!("TAP {} is down (EIO): bring the interface up", self.name),
-                    ))
-                }
-                _ => return Err(e),
-            }
-        }
+        })
     }
 
     fn mtu(&self) -> usize {

@@ -197,3 +197,37 @@ fn move_tap_into_another_namespace() {
         assert!(err.to_string().contains("ip netns add"), "{err}");
     });
 }
+
+#[test]
+fn sending_on_a_down_tap_is_a_clear_error_and_read_write_frame_are_shared() {
+    use ustack_dev::tap::{is_link_down, read_frame, write_frame};
+    in_new_netns(|| {
+        let name = tap_name("d");
+        let mut tap = Tap::create(&name).expect("create TAP");
+        let frame = arp_request(Ipv4Addr::new(10, 79, 0, 2), Ipv4Addr::new(10, 79, 0, 1));
+        // The interface is down after creation: the kernel answers EIO.
+        let err = tap.send(&frame).expect_err("send on a down TAP");
+        assert_eq!(err.kind(), io::ErrorKind::NotConnected);
+        assert!(err.to_string().contains("is down"), "{err}");
+        let err = write_frame(tap_fd(&tap), &frame).expect_err("raw write on a down TAP");
+        assert!(is_link_down(&err), "{err}");
+        assert_eq!(
+            read_frame(tap_fd(&tap), &mut [0u8; 2048]).expect("read"),
+            None
+        );
+
+        // Up: the same helpers carry the frame and the kernel answers.
+        let host = tap.host().expect("host side");
+        host.set_ipv4(Ipv4Addr::new(10, 79, 0, 1), 24)
+            .expect("address");
+        host.set_up(true).expect("up");
+        write_frame(tap_fd(&tap), &frame).expect("write when up");
+        assert!(wait_arp_reply(&mut tap, Ipv4Addr::new(10, 79, 0, 1)).is_some());
+    });
+}
+
+fn tap_fd(tap: &Tap) -> std::os::fd::BorrowedFd<'_> {
+    let raw = tap.raw_fd().expect("fd");
+    // SAFETY: `tap` owns `raw`; the borrow is tied to `tap`'s lifetime.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) }
+}

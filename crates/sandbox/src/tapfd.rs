@@ -2,9 +2,9 @@
 //! namespace), usable as a [`ustack_dev::Device`].
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use ustack_dev::Device;
+use ustack_dev::{tap, Device};
 
 /// A non-blocking `IFF_TAP | IFF_NO_PI` descriptor: one read/write = one
 /// Ethernet frame. Dropping it closes the fd, which removes a non-persistent
@@ -49,35 +49,15 @@ impl AsRawFd for TapFd {
 
 impl Device for TapFd {
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is owned.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n >= 0 {
-                return Ok(Some(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(None),
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
-        }
+        tap::read_frame(self.fd.as_fd(), buf)
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        loop {
-            // SAFETY: `frame` is valid for reads of `frame.len()` bytes; the fd is owned.
-            let n = unsafe { libc::write(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                // The guest took its interface down: frames are dropped, as on a wire.
-                Some(libc::EIO) => return Ok(()),
-                _ => return Err(e),
-            }
+        match tap::write_frame(self.fd.as_fd(), frame) {
+            // The guest took its interface down: frames are dropped, as on a
+            // wire (unlike `ustack_dev::tap::Tap`, which reports it).
+            Err(e) if tap::is_link_down(&e) => Ok(()),
+            r => r,
         }
     }
 
