@@ -315,3 +315,130 @@ fn sender_keeps_sending_past_two_gibibytes() {
     }
     assert_eq!(c.state(), State::Established);
 }
+
+/// A bulk sender with window scaling (so several 65000-byte segments fit
+/// in the peer's window) and a peer that acknowledges by hand.
+struct Bulk {
+    c: Connection,
+    ctr: TcpCounters,
+    /// Absolute sequence numbers of SND.UNA and SND.MAX as the peer sees them.
+    una: u32,
+    max: u32,
+    chunk: Vec<u8>,
+}
+
+const BULK_MSS: u16 = 65_000;
+
+impl Bulk {
+    fn new(sack: bool) -> Bulk {
+        let mut ctr = TcpCounters::default();
+        let now = Instant::ZERO;
+        let cfg = TcpConfig {
+            sack,
+            window_scale: true,
+            snd_buf: 1 << 20,
+            ..cfg()
+        };
+        let mut c = Connection::connect(&cfg, LOCAL, REMOTE, SeqNum(ISS), 65_535, now);
+        assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 1, "the SYN");
+        let synack = TcpRepr {
+            syn: true,
+            max_seg_size: Some(BULK_MSS),
+            window_scale: Some(7),
+            sack_permitted: sack,
+            ..peer(IRS, ISS + 1, u16::MAX)
+        };
+        c.process(now, &synack, &mut ctr);
+        assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 1, "handshake ACK");
+        Bulk {
+            c,
+            ctr,
+            una: ISS + 1,
+            max: ISS + 1,
+            chunk: vec![0x5a; usize::from(BULK_MSS)],
+        }
+    }
+
+    /// Dispatch and note the highest sequence number sent.
+    fn dispatch(&mut self) -> Vec<Out> {
+        let out = dispatch(&mut self.c, Instant::ZERO, &mut self.ctr);
+        for o in &out {
+            let end = o.seq.0.wrapping_add(o.len as u32);
+            if SeqNum(end).gt(SeqNum(self.max)) {
+                self.max = end;
+            }
+        }
+        out
+    }
+
+    fn ack(&mut self, ack: u32) {
+        let seg = peer(IRS + 1, ack, u16::MAX);
+        self.c.process(Instant::ZERO, &seg, &mut self.ctr);
+        if SeqNum(ack).gt(SeqNum(self.una)) {
+            self.una = ack;
+        }
+    }
+
+    /// Send and have acknowledged at least `bytes` more, a send buffer
+    /// full at a time; panics if the sender stops making progress.
+    fn push(&mut self, bytes: u64) {
+        let mut done = 0u64;
+        while done < bytes {
+            while self.c.send(&self.chunk).unwrap() > 0 {}
+            let before = self.una;
+            self.dispatch();
+            let max = self.max;
+            self.ack(max);
+            let moved = max.wrapping_sub(before);
+            assert!(moved > 0, "no progress after {done} bytes");
+            done += u64::from(moved);
+        }
+    }
+
+    /// Queue `n` segments, send them, then send three duplicate ACKs for
+    /// the first; true if that fast-retransmits it. Ends with everything
+    /// acknowledged.
+    fn dupacks_retransmit(&mut self, n: usize) -> bool {
+        for _ in 0..n {
+            assert_eq!(self.c.send(&self.chunk).unwrap(), self.chunk.len());
+        }
+        let una = self.una;
+        let first = self.dispatch();
+        assert!(
+            !first.is_empty() && first[0].seq == SeqNum(una),
+            "{first:?}"
+        );
+        let mut rtx = false;
+        for _ in 0..3 {
+            self.ack(una);
+            rtx |= self
+                .dispatch()
+                .iter()
+                .any(|o| o.seq == SeqNum(una) && o.len > 0);
+        }
+        let max = self.max;
+        self.ack(max);
+        self.dispatch();
+        rtx
+    }
+}
+
+/// NewReno's "recover" (RFC 6582) must not go stale: after a fast
+/// recovery and 2^31 more bytes, the modulo-2^32 comparison "ACK >
+/// recover" flipped and three duplicate ACKs no longer started fast
+/// retransmit (only an RTO repaired a loss).
+#[test]
+fn fast_retransmit_still_works_past_two_gibibytes_after_a_recovery() {
+    let mut b = Bulk::new(false);
+    b.push(1 << 20);
+    assert!(b.dupacks_retransmit(4), "the first fast retransmit");
+    assert_eq!(b.ctr.TCPTimeouts, 0);
+    b.push((1u64 << 31) + (1 << 20));
+    assert!(
+        b.dupacks_retransmit(4),
+        "fast retransmit after 2^31 bytes past the last recovery"
+    );
+    assert_eq!(b.ctr.TCPTimeouts, 0);
+    b.push(1 << 20);
+    assert_eq!(b.c.state(), State::Established);
+}

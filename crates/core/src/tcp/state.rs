@@ -1514,6 +1514,14 @@ impl Connection {
                 }
                 None => self.cc.on_ack(acked_seq, mss),
             }
+            // RFC 6582 3.2 (2): fast retransmit is allowed again once "the
+            // cumulative acknowledgment field covers more than recover".
+            // Once SND.UNA is past it, every later ACK is too: forget it,
+            // or the modulo-2^32 comparison flips after 2^31 more bytes
+            // and disables fast retransmit until an RTO.
+            if self.last_recover.is_some_and(|r| self.snd_una.gt(r)) {
+                self.last_recover = None;
+            }
             self.dupacks = 0;
             // RFC 6298 5.2/5.3: stop the timer when all is acked, else restart.
             self.rto_at = if self.snd_una == self.snd_max {
