@@ -82,8 +82,23 @@ impl Rack {
         }
     }
 
+    /// SND.UNA advanced (call on every ACK that moves it). RFC 8985 6.2
+    /// step 4: "If RACK.dsack_round is not None AND SND.UNA >=
+    /// RACK.dsack_round: RACK.dsack_round = None". Done here, not when the
+    /// next DSACK arrives: that may be 2^31 bytes later, when the
+    /// modulo-2^32 comparison has flipped and a stale round would block
+    /// all further growth of the window. RACK.fack follows SND.UNA for
+    /// the same reason (everything below SND.UNA was delivered).
+    pub(crate) fn on_ack(&mut self, snd_una: SeqNum) {
+        if self.dsack_round.is_some_and(|r| snd_una.ge(r)) {
+            self.dsack_round = None;
+        }
+        self.fack = self.fack.max(snd_una);
+    }
+
     /// A DSACK arrived (RFC 8985 6.2 step 4): widen the window, once per
-    /// round trip.
+    /// round trip: "If ACK has a DSACK option AND RACK.dsack_round is
+    /// None: RACK.reo_wnd_mult += 1, RACK.dsack_round = SND.NXT".
     pub(crate) fn on_dsack(&mut self, snd_una: SeqNum, snd_max: SeqNum) {
         self.reordering_seen = true;
         if self.dsack_round.is_some_and(|r| snd_una.lt(r)) {
@@ -195,5 +210,35 @@ mod tests {
             rack.on_delivered(s, t(26), false);
         }
         assert!(rack.reordering_seen);
+    }
+
+    #[test]
+    fn dsack_round_does_not_go_stale_after_two_gibibytes() {
+        let mut rack = Rack::new(SeqNum(0));
+        rack.on_dsack(SeqNum(0), SeqNum(10_000));
+        assert_eq!(rack.reo_steps, 2);
+        // A second DSACK within the same round does not widen again.
+        rack.on_dsack(SeqNum(5_000), SeqNum(20_000));
+        assert_eq!(rack.reo_steps, 2);
+        // The connection moves on, ACK by ACK, by more than 2^31 bytes
+        // (sequence numbers wrap) without another DSACK.
+        let mut una = SeqNum(0);
+        for _ in 0..(1u32 << 11) + 4 {
+            una += 1usize << 20;
+            rack.on_ack(una);
+        }
+        // A new round: this DSACK must widen the window again. With the
+        // marker left at 10_000, SND.UNA would compare as before it.
+        assert!(
+            una.lt(SeqNum(10_000)),
+            "the test's premise: comparison flipped"
+        );
+        rack.on_dsack(una, una + 50_000usize);
+        assert_eq!(rack.reo_steps, 3);
+        rack.on_dsack(una + 1_000usize, una + 60_000usize);
+        assert_eq!(rack.reo_steps, 3, "once per round");
+        rack.on_ack(una + 50_000usize);
+        rack.on_dsack(una + 50_000usize, una + 90_000usize);
+        assert_eq!(rack.reo_steps, 4, "SND.UNA reached the round's end");
     }
 }

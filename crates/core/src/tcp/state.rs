@@ -1459,6 +1459,7 @@ impl Connection {
                 self.scoreboard.ack(ack, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
                 });
+                rack.on_ack(ack);
             }
             // RTT measurement: RFC 7323 4.1 from TSecr, else one timed
             // segment, never a retransmitted one (Karn).
