@@ -14,31 +14,23 @@ use std::process::{Command, ExitCode, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use ustack_relay::cli::RunArgs;
+mod common;
+use common::{parse_run_args, TempFile};
 
 const CHILD_FLAG: &str = "--ustack-run-child";
 
 /// One test case: `Err` carries the failure report.
 type Case = fn() -> Result<(), String>;
 
-#[derive(Parser)]
-struct W {
-    #[command(flatten)]
-    a: RunArgs,
-}
-
 fn child_main(rest: Vec<String>) -> ExitCode {
-    let mut all = vec!["ustack-run".to_string()];
-    all.extend(rest);
-    let w = match W::try_parse_from(all) {
-        Ok(w) => w,
+    let a = match parse_run_args(rest) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
-    match ustack_relay::cli::run(w.a) {
+    match ustack_relay::cli::run(a) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("ustack: {e:#}");
@@ -83,15 +75,6 @@ fn ustack_run(args: &[&str], stdin: &[u8], env: &[(&str, Option<&str>)]) -> Outp
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// Removes a file when dropped.
-struct TempFile(std::path::PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 fn no_cmd_starts_shell_from_env_reading_stdin() -> Result<(), String> {
@@ -185,10 +168,8 @@ fn stats_summary_on_stderr_at_exit() -> Result<(), String> {
 }
 
 fn pcap_captures_the_guest_side() -> Result<(), String> {
-    let file = TempFile(
-        std::env::temp_dir().join(format!("ustack-cli-process-{}.pcap", std::process::id())),
-    );
-    let path = file.0.to_string_lossy().into_owned();
+    let file = TempFile::new("cli-process.pcap");
+    let path = file.path();
     let out = ustack_run(
         &[
             "--pcap", &path, "--", "ping", "-c", "2", "-i", "0.2", "-W", "2", "10.0.2.2",

@@ -4,105 +4,23 @@
 //! /dev/net/tun; a missing prerequisite fails the test loudly.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ustack_relay::cli::{run, RunArgs};
+use ustack_relay::cli::run;
 
-#[derive(Parser)]
-struct W {
-    #[command(flatten)]
-    a: RunArgs,
-}
-
-fn args(v: &[&str]) -> RunArgs {
-    let mut all = vec!["ustack-run"];
-    all.extend_from_slice(v);
-    match W::try_parse_from(all) {
-        Ok(w) => w.a,
-        Err(e) => panic!("parse: {e}"),
-    }
-}
+mod common;
+use common::{args, body_byte, dns_server, http_server, TempFile};
 
 fn ustack_run(v: &[&str]) -> i32 {
     match run(args(v)) {
         Ok(c) => c,
         Err(e) => panic!("ustack run {v:?}: {e:#}"),
     }
-}
-
-/// Stops a helper thread and joins it when dropped (also on failure).
-struct Helper {
-    stop: Arc<AtomicBool>,
-    join: Option<thread::JoinHandle<()>>,
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
-        }
-    }
-}
-
-/// Removes a file when dropped.
-struct TempFile(std::path::PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn body_byte(i: usize) -> u8 {
-    (i.wrapping_mul(31) ^ (i >> 11)) as u8
-}
-
-/// HTTP/1.0 server on 127.0.0.1 answering every request with `len`
-/// deterministic bytes.
-fn http_server(len: usize) -> (u16, Helper) {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.set_nonblocking(true).expect("nonblocking");
-    let port = l.local_addr().expect("addr").port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    let join = thread::spawn(move || {
-        let body: Vec<u8> = (0..len).map(body_byte).collect();
-        while !s2.load(Ordering::SeqCst) {
-            let (mut c, _) = match l.accept() {
-                Ok(x) => x,
-                Err(_) => {
-                    thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-            };
-            let _ = c.set_nonblocking(false);
-            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
-            let mut req = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                match c.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&buf[..n]),
-                }
-            }
-            let head = format!("HTTP/1.0 200 OK\r\nContent-Length: {len}\r\n\r\n");
-            let _ = c.write_all(head.as_bytes());
-            let _ = c.write_all(&body);
-        }
-    });
-    (
-        port,
-        Helper {
-            stop,
-            join: Some(join),
-        },
-    )
 }
 
 /// A port on 127.0.0.1 nobody listens on.
@@ -120,15 +38,14 @@ fn exit_status_passes_through() {
 fn curl_downloads_10mb_from_host_loopback_byte_exact() {
     const LEN: usize = 10 << 20;
     let (port, _srv) = http_server(LEN);
-    let out =
-        TempFile(std::env::temp_dir().join(format!("ustack-e2e-{}-curl.bin", std::process::id())));
-    let path = out.0.to_string_lossy().into_owned();
+    let out = TempFile::new("e2e-curl.bin");
+    let path = out.path();
     let url = format!("http://10.0.2.2:{port}/file");
     let t0 = Instant::now();
     let code = ustack_run(&["--", "curl", "-s", "--max-time", "30", "-o", &path, &url]);
     let took = t0.elapsed();
     assert_eq!(code, 0, "curl exit status");
-    let got = std::fs::read(&out.0).expect("curl output");
+    let got = std::fs::read(out.as_path()).expect("curl output");
     assert_eq!(got.len(), LEN);
     if let Some(i) = (0..LEN).find(|&i| got[i] != body_byte(i)) {
         panic!("byte {i} differs");
@@ -150,55 +67,6 @@ fn closed_host_port_is_refused_fast() {
 fn ping_the_gateway() {
     let code = ustack_run(&["--", "ping", "-c", "3", "-i", "0.2", "-W", "2", "10.0.2.2"]);
     assert_eq!(code, 0);
-}
-
-/// A DNS responder answering every A query with 10.1.2.3 (other types:
-/// no answer), on 127.0.0.1.
-fn dns_server() -> (u16, Helper) {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    s.set_read_timeout(Some(Duration::from_millis(100)))
-        .expect("timeout");
-    let port = s.local_addr().expect("addr").port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    let join = thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while !s2.load(Ordering::SeqCst) {
-            let Ok((n, peer)) = s.recv_from(&mut buf) else {
-                continue;
-            };
-            let q = &buf[..n];
-            if q.len() < 12 {
-                continue;
-            }
-            // Question: name labels up to the root, then QTYPE and QCLASS.
-            let mut i = 12;
-            while i < q.len() && q[i] != 0 {
-                i += 1 + q[i] as usize;
-            }
-            let end = i + 5;
-            if end > q.len() {
-                continue;
-            }
-            let qtype = u16::from_be_bytes([q[i + 1], q[i + 2]]);
-            let a = qtype == 1;
-            let mut r = Vec::with_capacity(end + 16);
-            r.extend_from_slice(&q[0..2]);
-            r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(a), 0, 0, 0, 0]);
-            r.extend_from_slice(&q[12..end]);
-            if a {
-                r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 1, 2, 3]);
-            }
-            let _ = s.send_to(&r, peer);
-        }
-    });
-    (
-        port,
-        Helper {
-            stop,
-            join: Some(join),
-        },
-    )
 }
 
 #[test]
@@ -374,11 +242,9 @@ fn attach_serves_an_existing_namespace() {
 #[test]
 fn upload_from_the_sandbox_to_host_loopback_byte_exact() {
     const LEN: usize = 5 << 20;
-    let file = TempFile(
-        std::env::temp_dir().join(format!("ustack-e2e-{}-upload.bin", std::process::id())),
-    );
+    let file = TempFile::new("e2e-upload.bin");
     let data: Vec<u8> = (0..LEN).map(|i| body_byte(i * 3)).collect();
-    std::fs::write(&file.0, &data).expect("write upload file");
+    std::fs::write(file.as_path(), &data).expect("write upload file");
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = l.local_addr().expect("addr").port();
     let sink = thread::spawn(move || -> std::io::Result<Vec<u8>> {
@@ -397,7 +263,7 @@ fn upload_from_the_sandbox_to_host_loopback_byte_exact() {
         c.read_to_end(&mut got)?;
         Ok(got)
     });
-    let src = format!("FILE:{}", file.0.display());
+    let src = format!("FILE:{}", file.path());
     let dst = format!("TCP:10.0.2.2:{port}");
     let code = ustack_run(&["--", "socat", "-u", &src, &dst]);
     assert_eq!(code, 0, "socat exit status");

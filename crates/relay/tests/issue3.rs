@@ -9,54 +9,21 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, UdpSocket};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use ustack_relay::cli::{run_report, RunArgs, RunReport};
+use ustack_relay::cli::{run_report, RunReport};
 use ustack_relay::Limits;
 
-#[derive(Parser)]
-struct W {
-    #[command(flatten)]
-    a: RunArgs,
-}
-
-fn args(v: &[&str]) -> RunArgs {
-    let mut all = vec!["ustack-run"];
-    all.extend_from_slice(v);
-    match W::try_parse_from(all) {
-        Ok(w) => w.a,
-        Err(e) => panic!("parse: {e}"),
-    }
-}
+mod common;
+use common::{args, body_byte, dns_server, http_server, Helper, TempFile};
 
 fn ustack_run(v: &[&str]) -> RunReport {
     match run_report(args(v)) {
         Ok(r) => r,
         Err(e) => panic!("ustack run {v:?}: {e:#}"),
-    }
-}
-
-/// Removes a file when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(tag: &str) -> TempFile {
-        TempFile(std::env::temp_dir().join(format!("ustack-i3-{}-{tag}", std::process::id())))
-    }
-    fn path(&self) -> String {
-        self.0.to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -67,21 +34,6 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// Stops a helper thread and joins it when dropped.
-struct Helper {
-    stop: Arc<AtomicBool>,
-    join: Option<thread::JoinHandle<()>>,
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
-        }
     }
 }
 
@@ -167,53 +119,6 @@ fn iperf3_both_directions_through_the_relay() {
     assert_eq!(r.stats.limits_hit(), 0);
 }
 
-/// A DNS responder answering every A query with 10.1.2.3 (other types:
-/// NOERROR, no answer), on 127.0.0.1.
-fn dns_server() -> (u16, Helper) {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    s.set_read_timeout(Some(Duration::from_millis(100)))
-        .expect("timeout");
-    let port = s.local_addr().expect("addr").port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    let join = thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while !s2.load(Ordering::SeqCst) {
-            let Ok((n, peer)) = s.recv_from(&mut buf) else {
-                continue;
-            };
-            let q = &buf[..n];
-            if q.len() < 12 {
-                continue;
-            }
-            let mut i = 12;
-            while i < q.len() && q[i] != 0 {
-                i += 1 + q[i] as usize;
-            }
-            let end = i + 5;
-            if end > q.len() {
-                continue;
-            }
-            let a = u16::from_be_bytes([q[i + 1], q[i + 2]]) == 1;
-            let mut r = Vec::with_capacity(end + 16);
-            r.extend_from_slice(&q[0..2]);
-            r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(a), 0, 0, 0, 0]);
-            r.extend_from_slice(&q[12..end]);
-            if a {
-                r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 1, 2, 3]);
-            }
-            let _ = s.send_to(&r, peer);
-        }
-    });
-    (
-        port,
-        Helper {
-            stop,
-            join: Some(join),
-        },
-    )
-}
-
 #[test]
 fn getent_hosts_resolves_through_10_0_2_3() {
     let (port, _dns) = dns_server();
@@ -226,7 +131,7 @@ fn getent_hosts_resolves_through_10_0_2_3() {
     );
     let r = ustack_run(&["--dns-upstream", &upstream, "--", "sh", "-c", &script]);
     assert_eq!(r.code, 0, "getent hosts exit status");
-    let got = std::fs::read_to_string(&out.0).expect("getent output");
+    let got = std::fs::read_to_string(out.as_path()).expect("getent output");
     assert!(
         got.starts_with("10.1.2.3 ") && got.contains("issue3.ustack.example"),
         "getent hosts printed {got:?}"
@@ -240,11 +145,9 @@ fn echo_server() -> (u16, Helper) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     l.set_nonblocking(true).expect("nonblocking");
     let port = l.local_addr().expect("addr").port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    let join = thread::spawn(move || {
+    let helper = Helper::spawn(move |stop| {
         let mut workers = Vec::new();
-        while !s2.load(Ordering::SeqCst) {
+        while !stop.load(Ordering::SeqCst) {
             let mut c = match l.accept() {
                 Ok((c, _)) => c,
                 Err(_) => {
@@ -275,13 +178,7 @@ fn echo_server() -> (u16, Helper) {
             let _ = w.join();
         }
     });
-    (
-        port,
-        Helper {
-            stop,
-            join: Some(join),
-        },
-    )
+    (port, helper)
 }
 
 /// Opens N connections and keeps them all open, checks that one more is
@@ -329,7 +226,7 @@ fn five_hundred_concurrent_flows_and_the_501st_is_refused() {
     const N: usize = 500;
     let (port, _srv) = echo_server();
     let script = TempFile::new("many.py");
-    std::fs::write(&script.0, MANY_FLOWS_CLIENT).expect("write script");
+    std::fs::write(script.as_path(), MANY_FLOWS_CLIENT).expect("write script");
     let t0 = Instant::now();
     let r = ustack_run(&[
         "--max-flows",
@@ -408,51 +305,6 @@ while time.time() < end:
 print("flood", syns, "syns", dgrams, "datagrams", file=sys.stderr)
 "#;
 
-fn body_byte(i: usize) -> u8 {
-    (i.wrapping_mul(31) ^ (i >> 11)) as u8
-}
-
-/// HTTP/1.0 server on 127.0.0.1 answering every request with `len` bytes.
-fn http_server(len: usize) -> (u16, Helper) {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.set_nonblocking(true).expect("nonblocking");
-    let port = l.local_addr().expect("addr").port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    let join = thread::spawn(move || {
-        let body: Vec<u8> = (0..len).map(body_byte).collect();
-        while !s2.load(Ordering::SeqCst) {
-            let (mut c, _) = match l.accept() {
-                Ok(x) => x,
-                Err(_) => {
-                    thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-            };
-            let _ = c.set_nonblocking(false);
-            let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
-            let mut req = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                match c.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&buf[..n]),
-                }
-            }
-            let head = format!("HTTP/1.0 200 OK\r\nContent-Length: {len}\r\n\r\n");
-            let _ = c.write_all(head.as_bytes());
-            let _ = c.write_all(&body);
-        }
-    });
-    (
-        port,
-        Helper {
-            stop,
-            join: Some(join),
-        },
-    )
-}
-
 #[test]
 fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
     const LEN: usize = 8 << 20;
@@ -474,7 +326,7 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
         .map(|s| s.local_addr().expect("addr").port().to_string())
         .collect();
     let script = TempFile::new("flood.py");
-    std::fs::write(&script.0, FLOOD).expect("write flood script");
+    std::fs::write(script.as_path(), FLOOD).expect("write flood script");
 
     let rss_before = vm_kib("VmRSS:");
     let (tcp_ports, udp_ports, path) = (tcp_ports.join(","), udp_ports.join(","), script.path());
@@ -512,7 +364,7 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
     let hwm = vm_kib("VmHWM:");
 
     assert_eq!(victim.code, 0, "curl in the second sandbox");
-    let got = std::fs::read(&out.0).expect("curl output");
+    let got = std::fs::read(out.as_path()).expect("curl output");
     assert_eq!(got.len(), LEN);
     assert!(
         got.iter().enumerate().all(|(i, b)| *b == body_byte(i)),
@@ -615,7 +467,7 @@ fn user_namespace_sandbox_relays_too() {
     let r = ustack_run(&["--userns", "--", "sh", "-c", &script]);
     assert_ne!(r.code, 9, "the command ran in the initial user namespace");
     assert_eq!(r.code, 0, "curl exit status");
-    let got = std::fs::read(&out.0).expect("curl output");
+    let got = std::fs::read(out.as_path()).expect("curl output");
     assert_eq!(got.len(), LEN);
     assert!(got.iter().enumerate().all(|(i, b)| *b == body_byte(i)));
 }

@@ -1,24 +1,11 @@
 //! The whole `ustack run` path (sandbox + relay loop + exit status) with the
 //! fake guest engine. Needs root and /dev/net/tun.
 
-use clap::Parser;
-use ustack_relay::cli::{run_with, RunArgs};
+use ustack_relay::cli::run_with;
 use ustack_relay::testing::FakeGuest;
 
-#[derive(Parser)]
-struct W {
-    #[command(flatten)]
-    a: RunArgs,
-}
-
-fn args(v: &[&str]) -> RunArgs {
-    let mut all = vec!["ustack-run"];
-    all.extend_from_slice(v);
-    match W::try_parse_from(all) {
-        Ok(w) => w.a,
-        Err(e) => panic!("parse: {e}"),
-    }
-}
+mod common;
+use common::args;
 
 fn run(v: &[&str]) -> i32 {
     match run_with(
