@@ -769,8 +769,11 @@ impl<G: GuestStack> Relay<G> {
             match self.guest.tcp_recv(conn, buf) {
                 Ok(0) => t.guest_eof = true,
                 Ok(n) => {
-                    t.g2h.q.extend(buf.iter().take(n));
-                    self.buffered += n;
+                    // Extending from a slice is specialised to a memcpy; an
+                    // iterator (iter().take(n)) is copied element by element.
+                    let data = buf.get(..n).unwrap_or_default();
+                    t.g2h.q.extend(data);
+                    self.buffered += data.len();
                 }
                 Err(_) => break,
             }
@@ -813,8 +816,11 @@ impl<G: GuestStack> Relay<G> {
             match sys::recv(sock, buf) {
                 Ok(0) => t.host_eof = true,
                 Ok(n) => {
-                    t.h2g.q.extend(buf.iter().take(n));
-                    self.buffered += n;
+                    // Extending from a slice is specialised to a memcpy; an
+                    // iterator (iter().take(n)) is copied element by element.
+                    let data = buf.get(..n).unwrap_or_default();
+                    t.h2g.q.extend(data);
+                    self.buffered += data.len();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.readable = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -84,7 +84,7 @@ impl FakeGuest {
 
     pub fn write(&mut self, c: ConnId, data: &[u8]) {
         if let Some(k) = self.conns.get_mut(&c) {
-            k.outgoing.extend(data.iter().copied());
+            k.outgoing.extend(data);
         }
     }
 
