@@ -393,6 +393,15 @@ impl Bulk {
             assert!(moved > 0, "no progress after {done} bytes");
             done += u64::from(moved);
         }
+        // Drain what is still queued, so the send buffer ends empty.
+        for _ in 0..1000 {
+            if self.dispatch().iter().all(|o| o.len == 0) {
+                break;
+            }
+            let max = self.max;
+            self.ack(max);
+        }
+        assert_eq!(self.una, self.max, "drained");
     }
 
     /// Queue `n` segments, send them, then send three duplicate ACKs for
@@ -441,4 +450,46 @@ fn fast_retransmit_still_works_past_two_gibibytes_after_a_recovery() {
     assert_eq!(b.ctr.TCPTimeouts, 0);
     b.push(1 << 20);
     assert_eq!(b.c.state(), State::Established);
+}
+
+/// RFC 7661 / RFC 5681: cwnd grows only while it limits the sender. An
+/// application that writes one segment per round trip left cwnd growing
+/// by a segment per ACK for ever (1.8e9 bytes seen), so a later burst
+/// was sent at line rate into the network with no congestion feedback.
+#[test]
+fn cwnd_grows_only_when_cwnd_limited() {
+    let mut ctr = TcpCounters::default();
+    let now = Instant::ZERO;
+    let mut c = established(u16::MAX, &mut ctr);
+    let initial = c.cwnd();
+    assert_eq!(initial, 10 * 1460);
+    let mut una = ISS + 1;
+    let seg = [0x33u8; 1460];
+    for i in 0..2000 {
+        assert_eq!(c.send(&seg).unwrap(), seg.len());
+        let out = dispatch(&mut c, now, &mut ctr);
+        assert_eq!(out.iter().map(|o| o.len).sum::<usize>(), 1460, "round {i}");
+        una = una.wrapping_add(1460);
+        c.process(now, &peer(IRS + 1, una, u16::MAX), &mut ctr);
+    }
+    assert!(
+        c.cwnd() <= initial,
+        "application-limited: cwnd {} grew past the initial {initial}",
+        c.cwnd()
+    );
+    // A sender with more to send than cwnd allows: slow start grows it.
+    let bulk = vec![0x44u8; 64 * 1024];
+    for _ in 0..5 {
+        c.send(&bulk).unwrap();
+        let out = dispatch(&mut c, now, &mut ctr);
+        let sent: usize = out.iter().map(|o| o.len).sum();
+        assert!(sent > 0);
+        una = una.wrapping_add(sent as u32);
+        c.process(now, &peer(IRS + 1, una, u16::MAX), &mut ctr);
+    }
+    assert!(
+        c.cwnd() >= 2 * initial,
+        "cwnd-limited slow start: cwnd {} did not grow from {initial}",
+        c.cwnd()
+    );
 }

@@ -147,6 +147,14 @@ pub struct Connection {
     total_retrans: u32,
     rtt_probe: Option<(SeqNum, Instant)>,
     cc: Box<dyn CongestionControl>,
+    /// Was cwnd the limit on sending in the current window of data
+    /// (Linux `is_cwnd_limited`, RFC 7661 "cwnd-limited")?
+    cwnd_limited: bool,
+    /// Most bytes in flight in the current window (Linux `max_packets_out`).
+    max_flight: usize,
+    /// End of the current window for the two above (Linux
+    /// `cwnd_usage_seq`); None once SND.UNA has reached it.
+    cwnd_usage_seq: Option<SeqNum>,
     /// Duplicate ACKs in a row (loss detection without SACK).
     dupacks: u32,
     /// In fast recovery (or, with `in_loss`, RTO recovery) until SND.UNA
@@ -278,6 +286,9 @@ impl Connection {
             total_retrans: 0,
             rtt_probe: None,
             cc: Box::new(NewReno::new(cfg.initial_cwnd, smss)),
+            cwnd_limited: false,
+            max_flight: 0,
+            cwnd_usage_seq: None,
             dupacks: 0,
             recovery: None,
             last_recover: None,
@@ -1492,7 +1503,7 @@ impl Connection {
                 Some(recover) if ack.ge(recover) => {
                     // Full acknowledgment: leave recovery.
                     if self.in_loss {
-                        self.cc.on_ack(acked_seq, mss);
+                        self.grow_cwnd(acked_seq, mss);
                     } else {
                         let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
                         self.cc.on_exit_recovery(flight, mss);
@@ -1506,14 +1517,17 @@ impl Connection {
                     if self.in_loss {
                         // After an RTO the window slow-starts again
                         // (RFC 5681 3.1) while the lost segments go out.
-                        self.cc.on_ack(acked_seq, mss);
+                        self.grow_cwnd(acked_seq, mss);
                     } else if !self.sack_ok {
                         // RFC 6582 3.2 (5) partial ACK: "retransmit the
                         // first unacknowledged segment".
                         self.scoreboard.mark_head_lost();
                     }
                 }
-                None => self.cc.on_ack(acked_seq, mss),
+                None => self.grow_cwnd(acked_seq, mss),
+            }
+            if self.cwnd_usage_seq.is_some_and(|s| self.snd_una.ge(s)) {
+                self.cwnd_usage_seq = None;
             }
             // RFC 6582 3.2 (2): fast retransmit is allowed again once "the
             // cumulative acknowledgment field covers more than recover".
@@ -2210,6 +2224,9 @@ impl Connection {
             sent_new = true;
         }
         self.force_send = false;
+        if self.can_send_data_state() && self.snd_una != self.snd_max {
+            self.cwnd_validate();
+        }
         if sent_new && self.tlp_end.is_none() {
             // RFC 8985 7.2: "start or restart a loss probe PTO timer after
             // transmitting new data".
@@ -2242,6 +2259,37 @@ impl Connection {
                 return self.blocked(now);
             }
             self.sent_ack(ctr, now);
+        }
+    }
+
+    /// RFC 7661 4.1 / RFC 5681 3.1: "the congestion window ... can only
+    /// be increased when the sender is cwnd-limited"; RFC 7661 3: a sender
+    /// is cwnd-limited when "FlightSize >= cwnd" (here: less than a full
+    /// segment of room). Like Linux (`tcp_is_cwnd_limited`), in slow start
+    /// cwnd may also grow up to twice the most that was in flight in the
+    /// last window, so it keeps ahead of an application that ramps up.
+    /// Without this an application-limited sender grew cwnd without bound.
+    fn grow_cwnd(&mut self, acked: usize, mss: usize) {
+        let cwnd = self.cc.cwnd();
+        let limited = self.cwnd_limited
+            || (cwnd < self.cc.ssthresh() && cwnd < self.max_flight.saturating_mul(2));
+        if limited {
+            self.cc.on_ack(acked, mss);
+        }
+    }
+
+    /// After a transmission attempt: record whether cwnd was the limit and
+    /// the most in flight, per window of data (Linux `tcp_cwnd_validate`).
+    fn cwnd_validate(&mut self) {
+        let flight = self.snd_max.wrapping_sub(self.snd_una) as usize;
+        let limited = self.cc.cwnd().saturating_sub(self.pipe()) < self.max_payload_base();
+        if self.cwnd_usage_seq.is_none()
+            || limited
+            || (!self.cwnd_limited && flight > self.max_flight)
+        {
+            self.cwnd_limited = limited;
+            self.max_flight = flight;
+            self.cwnd_usage_seq = Some(self.snd_max);
         }
     }
 
