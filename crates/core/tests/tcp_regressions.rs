@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ustack_core::tcp::{Connection, State, TcpConfig, TcpCounters};
-use ustack_core::time::Instant;
+use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
 const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000);
@@ -325,6 +325,7 @@ struct Bulk {
     una: u32,
     max: u32,
     chunk: Vec<u8>,
+    now: Instant,
 }
 
 const BULK_MSS: u16 = 65_000;
@@ -356,12 +357,13 @@ impl Bulk {
             una: ISS + 1,
             max: ISS + 1,
             chunk: vec![0x5a; usize::from(BULK_MSS)],
+            now,
         }
     }
 
     /// Dispatch and note the highest sequence number sent.
     fn dispatch(&mut self) -> Vec<Out> {
-        let out = dispatch(&mut self.c, Instant::ZERO, &mut self.ctr);
+        let out = dispatch(&mut self.c, self.now, &mut self.ctr);
         for o in &out {
             let end = o.seq.0.wrapping_add(o.len as u32);
             if SeqNum(end).gt(SeqNum(self.max)) {
@@ -372,8 +374,15 @@ impl Bulk {
     }
 
     fn ack(&mut self, ack: u32) {
-        let seg = peer(IRS + 1, ack, u16::MAX);
-        self.c.process(Instant::ZERO, &seg, &mut self.ctr);
+        self.ack_sack(ack, None);
+    }
+
+    fn ack_sack(&mut self, ack: u32, sack: Option<(u32, u32)>) {
+        let seg = TcpRepr {
+            sack_ranges: [sack.map(|(l, r)| (SeqNum(l), SeqNum(r))), None, None, None],
+            ..peer(IRS + 1, ack, u16::MAX)
+        };
+        self.c.process(self.now, &seg, &mut self.ctr);
         if SeqNum(ack).gt(SeqNum(self.una)) {
             self.una = ack;
         }
@@ -384,6 +393,7 @@ impl Bulk {
     fn push(&mut self, bytes: u64) {
         let mut done = 0u64;
         while done < bytes {
+            self.now += Duration::from_millis(1);
             while self.c.send(&self.chunk).unwrap() > 0 {}
             let before = self.una;
             self.dispatch();
@@ -428,6 +438,54 @@ impl Bulk {
         let max = self.max;
         self.ack(max);
         self.dispatch();
+        rtx
+    }
+
+    /// Like `dupacks_retransmit`, but the duplicate ACKs SACK the later
+    /// segments (RFC 6675 / RACK loss detection).
+    fn sack_retransmit(&mut self, n: usize) -> bool {
+        for _ in 0..n {
+            assert_eq!(self.c.send(&self.chunk).unwrap(), self.chunk.len());
+        }
+        let una = self.una;
+        let first = self.dispatch();
+        assert!(
+            !first.is_empty() && first[0].seq == SeqNum(una),
+            "{first:?}"
+        );
+        self.now += Duration::from_millis(1);
+        let mss = u32::from(BULK_MSS);
+        let left = una.wrapping_add(mss);
+        let mut rtx = false;
+        for k in 1..n as u32 {
+            self.ack_sack(una, Some((left, una.wrapping_add((k + 1) * mss))));
+            rtx |= self
+                .dispatch()
+                .iter()
+                .any(|o| o.seq == SeqNum(una) && o.len > 0);
+        }
+        let max = self.max;
+        self.ack(max);
+        self.dispatch();
+        rtx
+    }
+
+    /// `n` segments go out and nothing comes back: the retransmission
+    /// timer must resend the first.
+    fn rto_retransmit(&mut self, n: usize) -> bool {
+        for _ in 0..n {
+            assert_eq!(self.c.send(&self.chunk).unwrap(), self.chunk.len());
+        }
+        let una = self.una;
+        self.dispatch();
+        self.now += Duration::from_secs(3);
+        let rtx = self
+            .dispatch()
+            .iter()
+            .any(|o| o.seq == SeqNum(una) && o.len > 0);
+        let max = self.max;
+        self.ack(max);
+        self.push(1);
         rtx
     }
 }
@@ -492,4 +550,55 @@ fn cwnd_grows_only_when_cwnd_limited() {
         "cwnd-limited slow start: cwnd {} did not grow from {initial}",
         c.cwnd()
     );
+}
+
+/// The whole sequence space, for each kind of loss detection: a sender
+/// with (and without) SACK moves more than 2^32 bytes with loss episodes
+/// repaired by fast retransmit (three duplicate ACKs, or SACK blocks) and
+/// by the retransmission timer spread over it, some of them 2^31 bytes
+/// apart. Every episode must be repaired the same way as the first, and
+/// data must keep flowing: a sequence number stored at one episode and
+/// compared (modulo 2^32) at a later one would flip sign somewhere.
+#[test]
+fn loss_recovery_keeps_working_across_a_full_sequence_wrap() {
+    const M: u64 = 1 << 20;
+    const HALF: u64 = 1 << 31;
+    // (bytes before the episode, repaired by the RTO?)
+    let plan = [
+        (64 * M, false),
+        (HALF + 64 * M, false),
+        (64 * M, true),
+        (HALF + 64 * M, false),
+        (64 * M, false),
+        (128 * M, true),
+        (64 * M, false),
+        (300 * M, true),
+    ];
+    let total: u64 = plan.iter().map(|p| p.0).sum();
+    assert!(total > 1 << 32);
+    for sack in [false, true] {
+        let mut b = Bulk::new(sack);
+        let mut sent: u64 = 0;
+        for (episode, &(gap, rto)) in plan.iter().enumerate() {
+            b.push(gap);
+            sent += gap;
+            let timeouts = b.ctr.TCPTimeouts;
+            let ok = match (rto, sack) {
+                (true, _) => b.rto_retransmit(3),
+                (false, true) => b.sack_retransmit(4),
+                (false, false) => b.dupacks_retransmit(4),
+            };
+            assert!(
+                ok,
+                "sack {sack}: episode {episode} after {sent} bytes not repaired"
+            );
+            assert_eq!(
+                b.ctr.TCPTimeouts,
+                timeouts + u64::from(rto),
+                "sack {sack}: episode {episode} after {sent} bytes: timeouts"
+            );
+        }
+        b.push(M);
+        assert_eq!(b.c.state(), State::Established, "sack {sack}");
+    }
 }
