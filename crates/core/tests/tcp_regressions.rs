@@ -602,3 +602,95 @@ fn loss_recovery_keeps_working_across_a_full_sequence_wrap() {
         assert_eq!(b.c.state(), State::Established, "sack {sack}");
     }
 }
+
+/// RFC 5681 3.2 step 2: on the third duplicate ACK "The lost segment
+/// starting at SND.UNA MUST be retransmitted"; RFC 6675 5 (4.2) likewise
+/// retransmits the first lost segment on entering recovery, and Linux PRR
+/// (RFC 6937) always sends one segment then. With a full, cwnd-limited
+/// flight and more data queued, cwnd (halved to ssthresh) stays below
+/// pipe, so the retransmission was held back until more duplicate ACKs
+/// arrived, or until the RTO. It must go out at the dispatch right after
+/// recovery starts, alone (pipe still above cwnd: no new data): three
+/// duplicate ACKs without SACK; with SACK, as soon as RACK (RFC 8985)
+/// deems the head lost, at the latest with the third SACKed segment
+/// (DupThresh), with or without time passing before the SACKs.
+#[test]
+fn entering_recovery_retransmits_snd_una_at_once() {
+    // (SACK, time passes between sending and the ACKs)
+    for (sack, wait) in [(false, true), (false, false), (true, false), (true, true)] {
+        let case = format!("sack {sack}, wait {wait}");
+        let mut b = Bulk::new(sack);
+        b.push(1 << 20);
+        while b.c.send(&b.chunk).unwrap() > 0 {}
+        let una = b.una;
+        b.now += Duration::from_millis(1);
+        let first: usize = b.dispatch().iter().map(|o| o.len).sum();
+        assert!(first > 0, "{case}");
+        let queued = b.c.send_queue();
+        assert!(
+            queued > first + 2 * usize::from(BULK_MSS),
+            "{case}: the send buffer ({queued}) must hold well more than the flight ({first})"
+        );
+        if wait {
+            b.now += Duration::from_millis(1);
+        }
+        let mss = u32::from(BULK_MSS);
+        let mut rtx_at = None;
+        let mut entered_at = None;
+        for k in 1..=3u32 {
+            let max_before = b.max;
+            let fast = b.ctr.TCPFastRetrans;
+            if sack {
+                let sacked = (una.wrapping_add(mss), una.wrapping_add((k + 1) * mss));
+                b.ack_sack(una, Some(sacked));
+            } else {
+                b.ack(una);
+            }
+            if b.ctr.TCPFastRetrans > fast {
+                entered_at = Some(k);
+            }
+            let out = b.dispatch();
+            let rtx: Vec<_> = out
+                .iter()
+                .filter(|o| o.seq == SeqNum(una) && o.len > 0)
+                .collect();
+            if !rtx.is_empty() {
+                assert_eq!(rtx.len(), 1, "{case}: {out:?}");
+                assert_eq!(rtx_at, None, "{case}: retransmitted twice");
+                rtx_at = Some(k);
+                // Pipe rules still apply after it: cwnd = FlightSize/2 <
+                // pipe, so no new data goes with it.
+                assert!(
+                    out.iter().all(|o| o.len == 0
+                        || o.seq == SeqNum(una)
+                        || o.seq.lt(SeqNum(max_before))),
+                    "{case}: new data in recovery beyond pipe: {out:?}"
+                );
+            }
+        }
+        let Some(enter) = entered_at else {
+            panic!("{case}: recovery did not start");
+        };
+        if !sack {
+            assert_eq!(enter, 3, "{case}: the third duplicate ACK");
+        }
+        assert_eq!(
+            rtx_at,
+            Some(enter),
+            "{case}: SND.UNA must be retransmitted as recovery starts"
+        );
+        assert!(
+            b.c.cwnd() < first,
+            "{case}: cwnd {} was reduced below the flight {first}",
+            b.c.cwnd()
+        );
+        assert_eq!(b.ctr.TCPTimeouts, 0, "{case}");
+        assert_eq!(b.ctr.TCPFastRetrans, 1, "{case}");
+        // The repair is acknowledged: everything flows again.
+        let max = b.max;
+        b.ack(max);
+        b.push(1 << 20);
+        assert_eq!(b.ctr.TCPTimeouts, 0, "{case}");
+        assert_eq!(b.c.state(), State::Established, "{case}");
+    }
+}

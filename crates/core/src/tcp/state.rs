@@ -161,6 +161,11 @@ pub struct Connection {
     /// reaches this ("recover", RFC 6582 / RFC 6675).
     recovery: Option<SeqNum>,
     in_loss: bool,
+    /// The first lost segment must be retransmitted at the next dispatch
+    /// whatever cwnd - pipe says: set on entering fast recovery (RFC 5681
+    /// 3.2 step 2, RFC 6675 5 (4.2), RFC 6937's "sndcnt >= 1") and on a
+    /// NewReno partial ACK (RFC 6582 3.2 (5)).
+    rtx_head_now: bool,
     last_recover: Option<SeqNum>,
     scoreboard: Scoreboard,
     rack: Rack,
@@ -291,6 +296,7 @@ impl Connection {
             cwnd_usage_seq: None,
             dupacks: 0,
             recovery: None,
+            rtx_head_now: false,
             last_recover: None,
             in_loss: false,
             scoreboard: Scoreboard::default(),
@@ -923,7 +929,8 @@ impl Connection {
         let Some((s, _)) = self.scoreboard.first_lost() else {
             return false;
         };
-        (s == self.snd_una || s.lt(self.snd_una + self.snd_wnd)) && self.pipe() < self.cc.cwnd()
+        (s == self.snd_una || s.lt(self.snd_una + self.snd_wnd))
+            && (self.rtx_head_now || self.pipe() < self.cc.cwnd())
     }
 
     /// The next segment of new data (or the FIN) to send now: (seq, len,
@@ -1510,6 +1517,7 @@ impl Connection {
                     }
                     self.recovery = None;
                     self.in_loss = false;
+                    self.rtx_head_now = false;
                     self.undo = None;
                     self.last_recover = Some(recover);
                 }
@@ -1522,6 +1530,7 @@ impl Connection {
                         // RFC 6582 3.2 (5) partial ACK: "retransmit the
                         // first unacknowledged segment".
                         self.scoreboard.mark_head_lost();
+                        self.rtx_head_now = true;
                     }
                 }
                 None => self.grow_cwnd(acked_seq, mss),
@@ -1765,6 +1774,12 @@ impl Connection {
         self.cc.on_enter_recovery(flight, mss);
         self.recovery = Some(self.snd_max);
         self.in_loss = false;
+        // RFC 5681 3.2 step 2: "The lost segment starting at SND.UNA MUST
+        // be retransmitted"; RFC 6675 5 (4.2): "the TCP MUST retransmit
+        // the first data segment presumed dropped". Like Linux PRR
+        // (RFC 6937 3: "sndcnt = MAX(sndcnt, 1)" on a new loss), at once,
+        // even while pipe > cwnd = ssthresh, then by the pipe rules.
+        self.rtx_head_now = true;
         self.tlp_at = None;
         self.tlp_pending = false;
         ctr.TCPFastRetrans += 1;
@@ -1802,6 +1817,7 @@ impl Connection {
         }
         self.recovery = None;
         self.in_loss = false;
+        self.rtx_head_now = false;
         self.undo = None;
         self.rack_at = None;
     }
@@ -2028,6 +2044,7 @@ impl Connection {
         self.rtt.backoff();
         self.recovery = Some(self.snd_max);
         self.in_loss = true;
+        self.rtx_head_now = false;
         self.last_recover = Some(self.snd_max);
         self.dupacks = 0;
         self.tlp_at = None;
@@ -2175,7 +2192,10 @@ impl Connection {
             if !self.retransmit(now, ctr, emit, s, e, false) {
                 return self.blocked(now);
             }
+            self.rtx_head_now = false;
         }
+        // Nothing (left) to retransmit: the head was repaired otherwise.
+        self.rtx_head_now = false;
 
         // RFC 8985 7.3: the loss probe. "If a previously unsent segment
         // exists AND the receive window allows new data to be sent:
