@@ -603,8 +603,8 @@ fn loss_recovery_keeps_working_across_a_full_sequence_wrap() {
     }
 }
 
-/// RFC 5681 3.2 step 2: on the third duplicate ACK "The lost segment
-/// starting at SND.UNA MUST be retransmitted"; RFC 6675 5 (4.2) likewise
+/// RFC 5681 3.2 step 3: on the third duplicate ACK "The lost segment
+/// starting at SND.UNA MUST be retransmitted"; RFC 6675 5 (4.3) likewise
 /// retransmits the first lost segment on entering recovery, and Linux PRR
 /// (RFC 6937) always sends one segment then. With a full, cwnd-limited
 /// flight and more data queued, cwnd (halved to ssthresh) stays below

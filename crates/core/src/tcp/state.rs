@@ -163,8 +163,8 @@ pub struct Connection {
     in_loss: bool,
     /// The first lost segment must be retransmitted at the next dispatch
     /// whatever cwnd - pipe says: set on entering fast recovery (RFC 5681
-    /// 3.2 step 2, RFC 6675 5 (4.2), RFC 6937's "sndcnt >= 1") and on a
-    /// NewReno partial ACK (RFC 6582 3.2 (5)).
+    /// 3.2 step 3, RFC 6675 5 (4.3), Linux PRR's one segment on a new
+    /// loss) and on a NewReno partial ACK (RFC 6582 3.2 (5)).
     rtx_head_now: bool,
     last_recover: Option<SeqNum>,
     scoreboard: Scoreboard,
@@ -1774,11 +1774,12 @@ impl Connection {
         self.cc.on_enter_recovery(flight, mss);
         self.recovery = Some(self.snd_max);
         self.in_loss = false;
-        // RFC 5681 3.2 step 2: "The lost segment starting at SND.UNA MUST
-        // be retransmitted"; RFC 6675 5 (4.2): "the TCP MUST retransmit
-        // the first data segment presumed dropped". Like Linux PRR
-        // (RFC 6937 3: "sndcnt = MAX(sndcnt, 1)" on a new loss), at once,
-        // even while pipe > cwnd = ssthresh, then by the pipe rules.
+        // RFC 5681 3.2 step 3: "The lost segment starting at SND.UNA MUST
+        // be retransmitted"; RFC 6675 5 (4.3): "Retransmit the first data
+        // segment presumed dropped -- the segment starting with sequence
+        // number HighACK + 1". At once, even while pipe > cwnd = ssthresh,
+        // as Linux PRR (RFC 6937) sends at least one segment when one was
+        // newly lost (tcp_cwnd_reduction); after it, the pipe rules.
         self.rtx_head_now = true;
         self.tlp_at = None;
         self.tlp_pending = false;
