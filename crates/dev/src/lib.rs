@@ -19,7 +19,63 @@
 use std::io;
 use std::os::fd::RawFd;
 
+/// Implements the listed [`Device`] methods by calling the same method on
+/// `$inner`, an expression over the `self` named first (`self.inner` for a
+/// wrapper, `(**self)` for a pointer): the one place for the forwarding
+/// bodies that wrappers would otherwise each repeat.
+macro_rules! forward_device {
+    ($self:ident => $inner:expr; $($method:ident),+ $(,)?) => {
+        $(forward_device!(@one $self, $inner, $method);)+
+    };
+    (@one $self:ident, $inner:expr, recv) => {
+        fn recv(&mut $self, buf: &mut [u8]) -> ::std::io::Result<Option<usize>> {
+            $inner.recv(buf)
+        }
+    };
+    (@one $self:ident, $inner:expr, send) => {
+        fn send(&mut $self, frame: &[u8]) -> ::std::io::Result<()> {
+            $inner.send(frame)
+        }
+    };
+    (@one $self:ident, $inner:expr, recv_batch) => {
+        fn recv_batch(&mut $self, batch: &mut $crate::FrameBatch) -> ::std::io::Result<usize> {
+            $inner.recv_batch(batch)
+        }
+    };
+    (@one $self:ident, $inner:expr, send_batch) => {
+        fn send_batch(&mut $self, frames: &$crate::FrameBatch) -> ::std::io::Result<usize> {
+            $inner.send_batch(frames)
+        }
+    };
+    (@one $self:ident, $inner:expr, mtu) => {
+        fn mtu(&$self) -> usize {
+            $inner.mtu()
+        }
+    };
+    (@one $self:ident, $inner:expr, mac) => {
+        fn mac(&$self) -> Option<[u8; 6]> {
+            $inner.mac()
+        }
+    };
+    (@one $self:ident, $inner:expr, raw_fd) => {
+        fn raw_fd(&$self) -> Option<::std::os::fd::RawFd> {
+            $inner.raw_fd()
+        }
+    };
+    (@one $self:ident, $inner:expr, next_deadline) => {
+        fn next_deadline(&$self) -> Option<::std::time::Instant> {
+            $inner.next_deadline()
+        }
+    };
+    (@one $self:ident, $inner:expr, poll_deferred) => {
+        fn poll_deferred(&mut $self) -> ::std::io::Result<()> {
+            $inner.poll_deferred()
+        }
+    };
+}
+
 pub mod batch;
+mod impair;
 pub mod memlink;
 pub mod netem;
 pub mod pcap;
@@ -116,61 +172,11 @@ pub trait Device {
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
-    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        (**self).recv(buf)
-    }
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        (**self).send(frame)
-    }
-    fn recv_batch(&mut self, batch: &mut FrameBatch) -> io::Result<usize> {
-        (**self).recv_batch(batch)
-    }
-    fn send_batch(&mut self, frames: &FrameBatch) -> io::Result<usize> {
-        (**self).send_batch(frames)
-    }
-    fn mtu(&self) -> usize {
-        (**self).mtu()
-    }
-    fn mac(&self) -> Option<[u8; 6]> {
-        (**self).mac()
-    }
-    fn raw_fd(&self) -> Option<RawFd> {
-        (**self).raw_fd()
-    }
-    fn next_deadline(&self) -> Option<std::time::Instant> {
-        (**self).next_deadline()
-    }
-    fn poll_deferred(&mut self) -> io::Result<()> {
-        (**self).poll_deferred()
-    }
+    forward_device!(self => (**self);
+        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred);
 }
 
 impl<D: Device + ?Sized> Device for &mut D {
-    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        (**self).recv(buf)
-    }
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        (**self).send(frame)
-    }
-    fn recv_batch(&mut self, batch: &mut FrameBatch) -> io::Result<usize> {
-        (**self).recv_batch(batch)
-    }
-    fn send_batch(&mut self, frames: &FrameBatch) -> io::Result<usize> {
-        (**self).send_batch(frames)
-    }
-    fn mtu(&self) -> usize {
-        (**self).mtu()
-    }
-    fn mac(&self) -> Option<[u8; 6]> {
-        (**self).mac()
-    }
-    fn raw_fd(&self) -> Option<RawFd> {
-        (**self).raw_fd()
-    }
-    fn next_deadline(&self) -> Option<std::time::Instant> {
-        (**self).next_deadline()
-    }
-    fn poll_deferred(&mut self) -> io::Result<()> {
-        (**self).poll_deferred()
-    }
+    forward_device!(self => (**self);
+        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred);
 }

@@ -23,7 +23,7 @@
 //! Frames become receivable on the other port once their delivery time is
 //! `<= now`, in delivery-time order (ties in send order).
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::RawFd;
@@ -33,6 +33,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::impair::{flip_random_bit, serialisation_time, Scheduled};
 use crate::{Device, ETHERNET_HEADER_LEN};
 
 /// Impairments of one direction of the link.
@@ -107,28 +108,8 @@ pub struct LinkCounters {
     pub truncated: u64,
 }
 
-struct Pending {
-    at: Duration,
-    order: u64,
-    data: Vec<u8>,
-}
-
-impl PartialEq for Pending {
-    fn eq(&self, other: &Self) -> bool {
-        self.at == other.at && self.order == other.order
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Pending {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.order).cmp(&(other.at, other.order))
-    }
-}
+/// A frame in flight, deliverable at a virtual time.
+type Pending = Scheduled<Duration>;
 
 struct Direction {
     cfg: Impairments,
@@ -189,10 +170,8 @@ impl Direction {
         }
         let mut depart = now;
         if let Some(rate) = self.cfg.rate_bps.filter(|&r| r > 0) {
-            let bits = frame.len() as u128 * 8;
-            let nanos = bits * 1_000_000_000 / u128::from(rate);
             let start = self.free_at.max(now);
-            depart = start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+            depart = start + serialisation_time(frame.len(), rate);
             self.free_at = depart;
         }
         let jitter = self.uniform(self.cfg.jitter);
@@ -205,11 +184,7 @@ impl Direction {
         let mut data = self.buffer(frame);
         if self.chance(self.cfg.corrupt) && !data.is_empty() {
             self.counters.corrupted += 1;
-            let i = self.rng.gen_range(0..data.len());
-            let bit = self.rng.gen_range(0..8u32);
-            if let Some(b) = data.get_mut(i) {
-                *b ^= 1 << bit;
-            }
+            flip_random_bit(&mut self.rng, &mut data);
         }
         let dup = self.chance(self.cfg.duplicate);
         if dup {

@@ -32,11 +32,10 @@
 //! Randomness comes from a seeded ChaCha8 generator per direction: the same
 //! seed gives the same decisions for the same sequence of frames.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
 use std::io;
-use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -45,6 +44,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::impair::{flip_random_bit, serialisation_time, Scheduled};
 use crate::Device;
 
 /// Largest frame drained from the inner device (64 KiB plus headers).
@@ -389,28 +389,8 @@ impl fmt::Debug for NetemCounters {
     }
 }
 
-struct Held {
-    at: Instant,
-    order: u64,
-    data: Vec<u8>,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Self) -> bool {
-        self.at == other.at && self.order == other.order
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Held {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.order).cmp(&(other.at, other.order))
-    }
-}
+/// A held frame, due at a wall-clock (or injected-clock) time.
+type Held = Scheduled<Instant>;
 
 /// One direction: configuration, generator, hold queue.
 struct Dir {
@@ -461,9 +441,8 @@ impl Dir {
     fn due_time(&mut self, now: Instant, len: usize) -> Instant {
         let mut depart = now;
         if let Some(rate) = self.cfg.rate_bps.filter(|&r| r > 0) {
-            let nanos = (len as u128 * 8 * 1_000_000_000) / u128::from(rate);
             let start = self.free_at.map_or(now, |f| f.max(now));
-            depart = start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+            depart = start + serialisation_time(len, rate);
             self.free_at = Some(depart);
         }
         let delay = self.cfg.delay;
@@ -499,11 +478,7 @@ impl Dir {
             data.clear();
             data.extend_from_slice(frame);
             if self.chance(self.cfg.corrupt) && !data.is_empty() {
-                let i = self.rng.gen_range(0..data.len());
-                let bit = self.rng.gen_range(0..8u32);
-                if let Some(b) = data.get_mut(i) {
-                    *b ^= 1 << bit;
-                }
+                flip_random_bit(&mut self.rng, &mut data);
                 bump(&ctr.corrupted);
             }
             let at = if !self.cfg.delays() {
@@ -679,15 +654,7 @@ impl<D: Device> Device for Netem<D> {
         Ok(())
     }
 
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn mac(&self) -> Option<[u8; 6]> {
-        self.inner.mac()
-    }
-    fn raw_fd(&self) -> Option<RawFd> {
-        self.inner.raw_fd()
-    }
+    forward_device!(self => self.inner; mtu, mac, raw_fd);
 
     fn next_deadline(&self) -> Option<Instant> {
         let tx = self
@@ -995,7 +962,7 @@ mod tests {
         fn mac(&self) -> Option<[u8; 6]> {
             None
         }
-        fn raw_fd(&self) -> Option<RawFd> {
+        fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
             None
         }
     }

@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -241,23 +240,7 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
         Ok(n)
     }
 
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-
-    fn mac(&self) -> Option<[u8; 6]> {
-        self.inner.mac()
-    }
-
-    fn raw_fd(&self) -> Option<RawFd> {
-        self.inner.raw_fd()
-    }
-    fn next_deadline(&self) -> Option<std::time::Instant> {
-        self.inner.next_deadline()
-    }
-    fn poll_deferred(&mut self) -> io::Result<()> {
-        self.inner.poll_deferred()
-    }
+    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred);
 }
 
 #[cfg(test)]

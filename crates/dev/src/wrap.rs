@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 use std::io;
-use std::os::fd::RawFd;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::impair::flip_random_bit;
 use crate::Device;
 
 /// A one-line summary of an Ethernet frame for logs: addresses, ethertype
@@ -136,21 +136,7 @@ impl<D: Device> Device for Tracing<D> {
         r
     }
 
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn mac(&self) -> Option<[u8; 6]> {
-        self.inner.mac()
-    }
-    fn raw_fd(&self) -> Option<RawFd> {
-        self.inner.raw_fd()
-    }
-    fn next_deadline(&self) -> Option<std::time::Instant> {
-        self.inner.next_deadline()
-    }
-    fn poll_deferred(&mut self) -> io::Result<()> {
-        self.inner.poll_deferred()
-    }
+    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred);
 }
 
 /// Fault probabilities for [`FaultInject`].
@@ -218,17 +204,6 @@ impl<D: Device> FaultInject<D> {
         let x: f64 = self.rng.gen();
         p > 0.0 && x < p
     }
-
-    fn flip(rng: &mut ChaCha8Rng, data: &mut [u8]) {
-        if data.is_empty() {
-            return;
-        }
-        let i = rng.gen_range(0..data.len());
-        let bit = rng.gen_range(0..8u32);
-        if let Some(b) = data.get_mut(i) {
-            *b ^= 1 << bit;
-        }
-    }
 }
 
 impl<D: Device> Device for FaultInject<D> {
@@ -244,7 +219,7 @@ impl<D: Device> Device for FaultInject<D> {
             if self.chance(self.faults.rx_corrupt) {
                 self.counters.rx_corrupted += 1;
                 let n = n.min(buf.len());
-                Self::flip(&mut self.rng, &mut buf[..n]);
+                flip_random_bit(&mut self.rng, &mut buf[..n]);
             }
             return Ok(Some(n));
         }
@@ -264,7 +239,7 @@ impl<D: Device> Device for FaultInject<D> {
             let mut scratch = std::mem::take(&mut self.scratch);
             scratch.clear();
             scratch.extend_from_slice(frame);
-            Self::flip(&mut self.rng, &mut scratch);
+            flip_random_bit(&mut self.rng, &mut scratch);
             let r = self.inner.send(&scratch);
             self.scratch = scratch;
             return r;
@@ -272,21 +247,7 @@ impl<D: Device> Device for FaultInject<D> {
         self.inner.send(frame)
     }
 
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn mac(&self) -> Option<[u8; 6]> {
-        self.inner.mac()
-    }
-    fn raw_fd(&self) -> Option<RawFd> {
-        self.inner.raw_fd()
-    }
-    fn next_deadline(&self) -> Option<std::time::Instant> {
-        self.inner.next_deadline()
-    }
-    fn poll_deferred(&mut self) -> io::Result<()> {
-        self.inner.poll_deferred()
-    }
+    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred);
 }
 
 #[cfg(test)]
