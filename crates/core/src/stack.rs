@@ -134,6 +134,16 @@ pub struct Stack {
     pub(crate) last_now: Instant,
 }
 
+/// Count a header that did not parse, as Linux's `/proc/net/snmp` does:
+/// every failure is an input error (`InHdrErrors` / `InErrors`), a checksum
+/// failure also an `InCsumErrors`.
+fn count_parse_error(e: WireError, errors: &mut u64, csum_errors: &mut u64) {
+    if e == WireError::Checksum {
+        *csum_errors += 1;
+    }
+    *errors += 1;
+}
+
 impl Stack {
     /// Create a stack. A gratuitous ARP is sent on the first `poll`.
     pub fn new(config: Config, now: Instant) -> Stack {
@@ -320,13 +330,8 @@ impl Stack {
         };
         let repr = match Ipv4Repr::parse(&pkt, true) {
             Ok(r) => r,
-            Err(WireError::Checksum) => {
-                ipc.InCsumErrors += 1;
-                ipc.InHdrErrors += 1;
-                return;
-            }
-            Err(_) => {
-                ipc.InHdrErrors += 1;
+            Err(e) => {
+                count_parse_error(e, &mut ipc.InHdrErrors, &mut ipc.InCsumErrors);
                 return;
             }
         };
@@ -412,15 +417,10 @@ impl Stack {
         };
         let repr = match Icmpv4Repr::parse(&pkt, true) {
             Ok(r) => r,
-            Err(WireError::Checksum) => {
-                c.InCsumErrors += 1;
-                c.InErrors += 1;
-                return;
-            }
             // Types we do not handle (timestamps, redirects...) are ignored.
             Err(WireError::Unsupported) => return,
-            Err(_) => {
-                c.InErrors += 1;
+            Err(e) => {
+                count_parse_error(e, &mut c.InErrors, &mut c.InCsumErrors);
                 return;
             }
         };
@@ -545,13 +545,8 @@ impl Stack {
         };
         let repr = match UdpRepr::parse(&pkt, ip.src, ip.dst, true) {
             Ok(r) => r,
-            Err(WireError::Checksum) => {
-                c.InCsumErrors += 1;
-                c.InErrors += 1;
-                return;
-            }
-            Err(_) => {
-                c.InErrors += 1;
+            Err(e) => {
+                count_parse_error(e, &mut c.InErrors, &mut c.InCsumErrors);
                 return;
             }
         };
