@@ -91,6 +91,9 @@ pub struct TcpConnInfo {
     pub timestamps: bool,
     pub sack: bool,
     pub retransmits: u32,
+    /// Bytes of send and receive buffer storage held (grows on demand up to
+    /// the configured sizes; see [`Connection::buffer_memory`]).
+    pub buffer_memory: usize,
 }
 
 /// One TCP connection (a TCB), sans-IO.
@@ -440,6 +443,13 @@ impl Connection {
     pub fn recv_queue(&self) -> usize {
         self.recvq.ring.len()
     }
+    /// Bytes of buffer storage this connection holds (send plus receive
+    /// ring). The rings start empty and grow by doubling as data is
+    /// buffered, never past `snd_buf`/`rcv_buf`; windows and
+    /// [`Connection::send_capacity`] are computed from the configured sizes.
+    pub fn buffer_memory(&self) -> usize {
+        self.sendq.ring.allocated() + self.recvq.ring.allocated()
+    }
     /// Free space in the send buffer.
     pub fn send_capacity(&self) -> usize {
         self.sendq.ring.free()
@@ -522,6 +532,7 @@ impl Connection {
             timestamps: self.ts_ok,
             sack: self.sack_ok,
             retransmits: self.total_retrans,
+            buffer_memory: self.buffer_memory(),
         }
     }
 

@@ -1,0 +1,143 @@
+//! Buffer storage grows on demand: a connection that moved a few bytes holds
+//! a small fraction of its configured buffers, while windows (and so
+//! throughput) still come from the configured sizes.
+
+#![allow(clippy::field_reassign_with_default)]
+
+mod tcp_common;
+
+use tcp_common::*;
+use ustack_core::tcp::{Connection, State, TcpConfig};
+use ustack_core::time::{Duration, Instant};
+use ustack_wire::tcp::SeqNum;
+
+fn net(c: TcpConfig, delay_ms: u64) -> Net {
+    let a = End::client(c.clone(), 1_000, Instant::ZERO);
+    let b = End::server(c, 5_000_000);
+    let mut n = Net::new(a, b, 11);
+    n.ab.imp.delay = Duration::from_millis(delay_ms);
+    n.ba.imp.delay = Duration::from_millis(delay_ms);
+    n
+}
+
+fn establish(n: &mut Net) {
+    let t = n.now + Duration::from_secs(5);
+    n.run_until(t);
+    assert_eq!(n.a.state(), State::Established);
+    assert_eq!(n.b.state(), State::Established);
+}
+
+fn read_all(c: &mut Connection) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(k) = c.recv(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        out.extend_from_slice(buf.get(..k).unwrap_or(&[]));
+    }
+    out
+}
+
+#[test]
+fn idle_and_small_connections_hold_little_buffer_memory() {
+    let c = TcpConfig::default();
+    let configured = c.snd_buf + c.rcv_buf;
+    let mut n = net(c.clone(), 5);
+    establish(&mut n);
+    assert_eq!(n.a.conn().buffer_memory(), 0, "no storage before data");
+    assert_eq!(n.b.conn().info().buffer_memory, 0);
+    // Windows and send space still reflect the configured sizes.
+    assert_eq!(n.a.conn().send_capacity(), c.snd_buf);
+    // Windows still come from the configured sizes: checked once the peer
+    // has sent a scaled window (the SYN's is limited to 65535), below.
+
+    // A few bytes each way.
+    assert_eq!(n.a.conn().send(b"ping").ok(), Some(4));
+    let t = n.now + Duration::from_millis(100);
+    n.run_until(t);
+    assert_eq!(read_all(n.b.conn()), b"ping");
+    assert_eq!(n.b.conn().send(b"pong!").ok(), Some(5));
+    let t = n.now + Duration::from_millis(100);
+    n.run_until(t);
+    assert_eq!(read_all(n.a.conn()), b"pong!");
+
+    for (name, mem) in [
+        ("client", n.a.conn().buffer_memory()),
+        ("server", n.b.conn().buffer_memory()),
+    ] {
+        assert!(mem > 0, "{name}: storage allocated once data was buffered");
+        assert!(
+            mem * 16 <= configured,
+            "{name}: {mem} bytes held, configured {configured}"
+        );
+    }
+    // The full configured window is offered after the small exchange, both
+    // as seen by the peer and as advertised.
+    let wnd = n.a.conn().info().snd_wnd;
+    assert!(wnd + 1024 >= c.rcv_buf, "window seen by the client {wnd}");
+    let wnd = n.b.conn().info().rcv_wnd;
+    assert!(
+        wnd + 1024 >= c.rcv_buf,
+        "window advertised by the server {wnd}"
+    );
+    assert_eq!(n.b.conn().send_capacity(), c.snd_buf);
+}
+
+#[test]
+fn bulk_transfer_grows_to_full_window() {
+    let mut c = TcpConfig::default();
+    c.snd_buf = 1 << 20;
+    c.rcv_buf = 1 << 20;
+    let mut n = net(c.clone(), 20);
+    n.keep_log = true;
+    establish(&mut n);
+    let total = 4usize << 20;
+    let data: Vec<u8> = (0..total).map(|i| pattern(5, i)).collect();
+    let mut sent = 0;
+    let mut got = Vec::with_capacity(total);
+    let mut peak = 0;
+    for _ in 0..5000 {
+        if let Some(rest) = data.get(sent..) {
+            sent += n.a.conn().send(rest).unwrap_or(0);
+        }
+        peak = peak
+            .max(n.a.conn().buffer_memory())
+            .max(n.b.conn().buffer_memory());
+        let t = n.now + Duration::from_millis(5);
+        n.run_until(t);
+        got.extend(read_all(n.b.conn()));
+        if got.len() == total {
+            break;
+        }
+    }
+    assert!(
+        got == data,
+        "all {total} bytes arrive intact ({})",
+        got.len()
+    );
+    // The sender filled its whole configured buffer (storage grew to it)
+    // and never beyond.
+    assert_eq!(peak, c.snd_buf, "storage grows to the configured size");
+    assert!(n.a.conn().buffer_memory() <= c.snd_buf + c.rcv_buf);
+    assert!(n.b.conn().buffer_memory() <= c.snd_buf + c.rcv_buf);
+    // The flight reached far past 64 KB: the window is not limited by the
+    // (initially small) storage.
+    let mut max_ack = SeqNum(0);
+    let mut have_ack = false;
+    let mut max_flight = 0i64;
+    for (a_to_b, r) in n.logged() {
+        if a_to_b && !r.payload.is_empty() && have_ack {
+            let end = r.seq + r.payload.len();
+            max_flight = max_flight.max(i64::from(end - max_ack));
+        } else if !a_to_b {
+            if let Some(a) = r.ack {
+                if !have_ack || a.gt(max_ack) {
+                    max_ack = a;
+                    have_ack = true;
+                }
+            }
+        }
+    }
+    assert!(max_flight > 256 * 1024, "max flight {max_flight}");
+}
