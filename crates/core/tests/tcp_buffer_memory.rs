@@ -7,44 +7,16 @@
 mod tcp_common;
 
 use tcp_common::*;
-use ustack_core::tcp::{Connection, State, TcpConfig};
-use ustack_core::time::{Duration, Instant};
+use ustack_core::tcp::TcpConfig;
+use ustack_core::time::Duration;
 use ustack_wire::tcp::SeqNum;
-
-fn net(c: TcpConfig, delay_ms: u64) -> Net {
-    let a = End::client(c.clone(), 1_000, Instant::ZERO);
-    let b = End::server(c, 5_000_000);
-    let mut n = Net::new(a, b, 11);
-    n.ab.imp.delay = Duration::from_millis(delay_ms);
-    n.ba.imp.delay = Duration::from_millis(delay_ms);
-    n
-}
-
-fn establish(n: &mut Net) {
-    let t = n.now + Duration::from_secs(5);
-    n.run_until(t);
-    assert_eq!(n.a.state(), State::Established);
-    assert_eq!(n.b.state(), State::Established);
-}
-
-fn read_all(c: &mut Connection) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    while let Ok(k) = c.recv(&mut buf) {
-        if k == 0 {
-            break;
-        }
-        out.extend_from_slice(buf.get(..k).unwrap_or(&[]));
-    }
-    out
-}
 
 #[test]
 fn idle_and_small_connections_hold_little_buffer_memory() {
     let c = TcpConfig::default();
     let configured = c.snd_buf + c.rcv_buf;
-    let mut n = net(c.clone(), 5);
-    establish(&mut n);
+    let mut n = Net::with_delay(c.clone(), c.clone(), 5, 11);
+    n.establish();
     assert_eq!(n.a.conn().buffer_memory(), 0, "no storage before data");
     assert_eq!(n.b.conn().info().buffer_memory, 0);
     // Windows and send space still reflect the configured sizes.
@@ -89,9 +61,9 @@ fn bulk_transfer_grows_to_full_window() {
     let mut c = TcpConfig::default();
     c.snd_buf = 1 << 20;
     c.rcv_buf = 1 << 20;
-    let mut n = net(c.clone(), 20);
+    let mut n = Net::with_delay(c.clone(), c.clone(), 20, 11);
     n.keep_log = true;
-    establish(&mut n);
+    n.establish();
     let total = 4usize << 20;
     let data: Vec<u8> = (0..total).map(|i| pattern(5, i)).collect();
     let mut sent = 0;

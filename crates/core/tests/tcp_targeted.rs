@@ -9,42 +9,18 @@ use ustack_core::tcp::{Connection, State, TcpConfig, TcpError};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
+fn net_with(ca: TcpConfig, cb: TcpConfig, delay_ms: u64) -> Net {
+    Net::with_delay(ca, cb, delay_ms, 7)
+}
+
 fn cfg() -> TcpConfig {
     TcpConfig::default()
-}
-
-fn net_with(ca: TcpConfig, cb: TcpConfig, delay_ms: u64) -> Net {
-    let a = End::client(ca, 1_000, Instant::ZERO);
-    let b = End::server(cb, 5_000_000);
-    let mut n = Net::new(a, b, 7);
-    n.ab.imp.delay = Duration::from_millis(delay_ms);
-    n.ba.imp.delay = Duration::from_millis(delay_ms);
-    n
-}
-
-fn establish(n: &mut Net) {
-    let t = n.now + Duration::from_secs(5);
-    n.run_until(t);
-    assert_eq!(n.a.state(), State::Established);
-    assert_eq!(n.b.state(), State::Established);
-}
-
-fn read_all(c: &mut Connection) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    while let Ok(k) = c.recv(&mut buf) {
-        if k == 0 {
-            break;
-        }
-        out.extend_from_slice(&buf[..k]);
-    }
-    out
 }
 
 #[test]
 fn handshake_counts_and_negotiates() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     assert_eq!(n.a.ctr.ActiveOpens, 1);
     assert_eq!(n.b.ctr.PassiveOpens, 1);
     assert_eq!(n.a.ctr.CurrEstab, 1);
@@ -95,7 +71,7 @@ fn simultaneous_open() {
 #[test]
 fn simultaneous_close() {
     let mut n = net_with(cfg(), cfg(), 10);
-    establish(&mut n);
+    n.establish();
     n.a.conn().close();
     n.b.conn().close();
     assert_eq!(n.a.state(), State::FinWait1);
@@ -114,7 +90,7 @@ fn simultaneous_close() {
 #[test]
 fn half_close_keeps_other_direction_open() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     n.a.conn().send(b"request").unwrap();
     n.a.conn().shutdown();
     assert_eq!(n.a.conn().send(b"x"), Err(TcpError::BrokenPipe));
@@ -186,7 +162,7 @@ fn a_next_ts(n: &mut Net) -> (SeqNum, SeqNum, u32) {
 #[test]
 fn rst_in_established_resets() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     let (rcv_nxt, _) = a_next(&mut n);
     // Out-of-window RST: ignored.
     let mut r = b_seg(&mut n);
@@ -215,7 +191,7 @@ fn rst_in_established_resets() {
 #[test]
 fn syn_in_established_gets_challenge_ack() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     let (rcv_nxt, _) = a_next(&mut n);
     let mut r = b_seg(&mut n);
     r.syn = true;
@@ -266,7 +242,7 @@ fn rst_in_syn_received_and_close_wait_and_fin_wait() {
 
     // CLOSE-WAIT and FIN-WAIT-2.
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     n.a.conn().shutdown();
     let t = n.now + Duration::from_secs(1);
     n.run_until(t);
@@ -285,7 +261,7 @@ fn rst_in_syn_received_and_close_wait_and_fin_wait() {
 #[test]
 fn close_with_unread_data_sends_rst() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     n.a.conn().send(b"unread").unwrap();
     let t = n.now + Duration::from_secs(1);
     n.run_until(t);
@@ -301,7 +277,7 @@ fn close_with_unread_data_sends_rst() {
 #[test]
 fn linger_zero_close_sends_rst() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     n.a.conn().set_linger_zero(true);
     n.a.conn().close();
     let t = n.now + Duration::from_secs(1);
@@ -316,7 +292,7 @@ fn zero_window_probe_and_recovery() {
     let mut cb = cfg();
     cb.rcv_buf = 4096;
     let mut n = net_with(cfg(), cb, 5);
-    establish(&mut n);
+    n.establish();
     let data: Vec<u8> = (0..20_000).map(|i| pattern(9, i)).collect();
     let sent = n.a.conn().send(&data).unwrap();
     assert_eq!(sent, 20_000);
@@ -344,7 +320,7 @@ fn zero_window_probe_and_recovery() {
 #[test]
 fn sack_blocks_reflect_holes() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     let (_, _) = a_next(&mut n);
     // Learn B's view: B's rcv_nxt from the ACK B sends.
     let mut out = Vec::new();
@@ -441,7 +417,7 @@ fn data_retry_limit_aborts_with_timed_out() {
     let mut ca = cfg();
     ca.max_retries = 4;
     let mut n = net_with(ca, cfg(), 5);
-    establish(&mut n);
+    n.establish();
     n.ab.blackhole = true;
     n.a.conn().send(b"lost forever").unwrap();
     let t = n.now + Duration::from_secs(600);
@@ -471,7 +447,7 @@ fn syn_retry_limit_and_backoff() {
 #[test]
 fn time_wait_expiry_and_reuse() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     n.a.conn().close();
     let t = n.now + Duration::from_secs(1);
     n.run_until(t);
@@ -514,7 +490,7 @@ fn time_wait_reuse_without_timestamps_uses_sequence() {
     let mut c = cfg();
     c.timestamps = false;
     let mut n = net_with(c.clone(), c, 5);
-    establish(&mut n);
+    n.establish();
     n.a.conn().close();
     let t = n.now + Duration::from_secs(1);
     n.run_until(t);
@@ -545,7 +521,7 @@ fn time_wait_reuse_without_timestamps_uses_sequence() {
 #[test]
 fn paws_drops_old_timestamp() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     let (rcv_nxt, a_seq, ts_recent) = a_next_ts(&mut n);
     let before = n.a.conn().recv_queue();
     let seg = TcpRepr {
@@ -574,7 +550,7 @@ fn window_scaling_allows_more_than_64k_in_flight() {
     c.snd_buf = 1 << 20;
     let mut n = net_with(c.clone(), c, 50);
     n.keep_log = true;
-    establish(&mut n);
+    n.establish();
     let data: Vec<u8> = (0..(1usize << 20)).map(|i| pattern(3, i)).collect();
     assert_eq!(n.a.conn().send(&data).unwrap(), 1 << 20);
     let mut got = Vec::new();
@@ -611,7 +587,7 @@ fn small_writes_segments(nodelay: bool) -> usize {
     let mut c = cfg();
     c.nodelay = nodelay;
     let mut n = net_with(c, cfg(), 20);
-    establish(&mut n);
+    n.establish();
     n.keep_log = true;
     n.log.clear();
     for _ in 0..5 {
@@ -634,7 +610,7 @@ fn nagle_vs_nodelay() {
 #[test]
 fn delayed_ack_and_every_second_segment() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     // After the idle quick-ack, one small segment is acked after the delay.
     n.a.conn().send(b"one").unwrap();
     let t = n.now + Duration::from_millis(100);
@@ -669,7 +645,7 @@ fn delayed_ack_and_every_second_segment() {
 #[test]
 fn fast_retransmit_on_three_dupacks() {
     let mut n = net_with(cfg(), cfg(), 10);
-    establish(&mut n);
+    n.establish();
     // Drop exactly one data segment: the first one after establishment.
     n.keep_log = true;
     let data = vec![5u8; 1448 * 10];
@@ -689,7 +665,7 @@ fn fast_retransmit_on_three_dupacks() {
 #[test]
 fn keepalive_times_out_dead_peer() {
     let mut n = net_with(cfg(), cfg(), 5);
-    establish(&mut n);
+    n.establish();
     n.a.conn().set_keepalive(Some(Duration::from_secs(10)));
     let t = n.now + Duration::from_secs(35);
     n.run_until(t);
