@@ -429,11 +429,7 @@ impl Shared {
         &self,
         f: impl FnOnce(&mut Stack, Instant, &mut dyn FnMut(&[u8])) -> R,
     ) -> R {
-        let mut g = self.lock();
-        let now = self.now();
-        let r = g.with_tx(|s, tx| f(s, now, tx));
-        self.after_op(&mut g, now, false);
-        r
+        self.run_op(f, false)
     }
 
     /// Like [`op`](Self::op), and wake every blocked thread afterwards (for
@@ -442,10 +438,18 @@ impl Shared {
         &self,
         f: impl FnOnce(&mut Stack, Instant, &mut dyn FnMut(&[u8])) -> R,
     ) -> R {
+        self.run_op(f, true)
+    }
+
+    fn run_op<R>(
+        &self,
+        f: impl FnOnce(&mut Stack, Instant, &mut dyn FnMut(&[u8])) -> R,
+        wake_all: bool,
+    ) -> R {
         let mut g = self.lock();
         let now = self.now();
         let r = g.with_tx(|s, tx| f(s, now, tx));
-        self.after_op(&mut g, now, true);
+        self.after_op(&mut g, now, wake_all);
         r
     }
 
