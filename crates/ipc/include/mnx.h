@@ -33,6 +33,7 @@ extern "C" {
 #define MNX_EINVAL      (-13)  /* invalid argument */
 #define MNX_EPERM       (-14)  /* permission denied */
 #define MNX_ECORRUPT    (-15)  /* corrupt domain segment */
+#define MNX_EARENAFULL  (-16)  /* no room in the domain arena */
 /* OS errors: -1000 - errno */
 
 /* Message kinds (m_kind, filled in by the IPC). */
@@ -66,6 +67,14 @@ int mnx_receive(int src, mnx_message_t *m);
 int mnx_sendrec(int dst, mnx_message_t *m);
 int mnx_notify(int dst);
 int mnx_vcopy(int src_ep, const void *src_addr, int dst_ep, void *dst_addr, size_t len);
+
+/* Arena buffers: memory of the calling thread's domain, mapped in every process of the
+ * domain (64 KiB granules). mnx_vcopy between two arena buffers is a single memcpy; other
+ * copies go through the kernel (process_vm_readv/writev). A buffer is freed by mnx_free
+ * in the process that allocated it, or when that process exits.
+ * Errors: MNX_EINVAL (len 0), MNX_E2BIG (larger than the arena), MNX_EARENAFULL. */
+int mnx_alloc(size_t len, void **ptr);
+int mnx_free(void *ptr);
 
 /* Timeout variants: timeout_ms < 0 waits forever, 0 is non-blocking (MNX_EAGAIN). */
 int mnx_send_T(int dst, const mnx_message_t *m, long timeout_ms);

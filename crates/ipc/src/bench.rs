@@ -7,7 +7,7 @@
 //! Helper processes are made with `fork()` (the children only run the benchmark loop and
 //! `_exit`), so the benchmark runs the same from the `ustack` binary and from tests.
 
-use crate::{Domain, DomainConfig, Endpoint, Error, Message, WaitMode, ANY};
+use crate::{ArenaBuf, Domain, DomainConfig, Endpoint, Error, Message, WaitMode, ANY};
 use serde::Serialize;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -276,12 +276,13 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
         DomainConfig {
             max_endpoints: 64,
             max_copy: 64 << 20,
+            arena_size: 64 << 20,
         },
     )
     .map_err(|e| anyhow::anyhow!("create domain {name}: {e}"))?;
     let sizes = copy_sizes(opts.quick);
     let steps = placements().len() * (2 * (MODES.len() + LINUX.len()) + MODES.len())
-        + sizes.len() * 5
+        + sizes.len() * COPY_MECHS.len()
         + 2 * opts.max_pairs as usize;
     let mut cx = Ctx {
         dom,
@@ -328,19 +329,9 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
     }
     cx.place = Place::Free;
     for &size in sizes.iter().filter(|_| opts.wants("COPY")) {
-        for mech in ["memcpy", "ustack", "ustack-copy2", "pipe", "unix-stream"] {
-            cx.progress(&format!("COPY {mech} {}", fmt_size(size as u64)));
-            let v = best(&cx, || copy_bench(&cx, mech, size))?;
-            let bench = if mech == "ustack-copy2" {
-                "COPY2"
-            } else {
-                "COPY1"
-            };
-            let mech = if mech == "ustack-copy2" {
-                "ustack"
-            } else {
-                mech
-            };
+        for (bench, mech) in COPY_MECHS {
+            cx.progress(&format!("{bench} {mech} {}", fmt_size(size as u64)));
+            let v = best(&cx, || copy_bench(&cx, bench, mech, size))?;
             cx.push(bench, mech, "-", size as u64, 1, v, "MB/s");
         }
     }
@@ -368,6 +359,18 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
     }
     Ok(std::mem::take(&mut cx.rows))
 }
+
+/// Copy benchmarks: (benchmark, mechanism). "ustack-arena" copies between buffers of the
+/// domain arena (a memcpy); "ustack" between ordinary private buffers (process_vm_*).
+const COPY_MECHS: [(&str, &str); 7] = [
+    ("COPY1", "memcpy"),
+    ("COPY1", "ustack-arena"),
+    ("COPY1", "ustack"),
+    ("COPY2", "ustack-arena"),
+    ("COPY2", "ustack"),
+    ("COPY1", "pipe"),
+    ("COPY1", "unix-stream"),
+];
 
 /// Pinned to two different CPUs first (if there are two), then unpinned.
 fn placements() -> Vec<Place> {
@@ -811,13 +814,39 @@ fn mqueue_pingpong(cx: &Ctx) -> anyhow::Result<f64> {
 
 // ---------------------------------------------------------------- copies
 
+/// A buffer of `size` bytes, completely written: private memory or a domain arena buffer.
+enum BenchBuf {
+    Private(Vec<u8>),
+    Arena(ArenaBuf),
+}
+
+impl BenchBuf {
+    fn new(dom: &Domain, arena: bool, size: usize, fill: u8) -> Result<BenchBuf, Error> {
+        if arena {
+            let mut b = dom.alloc(size)?;
+            b.fill(0, size, fill)?;
+            Ok(BenchBuf::Arena(b))
+        } else {
+            Ok(BenchBuf::Private(touched(size, fill)))
+        }
+    }
+    fn addr(&self) -> usize {
+        match self {
+            BenchBuf::Private(v) => v.as_ptr() as usize,
+            BenchBuf::Arena(b) => b.addr(),
+        }
+    }
+}
+
 /// A child that allocates a buffer, sends its address to `to`, then serves until STOP.
-fn buffer_holder(dom: &Domain, slot: i32, size: usize, to: i32) -> i32 {
+fn buffer_holder(dom: &Domain, slot: i32, size: usize, to: i32, arena: bool) -> i32 {
     let Ok(mut e) = bind_slot(dom, slot, "bench-buffer") else {
         return 2;
     };
-    let mut buf = touched(size, 1);
-    let m = Message::new(MT_ADDR).with_u64(0, buf.as_mut_ptr() as usize as u64);
+    let Ok(buf) = BenchBuf::new(dom, arena, size, 1) else {
+        return 5;
+    };
+    let m = Message::new(MT_ADDR).with_u64(0, buf.addr() as u64);
     let t0 = Instant::now();
     loop {
         match e.send(to, &m) {
@@ -844,7 +873,7 @@ fn buffer_holder(dom: &Domain, slot: i32, size: usize, to: i32) -> i32 {
 /// Copy bandwidth. Every mechanism copies between two distinct, pre-faulted buffers of
 /// `size` bytes, the same (`copy_iters`) number of times after one untimed warm-up copy;
 /// the buffers are reused, so they are equally cache-warm for all mechanisms.
-fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
+fn copy_bench(cx: &Ctx, bench: &str, mech: &str, size: usize) -> anyhow::Result<f64> {
     let iters = copy_iters(cx.opts.quick, size);
     let mbps = |ops: f64| ops * size as f64 / 1e6;
     match mech {
@@ -859,14 +888,17 @@ fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
             .unwrap_or(0.0);
             Ok(mbps(v))
         }
-        "ustack" | "ustack-copy2" => {
+        "ustack" | "ustack-arena" => {
+            let arena = mech == "ustack-arena";
             let mut me = bind_slot(&cx.dom, 0, "bench-copier")?;
-            let n = if mech == "ustack" { 1 } else { 2 };
+            let n = if bench == "COPY1" { 1 } else { 2 };
             let mut kids = vec![];
             for k in 0..n {
                 let dom = cx.dom.clone();
                 let to = me.id();
-                kids.push(fork_run(move || buffer_holder(&dom, 1 + k, size, to))?);
+                kids.push(fork_run(move || {
+                    buffer_holder(&dom, 1 + k, size, to, arena)
+                })?);
             }
             let r = (|| -> anyhow::Result<f64> {
                 let mut addr = [0usize; 2];
@@ -878,12 +910,10 @@ fn copy_bench(cx: &Ctx, mech: &str, size: usize) -> anyhow::Result<f64> {
                     }
                 }
                 let (e1, e2) = (cx.dom.endpoint_of_slot(1), cx.dom.endpoint_of_slot(2));
-                let local = touched(size, 5);
+                let local = BenchBuf::new(&cx.dom, arena, size, 5)?;
                 let v = if n == 1 {
                     // COPY1: we are the source.
-                    counted(iters, || {
-                        me.vcopy(me.id(), local.as_ptr() as usize, e1, addr[0], size)
-                    })?
+                    counted(iters, || me.vcopy(me.id(), local.addr(), e1, addr[0], size))?
                 } else {
                     // COPY2: we ask for a copy between two other processes.
                     counted(iters, || me.vcopy(e1, addr[0], e2, addr[1], size))?
@@ -1087,8 +1117,10 @@ pub fn tables(rows: &[Row]) -> String {
     s.push('\n');
     for (b, m, label) in [
         ("COPY1", "memcpy", "memcpy (1 process)"),
-        ("COPY1", "ustack", "ustack COPY1"),
-        ("COPY2", "ustack", "ustack COPY2"),
+        ("COPY1", "ustack-arena", "ustack COPY1 arena"),
+        ("COPY1", "ustack", "ustack COPY1 private"),
+        ("COPY2", "ustack-arena", "ustack COPY2 arena"),
+        ("COPY2", "ustack", "ustack COPY2 private"),
         ("COPY1", "pipe", "pipe"),
         ("COPY1", "unix-stream", "unix-stream"),
     ] {

@@ -2,9 +2,10 @@
 //! (`mnx_bind`), which the other calls then use implicitly. All functions return 0 (or a
 //! non-negative endpoint number) on success and a negative `MNX_E*` code on error.
 
-use crate::{Domain, DomainConfig, Endpoint, Error, Message, WaitMode};
+use crate::{ArenaBuf, Domain, DomainConfig, Endpoint, Error, Message, WaitMode};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::sync::Mutex;
 use std::time::Duration;
 
 thread_local! {
@@ -254,6 +255,58 @@ pub extern "C" fn mnx_vcopy(
     with_ep(|e| e.vcopy(src_ep, src_addr as usize, dst_ep, dst_addr as usize, len))
 }
 
+/// Arena buffers handed out by `mnx_alloc`, by address (a `fork`ed child inherits the
+/// parent's list; it cannot free those, see `ArenaBuf`).
+static ARENA_BUFS: Mutex<Vec<ArenaBuf>> = Mutex::new(Vec::new());
+
+/// Allocate `len` bytes in the arena of the calling thread's domain (shared by every
+/// process of the domain; `mnx_vcopy` between two arena buffers is one memcpy). The
+/// address is stored in `*ptr`.
+#[no_mangle]
+pub extern "C" fn mnx_alloc(len: usize, ptr: *mut *mut c_void) -> c_int {
+    if ptr.is_null() {
+        return Error::InvalidArgument.code();
+    }
+    let mut buf = None;
+    let r = with_ep(|e| {
+        buf = Some(e.domain().alloc(len)?);
+        Ok(())
+    });
+    if let Some(mut b) = buf {
+        ptr_out(ptr, b.as_mut_ptr() as *mut c_void);
+        match ARENA_BUFS.lock() {
+            Ok(mut v) => v.push(b),
+            Err(p) => p.into_inner().push(b),
+        }
+    }
+    r
+}
+
+fn ptr_out(p: *mut *mut c_void, v: *mut c_void) {
+    // SAFETY: the caller of `mnx_alloc` passes a valid, non-null (checked there) pointer
+    // to a `void *`.
+    unsafe { *p = v };
+}
+
+/// Free a buffer from `mnx_alloc` of this process (`MNX_EINVAL` for any other pointer).
+#[no_mangle]
+pub extern "C" fn mnx_free(ptr: *mut c_void) -> c_int {
+    let mut v = match ARENA_BUFS.lock() {
+        Ok(v) => v,
+        Err(p) => p.into_inner(),
+    };
+    let me = std::process::id();
+    // Forget handles inherited from a parent process (dropping them frees nothing).
+    v.retain(|b| b.owner_pid() == me);
+    match v.iter().position(|b| b.addr() == ptr as usize) {
+        Some(i) => {
+            drop(v.swap_remove(i));
+            0
+        }
+        None => Error::InvalidArgument.code(),
+    }
+}
+
 /// Static, NUL-terminated description of an error code.
 #[no_mangle]
 pub extern "C" fn mnx_strerror(code: c_int) -> *const c_char {
@@ -275,6 +328,7 @@ pub extern "C" fn mnx_strerror(code: c_int) -> *const c_char {
         Some(Error::InvalidArgument) => b"invalid argument\0",
         Some(Error::PermissionDenied) => b"permission denied\0",
         Some(Error::Corrupt) => b"corrupt or incompatible domain segment\0",
+        Some(Error::ArenaFull) => b"no room in the domain arena\0",
         Some(Error::Os(_)) => b"operating system error\0",
     };
     s.as_ptr() as *const c_char

@@ -1,7 +1,7 @@
 //! The `ustack ipc ...` command line (the `ustack` binary embeds [`IpcCommand`] and calls
 //! [`run`]).
 
-use crate::{bench, Domain, DomainConfig, DEFAULT_MAX_COPY};
+use crate::{bench, Domain, DomainConfig, DEFAULT_ARENA_SIZE, DEFAULT_MAX_COPY};
 use std::path::PathBuf;
 
 /// `ustack ipc` subcommands.
@@ -26,6 +26,10 @@ pub enum IpcCommand {
         /// Largest vcopy in bytes.
         #[arg(long, default_value_t = DEFAULT_MAX_COPY)]
         max_copy: u64,
+        /// Size of the shared arena in bytes (rounded up to 64 KiB; 0 = none). vcopy
+        /// between arena buffers is a plain memcpy. Only allocated buffers use memory.
+        #[arg(long, default_value_t = DEFAULT_ARENA_SIZE)]
+        arena_size: u64,
     },
     /// End a domain: blocked calls in it fail with "domain ended"; its memory is freed.
     End {
@@ -90,20 +94,23 @@ pub fn run(cmd: IpcCommand) -> anyhow::Result<i32> {
             name,
             max_endpoints,
             max_copy,
+            arena_size,
         } => {
             let d = Domain::create(
                 &name,
                 DomainConfig {
                     max_endpoints,
                     max_copy,
+                    arena_size,
                 },
             )
             .map_err(|e| anyhow::anyhow!("create {name}: {e}"))?;
             println!(
-                "created domain {} (tag {}, {} endpoints)",
+                "created domain {} (tag {}, {} endpoints, {} KiB arena)",
                 d.name(),
                 d.tag(),
-                d.max_endpoints()
+                d.max_endpoints(),
+                d.arena_size() >> 10
             );
             Ok(0)
         }
@@ -158,12 +165,14 @@ pub fn ls_text(infos: &[crate::DomainInfo]) -> String {
     }
     for d in infos {
         s.push_str(&format!(
-            "domain {} (tag {}, {}/{} endpoints, max copy {} bytes){}\n",
+            "domain {} (tag {}, {}/{} endpoints, max copy {} bytes, arena {}/{} KiB used){}\n",
             d.name,
             d.tag,
             d.endpoints.len(),
             d.max_endpoints,
             d.max_copy,
+            d.arena_used >> 10,
+            d.arena_size >> 10,
             if d.ended { " ENDED" } else { "" }
         ));
         if d.endpoints.is_empty() {

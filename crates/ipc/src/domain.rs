@@ -1,6 +1,7 @@
 //! Domains: a shared-memory segment `/dev/shm/ustack-ipc-<name>` holding a header and a
 //! table of endpoint slots. See the crate documentation for the protocol.
 
+use crate::arena::{ARENA_CHUNK, DEFAULT_ARENA_SIZE, MAX_ARENA_SIZE};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::sys;
@@ -16,7 +17,7 @@ pub const MAX_ENDPOINTS_LIMIT: u32 = 1024;
 pub const DEFAULT_MAX_COPY: u64 = 64 << 20;
 pub(crate) const BITMAP_WORDS: usize = (MAX_ENDPOINTS_LIMIT as usize) / 64;
 const MAGIC: u64 = 0x5049_6b63_6174_7375; // "ustackIP" little-endian
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_SIZE: usize = 4096;
 const SHM_DIR: &str = "/dev/shm";
 const PREFIX: &str = "ustack-ipc-";
@@ -109,6 +110,12 @@ pub(crate) struct Header {
     ended: AtomicU32,
     total_size: u64,
     name: [u8; 64],
+    /// Offset of the arena chunk table (one u64 per chunk), page-aligned.
+    arena_table_off: u64,
+    /// Number of arena chunks (0: no arena).
+    arena_chunks: u64,
+    /// Offset of the arena itself, page-aligned.
+    arena_off: u64,
 }
 
 /// One endpoint slot (9 cache lines). Fields other than atomics are only written by
@@ -147,7 +154,10 @@ pub(crate) struct Slot {
     pub(crate) c_notify_received: AtomicU64,
     pub(crate) c_copies: AtomicU64,
     pub(crate) c_bytes: AtomicU64,
-    _pad8: [u8; 16],
+    /// Where the owner's process maps the domain arena (0: no arena). Lets a `vcopy`
+    /// caller translate the owner's arena addresses into its own mapping.
+    pub(crate) arena_base: AtomicU64,
+    _pad8: [u8; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 9 * 64);
@@ -192,6 +202,10 @@ pub struct DomainConfig {
     pub max_endpoints: u32,
     /// Largest `vcopy` in bytes.
     pub max_copy: u64,
+    /// Size of the shared arena (see [`Domain::alloc`]), rounded up to 64 KiB chunks;
+    /// 0 for none. It is address space in every process of the domain; memory is only
+    /// used by allocated buffers.
+    pub arena_size: u64,
 }
 
 impl Default for DomainConfig {
@@ -199,6 +213,7 @@ impl Default for DomainConfig {
         DomainConfig {
             max_endpoints: 64,
             max_copy: DEFAULT_MAX_COPY,
+            arena_size: DEFAULT_ARENA_SIZE,
         }
     }
 }
@@ -206,6 +221,10 @@ impl Default for DomainConfig {
 pub(crate) struct Mapping {
     base: *mut u8,
     len: usize,
+    file: std::fs::File,
+    arena_table_off: usize,
+    arena_chunks: usize,
+    arena_off: usize,
     name: String,
     path: PathBuf,
     ino: u64,
@@ -296,9 +315,22 @@ fn slots_offset() -> usize {
     HEADER_SIZE
 }
 
+fn page_up(n: usize) -> usize {
+    (n + 4095) & !4095
+}
+
 fn total_size(max: u32) -> usize {
-    let raw = HEADER_SIZE + max as usize * std::mem::size_of::<Slot>();
-    (raw + 4095) & !4095
+    page_up(HEADER_SIZE + max as usize * std::mem::size_of::<Slot>())
+}
+
+/// Layout after the slots: (chunk table offset, arena offset, file size).
+fn arena_layout(max: u32, chunks: usize) -> (usize, usize, usize) {
+    let table = total_size(max);
+    if chunks == 0 {
+        return (table, table, table);
+    }
+    let arena = page_up(table + chunks * 8);
+    (table, arena, arena + chunks * ARENA_CHUNK)
 }
 
 /// What `Domain::create` does when a domain of that name already exists.
@@ -340,16 +372,18 @@ impl Domain {
             || cfg.max_endpoints == 0
             || cfg.max_endpoints > MAX_ENDPOINTS_LIMIT
             || cfg.max_copy == 0
+            || cfg.arena_size > MAX_ARENA_SIZE
         {
             return Err(Error::InvalidArgument);
         }
+        let chunks = (cfg.arena_size as usize).div_ceil(ARENA_CHUNK);
         let path = path_of(name);
         let tmp = PathBuf::from(format!(
             "{SHM_DIR}/.{PREFIX}{name}.{}.{}.tmp",
             sys::getpid(),
             random_u64() & 0xffff_ffff
         ));
-        let len = total_size(cfg.max_endpoints);
+        let (table_off, arena_off, len) = arena_layout(cfg.max_endpoints, chunks);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -362,8 +396,11 @@ impl Domain {
             e
         };
         file.set_len(len as u64).map_err(io_err).map_err(cleanup)?;
+        // Reserve the control part (header, slots, chunk table) so that touching it can
+        // never raise SIGBUS on a full /dev/shm; arena pages are reserved per allocation.
+        fallocate(&file, 0, arena_off).map_err(cleanup)?;
         let tag = Self::pick_tag(name);
-        let mut m = map_file(&file, len, name, &path).map_err(cleanup)?;
+        let mut m = map_file(file, len, name, &path).map_err(cleanup)?;
         // SAFETY: the mapping is fresh, private to us until published, zero-filled and at
         // least HEADER_SIZE bytes long; Header fits (checked at compile time).
         let h = unsafe { &mut *(m.base as *mut Header) };
@@ -376,6 +413,9 @@ impl Domain {
         h.created_unix = unix_now();
         h.creator_pid = sys::getpid();
         h.total_size = len as u64;
+        h.arena_table_off = table_off as u64;
+        h.arena_chunks = chunks as u64;
+        h.arena_off = arena_off as u64;
         let n = name.len().min(63);
         h.name[..n].copy_from_slice(&name.as_bytes()[..n]);
         h.magic.store(MAGIC, Ordering::Release);
@@ -383,6 +423,7 @@ impl Domain {
         m.max = cfg.max_endpoints;
         m.max_copy = cfg.max_copy;
         m.nwords = (cfg.max_endpoints as usize).div_ceil(64);
+        (m.arena_table_off, m.arena_chunks, m.arena_off) = (table_off, chunks, arena_off);
         // Publish atomically: link() fails if the name exists.
         loop {
             match std::fs::hard_link(&tmp, &path) {
@@ -445,7 +486,7 @@ impl Domain {
         if len < HEADER_SIZE {
             return Err(Error::Corrupt);
         }
-        let mut m = map_file(&file, len, name, &path)?;
+        let mut m = map_file(file, len, name, &path)?;
         // SAFETY: the mapping is at least HEADER_SIZE bytes; header fields other than the
         // atomics are written once before `magic` is published (and the file is only
         // visible under its name after that, see create).
@@ -458,10 +499,23 @@ impl Domain {
             || total_size(h.max_endpoints) > len
             || h.tag == 0
             || h.tag > 0x7fff
+            || h.arena_chunks > MAX_ARENA_SIZE / ARENA_CHUNK as u64
+            || arena_layout(h.max_endpoints, h.arena_chunks as usize)
+                != (
+                    h.arena_table_off as usize,
+                    h.arena_off as usize,
+                    h.total_size as usize,
+                )
+            || (h.total_size as usize) > len
         {
             return Err(Error::Corrupt);
         }
         let (tag, max, max_copy) = (h.tag, h.max_endpoints, h.max_copy);
+        (m.arena_table_off, m.arena_chunks, m.arena_off) = (
+            h.arena_table_off as usize,
+            h.arena_chunks as usize,
+            h.arena_off as usize,
+        );
         m.tag = tag;
         m.max = max;
         m.max_copy = max_copy;
@@ -603,7 +657,46 @@ impl Domain {
     /// Free the slots whose owner died without unbinding (and slots stuck half-claimed by a
     /// dead process). Returns how many were reclaimed. Bind does this lazily too.
     pub fn reclaim_dead(&self) -> usize {
-        (0..self.m.max).filter(|&i| self.reclaim_if_dead(i)).count()
+        let n = (0..self.m.max).filter(|&i| self.reclaim_if_dead(i)).count();
+        self.reclaim_arena();
+        n
+    }
+
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.m.base
+    }
+
+    /// (offset of the chunk table, number of chunks).
+    pub(crate) fn arena_table(&self) -> (usize, usize) {
+        (self.m.arena_table_off, self.m.arena_chunks)
+    }
+
+    /// Address of the arena in this process (0 if the domain has none).
+    pub(crate) fn arena_base(&self) -> usize {
+        if self.m.arena_chunks == 0 {
+            0
+        } else {
+            self.m.base as usize + self.m.arena_off
+        }
+    }
+
+    /// Allocate the pages of `[off, off+len)` of the arena in /dev/shm.
+    pub(crate) fn reserve_pages(&self, off: usize, len: usize) -> Result<()> {
+        fallocate(&self.m.file, self.m.arena_off + off, len)
+    }
+
+    /// Return the pages of `[off, off+len)` of the arena to the system (best effort).
+    pub(crate) fn release_pages(&self, off: usize, len: usize) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fallocate on our own descriptor; punching a hole only affects the file.
+        unsafe {
+            libc::fallocate(
+                self.m.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (self.m.arena_off + off) as libc::off_t,
+                len as libc::off_t,
+            )
+        };
     }
 
     /// Reclaim slot `i` if its owner is dead. Returns true if it was reclaimed.
@@ -719,6 +812,8 @@ impl Domain {
         s.wait_mode
             .store(WaitMode::Adaptive.to_u32(), Ordering::Relaxed);
         s.sleeping.store(0, Ordering::Relaxed);
+        s.arena_base
+            .store(self.arena_base() as u64, Ordering::Relaxed);
         s.write_name(name);
         let seq = st_seq(s.state.load(Ordering::Acquire)).wrapping_add(1);
         s.state.store(st_make(seq, OP_RUNNING, 0), Ordering::SeqCst);
@@ -729,8 +824,27 @@ impl Domain {
     }
 }
 
+/// Allocate `[off, off+len)` of a /dev/shm file (ENOSPC if tmpfs is full).
+fn fallocate(file: &std::fs::File, off: usize, len: usize) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: fallocate on a descriptor we own; no memory is passed.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, off as libc::off_t, len as libc::off_t) };
+    if r != 0 {
+        let e = Error::last_os();
+        // A file system without fallocate: fall back to lazily allocated pages.
+        if e == Error::Os(libc::EOPNOTSUPP) {
+            return Ok(());
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
 fn map_file(
-    file: &std::fs::File,
+    file: std::fs::File,
     len: usize,
     name: &str,
     path: &std::path::Path,
@@ -755,6 +869,10 @@ fn map_file(
     Ok(Mapping {
         base: p as *mut u8,
         len,
+        file,
+        arena_table_off: 0,
+        arena_chunks: 0,
+        arena_off: 0,
         name: name.to_owned(),
         path: path.to_owned(),
         ino: md.ino(),

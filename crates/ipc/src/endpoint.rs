@@ -924,11 +924,16 @@ impl Endpoint {
     /// Copy `len` bytes from address `src_addr` of endpoint `src_ep`'s process to
     /// `dst_addr` of `dst_ep`'s process.
     ///
-    /// * COPY1 (the caller's process is the source or the destination): **one** copy by the
-    ///   kernel (`process_vm_writev` / `process_vm_readv`), no intermediate buffer.
-    /// * COPY2 (a third party asks for a copy between two other processes): **two** copies,
-    ///   through a 1 MiB buffer in the caller (`process_vm_readv` then `process_vm_writev`
-    ///   per chunk) — Linux has no call that copies between two foreign address spaces.
+    /// * Both blocks in the domain's arena (buffers from [`Domain::alloc`], in whichever
+    ///   processes): **one** copy, a plain `memcpy` by the caller into its own mapping of
+    ///   the arena, no system call — for COPY1 and COPY2 alike.
+    /// * COPY1 (the caller's process is the source or the destination) elsewhere: **one**
+    ///   copy by the kernel (`process_vm_writev` / `process_vm_readv`), no intermediate
+    ///   buffer.
+    /// * COPY2 (a third party asks for a copy between two other processes) elsewhere:
+    ///   **two** copies, through a 1 MiB buffer in the caller (`process_vm_readv` then
+    ///   `process_vm_writev` per chunk) — Linux has no call that copies between two foreign
+    ///   address spaces.
     ///
     /// Bad or unmapped ranges give [`Error::BadAddress`] (never a crash); more than the
     /// domain's `max_copy` gives [`Error::TooLarge`].
@@ -944,8 +949,8 @@ impl Endpoint {
         if len as u64 > self.dom.max_copy() {
             return Err(Error::TooLarge);
         }
-        let sp = self.copy_pid(src_ep)?;
-        let dp = self.copy_pid(dst_ep)?;
+        let (sp, sbase) = self.copy_peer(src_ep)?;
+        let (dp, dbase) = self.copy_peer(dst_ep)?;
         if len == 0 {
             return Ok(());
         }
@@ -953,7 +958,17 @@ impl Endpoint {
             return Err(Error::BadAddress);
         }
         let me = sys::getpid();
-        if sp == me {
+        if let (Some(s), Some(d)) = (
+            self.dom.arena_translate(sbase, src_addr, len),
+            self.dom.arena_translate(dbase, dst_addr, len),
+        ) {
+            // SAFETY: both ranges lie inside this process's mapping of the domain arena
+            // (bounds checked by arena_translate), which stays mapped while `self.dom`
+            // lives. The memory is shared with other processes, so `ptr::copy` (memmove:
+            // the ranges may overlap) may see bytes change under it — the same as the
+            // kernel copy of `process_vm_*` — but no Rust reference to it exists.
+            unsafe { std::ptr::copy(s as *const u8, d as *mut u8, len) };
+        } else if sp == me {
             sys::vm_copy(sys::VmDir::Write, dp, src_addr, dst_addr, len)?;
         } else if dp == me {
             sys::vm_copy(sys::VmDir::Read, sp, dst_addr, src_addr, len)?;
@@ -977,12 +992,15 @@ impl Endpoint {
         Ok(())
     }
 
-    fn copy_pid(&mut self, ep: i32) -> Result<u32> {
+    /// Process id and arena base (in that process) of a `vcopy` party.
+    fn copy_peer(&mut self, ep: i32) -> Result<(u32, usize)> {
         let slot = self.dom.resolve(ep)?;
         if slot == self.slot {
-            return Ok(sys::getpid());
+            return Ok((sys::getpid(), self.dom.arena_base()));
         }
-        Ok(self.peer_slot(slot)?.pid)
+        let p = self.peer_slot(slot)?;
+        let base = self.dom.slot(slot).arena_base.load(Ordering::Relaxed) as usize;
+        Ok((p.pid, base))
     }
 
     /// Unbind explicitly (also done on drop). Peers blocked on us get `DeadEndpoint`.

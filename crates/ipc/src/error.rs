@@ -52,6 +52,9 @@ pub enum Error {
     /// The shared segment does not look like an ustack IPC domain (bad magic/version/size).
     #[error("corrupt or incompatible domain segment")]
     Corrupt,
+    /// The domain's arena has no free run of chunks large enough (see `Domain::alloc`).
+    #[error("no room in the domain arena")]
+    ArenaFull,
     /// Another OS error (errno value).
     #[error("os error {0}")]
     Os(i32),
@@ -76,6 +79,7 @@ impl Error {
             Error::InvalidArgument => -13,
             Error::PermissionDenied => -14,
             Error::Corrupt => -15,
+            Error::ArenaFull => -16,
             // Keep OS errors distinguishable from the fixed codes.
             Error::Os(e) => -1000 - e.abs(),
         }
@@ -99,6 +103,7 @@ impl Error {
             -13 => Error::InvalidArgument,
             -14 => Error::PermissionDenied,
             -15 => Error::Corrupt,
+            -16 => Error::ArenaFull,
             c if c <= -1000 => Error::Os(-(c + 1000)),
             _ => return None,
         })
@@ -151,6 +156,7 @@ mod tests {
             Error::InvalidArgument,
             Error::PermissionDenied,
             Error::Corrupt,
+            Error::ArenaFull,
             Error::Os(libc::EIO),
         ];
         let mut seen = std::collections::HashSet::new();

@@ -55,6 +55,10 @@ pub struct DomainInfo {
     pub max_copy: u64,
     /// Ended flag.
     pub ended: bool,
+    /// Size of the shared arena, bytes (0: none).
+    pub arena_size: u64,
+    /// Arena bytes allocated (whole 64 KiB chunks).
+    pub arena_used: u64,
     /// Bound endpoints.
     pub endpoints: Vec<EndpointInfo>,
 }
@@ -135,6 +139,8 @@ impl Domain {
             max_endpoints: self.max_endpoints(),
             max_copy: self.max_copy(),
             ended: self.is_ended(),
+            arena_size: self.arena_size() as u64,
+            arena_used: self.arena_used() as u64,
             endpoints,
         }
     }

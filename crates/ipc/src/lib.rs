@@ -8,8 +8,9 @@
 //! * [`Endpoint::receive`] — from one endpoint or [`ANY`]; pending notifications first;
 //! * [`Endpoint::sendrec`] — send then wait for the reply, as one operation;
 //! * [`Endpoint::notify`] — never blocks, one coalesced pending bit per (source, destination);
-//! * [`Endpoint::vcopy`] — copy a block between two endpoints' address spaces with one kernel
-//!   copy (`process_vm_readv/writev`).
+//! * [`Endpoint::vcopy`] — copy a block between two endpoints' address spaces with one
+//!   copy: a plain `memcpy` when both blocks are buffers of the domain's shared arena
+//!   ([`Domain::alloc`]), one kernel copy (`process_vm_readv/writev`) otherwise.
 //!
 //! Every blocking call has a `try_` (non-blocking) and a `_timeout` variant. Waiting is
 //! adaptive (spin, then futex) by default; see [`WaitMode`]. Errors are [`Error`] values.
@@ -35,6 +36,7 @@
 //! assert_eq!(a.notify(b.id()), Err(Error::DomainEnded));
 //! ```
 
+mod arena;
 pub mod bench;
 pub mod capi;
 pub mod cli;
@@ -45,6 +47,7 @@ mod introspect;
 mod message;
 mod sys;
 
+pub use arena::{ArenaBuf, ARENA_CHUNK, DEFAULT_ARENA_SIZE, MAX_ARENA_SIZE};
 pub use domain::{Domain, DomainConfig, WaitMode, DEFAULT_MAX_COPY, MAX_ENDPOINTS_LIMIT};
 pub use endpoint::{Endpoint, ANY};
 pub use error::{Error, Result};

@@ -60,9 +60,29 @@ pub(crate) fn cached_tid() -> u32 {
     TID.with(|t| *t)
 }
 
-/// Process id of the caller.
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn forget_pid() {
+    PID.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Process id of the caller, cached (glibc no longer caches `getpid`, and a system call
+/// costs more than a whole arena `vcopy` of a few KB); a `fork`ed child forgets the
+/// parent's value in an atfork handler.
 pub(crate) fn getpid() -> u32 {
-    std::process::id()
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    let p = PID.load(std::sync::atomic::Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    ATFORK.call_once(|| {
+        // SAFETY: registers a child handler that only stores to an atomic
+        // (async-signal-safe); no other handlers.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
+    });
+    let p = std::process::id();
+    PID.store(p, std::sync::atomic::Ordering::Relaxed);
+    p
 }
 
 /// State letter and start time of a process (fields 3 and 22 of `/proc/<pid>/stat`,
@@ -181,6 +201,27 @@ pub(crate) fn vm_copy(dir: VmDir, pid: u32, local: usize, remote: usize, len: us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_pid_is_renewed_in_a_forked_child() {
+        assert_eq!(getpid(), std::process::id());
+        // SAFETY: the child only compares two numbers and `_exit`s.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: getpid/_exit are async-signal-safe.
+            let ok = getpid() == unsafe { libc::getpid() } as u32;
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut st = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(child, &mut st, 0) };
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "child saw a stale pid"
+        );
+        assert_eq!(getpid(), std::process::id());
+    }
 
     #[test]
     fn start_time_and_liveness_of_self() {

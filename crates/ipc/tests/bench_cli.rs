@@ -58,6 +58,7 @@ fn quick_bench_rows_have_the_json_shape() {
         "tcp-loopback",
         "mqueue",
         "memcpy",
+        "ustack-arena",
     ] {
         assert!(mechs.contains(m), "missing {m}");
     }
@@ -92,7 +93,10 @@ fn quick_bench_rows_have_the_json_shape() {
     );
     let t = bench::tables(&rows);
     assert!(
-        t.contains("IPC2 sendrec") && t.contains("ustack COPY2") && t.contains("Aggregate sendrec")
+        t.contains("IPC2 sendrec")
+            && t.contains("ustack COPY2 private")
+            && t.contains("ustack COPY1 arena")
+            && t.contains("Aggregate sendrec")
     );
     assert_eq!(t.contains("pinned to two different CPUs"), two_cpus, "{t}");
     let svg = bench::svg(&rows);

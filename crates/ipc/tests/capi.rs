@@ -73,7 +73,7 @@ fn compile_and_run(kind: &str) {
     );
     assert!(
         stdout.contains("round trips/s")
-            && stdout.contains("vcopy of 65536 bytes verified")
+            && stdout.contains("vcopy of 65536 bytes verified (private and arena buffers)")
             && stdout.ends_with("ok\n"),
         "{stdout}"
     );

@@ -329,6 +329,7 @@ fn vcopy_copy1_in_both_directions_and_errors() {
             DomainConfig {
                 max_endpoints: 4,
                 max_copy: 8 << 20,
+                ..DomainConfig::default()
             },
         )
         .unwrap(),

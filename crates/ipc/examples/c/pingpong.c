@@ -1,5 +1,6 @@
 /* pingpong.c — C example of ustack-ipc: a server process and a client process in one
- * domain doing sendrec round trips, a notification, a vcopy and an error check.
+ * domain doing sendrec round trips, a notification, vcopies (private memory and arena
+ * buffers) and error checks.
  * Usage: pingpong [domain-name] [round-trips]. Exit status 0 on success. */
 #include "mnx.h"
 #include <stdio.h>
@@ -23,11 +24,16 @@ static int server(const char *dc, int n) {
     if (mnx_getep() != MNX_EBADEP) return 5; /* the parent's binding is not ours */
     int me = mnx_bind(dc, 1);
     CHECK(me);
-    /* Tell the client where our buffer is. */
+    /* A second buffer in the domain arena (vcopy between arena buffers is a memcpy). */
+    unsigned char *abuf = NULL;
+    CHECK(mnx_alloc(sizeof buf, (void **)&abuf));
+    /* Tell the client where our buffers are. */
     memset(&m, 0, sizeof m);
     m.m_type = 10;
     uint64_t addr = (uint64_t)(uintptr_t)buf;
     memcpy(m.m_payload, &addr, 8);
+    addr = (uint64_t)(uintptr_t)abuf;
+    memcpy(m.m_payload + 8, &addr, 8);
     int r;
     while ((r = mnx_send(0, &m)) == MNX_EBADEP) usleep(1000); /* until the client is bound */
     CHECK(r);
@@ -40,14 +46,18 @@ static int server(const char *dc, int n) {
         memcpy(m.m_payload, &v, 8);
         CHECK(mnx_send(m.m_source, &m));
     }
-    /* A notification, then the checksum of what the client copied into buf. */
+    /* A notification, then the checksums of what the client copied into buf and abuf. */
     CHECK(mnx_receive(MNX_ANY, &m));
     if (m.m_kind != MNX_KIND_NOTIFY) return 3;
-    uint64_t sum = 0;
+    uint64_t sum = 0, asum = 0;
     for (size_t i = 0; i < sizeof buf; i++) sum += (unsigned char)buf[i];
+    for (size_t i = 0; i < sizeof buf; i++) asum += abuf[i];
     memset(&m, 0, sizeof m);
     memcpy(m.m_payload, &sum, 8);
+    memcpy(m.m_payload + 8, &asum, 8);
     CHECK(mnx_send(0, &m));
+    CHECK(mnx_free(abuf));
+    if (mnx_free(abuf) != MNX_EINVAL) return 4; /* freed already */
     CHECK(mnx_unbind(me));
     return 0;
 }
@@ -66,8 +76,9 @@ int main(int argc, char **argv) {
     mnx_message_t m;
     CHECK(mnx_receive(MNX_ANY, &m));
     int srv = m.m_source;
-    uint64_t remote;
+    uint64_t remote, remote_arena;
     memcpy(&remote, m.m_payload, 8);
+    memcpy(&remote_arena, m.m_payload + 8, 8);
 
     double t0 = now();
     for (uint64_t i = 0; i < (uint64_t)n; i++) {
@@ -86,14 +97,25 @@ int main(int argc, char **argv) {
     uint64_t want = 0;
     for (size_t i = 0; i < sizeof local; i++) { local[i] = (char)(i % 7 + 1); want += (unsigned char)local[i]; }
     CHECK(mnx_vcopy(me, local, srv, (void *)(uintptr_t)remote, sizeof local));
+    /* The same block from an arena buffer of ours into the server's arena buffer. */
+    char *alocal = NULL;
+    CHECK(mnx_alloc(sizeof local, (void **)&alocal));
+    memcpy(alocal, local, sizeof local);
+    CHECK(mnx_vcopy(me, alocal, srv, (void *)(uintptr_t)remote_arena, sizeof local));
+    CHECK(mnx_free(alocal));
+    void *dummy;
+    if (mnx_alloc(0, &dummy) != MNX_EINVAL) { fprintf(stderr, "expected EINVAL\n"); return 1; }
+    if (mnx_alloc((size_t)1 << 40, &dummy) != MNX_E2BIG) { fprintf(stderr, "expected E2BIG\n"); return 1; }
     /* A bad remote address is an error value, not a crash of either process. */
     if (mnx_vcopy(me, local, srv, (void *)16, 64) != MNX_EFAULT) { fprintf(stderr, "expected EFAULT\n"); return 1; }
     CHECK(mnx_notify(srv));
     CHECK(mnx_receive(srv, &m));
-    uint64_t got;
+    uint64_t got, agot;
     memcpy(&got, m.m_payload, 8);
+    memcpy(&agot, m.m_payload + 8, 8);
     if (got != want) { fprintf(stderr, "vcopy checksum %llu != %llu\n", (unsigned long long)got, (unsigned long long)want); return 1; }
-    printf("vcopy of %zu bytes verified\n", sizeof local);
+    if (agot != want) { fprintf(stderr, "arena vcopy checksum %llu != %llu\n", (unsigned long long)agot, (unsigned long long)want); return 1; }
+    printf("vcopy of %zu bytes verified (private and arena buffers)\n", sizeof local);
 
     /* Errors are values. */
     if (mnx_send(me, &m) != MNX_EBADEP) { fprintf(stderr, "send to self should fail\n"); return 1; }
