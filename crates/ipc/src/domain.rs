@@ -165,11 +165,13 @@ const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
 
 impl Slot {
     /// Wake the owner if it sleeps: bump the futex word (always; this is what makes a
-    /// concurrent `futex_wait` return), then issue FUTEX_WAKE only if it announced sleeping.
+    /// concurrent `futex_wait` return), then issue FUTEX_WAKE only if it announced
+    /// sleeping (and no other waker has done so for this sleep yet).
     #[inline]
     pub(crate) fn wake(&self) {
         self.futex.fetch_add(1, Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst) != 0 {
+        // Clearing the flag makes later wakers of the same sleep skip the system call.
+        if self.sleeping.swap(0, Ordering::SeqCst) != 0 {
             sys::futex_wake(&self.futex);
         }
     }

@@ -29,7 +29,9 @@ use crate::domain::*;
 use crate::error::{Error, Result};
 use crate::message::{Message, MsgKind};
 use crate::sys;
+use crate::watchdog::Watch;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// "Any source" for [`Endpoint::receive`].
@@ -94,8 +96,23 @@ fn peer_of(dom: &Domain, slot: u32, full: bool) -> Result<Peer> {
     Ok(p)
 }
 
+impl Peer {
+    pub(crate) fn parts(&self) -> (u32, u32, u32, u32, u64) {
+        (self.slot, self.gen, self.pid, self.tid, self.start)
+    }
+    pub(crate) fn from_parts(slot: u32, gen: u32, pid: u32, tid: u32, start: u64) -> Peer {
+        Peer {
+            slot,
+            gen,
+            pid,
+            tid,
+            start,
+        }
+    }
+}
+
 /// Has the peer unbound, been replaced, or (if `full`) died?
-fn peer_gone(dom: &Domain, p: &Peer, full: bool) -> bool {
+pub(crate) fn peer_gone(dom: &Domain, p: &Peer, full: bool) -> bool {
     let s = dom.slot(p.slot);
     if s.alloc.load(Ordering::Acquire) & 0xff != A_ACTIVE || s.gen.load(Ordering::Acquire) != p.gen
     {
@@ -169,6 +186,7 @@ fn scan<T>(
 #[allow(clippy::too_many_arguments)]
 fn wait_loop<R>(
     dom: &Domain,
+    watch: &Arc<Watch>,
     me: &Slot,
     mode: WaitMode,
     dl: Deadline,
@@ -190,7 +208,7 @@ fn wait_loop<R>(
     };
     let mut slept = false;
     let r = wait_inner(
-        dom, me, mode, dl, peer, spin_ns, coloc, &mut slept, &mut cond,
+        dom, watch, me, mode, dl, peer, spin_ns, coloc, &mut slept, &mut cond,
     );
     if mode == WaitMode::Adaptive && spin_ns > 0 && r.is_ok() {
         // Adapt the spin budget like an adaptive mutex: spinning that pays off grows it,
@@ -207,6 +225,7 @@ fn wait_loop<R>(
 #[allow(clippy::too_many_arguments)]
 fn wait_inner<R>(
     dom: &Domain,
+    watch: &Arc<Watch>,
     me: &Slot,
     mode: WaitMode,
     dl: Deadline,
@@ -278,15 +297,30 @@ fn wait_inner<R>(
         {
             continue;
         }
-        // Sleep. Anyone who changes our condition bumps `futex` after the change, so if it
-        // changed since we loaded `v` the wait returns at once.
+        // Sleep. Anyone who changes our condition bumps `futex` after the change, then
+        // looks at `sleeping`; we announce `sleeping`, then look at `futex` (both
+        // sequentially consistent): either we see the change, or the waker sees us asleep
+        // and wakes us. A change after the check makes `futex_wait` return at once.
         *slept = true;
         me.sleeping.store(1, Ordering::SeqCst);
-        let mut tmo = LIVENESS_PERIOD_NS;
-        if let Deadline::At(t) = dl {
-            tmo = tmo.min(t.saturating_sub(now).max(1));
+        if me.futex.load(Ordering::SeqCst) != v {
+            me.sleeping.store(0, Ordering::Relaxed);
+            continue;
         }
-        sys::futex_wait(&me.futex, v, Duration::from_nanos(tmo));
+        let mut tmo = match dl {
+            Deadline::At(t) => Some(t.saturating_sub(now).max(1)),
+            _ => None,
+        };
+        // Without a deadline, sleep with no timeout (a kernel timer per sleep costs ~0.6 µs)
+        // while the watchdog thread checks our peer; failing that, wake up every period.
+        let armed = watch.arm(peer);
+        if !armed {
+            tmo = Some(tmo.map_or(LIVENESS_PERIOD_NS, |t| t.min(LIVENESS_PERIOD_NS)));
+        }
+        sys::futex_wait(&me.futex, v, tmo.map(Duration::from_nanos));
+        if armed {
+            watch.disarm();
+        }
         me.sleeping.store(0, Ordering::Relaxed);
     }
 }
@@ -330,6 +364,8 @@ pub struct Endpoint {
     last_peer: Option<u32>,
     /// Thread that last used this endpoint (recorded in the slot for liveness checks).
     tid: u32,
+    /// Our entry in the process's watchdog (see `watchdog.rs`).
+    watch: Arc<Watch>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -345,7 +381,9 @@ impl Endpoint {
     pub(crate) fn new(dom: Domain, slot: u32, gen: u32, seq: u32) -> Endpoint {
         let ep = dom.endpoint_of_slot(slot);
         let checked = vec![(u32::MAX, 0); dom.max_endpoints() as usize];
+        let watch = Watch::new(dom.clone(), slot);
         Endpoint {
+            watch,
             dom,
             slot,
             gen,
@@ -555,6 +593,7 @@ impl Endpoint {
                 let mut budget = self.spin_budget;
                 let r = wait_loop(
                     &dom,
+                    &self.watch,
                     me,
                     self.mode,
                     dl,
@@ -761,6 +800,7 @@ impl Endpoint {
             let mut budget = self.spin_budget;
             let r = wait_loop(
                 &dom,
+                &self.watch,
                 me,
                 mode,
                 dl,

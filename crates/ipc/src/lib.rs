@@ -46,6 +46,7 @@ mod error;
 mod introspect;
 mod message;
 mod sys;
+mod watchdog;
 
 pub use arena::{ArenaBuf, ARENA_CHUNK, DEFAULT_ARENA_SIZE, MAX_ARENA_SIZE};
 pub use domain::{Domain, DomainConfig, WaitMode, DEFAULT_MAX_COPY, MAX_ENDPOINTS_LIMIT};

@@ -5,23 +5,27 @@ use crate::error::{Error, Result};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-/// Wait on a (process-shared) futex word while it still holds `expected`, at most `timeout`.
-/// Spurious returns are fine: callers always re-check their condition.
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
+/// Wait on a (process-shared) futex word while it still holds `expected`, at most `timeout`
+/// (`None`: no timeout). Spurious returns are fine: callers always re-check their condition.
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a valid, aligned 32-bit atomic that lives in a shared mapping (or
     // process memory) for the duration of the call; FUTEX_WAIT (not PRIVATE, because the
-    // word is shared between processes) only reads it. `ts` is a valid relative timeout.
+    // word is shared between processes) only reads it. `tsp` is null or points to a
+    // valid relative timeout that outlives the call.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT,
             expected,
-            &ts as *const libc::timespec,
+            tsp,
             std::ptr::null::<u32>(),
             0u32,
         );

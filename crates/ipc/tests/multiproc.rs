@@ -75,13 +75,26 @@ fn kill_during(
     let mut me = d.bind("survivor").unwrap();
     me.set_wait_mode(mode);
     let pid = child.0;
+    let returned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r2 = returned.clone();
+    let what = format!("{tag} {mode:?}");
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(30));
         kill(pid);
-        Instant::now()
+        let at = Instant::now();
+        // A call that never notices the death would hang the test run: fail loudly.
+        while !r2.load(std::sync::atomic::Ordering::SeqCst) {
+            if at.elapsed() > Duration::from_secs(10) {
+                eprintln!("{what}: call still blocked 10 s after its peer was killed");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        at
     });
     let err = call(&mut me, d.endpoint_of_slot(1));
     let done = Instant::now();
+    returned.store(true, std::sync::atomic::Ordering::SeqCst);
     let killed = killer.join().unwrap();
     assert_eq!(err, Error::DeadEndpoint, "{tag} {mode:?}");
     let lat = done.saturating_duration_since(killed);
