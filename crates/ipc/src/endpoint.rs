@@ -195,11 +195,13 @@ fn wait_loop<R>(
     budget: &mut u64,
     mut cond: impl FnMut() -> Option<R>,
 ) -> Result<R> {
-    let cpu = sys::current_cpu();
-    me.cpu.store(cpu, Ordering::Relaxed);
-    // The peer we wait for (or, for a receive from ANY, the one we last talked to).
-    let coloc =
-        cpu != u32::MAX && hint.is_some_and(|h| dom.slot(h).cpu.load(Ordering::Relaxed) == cpu);
+    // Does the peer we wait for (or, for a receive from ANY, the one we last talked to)
+    // share our CPU? (Irrelevant when we sleep at once.)
+    let coloc = mode != WaitMode::Block && {
+        let cpu = sys::current_cpu();
+        me.cpu.store(cpu, Ordering::Relaxed);
+        cpu != u32::MAX && hint.is_some_and(|h| dom.slot(h).cpu.load(Ordering::Relaxed) == cpu)
+    };
     let spin_ns = match mode {
         WaitMode::Adaptive if coloc => 0,
         WaitMode::Adaptive => *budget,
@@ -235,8 +237,11 @@ fn wait_inner<R>(
     slept: &mut bool,
     cond: &mut impl FnMut() -> Option<R>,
 ) -> Result<R> {
-    let t0 = sys::now_ns();
-    let mut last_full = t0;
+    // The precise clock only where it matters (spinning, deadlines); liveness checks run
+    // on the coarse one.
+    let precise = spin_ns > 0 || matches!(dl, Deadline::At(_));
+    let t0 = if precise { sys::now_ns() } else { 0 };
+    let mut last_full = sys::coarse_ns();
     let mut spins: u32 = 0;
     loop {
         let v = me.futex.load(Ordering::SeqCst);
@@ -274,7 +279,7 @@ fn wait_inner<R>(
         if dom.is_ended() {
             return Err(Error::DomainEnded);
         }
-        let now = sys::now_ns();
+        let now = if precise { sys::now_ns() } else { 0 };
         if let Deadline::At(t) = dl {
             if now >= t {
                 return Err(Error::TimedOut);
@@ -284,9 +289,10 @@ fn wait_inner<R>(
             return Err(Error::WouldBlock);
         }
         if let Some(p) = peer {
-            let full = now.saturating_sub(last_full) >= LIVENESS_PERIOD_NS;
+            let c = sys::coarse_ns();
+            let full = c.saturating_sub(last_full) >= LIVENESS_PERIOD_NS;
             if full {
-                last_full = now;
+                last_full = c;
             }
             if peer_gone(dom, p, full) {
                 return Err(Error::DeadEndpoint);
@@ -457,7 +463,7 @@ impl Endpoint {
     }
 
     fn peer_slot(&mut self, slot: u32) -> Result<Peer> {
-        let now = sys::now_ns();
+        let now = sys::coarse_ns();
         let gen = self.dom.slot(slot).gen.load(Ordering::Acquire);
         let full = match self.checked.get(slot as usize) {
             Some(&(g, t)) => g != gen || now.saturating_sub(t) >= LIVENESS_PERIOD_NS,
