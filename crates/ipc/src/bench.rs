@@ -128,6 +128,9 @@ enum Place {
     /// Client pinned to the first CPU, server to the second (`sched_setaffinity`), as in
     /// the M3-IPC paper's dual-core figures.
     Split(usize, usize),
+    /// Both pinned to the same CPU: every round trip is two context switches, which shows
+    /// what each mechanism's sleep/wake-up itself costs.
+    Shared(usize),
 }
 
 impl Place {
@@ -137,12 +140,14 @@ impl Place {
             (Place::Free, m) => m.to_string(),
             (Place::Split(..), "-") => "pinned".to_string(),
             (Place::Split(..), m) => format!("{m},pinned"),
+            (Place::Shared(..), "-") => "1cpu".to_string(),
+            (Place::Shared(..), m) => format!("{m},1cpu"),
         }
     }
 
     /// Pin the calling (child) process to the server's CPU.
     fn pin_server(self) {
-        if let Place::Split(_, s) = self {
+        if let Place::Split(_, s) | Place::Shared(s) = self {
             pin_to(s);
         }
     }
@@ -151,7 +156,7 @@ impl Place {
     fn pin_client(self) -> Option<AffinityGuard> {
         match self {
             Place::Free => None,
-            Place::Split(c, _) => {
+            Place::Split(c, _) | Place::Shared(c) => {
                 let g = AffinityGuard::save()?;
                 pin_to(c);
                 Some(g)
@@ -205,6 +210,28 @@ impl Drop for AffinityGuard {
         // SAFETY: restoring a mask previously returned by sched_getaffinity.
         unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) };
     }
+}
+
+/// Rounds of the ping-pong measurements (best of).
+fn rounds(opts: &Options) -> usize {
+    if opts.quick {
+        1
+    } else {
+        3
+    }
+}
+
+/// The ping-pong measurements of one placement: (benchmark, mechanism, ustack wait mode).
+fn ipc_jobs(opts: &Options) -> Vec<(&'static str, &'static str, Option<WaitMode>)> {
+    let mut jobs = vec![];
+    for bench in ["IPC1", "IPC2"].into_iter().filter(|b| opts.wants(b)) {
+        jobs.extend(MODES.map(|m| (bench, "ustack", Some(m))));
+        jobs.extend(LINUX.map(|l| (bench, l, None)));
+    }
+    if opts.wants("IPC3") {
+        jobs.extend(MODES.map(|m| ("IPC3", "ustack", Some(m))));
+    }
+    jobs
 }
 
 /// Repeat a measurement and keep the best value (filters out scheduler noise from other
@@ -281,7 +308,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
     )
     .map_err(|e| anyhow::anyhow!("create domain {name}: {e}"))?;
     let sizes = copy_sizes(opts.quick);
-    let steps = placements().len() * (2 * (MODES.len() + LINUX.len()) + MODES.len())
+    let steps = placements().len() * ipc_jobs(opts).len() * rounds(opts)
         + sizes.len() * COPY_MECHS.len()
         + 2 * opts.max_pairs as usize;
     let mut cx = Ctx {
@@ -302,29 +329,32 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
         let tag = match place {
             Place::Free => "unpinned".to_string(),
             Place::Split(c, s) => format!("cpus {c}/{s}"),
+            Place::Shared(c) => format!("both on cpu {c}"),
         };
-        for bench in ["IPC1", "IPC2"] {
-            if !opts.wants(bench) {
-                continue;
-            }
-            for mode in MODES {
-                cx.progress(&format!("{bench} ustack {} ({tag})", mode.name()));
-                let v = best(&cx, || ustack_pingpong(&cx, bench, mode))?;
-                let m = place.label(mode.name());
-                cx.push(bench, "ustack", &m, MSG as u64, 1, v, "round trips/s");
-            }
-            for mech in LINUX {
-                cx.progress(&format!("{bench} {mech} ({tag})"));
-                let v = best(&cx, || linux_pingpong(&cx, mech))?;
-                let m = place.label("-");
-                cx.push(bench, mech, &m, MSG as u64, 1, v, "round trips/s");
+        // Every mechanism once per round, for `rounds` rounds, keeping each one's best:
+        // where the scheduler puts an unpinned pair drifts slowly (and changes a round
+        // trip from ~5 to ~40 µs here), so interleaving exposes every mechanism to the
+        // same drift.
+        let jobs = ipc_jobs(opts);
+        let mut best = vec![0.0f64; jobs.len()];
+        for round in 0..rounds(opts) {
+            for (i, &(bench, mech, mode)) in jobs.iter().enumerate() {
+                cx.progress(&format!(
+                    "{bench} {mech}{} ({tag}, round {})",
+                    mode.map(|m| format!(" {}", m.name())).unwrap_or_default(),
+                    round + 1
+                ));
+                let v = match mode {
+                    Some(mode) => ustack_pingpong(&cx, bench, mode)?,
+                    None => linux_pingpong(&cx, mech)?,
+                };
+                best[i] = best[i].max(v);
             }
         }
-        for mode in MODES.into_iter().filter(|_| opts.wants("IPC3")) {
-            cx.progress(&format!("IPC3 ustack {} ({tag})", mode.name()));
-            let v = best(&cx, || ustack_pingpong(&cx, "IPC3", mode))?;
-            let m = place.label(mode.name());
-            cx.push("IPC3", "ustack", &m, 0, 1, v, "round trips/s");
+        for (&(bench, mech, mode), v) in jobs.iter().zip(best) {
+            let m = place.label(mode.map_or("-", |m| m.name()));
+            let size = if bench == "IPC3" { 0 } else { MSG as u64 };
+            cx.push(bench, mech, &m, size, 1, v, "round trips/s");
         }
     }
     cx.place = Place::Free;
@@ -372,10 +402,11 @@ const COPY_MECHS: [(&str, &str); 7] = [
     ("COPY1", "unix-stream"),
 ];
 
-/// Pinned to two different CPUs first (if there are two), then unpinned.
+/// Pinned to two different CPUs first (if there are two), then both on one CPU, then
+/// unpinned.
 fn placements() -> Vec<Place> {
     match allowed_cpus()[..] {
-        [a, b, ..] => vec![Place::Split(a, b), Place::Free],
+        [a, b, ..] => vec![Place::Split(a, b), Place::Shared(a), Place::Free],
         _ => vec![Place::Free],
     }
 }
@@ -1057,12 +1088,20 @@ pub fn tables(rows: &[Row]) -> String {
             .map(|r| r.value)
     };
     let cell = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
-    for pinned in [true, false] {
-        let is_pinned = |mode: &str| mode.ends_with("pinned");
+    let place_of = |mode: &str| {
+        if mode.ends_with("pinned") {
+            0
+        } else if mode.ends_with("1cpu") {
+            1
+        } else {
+            2
+        }
+    };
+    for place in 0..3 {
         let mut mechs: Vec<(String, String)> = vec![];
         for r in rows
             .iter()
-            .filter(|r| r.benchmark.starts_with("IPC") && is_pinned(&r.mode) == pinned)
+            .filter(|r| r.benchmark.starts_with("IPC") && place_of(&r.mode) == place)
         {
             let k = (r.mechanism.clone(), r.mode.clone());
             if !mechs.contains(&k) {
@@ -1072,19 +1111,29 @@ pub fn tables(rows: &[Row]) -> String {
         if mechs.is_empty() {
             continue;
         }
-        s.push_str(if pinned {
-            "Message passing, client and server pinned to two different CPUs \
-             (64-byte messages; round trips per second, higher is better)\n"
-        } else {
-            "Message passing, unpinned: the scheduler places client and server \
-             (64-byte messages; round trips per second, higher is better)\n"
+        s.push_str(match place {
+            0 => {
+                "Message passing, client and server pinned to two different CPUs \
+                 (64-byte messages; round trips per second, higher is better)\n"
+            }
+            1 => {
+                "Message passing, client and server pinned to the same CPU \
+                 (64-byte messages; round trips per second, higher is better)\n"
+            }
+            _ => {
+                "Message passing, unpinned: the scheduler places client and server \
+                 (64-byte messages; round trips per second, higher is better)\n"
+            }
         });
         s.push_str(&format!(
             "{:<28}{:>14}{:>14}{:>14}{:>12}\n",
             "mechanism", "IPC1 send+rcv", "IPC2 sendrec", "IPC3 notify", "IPC2 us/rt"
         ));
         for (m, mode) in &mechs {
-            let wait = mode.trim_end_matches("pinned").trim_end_matches(',');
+            let wait = mode
+                .trim_end_matches("pinned")
+                .trim_end_matches("1cpu")
+                .trim_end_matches(',');
             let label = if wait.is_empty() || wait == "-" {
                 m.clone()
             } else {

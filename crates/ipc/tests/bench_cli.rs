@@ -72,6 +72,7 @@ fn quick_bench_rows_have_the_json_shape() {
     let mut want = BTreeSet::from(["adaptive", "spin", "block"]);
     if two_cpus {
         want.extend(["adaptive,pinned", "spin,pinned", "block,pinned"]);
+        want.extend(["adaptive,1cpu", "spin,1cpu", "block,1cpu"]);
     }
     assert_eq!(modes, want);
     // The Linux primitives are measured with the same placements.
@@ -81,7 +82,7 @@ fn quick_bench_rows_have_the_json_shape() {
         .map(|r| r.mode.as_str())
         .collect();
     let want_pipe = if two_cpus {
-        BTreeSet::from(["-", "pinned"])
+        BTreeSet::from(["-", "pinned", "1cpu"])
     } else {
         BTreeSet::from(["-"])
     };
@@ -99,6 +100,7 @@ fn quick_bench_rows_have_the_json_shape() {
             && t.contains("Aggregate sendrec")
     );
     assert_eq!(t.contains("pinned to two different CPUs"), two_cpus, "{t}");
+    assert_eq!(t.contains("pinned to the same CPU"), two_cpus, "{t}");
     let svg = bench::svg(&rows);
     assert!(
         svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>") && svg.contains("polyline")
