@@ -123,7 +123,15 @@ pub fn run(cmd: IpcCommand) -> anyhow::Result<i32> {
             let names = name.map(|n| vec![n]).unwrap_or_else(Domain::list);
             for n in names {
                 match Domain::open(&n) {
-                    Ok(d) => println!("{n}: reclaimed {} dead endpoint(s)", d.reclaim_dead()),
+                    Ok(d) => {
+                        let used = d.arena_used();
+                        let slots = d.reclaim_dead();
+                        let freed = used.saturating_sub(d.arena_used());
+                        println!(
+                            "{n}: reclaimed {slots} dead endpoint(s), {} KiB of arena",
+                            freed >> 10
+                        );
+                    }
                     Err(crate::Error::Corrupt) => {
                         Domain::end_by_name(&n)
                             .map_err(|e| anyhow::anyhow!("remove corrupt {n}: {e}"))?;

@@ -115,9 +115,21 @@ fn cli_create_ls_gc_end() {
         v.extend_from_slice(args);
         cli::run(Cli::try_parse_from(v).unwrap().cmd).unwrap()
     };
-    assert_eq!(run(&["create", &name, "--max-endpoints", "8"]), 0);
+    assert_eq!(
+        run(&[
+            "create",
+            &name,
+            "--max-endpoints",
+            "8",
+            "--arena-size",
+            "1048576"
+        ]),
+        0
+    );
     let d = Domain::open(&name).unwrap();
     assert_eq!(d.max_endpoints(), 8);
+    assert_eq!(d.arena_size(), 1 << 20);
+    let buf = d.alloc(1000).unwrap();
     let mut a = d.bind("alpha").unwrap();
     let b = d.bind("beta").unwrap();
     a.notify(b.id()).unwrap();
@@ -130,6 +142,8 @@ fn cli_create_ls_gc_end() {
         text.contains(&a.id().to_string()) && text.contains("running"),
         "{text}"
     );
+    assert!(text.contains("arena 64/1024 KiB used"), "{text}");
+    drop(buf);
     assert_eq!(run(&["ls", &name]), 0);
     assert_eq!(run(&["ls", "--json"]), 0);
     assert_eq!(run(&["gc", &name]), 0);
