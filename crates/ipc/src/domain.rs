@@ -8,7 +8,7 @@ use crate::sys;
 use std::cell::UnsafeCell;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Hard upper bound on the endpoints of one domain.
@@ -37,6 +37,10 @@ pub(crate) const OP_RECEIVING: u8 = 4;
 pub(crate) const OP_RECEIVING_REPLY: u8 = 5;
 pub(crate) const OP_FILLING: u8 = 6;
 pub(crate) const OP_FILLED: u8 = 7;
+/// `Slot::sleeping`: the owner sleeps on its futex word.
+pub(crate) const SLEEP_FUTEX: u32 = 1;
+/// `Slot::sleeping`: the owner sleeps on its doorbell (see `bell.rs`).
+pub(crate) const SLEEP_BELL: u32 = 2;
 /// Peer value meaning "any endpoint" in a receive state.
 pub(crate) const PEER_ANY: u32 = 0xFF_FFFF;
 
@@ -157,25 +161,16 @@ pub(crate) struct Slot {
     /// Where the owner's process maps the domain arena (0: no arena). Lets a `vcopy`
     /// caller translate the owner's arena addresses into its own mapping.
     pub(crate) arena_base: AtomicU64,
-    _pad8: [u8; 8],
+    /// The owner's doorbell eventfd (a descriptor number in the owner's process; -1: none
+    /// yet, -2: a waker could not reach it, so the owner sleeps on the futex).
+    pub(crate) bell_fd: AtomicI32,
+    _pad8: [u8; 4],
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 9 * 64);
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
 
 impl Slot {
-    /// Wake the owner if it sleeps: bump the futex word (always; this is what makes a
-    /// concurrent `futex_wait` return), then issue FUTEX_WAKE only if it announced
-    /// sleeping (and no other waker has done so for this sleep yet).
-    #[inline]
-    pub(crate) fn wake(&self) {
-        self.futex.fetch_add(1, Ordering::SeqCst);
-        // Clearing the flag makes later wakers of the same sleep skip the system call.
-        if self.sleeping.swap(0, Ordering::SeqCst) != 0 {
-            sys::futex_wake(&self.futex);
-        }
-    }
-
     pub(crate) fn read_name(&self) -> String {
         let mut b = [0u8; 40];
         for (i, w) in self.name.iter().enumerate() {
@@ -570,7 +565,24 @@ impl Domain {
     fn mark_ended(&self) {
         self.header().ended.store(1, Ordering::SeqCst);
         for i in 0..self.m.max {
-            self.slot(i).wake();
+            self.wake_slot(i);
+        }
+    }
+
+    /// Wake slot `i`'s owner if it sleeps: bump the futex word (always; this is what makes
+    /// a concurrent sleep return), then, if it announced sleeping (and no other waker has
+    /// woken this sleep yet), FUTEX_WAKE or ring its doorbell. For rare wake-ups; the
+    /// endpoints' hot path caches doorbells (`Endpoint::wake_peer`).
+    pub(crate) fn wake_slot(&self, i: u32) {
+        let s = self.slot(i);
+        s.futex.fetch_add(1, Ordering::SeqCst);
+        match s.sleeping.swap(0, Ordering::SeqCst) {
+            0 => {}
+            SLEEP_BELL => {
+                // If that fails the owner's watchdog sees the changed word and rings.
+                crate::bell::ring_slot(self, i, s.gen.load(Ordering::Acquire));
+            }
+            _ => sys::futex_wake(&s.futex),
         }
     }
 
@@ -740,10 +752,11 @@ impl Domain {
         s.pid.store(0, Ordering::Relaxed);
         s.tid.store(0, Ordering::Relaxed);
         s.gen.fetch_add(1, Ordering::SeqCst);
+        s.bell_fd.store(-1, Ordering::Release);
         s.alloc.store(A_FREE, Ordering::SeqCst);
         for j in 0..self.m.max {
             if j != i && (self.slot(j).alloc.load(Ordering::Relaxed) & 0xff) == A_ACTIVE {
-                self.slot(j).wake();
+                self.wake_slot(j);
             }
         }
     }
@@ -816,6 +829,7 @@ impl Domain {
         s.sleeping.store(0, Ordering::Relaxed);
         s.arena_base
             .store(self.arena_base() as u64, Ordering::Relaxed);
+        s.bell_fd.store(-1, Ordering::Relaxed);
         s.write_name(name);
         let seq = st_seq(s.state.load(Ordering::Acquire)).wrapping_add(1);
         s.state.store(st_make(seq, OP_RUNNING, 0), Ordering::SeqCst);

@@ -25,11 +25,13 @@
 //! wake-up) a waiter checks that its peer is alive (pid + start time + thread), so a killed
 //! peer gives [`Error::DeadEndpoint`] within ~10-20 ms.
 
+use crate::bell::Bells;
 use crate::domain::*;
 use crate::error::{Error, Result};
 use crate::message::{Message, MsgKind};
 use crate::sys;
 use crate::watchdog::Watch;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -308,22 +310,29 @@ fn wait_inner<R>(
         // sequentially consistent): either we see the change, or the waker sees us asleep
         // and wakes us. A change after the check makes `futex_wait` return at once.
         *slept = true;
-        me.sleeping.store(1, Ordering::SeqCst);
-        if me.futex.load(Ordering::SeqCst) != v {
-            me.sleeping.store(0, Ordering::Relaxed);
-            continue;
-        }
         let mut tmo = match dl {
             Deadline::At(t) => Some(t.saturating_sub(now).max(1)),
             _ => None,
         };
         // Without a deadline, sleep with no timeout (a kernel timer per sleep costs ~0.6 µs)
         // while the watchdog thread checks our peer; failing that, wake up every period.
-        let armed = watch.arm(peer);
+        // Block mode without a deadline sleeps on its doorbell (see `bell.rs`).
+        let want_bell = mode == WaitMode::Block && tmo.is_none() && watch.bell().is_some();
+        let armed = watch.arm(peer, v, want_bell);
+        let on_bell = armed && want_bell;
         if !armed {
             tmo = Some(tmo.map_or(LIVENESS_PERIOD_NS, |t| t.min(LIVENESS_PERIOD_NS)));
         }
-        sys::futex_wait(&me.futex, v, tmo.map(Duration::from_nanos));
+        me.sleeping.store(
+            if on_bell { SLEEP_BELL } else { SLEEP_FUTEX },
+            Ordering::SeqCst,
+        );
+        if me.futex.load(Ordering::SeqCst) == v {
+            match watch.bell() {
+                Some(fd) if on_bell => crate::bell::wait(fd),
+                _ => sys::futex_wait(&me.futex, v, tmo.map(Duration::from_nanos)),
+            }
+        }
         if armed {
             watch.disarm();
         }
@@ -372,6 +381,8 @@ pub struct Endpoint {
     tid: u32,
     /// Our entry in the process's watchdog (see `watchdog.rs`).
     watch: Arc<Watch>,
+    /// Doorbells of the peers we wake.
+    bells: RefCell<Bells>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -390,6 +401,7 @@ impl Endpoint {
         let watch = Watch::new(dom.clone(), slot);
         Endpoint {
             watch,
+            bells: RefCell::new(Bells::default()),
             dom,
             slot,
             gen,
@@ -433,6 +445,30 @@ impl Endpoint {
 
     fn me(&self) -> &Slot {
         self.dom.slot(self.slot)
+    }
+
+    /// Wake the owner of `slot` if it sleeps (see `Domain::wake_slot`), ringing its
+    /// doorbell through our cache of doorbells.
+    fn wake_peer(&self, slot: u32) {
+        let s = self.dom.slot(slot);
+        s.futex.fetch_add(1, Ordering::SeqCst);
+        match s.sleeping.swap(0, Ordering::SeqCst) {
+            0 => {}
+            SLEEP_BELL => {
+                let gen = s.gen.load(Ordering::Acquire);
+                if !self.bells.borrow_mut().ring(&self.dom, slot, gen) {
+                    // We cannot reach its doorbell (permission): make it sleep on the futex
+                    // from now on; its watchdog wakes it from this sleep.
+                    let fd = s.bell_fd.load(Ordering::Relaxed);
+                    if fd >= 0 {
+                        let _ =
+                            s.bell_fd
+                                .compare_exchange(fd, -2, Ordering::AcqRel, Ordering::Relaxed);
+                    }
+                }
+            }
+            _ => sys::futex_wake(&s.futex),
+        }
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -543,7 +579,7 @@ impl Endpoint {
                     }
                     ds.state
                         .store(st_make(st_seq(s), OP_FILLED, self.slot), Ordering::Release);
-                    ds.wake();
+                    self.wake_peer(p.slot);
                     bump(&me.c_sent, 1);
                     self.last_peer = Some(p.slot);
                     return Ok(p);
@@ -567,7 +603,7 @@ impl Endpoint {
             let mine = st_make(q, op, dest_tag(p.slot, p.gen));
             me.state.store(mine, Ordering::SeqCst);
             ds.senders[w].fetch_or(bit, Ordering::SeqCst);
-            ds.wake();
+            self.wake_peer(p.slot);
             let s2 = ds.state.load(Ordering::SeqCst);
             let delivered = if ds.gen.load(Ordering::SeqCst) != p.gen {
                 // Re-bound meanwhile: withdraw unless the new owner already took it.
@@ -742,7 +778,7 @@ impl Endpoint {
                     // it: waking it now would only cost a futex call and, when it runs on our
                     // CPU, two extra context switches per round trip.
                     if op == OP_SENDING {
-                        ss.wake();
+                        self.wake_peer(src);
                     }
                     return Some(m);
                 }
@@ -960,7 +996,7 @@ impl Endpoint {
         let p = self.peer(dst)?;
         let ds = self.dom.slot(p.slot);
         ds.notify[(self.slot / 64) as usize].fetch_or(1u64 << (self.slot % 64), Ordering::SeqCst);
-        ds.wake();
+        self.wake_peer(p.slot);
         bump(&self.me().c_notify_sent, 1);
         Ok(())
     }

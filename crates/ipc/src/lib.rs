@@ -37,6 +37,7 @@
 //! ```
 
 mod arena;
+mod bell;
 pub mod bench;
 pub mod capi;
 pub mod cli;

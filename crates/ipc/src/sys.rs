@@ -2,7 +2,7 @@
 //! thread ids, process liveness and `process_vm_readv`/`process_vm_writev`.
 
 use crate::error::{Error, Result};
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Wait on a (process-shared) futex word while it still holds `expected`, at most `timeout`
@@ -64,28 +64,38 @@ pub(crate) fn cached_tid() -> u32 {
     TID.with(|t| *t)
 }
 
-static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static PID: AtomicU32 = AtomicU32::new(0);
+/// 0: no atfork handler yet; 1: a thread is registering it; 2: registered.
+static ATFORK: AtomicU32 = AtomicU32::new(0);
 
-extern "C" fn forget_pid() {
-    PID.store(0, std::sync::atomic::Ordering::Relaxed);
+extern "C" fn after_fork_in_child() {
+    PID.store(0, Ordering::Relaxed);
+    crate::watchdog::after_fork_in_child();
 }
 
 /// Process id of the caller, cached (glibc no longer caches `getpid`, and a system call
 /// costs more than a whole arena `vcopy` of a few KB); a `fork`ed child forgets the
-/// parent's value in an atfork handler.
+/// parent's value in an atfork handler. Never blocks: a child forked while another thread
+/// registered the handler simply does not cache (a blocking `Once` would deadlock there).
 pub(crate) fn getpid() -> u32 {
-    static ATFORK: std::sync::Once = std::sync::Once::new();
-    let p = PID.load(std::sync::atomic::Ordering::Relaxed);
+    let p = PID.load(Ordering::Relaxed);
     if p != 0 {
         return p;
     }
-    ATFORK.call_once(|| {
-        // SAFETY: registers a child handler that only stores to an atomic
-        // (async-signal-safe); no other handlers.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
-    });
+    if ATFORK.load(Ordering::Acquire) == 0
+        && ATFORK
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    {
+        // SAFETY: registers a child handler that only stores to atomics (async-signal-safe).
+        if unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) } == 0 {
+            ATFORK.store(2, Ordering::Release);
+        }
+    }
     let p = std::process::id();
-    PID.store(p, std::sync::atomic::Ordering::Relaxed);
+    if ATFORK.load(Ordering::Acquire) == 2 {
+        PID.store(p, Ordering::Relaxed);
+    }
     p
 }
 

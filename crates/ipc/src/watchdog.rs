@@ -15,8 +15,10 @@
 use crate::domain::{st_op, Domain, OP_FILLING};
 use crate::endpoint::{peer_gone, Peer};
 use crate::sys;
+use std::cell::UnsafeCell;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 const PERIOD: Duration = Duration::from_millis(10);
@@ -26,11 +28,61 @@ const NO_PEER: u32 = u32::MAX;
 
 /// Pid of the process whose watchdog thread is running (0: none).
 static RUNNING_PID: AtomicU32 = AtomicU32::new(0);
-static REG: Mutex<Registry> = Mutex::new(Registry {
+
+/// The registry, behind a spin lock rather than a `Mutex`: a process forked while another
+/// of its threads held the lock must be able to take it (the holder does not exist in the
+/// child); the atfork child handler releases it (`after_fork_in_child`).
+struct RegCell(UnsafeCell<Registry>);
+// SAFETY: the registry is only accessed through `RegGuard`, i.e. under REG_LOCK.
+unsafe impl Sync for RegCell {}
+static REG: RegCell = RegCell(UnsafeCell::new(Registry {
     pid: 0,
     entries: Vec::new(),
     running: false,
-});
+}));
+static REG_LOCK: AtomicBool = AtomicBool::new(false);
+
+struct RegGuard;
+
+impl std::ops::Deref for RegGuard {
+    type Target = Registry;
+    fn deref(&self) -> &Registry {
+        // SAFETY: we hold REG_LOCK, so nobody else accesses the registry.
+        unsafe { &*REG.0.get() }
+    }
+}
+
+impl std::ops::DerefMut for RegGuard {
+    fn deref_mut(&mut self) -> &mut Registry {
+        // SAFETY: we hold REG_LOCK, so nobody else accesses the registry.
+        unsafe { &mut *REG.0.get() }
+    }
+}
+
+impl Drop for RegGuard {
+    fn drop(&mut self) {
+        REG_LOCK.store(false, Ordering::Release);
+    }
+}
+
+fn lock() -> RegGuard {
+    while REG_LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    RegGuard
+}
+
+/// In a `fork`ed child (atfork handler; async-signal-safe: atomics only): the parent's
+/// watchdog thread does not exist here, and a lock held by one of the parent's threads
+/// would never be released. The registry itself is reset by the next `ensure_running`
+/// (its pid differs).
+pub(crate) fn after_fork_in_child() {
+    REG_LOCK.store(false, Ordering::Release);
+    RUNNING_PID.store(0, Ordering::Release);
+}
 
 struct Registry {
     /// Process the registry belongs to (a forked child starts afresh).
@@ -43,6 +95,12 @@ struct Registry {
 pub(crate) struct Watch {
     dom: Domain,
     slot: u32,
+    /// The owner's doorbell eventfd, created on first use (`None` if it cannot be).
+    bell: OnceLock<Option<OwnedFd>>,
+    /// The owner sleeps on its doorbell (else on its futex word).
+    on_bell: AtomicBool,
+    /// Futex word value the owner went to sleep with.
+    sleep_v: AtomicU32,
     registered_pid: AtomicU32,
     active: AtomicBool,
     p_slot: AtomicU32,
@@ -59,6 +117,9 @@ impl Watch {
         Arc::new(Watch {
             dom,
             slot,
+            bell: OnceLock::new(),
+            on_bell: AtomicBool::new(false),
+            sleep_v: AtomicU32::new(0),
             registered_pid: AtomicU32::new(0),
             active: AtomicBool::new(false),
             p_slot: AtomicU32::new(NO_PEER),
@@ -70,9 +131,29 @@ impl Watch {
         })
     }
 
-    /// Announce that the owner is about to sleep without a timeout, waiting on `peer`.
-    /// Returns false if no watchdog can run (the caller must then sleep with a timeout).
-    pub(crate) fn arm(self: &Arc<Self>, peer: Option<&Peer>) -> bool {
+    /// The owner's doorbell, if wakers can ring it (created and published on first use).
+    pub(crate) fn bell(&self) -> Option<&OwnedFd> {
+        let fd = self
+            .bell
+            .get_or_init(|| {
+                let fd = crate::bell::create()?;
+                self.dom
+                    .slot(self.slot)
+                    .bell_fd
+                    .store(fd.as_raw_fd(), Ordering::Release);
+                Some(fd)
+            })
+            .as_ref()?;
+        // A waker that could not reach it marked the slot: back to the futex.
+        (self.dom.slot(self.slot).bell_fd.load(Ordering::Relaxed) >= 0).then_some(fd)
+    }
+
+    /// Announce that the owner is about to sleep without a timeout (with futex word value
+    /// `v`, on its doorbell if `on_bell`), waiting on `peer`. Returns false if no watchdog
+    /// can run (the caller must then sleep on the futex with a timeout).
+    pub(crate) fn arm(self: &Arc<Self>, peer: Option<&Peer>, v: u32, on_bell: bool) -> bool {
+        self.sleep_v.store(v, Ordering::Relaxed);
+        self.on_bell.store(on_bell, Ordering::Relaxed);
         match peer {
             Some(p) => {
                 let (slot, gen, pid, tid, start) = p.parts();
@@ -119,6 +200,13 @@ impl Watch {
         } else {
             self.filling.store(0, Ordering::Relaxed);
         }
+        // A doorbell that a waker could not ring: the word changed but the owner sleeps.
+        if self.on_bell.load(Ordering::Relaxed)
+            && self.dom.slot(self.slot).futex.load(Ordering::SeqCst)
+                != self.sleep_v.load(Ordering::Relaxed)
+        {
+            return true;
+        }
         let slot = self.p_slot.load(Ordering::Relaxed);
         if slot == NO_PEER {
             return false;
@@ -138,14 +226,12 @@ impl Watch {
     fn wake(&self) {
         let s = self.dom.slot(self.slot);
         s.futex.fetch_add(1, Ordering::SeqCst);
+        if self.on_bell.load(Ordering::Relaxed) {
+            if let Some(Some(fd)) = self.bell.get() {
+                crate::bell::ring_fd(fd);
+            }
+        }
         sys::futex_wake(&s.futex);
-    }
-}
-
-fn lock() -> std::sync::MutexGuard<'static, Registry> {
-    match REG.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 
@@ -153,9 +239,11 @@ fn lock() -> std::sync::MutexGuard<'static, Registry> {
 fn ensure_running(w: &Arc<Watch>, pid: u32) -> bool {
     let mut reg = lock();
     if reg.pid != pid {
-        // A forked child: the parent's thread does not exist here.
+        // A forked child: the parent's thread does not exist here. The parent's entries
+        // are let go without touching them (a fork in the middle of an update may have
+        // left them inconsistent).
         reg.pid = pid;
-        reg.entries.clear();
+        std::mem::forget(std::mem::take(&mut reg.entries));
         reg.running = false;
     }
     if w.registered_pid.load(Ordering::Relaxed) != pid {
