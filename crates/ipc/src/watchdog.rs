@@ -7,7 +7,9 @@
 //! filler killed in the middle of a hand-off, and an ended domain. Instead of waking every
 //! waiter every 10 ms, one thread per process (`ustack-ipc-watch`, started on the first
 //! sleep) checks every 10 ms the waiters of its process that are asleep ("armed") and wakes
-//! those whose peer is gone, whose hand-off stalled, or whose domain ended. It exits after
+//! those whose peer is gone, whose hand-off stalled, whose domain ended, or that have been
+//! asleep for a whole period (they then re-check everything themselves, as after a
+//! timeout; short sleeps, as in a busy ping-pong, cost no timer at all). It exits after
 //! about a second without sleeping waiters and is started again when needed; in a `fork`ed
 //! child a new one is started. If no thread can be started, waiters fall back to 10 ms
 //! timeouts.
@@ -110,6 +112,9 @@ pub(crate) struct Watch {
     p_start: AtomicU64,
     /// Watchdog-private: the FILLING state seen at the previous scan.
     filling: AtomicU64,
+    /// Sleeps so far (bumped by `arm`), and the count the watchdog saw at its last scan.
+    arms: AtomicU64,
+    seen_arms: AtomicU64,
 }
 
 impl Watch {
@@ -128,6 +133,8 @@ impl Watch {
             p_tid: AtomicU32::new(0),
             p_start: AtomicU64::new(0),
             filling: AtomicU64::new(0),
+            arms: AtomicU64::new(0),
+            seen_arms: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -154,6 +161,7 @@ impl Watch {
     pub(crate) fn arm(self: &Arc<Self>, peer: Option<&Peer>, v: u32, on_bell: bool) -> bool {
         self.sleep_v.store(v, Ordering::Relaxed);
         self.on_bell.store(on_bell, Ordering::Relaxed);
+        self.arms.fetch_add(1, Ordering::Relaxed);
         match peer {
             Some(p) => {
                 let (slot, gen, pid, tid, start) = p.parts();
@@ -281,7 +289,13 @@ fn run(pid: u32) {
         for w in &list {
             if w.active.load(Ordering::SeqCst) {
                 armed = true;
-                if w.needs_wake() {
+                // A sleep that has lasted a whole period is woken so that its owner
+                // re-checks everything itself (as a 10 ms timeout would have made it do):
+                // a safety net should a wake-up ever be missed. Short sleeps, as in a busy
+                // ping-pong, are left alone.
+                let a = w.arms.load(Ordering::Relaxed);
+                let long = w.seen_arms.swap(a, Ordering::Relaxed) == a;
+                if long || w.needs_wake() {
                     w.wake();
                 }
             }
