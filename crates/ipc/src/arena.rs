@@ -55,12 +55,6 @@ pub struct ArenaBuf {
     pid: u32,
 }
 
-// SAFETY: the handle only holds indices into shared memory owned by the domain mapping
-// (which is Send + Sync); access to the bytes goes through raw pointers or copies.
-unsafe impl Send for ArenaBuf {}
-// SAFETY: see above; `&ArenaBuf` only allows reading copies of the bytes.
-unsafe impl Sync for ArenaBuf {}
-
 impl std::fmt::Debug for ArenaBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ArenaBuf")
