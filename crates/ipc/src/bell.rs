@@ -49,62 +49,79 @@ pub(crate) fn wait(fd: &OwnedFd) {
     unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
 }
 
-/// A duplicate of descriptor `fd` of process `pid` (pidfd_getfd), or None.
-fn fetch(pid: u32, fd: i32) -> Option<OwnedFd> {
+/// Why a doorbell could not be had.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Miss {
+    /// We may not take descriptors from the owner's process (ptrace permission).
+    Forbidden,
+    /// Anything else: no doorbell published, the slot re-bound meanwhile, the owner gone.
+    Other,
+}
+
+/// A duplicate of descriptor `fd` of process `pid` (pidfd_getfd).
+fn fetch(pid: u32, fd: i32) -> Result<OwnedFd, Miss> {
+    let miss = || match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => Miss::Forbidden,
+        _ => Miss::Other,
+    };
     // SAFETY: raw system calls with integer arguments; results are checked.
     unsafe {
         let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as i32;
         if pidfd < 0 {
-            return None;
+            return Err(miss());
         }
         let pidfd = OwnedFd::from_raw_fd(pidfd);
         let got = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) as i32;
         if got < 0 {
-            return None;
+            return Err(miss());
         }
-        Some(OwnedFd::from_raw_fd(got))
+        Ok(OwnedFd::from_raw_fd(got))
     }
 }
 
 /// The doorbell descriptor published by the owner of `slot`, if it is bound with `gen`.
-fn fetch_for(dom: &Domain, slot: u32, gen: u32) -> Option<OwnedFd> {
+fn fetch_for(dom: &Domain, slot: u32, gen: u32) -> Result<OwnedFd, Miss> {
     let s = dom.slot(slot);
     let fd = s.bell_fd.load(Ordering::Acquire);
     let pid = s.pid.load(Ordering::Relaxed);
     if fd < 0 || s.alloc.load(Ordering::Acquire) & 0xff != A_ACTIVE {
-        return None;
+        return Err(Miss::Other);
     }
     let got = fetch(pid, fd)?;
     // The slot may have been re-bound while we fetched: then `got` is some other
     // process's descriptor; do not use it.
-    (s.gen.load(Ordering::Acquire) == gen && s.pid.load(Ordering::Relaxed) == pid).then_some(got)
+    if s.gen.load(Ordering::Acquire) == gen && s.pid.load(Ordering::Relaxed) == pid {
+        Ok(got)
+    } else {
+        Err(Miss::Other)
+    }
 }
 
 /// Ring the doorbell of slot `slot` without a cache (rare wake-ups: domain end, unbind).
 pub(crate) fn ring_slot(dom: &Domain, slot: u32, gen: u32) -> bool {
-    fetch_for(dom, slot, gen).is_some_and(|fd| ring_fd(&fd))
+    fetch_for(dom, slot, gen).is_ok_and(|fd| ring_fd(&fd))
 }
 
-/// A waker's cache of its peers' doorbells, by slot: (generation, descriptor or None if it
-/// could not be had).
+/// A waker's cache of its peers' doorbells, by slot: (generation, descriptor). Only
+/// successes are cached; a failure is retried at the next wake-up.
 #[derive(Default)]
 pub(crate) struct Bells {
-    fds: Vec<Option<(u32, Option<OwnedFd>)>>,
+    fds: Vec<Option<(u32, OwnedFd)>>,
 }
 
 impl Bells {
-    /// Ring the doorbell of `slot` (bound with generation `gen`). False if we cannot.
-    pub(crate) fn ring(&mut self, dom: &Domain, slot: u32, gen: u32) -> bool {
+    /// Ring the doorbell of `slot` (bound with generation `gen`).
+    pub(crate) fn ring(&mut self, dom: &Domain, slot: u32, gen: u32) -> Result<(), Miss> {
         let i = slot as usize;
         if self.fds.len() <= i {
             self.fds.resize_with(i + 1, || None);
         }
         if !matches!(&self.fds[i], Some((g, _)) if *g == gen) {
-            self.fds[i] = Some((gen, fetch_for(dom, slot, gen)));
+            self.fds[i] = Some((gen, fetch_for(dom, slot, gen)?));
         }
         match &self.fds[i] {
-            Some((_, Some(fd))) => ring_fd(fd),
-            _ => false,
+            Some((_, fd)) if ring_fd(fd) => Ok(()),
+            _ => Err(Miss::Other),
         }
     }
 }

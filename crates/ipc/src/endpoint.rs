@@ -456,9 +456,11 @@ impl Endpoint {
             0 => {}
             SLEEP_BELL => {
                 let gen = s.gen.load(Ordering::Acquire);
-                if !self.bells.borrow_mut().ring(&self.dom, slot, gen) {
-                    // We cannot reach its doorbell (permission): make it sleep on the futex
-                    // from now on; its watchdog wakes it from this sleep.
+                let r = self.bells.borrow_mut().ring(&self.dom, slot, gen);
+                // If it cannot be rung, the sleeper's watchdog sees the changed word and
+                // rings it. If we may not reach it at all (permission), make it sleep on
+                // the futex from now on.
+                if r == Err(crate::bell::Miss::Forbidden) {
                     let fd = s.bell_fd.load(Ordering::Relaxed);
                     if fd >= 0 {
                         let _ =
