@@ -4,8 +4,9 @@
 
 use crate::{ArenaBuf, Domain, DomainConfig, Endpoint, Error, Message, WaitMode};
 use std::cell::RefCell;
+use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 thread_local! {
@@ -257,7 +258,34 @@ pub extern "C" fn mnx_vcopy(
 
 /// Arena buffers handed out by `mnx_alloc`, by address (a `fork`ed child inherits the
 /// parent's list; it cannot free those, see `ArenaBuf`).
-static ARENA_BUFS: Mutex<Vec<ArenaBuf>> = Mutex::new(Vec::new());
+/// Behind a spin lock, not a `Mutex`: a child forked while another thread of the parent held
+/// it must be able to take it (the atfork child handler releases it, `after_fork_in_child`).
+static ARENA_BUFS: BufList = BufList(UnsafeCell::new(Vec::new()));
+static ARENA_LOCK: AtomicBool = AtomicBool::new(false);
+
+struct BufList(UnsafeCell<Vec<ArenaBuf>>);
+// SAFETY: the list is only accessed by `with_bufs`, under ARENA_LOCK.
+unsafe impl Sync for BufList {}
+
+fn with_bufs<R>(f: impl FnOnce(&mut Vec<ArenaBuf>) -> R) -> R {
+    while ARENA_LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+    // SAFETY: we hold ARENA_LOCK, so nobody else accesses the list.
+    let r = f(unsafe { &mut *ARENA_BUFS.0.get() });
+    ARENA_LOCK.store(false, Ordering::Release);
+    r
+}
+
+/// In a `fork`ed child (atfork handler, atomics only): release a lock a thread of the
+/// parent may have held. A list that thread left half-updated is only ever trimmed of
+/// the parent's entries (dropping those frees nothing, see `ArenaBuf`).
+pub(crate) fn after_fork_in_child() {
+    ARENA_LOCK.store(false, Ordering::Release);
+}
 
 /// Allocate `len` bytes in the arena of the calling thread's domain (shared by every
 /// process of the domain; `mnx_vcopy` between two arena buffers is one memcpy). The
@@ -274,10 +302,7 @@ pub extern "C" fn mnx_alloc(len: usize, ptr: *mut *mut c_void) -> c_int {
     });
     if let Some(mut b) = buf {
         ptr_out(ptr, b.as_mut_ptr() as *mut c_void);
-        match ARENA_BUFS.lock() {
-            Ok(mut v) => v.push(b),
-            Err(p) => p.into_inner().push(b),
-        }
+        with_bufs(|v| v.push(b));
     }
     r
 }
@@ -291,16 +316,17 @@ fn ptr_out(p: *mut *mut c_void, v: *mut c_void) {
 /// Free a buffer from `mnx_alloc` of this process (`MNX_EINVAL` for any other pointer).
 #[no_mangle]
 pub extern "C" fn mnx_free(ptr: *mut c_void) -> c_int {
-    let mut v = match ARENA_BUFS.lock() {
-        Ok(v) => v,
-        Err(p) => p.into_inner(),
-    };
     let me = std::process::id();
-    // Forget handles inherited from a parent process (dropping them frees nothing).
-    v.retain(|b| b.owner_pid() == me);
-    match v.iter().position(|b| b.addr() == ptr as usize) {
-        Some(i) => {
-            drop(v.swap_remove(i));
+    let gone = with_bufs(|v| {
+        // Forget handles inherited from a parent process (dropping them frees nothing).
+        v.retain(|b| b.owner_pid() == me);
+        v.iter()
+            .position(|b| b.addr() == ptr as usize)
+            .map(|i| v.swap_remove(i))
+    });
+    match gone {
+        Some(b) => {
+            drop(b);
             0
         }
         None => Error::InvalidArgument.code(),

@@ -71,6 +71,7 @@ static ATFORK: AtomicU32 = AtomicU32::new(0);
 extern "C" fn after_fork_in_child() {
     PID.store(0, Ordering::Relaxed);
     crate::watchdog::after_fork_in_child();
+    crate::capi::after_fork_in_child();
 }
 
 /// Process id of the caller, cached (glibc no longer caches `getpid`, and a system call
