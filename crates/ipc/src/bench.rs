@@ -563,51 +563,47 @@ fn cvt(r: libc::c_int) -> std::io::Result<libc::c_int> {
     }
 }
 
-fn read_full(fd: libc::c_int, buf: &mut [u8]) -> std::io::Result<()> {
+/// Run `op(offset)` (a read or write of the rest of a `len`-byte buffer) until all `len`
+/// bytes are done, retrying on EINTR.
+fn io_full(len: usize, mut op: impl FnMut(usize) -> isize) -> std::io::Result<()> {
     let mut off = 0;
-    while off < buf.len() {
-        // SAFETY: reading into the unfilled tail of a valid buffer.
-        let n = unsafe {
-            libc::read(
-                fd,
-                buf[off..].as_mut_ptr() as *mut libc::c_void,
-                buf.len() - off,
-            )
-        };
+    while off < len {
+        let n = op(off);
         if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            let e = std::io::Error::last_os_error();
+            if n < 0 && e.raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "short read",
-            ));
+            return Err(if n == 0 {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short transfer")
+            } else {
+                e
+            });
         }
         off += n as usize;
     }
     Ok(())
 }
 
+fn read_full(fd: libc::c_int, buf: &mut [u8]) -> std::io::Result<()> {
+    let len = buf.len();
+    io_full(len, |off| {
+        // SAFETY: reading into the unfilled tail of a valid buffer.
+        unsafe { libc::read(fd, buf[off..].as_mut_ptr() as *mut libc::c_void, len - off) }
+    })
+}
+
 fn write_full(fd: libc::c_int, buf: &[u8]) -> std::io::Result<()> {
-    let mut off = 0;
-    while off < buf.len() {
-        // SAFETY: writing from a valid buffer.
-        let n = unsafe {
+    io_full(buf.len(), |off| {
+        // SAFETY: writing from the unsent tail of a valid buffer.
+        unsafe {
             libc::write(
                 fd,
                 buf[off..].as_ptr() as *const libc::c_void,
                 buf.len() - off,
             )
-        };
-        if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(std::io::Error::last_os_error());
         }
-        off += n as usize;
-    }
-    Ok(())
+    })
 }
 
 fn close(fd: libc::c_int) {

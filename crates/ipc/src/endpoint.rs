@@ -136,6 +136,20 @@ fn bump(c: &AtomicU64, by: u64) {
     );
 }
 
+/// Take our own SENDING state `mine` back to RUNNING (a timed-out or rerouted send).
+/// Exactly one of this and the receiver's CAS wins: false means the message was taken.
+#[inline]
+fn withdraw(me: &Slot, mine: u64, q: u32) -> bool {
+    me.state
+        .compare_exchange(
+            mine,
+            st_make(q, OP_RUNNING, 0),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+}
+
 /// Peer field of a SENDING state: destination slot (10 bits) and low 14 bits of its generation.
 #[inline]
 fn dest_tag(slot: u32, gen: u32) -> u32 {
@@ -609,30 +623,14 @@ impl Endpoint {
             let s2 = ds.state.load(Ordering::SeqCst);
             let delivered = if ds.gen.load(Ordering::SeqCst) != p.gen {
                 // Re-bound meanwhile: withdraw unless the new owner already took it.
-                if me
-                    .state
-                    .compare_exchange(
-                        mine,
-                        st_make(q, OP_RUNNING, 0),
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    )
-                    .is_ok()
-                {
+                if withdraw(me, mine, q) {
                     ds.senders[w].fetch_and(!bit, Ordering::AcqRel);
                     return Err(Error::DeadEndpoint);
                 }
                 true
             } else if accepts(s2, self.slot) {
                 // It started receiving before seeing our bit: take the message back and hand it off.
-                me.state
-                    .compare_exchange(
-                        mine,
-                        st_make(q, OP_RUNNING, 0),
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    )
-                    .is_err()
+                !withdraw(me, mine, q)
             } else {
                 let mut budget = self.spin_budget;
                 let r = wait_loop(
@@ -650,16 +648,7 @@ impl Endpoint {
                 match r {
                     Ok(()) => true,
                     Err(e) => {
-                        if me
-                            .state
-                            .compare_exchange(
-                                mine,
-                                st_make(q, OP_RUNNING, 0),
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                            )
-                            .is_ok()
-                        {
+                        if withdraw(me, mine, q) {
                             ds.senders[w].fetch_and(!bit, Ordering::AcqRel);
                             return Err(e);
                         }
