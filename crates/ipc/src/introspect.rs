@@ -78,6 +78,32 @@ fn bits(dom: &Domain, bm: &[std::sync::atomic::AtomicU64; BITMAP_WORDS]) -> Vec<
 
 impl Domain {
     /// Snapshot of the domain and its endpoints (racy by nature, never blocks).
+    /// Raw control words of the bound slots (see `debug::slot_words`).
+    pub(crate) fn debug_slot_words(&self) -> Vec<String> {
+        (0..self.max_endpoints())
+            .filter_map(|i| {
+                let s = self.slot(i);
+                (s.alloc.load(Ordering::Acquire) & 0xff == A_ACTIVE).then(|| {
+                    let st = s.state.load(Ordering::SeqCst);
+                    format!(
+                        "slot {i}: state seq {} op {} peer {:#x}, futex {}, sleeping {}, \
+                         bell_fd {}, senders {:#x}, notify {:#x}, pid {} tid {}",
+                        st_seq(st),
+                        st_op(st),
+                        st_peer(st),
+                        s.futex.load(Ordering::SeqCst),
+                        s.sleeping.load(Ordering::SeqCst),
+                        s.bell_fd.load(Ordering::SeqCst),
+                        s.senders[0].load(Ordering::SeqCst),
+                        s.notify[0].load(Ordering::SeqCst),
+                        s.pid.load(Ordering::Relaxed),
+                        s.tid.load(Ordering::Relaxed),
+                    )
+                })
+            })
+            .collect()
+    }
+
     pub fn info(&self) -> DomainInfo {
         let mut endpoints = Vec::new();
         for i in 0..self.max_endpoints() {

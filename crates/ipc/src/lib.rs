@@ -49,6 +49,31 @@ mod message;
 mod sys;
 mod watchdog;
 
+/// Debugging aids for tests that hunt for protocol bugs; not part of the stable API.
+#[doc(hidden)]
+pub mod debug {
+    use std::sync::atomic::Ordering;
+
+    /// Turn the watchdog's safety net (waking any sleep that lasts a whole 10 ms period)
+    /// on or off for this process and the children it forks afterwards. With it off, a
+    /// missed wake-up hangs the waiter instead of costing it 10-20 ms.
+    pub fn set_safety_net(on: bool) {
+        crate::watchdog::SAFETY_NET.store(on, Ordering::Relaxed);
+    }
+
+    /// Safety-net wake-ups this process's watchdog has done.
+    pub fn safety_net_wakes() -> u64 {
+        crate::watchdog::NET_WAKES.load(Ordering::Relaxed)
+    }
+
+    /// The raw control words of every bound slot of `dom`: (slot, state, futex word,
+    /// sleeping, doorbell fd, senders bitmap word 0, notify bitmap word 0), for failure
+    /// reports.
+    pub fn slot_words(dom: &crate::Domain) -> Vec<String> {
+        dom.debug_slot_words()
+    }
+}
+
 pub use arena::{ArenaBuf, ARENA_CHUNK, DEFAULT_ARENA_SIZE, MAX_ARENA_SIZE};
 pub use domain::{Domain, DomainConfig, WaitMode, DEFAULT_MAX_COPY, MAX_ENDPOINTS_LIMIT};
 pub use endpoint::{Endpoint, ANY};

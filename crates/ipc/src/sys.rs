@@ -56,12 +56,21 @@ pub(crate) fn gettid() -> u32 {
 }
 
 thread_local! {
-    static TID: u32 = gettid();
+    /// The calling thread's id (0: not known yet). Reset in a `fork`ed child, whose only
+    /// thread has a new id but a copy of the forking thread's thread-locals.
+    static TID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Kernel thread id of the calling thread, cached per thread (no system call).
 pub(crate) fn cached_tid() -> u32 {
-    TID.with(|t| *t)
+    TID.try_with(|t| {
+        if t.get() == 0 {
+            getpid(); // registers the atfork handler that resets the cache in a child
+            t.set(gettid());
+        }
+        t.get()
+    })
+    .unwrap_or_else(|_| gettid())
 }
 
 static PID: AtomicU32 = AtomicU32::new(0);
@@ -70,6 +79,8 @@ static ATFORK: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn after_fork_in_child() {
     PID.store(0, Ordering::Relaxed);
+    // A const-initialised Cell without a destructor: no allocation, no lock.
+    let _ = TID.try_with(|t| t.set(0));
     crate::watchdog::after_fork_in_child();
     crate::capi::after_fork_in_child();
 }
@@ -228,14 +239,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cached_pid_is_renewed_in_a_forked_child() {
+    fn cached_pid_and_tid_are_renewed_in_a_forked_child() {
         assert_eq!(getpid(), std::process::id());
+        assert_eq!(cached_tid(), gettid());
         // SAFETY: the child only compares two numbers and `_exit`s.
         let child = unsafe { libc::fork() };
         assert!(child >= 0);
         if child == 0 {
             // SAFETY: getpid/_exit are async-signal-safe.
-            let ok = getpid() == unsafe { libc::getpid() } as u32;
+            let ok = getpid() == unsafe { libc::getpid() } as u32 && cached_tid() == gettid();
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut st = 0;
@@ -243,7 +255,7 @@ mod tests {
         unsafe { libc::waitpid(child, &mut st, 0) };
         assert!(
             libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
-            "child saw a stale pid"
+            "child saw a stale pid or tid"
         );
         assert_eq!(getpid(), std::process::id());
     }

@@ -31,6 +31,12 @@ const NO_PEER: u32 = u32::MAX;
 /// Pid of the process whose watchdog thread is running (0: none).
 static RUNNING_PID: AtomicU32 = AtomicU32::new(0);
 
+/// Does the watchdog wake sleeps that last a whole period (the safety net)? Only tests
+/// that hunt for lost wake-ups turn it off (`debug::set_safety_net`).
+pub(crate) static SAFETY_NET: AtomicBool = AtomicBool::new(true);
+/// Safety-net wake-ups done by this process's watchdog so far.
+pub(crate) static NET_WAKES: AtomicU64 = AtomicU64::new(0);
+
 /// The registry, behind a spin lock rather than a `Mutex`: a process forked while another
 /// of its threads held the lock must be able to take it (the holder does not exist in the
 /// child); the atfork child handler releases it (`after_fork_in_child`).
@@ -294,8 +300,12 @@ fn run(pid: u32) {
                 // a safety net should a wake-up ever be missed. Short sleeps, as in a busy
                 // ping-pong, are left alone.
                 let a = w.arms.load(Ordering::Relaxed);
-                let long = w.seen_arms.swap(a, Ordering::Relaxed) == a;
-                if long || w.needs_wake() {
+                let long = w.seen_arms.swap(a, Ordering::Relaxed) == a
+                    && SAFETY_NET.load(Ordering::Relaxed);
+                if w.needs_wake() {
+                    w.wake();
+                } else if long {
+                    NET_WAKES.fetch_add(1, Ordering::Relaxed);
                     w.wake();
                 }
             }
