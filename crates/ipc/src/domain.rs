@@ -17,7 +17,7 @@ pub const MAX_ENDPOINTS_LIMIT: u32 = 1024;
 pub const DEFAULT_MAX_COPY: u64 = 64 << 20;
 pub(crate) const BITMAP_WORDS: usize = (MAX_ENDPOINTS_LIMIT as usize) / 64;
 const MAGIC: u64 = 0x5049_6b63_6174_7375; // "ustackIP" little-endian
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const HEADER_SIZE: usize = 4096;
 const SHM_DIR: &str = "/dev/shm";
 const PREFIX: &str = "ustack-ipc-";
@@ -41,6 +41,8 @@ pub(crate) const OP_FILLED: u8 = 7;
 pub(crate) const SLEEP_FUTEX: u32 = 1;
 /// `Slot::sleeping`: the owner sleeps on its doorbell (see `bell.rs`).
 pub(crate) const SLEEP_BELL: u32 = 2;
+/// `Slot::sleeping`: the owner sleeps on its pipe doorbell.
+pub(crate) const SLEEP_PIPE: u32 = 3;
 /// Peer value meaning "any endpoint" in a receive state.
 pub(crate) const PEER_ANY: u32 = 0xFF_FFFF;
 
@@ -164,7 +166,9 @@ pub(crate) struct Slot {
     /// The owner's doorbell eventfd (a descriptor number in the owner's process; -1: none
     /// yet, -2: a waker could not reach it, so the owner sleeps on the futex).
     pub(crate) bell_fd: AtomicI32,
-    _pad8: [u8; 4],
+    /// The write end of the owner's pipe doorbell (a descriptor number in the owner's
+    /// process; -1: none yet).
+    pub(crate) pipe_fd: AtomicI32,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 9 * 64);
@@ -578,11 +582,13 @@ impl Domain {
         s.futex.fetch_add(1, Ordering::SeqCst);
         match s.sleeping.swap(0, Ordering::SeqCst) {
             0 => {}
-            SLEEP_BELL => {
+            v => match crate::bell::Kind::of_sleeping(v) {
                 // If that fails the owner's watchdog sees the changed word and rings.
-                crate::bell::ring_slot(self, i, s.gen.load(Ordering::Acquire));
-            }
-            _ => sys::futex_wake(&s.futex),
+                Some(k) => {
+                    crate::bell::ring_slot(self, i, s.gen.load(Ordering::Acquire), k);
+                }
+                None => sys::futex_wake(&s.futex),
+            },
         }
     }
 
@@ -753,6 +759,7 @@ impl Domain {
         s.tid.store(0, Ordering::Relaxed);
         s.gen.fetch_add(1, Ordering::SeqCst);
         s.bell_fd.store(-1, Ordering::Release);
+        s.pipe_fd.store(-1, Ordering::Release);
         s.alloc.store(A_FREE, Ordering::SeqCst);
         for j in 0..self.m.max {
             if j != i && (self.slot(j).alloc.load(Ordering::Relaxed) & 0xff) == A_ACTIVE {
@@ -830,6 +837,7 @@ impl Domain {
         s.arena_base
             .store(self.arena_base() as u64, Ordering::Relaxed);
         s.bell_fd.store(-1, Ordering::Relaxed);
+        s.pipe_fd.store(-1, Ordering::Relaxed);
         s.write_name(name);
         let seq = st_seq(s.state.load(Ordering::Acquire)).wrapping_add(1);
         s.state.store(st_make(seq, OP_RUNNING, 0), Ordering::SeqCst);

@@ -331,20 +331,25 @@ fn wait_inner<R>(
         // Without a deadline, sleep with no timeout (a kernel timer per sleep costs ~0.6 µs)
         // while the watchdog thread checks our peer; failing that, wake up every period.
         // Block mode without a deadline sleeps on its doorbell (see `bell.rs`).
-        let want_bell = mode == WaitMode::Block && tmo.is_none() && watch.bell().is_some();
-        let armed = watch.arm(peer, v, want_bell);
-        let on_bell = armed && want_bell;
+        let bell = if mode == WaitMode::Block && tmo.is_none() {
+            let k = watch.bell_kind();
+            watch.bell(k).map(|b| (k, b))
+        } else {
+            None
+        };
+        let armed = watch.arm(peer, v, bell.map(|(k, _)| k));
+        let bell = bell.filter(|_| armed);
         if !armed {
             tmo = Some(tmo.map_or(LIVENESS_PERIOD_NS, |t| t.min(LIVENESS_PERIOD_NS)));
         }
         me.sleeping.store(
-            if on_bell { SLEEP_BELL } else { SLEEP_FUTEX },
+            bell.map_or(SLEEP_FUTEX, |(k, _)| k.sleeping()),
             Ordering::SeqCst,
         );
         if me.futex.load(Ordering::SeqCst) == v {
-            match watch.bell() {
-                Some(fd) if on_bell => crate::bell::wait(fd),
-                _ => sys::futex_wait(&me.futex, v, tmo.map(Duration::from_nanos)),
+            match bell {
+                Some((_, b)) => b.wait(),
+                None => sys::futex_wait(&me.futex, v, tmo.map(Duration::from_nanos)),
             }
         }
         if armed {
@@ -466,24 +471,22 @@ impl Endpoint {
     fn wake_peer(&self, slot: u32) {
         let s = self.dom.slot(slot);
         s.futex.fetch_add(1, Ordering::SeqCst);
-        match s.sleeping.swap(0, Ordering::SeqCst) {
-            0 => {}
-            SLEEP_BELL => {
+        let v = s.sleeping.swap(0, Ordering::SeqCst);
+        if v == 0 {
+            return;
+        }
+        match crate::bell::Kind::of_sleeping(v) {
+            Some(k) => {
                 let gen = s.gen.load(Ordering::Acquire);
-                let r = self.bells.borrow_mut().ring(&self.dom, slot, gen);
+                let r = self.bells.borrow_mut().ring(&self.dom, slot, gen, k);
                 // If it cannot be rung, the sleeper's watchdog sees the changed word and
                 // rings it. If we may not reach it at all (permission), make it sleep on
                 // the futex from now on.
                 if r == Err(crate::bell::Miss::Forbidden) {
-                    let fd = s.bell_fd.load(Ordering::Relaxed);
-                    if fd >= 0 {
-                        let _ =
-                            s.bell_fd
-                                .compare_exchange(fd, -2, Ordering::AcqRel, Ordering::Relaxed);
-                    }
+                    crate::bell::forbid(s);
                 }
             }
-            _ => sys::futex_wake(&s.futex),
+            None => sys::futex_wake(&s.futex),
         }
     }
 

@@ -87,13 +87,14 @@ impl Domain {
                     let st = s.state.load(Ordering::SeqCst);
                     format!(
                         "slot {i}: state seq {} op {} peer {:#x}, futex {}, sleeping {}, \
-                         bell_fd {}, senders {:#x}, notify {:#x}, pid {} tid {}",
+                         bell_fd {} pipe_fd {}, senders {:#x}, notify {:#x}, pid {} tid {}",
                         st_seq(st),
                         st_op(st),
                         st_peer(st),
                         s.futex.load(Ordering::SeqCst),
                         s.sleeping.load(Ordering::SeqCst),
                         s.bell_fd.load(Ordering::SeqCst),
+                        s.pipe_fd.load(Ordering::SeqCst),
                         s.senders[0].load(Ordering::SeqCst),
                         s.notify[0].load(Ordering::SeqCst),
                         s.pid.load(Ordering::Relaxed),

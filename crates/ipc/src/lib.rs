@@ -66,6 +66,17 @@ pub mod debug {
         crate::watchdog::NET_WAKES.load(Ordering::Relaxed)
     }
 
+    /// The doorbell descriptors endpoint `ep` of `dom` published: (eventfd, pipe write
+    /// end); -1 for none yet, -2 (eventfd) when a waker was refused them.
+    pub fn doorbells(dom: &crate::Domain, ep: i32) -> Option<(i32, i32)> {
+        let slot = dom.resolve(ep).ok()?;
+        let s = dom.slot(slot);
+        Some((
+            s.bell_fd.load(Ordering::Acquire),
+            s.pipe_fd.load(Ordering::Acquire),
+        ))
+    }
+
     /// The raw control words of every bound slot of `dom`: (slot, state, futex word,
     /// sleeping, doorbell fd, senders bitmap word 0, notify bitmap word 0), for failure
     /// reports.

@@ -153,6 +153,16 @@ pub(crate) fn owner_alive(pid: u32, _tid: u32, start: u64) -> bool {
     }
 }
 
+/// May the calling thread run on one CPU only (its affinity mask has a single CPU)?
+pub(crate) fn single_cpu_affinity() -> bool {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer of the size passed; pid 0 is the calling thread.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: CPU_COUNT reads the set we own.
+    r == 0 && unsafe { libc::CPU_COUNT(&set) } == 1
+}
+
 /// CPU the calling thread runs on (u32::MAX if unknown).
 pub(crate) fn current_cpu() -> u32 {
     // SAFETY: sched_getcpu has no arguments; it returns -1 on error.

@@ -14,11 +14,12 @@
 //! child a new one is started. If no thread can be started, waiters fall back to 10 ms
 //! timeouts.
 
+use crate::bell::{Bell, Kind, BELLS_FORBIDDEN};
 use crate::domain::{st_op, Domain, OP_FILLING};
 use crate::endpoint::{peer_gone, Peer};
 use crate::sys;
 use std::cell::UnsafeCell;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -27,6 +28,7 @@ const PERIOD: Duration = Duration::from_millis(10);
 /// Scans without any armed waiter before the thread exits.
 const IDLE_SCANS: u32 = 100;
 const NO_PEER: u32 = u32::MAX;
+const AFFINITY_RECHECK_NS: u64 = 100_000_000;
 
 /// Pid of the process whose watchdog thread is running (0: none).
 static RUNNING_PID: AtomicU32 = AtomicU32::new(0);
@@ -103,10 +105,15 @@ struct Registry {
 pub(crate) struct Watch {
     dom: Domain,
     slot: u32,
-    /// The owner's doorbell eventfd, created on first use (`None` if it cannot be).
-    bell: OnceLock<Option<OwnedFd>>,
-    /// The owner sleeps on its doorbell (else on its futex word).
-    on_bell: AtomicBool,
+    /// The owner's doorbells (eventfd, pipe), created on first use (`None` if they
+    /// cannot be).
+    bells: [OnceLock<Option<Bell>>; 2],
+    /// The owner sleeps on a doorbell: its `Slot::sleeping` value (0: on its futex word).
+    on_bell: AtomicU32,
+    /// May the owner's thread run on one CPU only (then it sleeps on the eventfd), and
+    /// when that was last checked (coarse clock, ns).
+    single_cpu: AtomicBool,
+    cpu_checked: AtomicU64,
     /// Futex word value the owner went to sleep with.
     sleep_v: AtomicU32,
     registered_pid: AtomicU32,
@@ -128,8 +135,10 @@ impl Watch {
         Arc::new(Watch {
             dom,
             slot,
-            bell: OnceLock::new(),
-            on_bell: AtomicBool::new(false),
+            bells: [OnceLock::new(), OnceLock::new()],
+            on_bell: AtomicU32::new(0),
+            single_cpu: AtomicBool::new(false),
+            cpu_checked: AtomicU64::new(0),
             sleep_v: AtomicU32::new(0),
             registered_pid: AtomicU32::new(0),
             active: AtomicBool::new(false),
@@ -144,29 +153,54 @@ impl Watch {
         })
     }
 
-    /// The owner's doorbell, if wakers can ring it (created and published on first use).
-    pub(crate) fn bell(&self) -> Option<&OwnedFd> {
-        let fd = self
-            .bell
+    /// Which doorbell the owner should sleep on now: the eventfd if its thread may run on
+    /// one CPU only (no placement to influence; the cheaper wake-up), else the pipe (see
+    /// `bell.rs`). The affinity is looked up at most every 100 ms.
+    pub(crate) fn bell_kind(&self) -> Kind {
+        let now = sys::coarse_ns();
+        let last = self.cpu_checked.load(Ordering::Relaxed);
+        if last == 0 || now.saturating_sub(last) >= AFFINITY_RECHECK_NS {
+            self.single_cpu
+                .store(sys::single_cpu_affinity(), Ordering::Relaxed);
+            self.cpu_checked.store(now.max(1), Ordering::Relaxed);
+        }
+        if self.single_cpu.load(Ordering::Relaxed) {
+            Kind::Eventfd
+        } else {
+            Kind::Pipe
+        }
+    }
+
+    /// The owner's doorbell of kind `k`, if wakers can ring it (created and published on
+    /// first use).
+    pub(crate) fn bell(&self, k: Kind) -> Option<&Bell> {
+        let slot = self.dom.slot(self.slot);
+        let b = self.bells[k as usize]
             .get_or_init(|| {
-                let fd = crate::bell::create()?;
-                self.dom
-                    .slot(self.slot)
-                    .bell_fd
-                    .store(fd.as_raw_fd(), Ordering::Release);
-                Some(fd)
+                let b = Bell::create(k)?;
+                // Publish, unless a waker has already found us unreachable.
+                let _ = k.published(slot).compare_exchange(
+                    -1,
+                    b.ring_end().as_raw_fd(),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+                Some(b)
             })
             .as_ref()?;
         // A waker that could not reach it marked the slot: back to the futex.
-        (self.dom.slot(self.slot).bell_fd.load(Ordering::Relaxed) >= 0).then_some(fd)
+        (slot.bell_fd.load(Ordering::Relaxed) != BELLS_FORBIDDEN
+            && k.published(slot).load(Ordering::Relaxed) == b.ring_end().as_raw_fd())
+        .then_some(b)
     }
 
     /// Announce that the owner is about to sleep without a timeout (with futex word value
-    /// `v`, on its doorbell if `on_bell`), waiting on `peer`. Returns false if no watchdog
-    /// can run (the caller must then sleep on the futex with a timeout).
-    pub(crate) fn arm(self: &Arc<Self>, peer: Option<&Peer>, v: u32, on_bell: bool) -> bool {
+    /// `v`, on its doorbell of kind `bell` if any), waiting on `peer`. Returns false if no
+    /// watchdog can run (the caller must then sleep on the futex with a timeout).
+    pub(crate) fn arm(self: &Arc<Self>, peer: Option<&Peer>, v: u32, bell: Option<Kind>) -> bool {
         self.sleep_v.store(v, Ordering::Relaxed);
-        self.on_bell.store(on_bell, Ordering::Relaxed);
+        self.on_bell
+            .store(bell.map_or(0, Kind::sleeping), Ordering::Relaxed);
         self.arms.fetch_add(1, Ordering::Relaxed);
         match peer {
             Some(p) => {
@@ -215,7 +249,7 @@ impl Watch {
             self.filling.store(0, Ordering::Relaxed);
         }
         // A doorbell that a waker could not ring: the word changed but the owner sleeps.
-        if self.on_bell.load(Ordering::Relaxed)
+        if self.on_bell.load(Ordering::Relaxed) != 0
             && self.dom.slot(self.slot).futex.load(Ordering::SeqCst)
                 != self.sleep_v.load(Ordering::Relaxed)
         {
@@ -240,9 +274,9 @@ impl Watch {
     fn wake(&self) {
         let s = self.dom.slot(self.slot);
         s.futex.fetch_add(1, Ordering::SeqCst);
-        if self.on_bell.load(Ordering::Relaxed) {
-            if let Some(Some(fd)) = self.bell.get() {
-                crate::bell::ring_fd(fd);
+        if let Some(k) = Kind::of_sleeping(self.on_bell.load(Ordering::Relaxed)) {
+            if let Some(Some(b)) = self.bells[k as usize].get() {
+                crate::bell::ring_fd(b.ring_end());
             }
         }
         sys::futex_wake(&s.futex);

@@ -89,9 +89,93 @@ fn forbid_pidfd_getfd() -> bool {
     }
 }
 
+/// Restrict the calling thread to the first CPU it may run on.
+fn pin_to_one_cpu() {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; the calls fill / read it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        let first = (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .expect("some CPU");
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(first, &mut one);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
+            0
+        );
+    }
+}
+
+/// A Block-mode server in its own thread (pinned to one CPU if `pinned`) and a Block-mode
+/// client in a child process (that may not use `pidfd_getfd` if `forbid`) do `n` round
+/// trips. Returns how long they took and the server's doorbells afterwards.
+fn block_round_trips(tag: &str, n: u64, pinned: bool, forbid: bool) -> (Duration, (i32, i32)) {
+    let d = domain(tag, 4);
+    let dc = d.0.clone();
+    let server = std::thread::spawn(move || {
+        if pinned {
+            pin_to_one_cpu();
+        }
+        let mut me = dc.bind_as(0, "server").unwrap();
+        me.set_wait_mode(WaitMode::Block);
+        let t0 = std::time::Instant::now();
+        for i in 0..n {
+            let m = me.receive(ANY).unwrap();
+            assert_eq!(m.u64_at(0), i);
+            me.send(m.source, &Message::new(2).with_u64(0, i + 1))
+                .unwrap();
+        }
+        let took = t0.elapsed();
+        (took, ustack_ipc::debug::doorbells(&dc, 0).unwrap())
+    });
+    let dc = d.0.clone();
+    let child = ChildGuard(fork_child(move || {
+        if forbid && !forbid_pidfd_getfd() {
+            return 2;
+        }
+        let Ok(mut e) = dc.bind_as(1, "client") else {
+            return 3;
+        };
+        e.set_wait_mode(WaitMode::Block);
+        // Let the server fall asleep on its doorbell first.
+        std::thread::sleep(Duration::from_millis(50));
+        for i in 0..n {
+            match e.sendrec(0, &Message::new(1).with_u64(0, i)) {
+                Ok(r) if r.u64_at(0) == i + 1 => {}
+                _ => return 4,
+            }
+        }
+        0
+    }));
+    let pid = child.0;
+    std::mem::forget(child);
+    assert_eq!(wait_child(pid, Duration::from_secs(20)), 0);
+    server.join().expect("server")
+}
+
+/// A sleeper that may run on one CPU only sleeps on its eventfd (the cheapest wake-up;
+/// no placement to influence), any other on its pipe (whose wake-up carries the
+/// scheduler's "sync" hint); both are reached across processes.
+#[test]
+fn doorbell_kind_follows_affinity() {
+    let _serial = serial();
+    let (_, (efd, pipe)) = block_round_trips("bell-one", 300, true, false);
+    assert!(efd >= 0 && pipe == -1, "pinned: eventfd {efd}, pipe {pipe}");
+    let (_, (efd, pipe)) = block_round_trips("bell-free", 300, false, false);
+    assert!(
+        efd == -1 && pipe >= 0,
+        "unpinned: eventfd {efd}, pipe {pipe}"
+    );
+}
+
 /// A waker that cannot reach a Block-mode sleeper's doorbell (no permission for
 /// `pidfd_getfd`) loses no message: the sleeper's watchdog rings it, and the sleeper goes
-/// back to the futex for later sleeps, so round trips stay fast.
+/// back to the futex for later sleeps, so round trips stay fast. For both kinds of
+/// doorbell.
 #[test]
 fn unreachable_doorbell_falls_back_to_the_futex() {
     let _serial = serial();
@@ -104,45 +188,19 @@ fn unreachable_doorbell_falls_back_to_the_futex() {
             std::process::abort();
         }
     });
-    let d = domain("bell-fb", 4);
-    let mut me = d.bind_as(0, "server").unwrap();
-    me.set_wait_mode(WaitMode::Block);
     const N: u64 = 300;
-    let dc = d.0.clone();
-    let child = ChildGuard(fork_child(move || {
-        if !forbid_pidfd_getfd() {
-            return 2;
-        }
-        let Ok(mut e) = dc.bind_as(1, "client") else {
-            return 3;
-        };
-        e.set_wait_mode(WaitMode::Block);
-        // Let the server fall asleep on its doorbell first.
-        std::thread::sleep(Duration::from_millis(50));
-        for i in 0..N {
-            match e.sendrec(0, &Message::new(1).with_u64(0, i)) {
-                Ok(r) if r.u64_at(0) == i + 1 => {}
-                _ => return 4,
-            }
-        }
-        0
-    }));
-    let t0 = std::time::Instant::now();
-    for i in 0..N {
-        let m = me.receive(ANY).unwrap();
-        assert_eq!(m.u64_at(0), i);
-        me.send(m.source, &Message::new(2).with_u64(0, i + 1))
-            .unwrap();
+    for pinned in [false, true] {
+        let (took, (efd, _)) = block_round_trips("bell-fb", N, pinned, true);
+        assert_eq!(
+            efd, -2,
+            "the refused waker marks the sleeper (pinned: {pinned})"
+        );
+        // With a lost wake-up per message (each rescued by the watchdog after ~10 ms)
+        // this would take seconds.
+        assert!(
+            took < Duration::from_secs(1),
+            "{N} round trips took {took:?} (pinned: {pinned})"
+        );
     }
-    let took = t0.elapsed();
-    let pid = child.0;
-    std::mem::forget(child);
-    assert_eq!(wait_child(pid, Duration::from_secs(10)), 0);
-    // With a lost wake-up per message (each rescued by the watchdog after ~10 ms) this
-    // would take seconds.
-    assert!(
-        took < Duration::from_secs(1),
-        "{N} round trips took {took:?}"
-    );
     finished.store(true, std::sync::atomic::Ordering::SeqCst);
 }
