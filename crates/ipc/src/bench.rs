@@ -225,6 +225,23 @@ fn rounds(opts: &Options, place: Place) -> usize {
     }
 }
 
+/// The order in which round `round` visits `n` jobs: as listed in round 0, then a
+/// deterministic shuffle per round (Fisher-Yates with a xorshift seeded by the round).
+fn round_order(n: usize, round: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    if round == 0 {
+        return v;
+    }
+    let mut x = (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
 /// Combine the rounds of one mechanism as `rounds` describes.
 fn combine_rounds(place: Place, mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
@@ -360,11 +377,15 @@ pub fn run(opts: &Options) -> anyhow::Result<Vec<Row>> {
         };
         // Every mechanism once per round, for `rounds` rounds: where the scheduler puts an
         // unpinned pair drifts slowly (and changes a round trip from ~5 to ~40 µs here), so
-        // interleaving exposes every mechanism to the same drift.
+        // interleaving exposes every mechanism to the same drift. The order is shuffled
+        // every round (the first round keeps the listed order), so that no mechanism
+        // always runs right after the same one: a Spin-mode run, for one, leaves both CPUs
+        // with a high recent load, which changes where the scheduler places the next pair.
         let jobs = ipc_jobs(opts);
         let mut got = vec![Vec::new(); jobs.len()];
         for round in 0..rounds(opts, place) {
-            for (i, &(bench, mech, mode)) in jobs.iter().enumerate() {
+            for i in round_order(jobs.len(), round) {
+                let (bench, mech, mode) = jobs[i];
                 cx.progress(&format!(
                     "{bench} {mech}{} ({tag}, round {})",
                     mode.map(|m| format!(" {}", m.name())).unwrap_or_default(),
@@ -1342,4 +1363,37 @@ pub fn svg(rows: &[Row]) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_orders_are_permutations_that_change_neighbours() {
+        assert_eq!(round_order(5, 0), vec![0, 1, 2, 3, 4]);
+        let mut after_two = std::collections::HashSet::new();
+        for r in 0..7 {
+            let o = round_order(23, r);
+            let mut s = o.clone();
+            s.sort();
+            assert_eq!(s, (0..23).collect::<Vec<_>>(), "round {r}");
+            let p = o.iter().position(|&j| j == 2).expect("job 2");
+            after_two.insert(if p == 0 { usize::MAX } else { o[p - 1] });
+        }
+        assert!(
+            after_two.len() >= 4,
+            "job 2 follows too few others: {after_two:?}"
+        );
+        assert!(round_order(0, 3).is_empty());
+        assert_eq!(round_order(1, 3), vec![0]);
+    }
+
+    #[test]
+    fn unpinned_rounds_give_the_median_pinned_the_best() {
+        assert_eq!(combine_rounds(Place::Free, vec![5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(combine_rounds(Place::Free, vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(combine_rounds(Place::Split(0, 1), vec![5.0, 1.0, 3.0]), 5.0);
+        assert_eq!(combine_rounds(Place::Shared(0), vec![]), 0.0);
+    }
 }

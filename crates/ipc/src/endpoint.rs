@@ -19,11 +19,13 @@
 //! their state before checking the other's (sequentially consistent), so one of them always
 //! sees the other. Notifications are one bit per (source, destination), coalesced.
 //!
-//! Waiting: a waiter spins (per its [`WaitMode`]) then sleeps on its own slot's futex with
-//! a timeout of at most 10 ms; anyone changing what it waits for bumps the futex word and
-//! calls `FUTEX_WAKE` only if the waiter announced that it sleeps. Every 10 ms (and on every
-//! wake-up) a waiter checks that its peer is alive (pid + start time + thread), so a killed
-//! peer gives [`Error::DeadEndpoint`] within ~10-20 ms.
+//! Waiting: a waiter spins (per its [`WaitMode`]) then sleeps on its own slot's futex word
+//! or, in Block mode without a deadline, on one of its doorbells (`bell.rs`); anyone
+//! changing what it waits for bumps the futex word and wakes it (`FUTEX_WAKE` or a doorbell
+//! ring) only if the waiter announced that it sleeps. A sleep without a deadline has no
+//! timeout: the process's watchdog thread (`watchdog.rs`) checks every 10 ms that the
+//! sleepers' peers are alive (pid + start time), so a killed peer gives
+//! [`Error::DeadEndpoint`] within ~10-20 ms.
 
 use crate::bell::Bells;
 use crate::domain::*;
