@@ -10,9 +10,9 @@
 //! * a **pipe** otherwise: a pipe write wakes the reader with the scheduler's "sync" hint
 //!   (the waker is about to sleep), which lets the scheduler run the woken peer on the
 //!   waker's CPU instead of waking an idle one. Unpinned, that decides the round trip
-//!   (~5 µs on one CPU against ~20-50 µs when each wake-up has to wake an idle vCPU); with
-//!   the eventfd alone Block mode ran unpinned at 0.87-0.92x a pipe, with the pipe
-//!   doorbell at 1.1-1.3x (see the README's Targets).
+//!   (~5 µs on one CPU against ~20-50 µs when each wake-up has to wake an idle vCPU); in
+//!   paired runs against a pipe, Block mode went from 0.87-0.92x with the eventfd alone to
+//!   0.89-1.19x with the pipe doorbell, i.e. parity (see the README's Targets).
 //!
 //! The IPC state still lives in shared memory; a doorbell carries no data, only wake-ups.
 //! A waker gets a descriptor for a peer's doorbell once, with `pidfd_getfd` (the same
