@@ -187,13 +187,13 @@ pub fn ls_text(infos: &[crate::DomainInfo]) -> String {
             continue;
         }
         s.push_str(&format!(
-            "  {:>10} {:>7} {:>7} {:<14} {:<28} {:<8} {:>8} {:>8} {:>7} {:>7} {:>6} {:>10}  {}\n",
+            "  {:>10} {:>7} {:>7} {:<14} {:<28} {:<14} {:>8} {:>8} {:>7} {:>7} {:>6} {:>10}  {}\n",
             "endpoint",
             "pid",
             "tid",
             "name",
             "state",
-            "wait",
+            "wait/doorbell",
             "sent",
             "recv",
             "ntf-out",
@@ -209,14 +209,19 @@ pub fn ls_text(infos: &[crate::DomainInfo]) -> String {
                 format!("DEAD ({})", e.state)
             };
             let pend: Vec<String> = e.pending_notify.iter().map(|p| p.to_string()).collect();
+            let wait = if e.doorbell == "-" {
+                e.wait_mode.clone()
+            } else {
+                format!("{}/{}", e.wait_mode, e.doorbell)
+            };
             s.push_str(&format!(
-                "  {:>10} {:>7} {:>7} {:<14} {:<28} {:<8} {:>8} {:>8} {:>7} {:>7} {:>6} {:>10}  {}\n",
+                "  {:>10} {:>7} {:>7} {:<14} {:<28} {:<14} {:>8} {:>8} {:>7} {:>7} {:>6} {:>10}  {}\n",
                 e.endpoint,
                 e.pid,
                 e.tid,
                 e.name,
                 state,
-                e.wait_mode,
+                wait,
                 e.sent,
                 e.received,
                 e.notify_sent,

@@ -24,6 +24,9 @@ pub struct EndpointInfo {
     pub state: String,
     /// Wait mode name.
     pub wait_mode: String,
+    /// Doorbells a `Block`-mode sleeper has published: "eventfd", "pipe", "eventfd+pipe",
+    /// "refused" (a waker may not reach them: it sleeps on its futex) or "-" (none yet).
+    pub doorbell: String,
     /// Sources with a pending notification for this endpoint.
     pub pending_notify: Vec<i32>,
     /// Endpoints blocked sending to this endpoint.
@@ -143,6 +146,20 @@ impl Domain {
                     .unwrap_or_default()
                     .name()
                     .to_string(),
+                doorbell: {
+                    let (e, p) = (
+                        s.bell_fd.load(Ordering::Relaxed),
+                        s.pipe_fd.load(Ordering::Relaxed),
+                    );
+                    match (e, p) {
+                        (crate::bell::BELLS_FORBIDDEN, _) => "refused",
+                        (e, p) if e >= 0 && p >= 0 => "eventfd+pipe",
+                        (e, _) if e >= 0 => "eventfd",
+                        (_, p) if p >= 0 => "pipe",
+                        _ => "-",
+                    }
+                    .to_string()
+                },
                 pending_notify: bits(self, &s.notify),
                 blocked_senders: bits(self, &s.senders)
                     .into_iter()

@@ -112,8 +112,14 @@ fn pin_to_one_cpu() {
 
 /// A Block-mode server in its own thread (pinned to one CPU if `pinned`) and a Block-mode
 /// client in a child process (that may not use `pidfd_getfd` if `forbid`) do `n` round
-/// trips. Returns how long they took and the server's doorbells afterwards.
-fn block_round_trips(tag: &str, n: u64, pinned: bool, forbid: bool) -> (Duration, (i32, i32)) {
+/// trips. Returns how long they took, the server's doorbells afterwards and how
+/// `ustack ipc ls` shows them.
+fn block_round_trips(
+    tag: &str,
+    n: u64,
+    pinned: bool,
+    forbid: bool,
+) -> (Duration, (i32, i32), String) {
     let d = domain(tag, 4);
     let dc = d.0.clone();
     let server = std::thread::spawn(move || {
@@ -130,7 +136,14 @@ fn block_round_trips(tag: &str, n: u64, pinned: bool, forbid: bool) -> (Duration
                 .unwrap();
         }
         let took = t0.elapsed();
-        (took, ustack_ipc::debug::doorbells(&dc, 0).unwrap())
+        let shown = dc
+            .info()
+            .endpoints
+            .into_iter()
+            .find(|e| e.slot == 0)
+            .map(|e| e.doorbell)
+            .unwrap_or_default();
+        (took, ustack_ipc::debug::doorbells(&dc, 0).unwrap(), shown)
     });
     let dc = d.0.clone();
     let child = ChildGuard(fork_child(move || {
@@ -163,9 +176,11 @@ fn block_round_trips(tag: &str, n: u64, pinned: bool, forbid: bool) -> (Duration
 #[test]
 fn doorbell_kind_follows_affinity() {
     let _serial = serial();
-    let (_, (efd, pipe)) = block_round_trips("bell-one", 300, true, false);
+    let (_, (efd, pipe), shown) = block_round_trips("bell-one", 300, true, false);
     assert!(efd >= 0 && pipe == -1, "pinned: eventfd {efd}, pipe {pipe}");
-    let (_, (efd, pipe)) = block_round_trips("bell-free", 300, false, false);
+    assert_eq!(shown, "eventfd");
+    let (_, (efd, pipe), shown) = block_round_trips("bell-free", 300, false, false);
+    assert_eq!(shown, "pipe");
     assert!(
         efd == -1 && pipe >= 0,
         "unpinned: eventfd {efd}, pipe {pipe}"
@@ -190,7 +205,8 @@ fn unreachable_doorbell_falls_back_to_the_futex() {
     });
     const N: u64 = 300;
     for pinned in [false, true] {
-        let (took, (efd, _)) = block_round_trips("bell-fb", N, pinned, true);
+        let (took, (efd, _), shown) = block_round_trips("bell-fb", N, pinned, true);
+        assert_eq!(shown, "refused");
         assert_eq!(
             efd, -2,
             "the refused waker marks the sleeper (pinned: {pinned})"
