@@ -135,9 +135,9 @@ impl Bell {
     }
 }
 
-/// Mark slot `s` so that its owner stops sleeping on doorbells (a waker was refused its
+/// Mark slot `s` so that its owner stops sleeping on doorbells (a waker cannot have its
 /// descriptors). Never overwrites the mark; a doorbell published concurrently may win,
-/// and then the next refused waker marks again.
+/// and then the next such waker marks again.
 pub(crate) fn forbid(s: &Slot) {
     let cur = s.bell_fd.load(Ordering::Relaxed);
     if cur != BELLS_FORBIDDEN {
@@ -150,16 +150,19 @@ pub(crate) fn forbid(s: &Slot) {
 /// Why a doorbell could not be had.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Miss {
-    /// We may not take descriptors from the owner's process (ptrace permission).
-    Forbidden,
-    /// Anything else: no doorbell published, the slot re-bound meanwhile, the owner gone.
+    /// We cannot take descriptors from the owner's process: no ptrace-level permission
+    /// (EPERM/EACCES), or no descriptor left in ours (EMFILE/ENFILE). Either would miss
+    /// every wake-up to come, so the owner should sleep on its futex instead.
+    Unreachable,
+    /// Anything else (passing): no doorbell published, the slot re-bound meanwhile, the
+    /// owner gone.
     Other,
 }
 
 /// A duplicate of descriptor `fd` of process `pid` (pidfd_getfd).
 fn fetch(pid: u32, fd: i32) -> Result<OwnedFd, Miss> {
     let miss = || match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) => Miss::Forbidden,
+        Some(libc::EPERM | libc::EACCES | libc::EMFILE | libc::ENFILE) => Miss::Unreachable,
         _ => Miss::Other,
     };
     // SAFETY: raw system calls with integer arguments; results are checked.

@@ -787,7 +787,8 @@ impl Domain {
         }
         let pid = sys::getpid();
         let tid = sys::gettid();
-        let start = sys::proc_start_time(pid).ok_or(Error::Os(libc::ESRCH))?;
+        let start = sys::proc_start_time(pid)
+            .map_err(|e| Error::Os(e.raw_os_error().unwrap_or(libc::EIO)))?;
         let claim = ((pid as u64) << 32) | A_CLAIMING;
         let try_claim = |i: u32| -> bool {
             let s = self.slot(i);

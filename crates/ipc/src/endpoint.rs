@@ -482,9 +482,9 @@ impl Endpoint {
                 let gen = s.gen.load(Ordering::Acquire);
                 let r = self.bells.borrow_mut().ring(&self.dom, slot, gen, k);
                 // If it cannot be rung, the sleeper's watchdog sees the changed word and
-                // rings it. If we may not reach it at all (permission), make it sleep on
-                // the futex from now on.
-                if r == Err(crate::bell::Miss::Forbidden) {
+                // rings it. If we cannot reach it at all (permission, or no descriptor left
+                // here), make it sleep on the futex from now on.
+                if r == Err(crate::bell::Miss::Unreachable) {
                     crate::bell::forbid(s);
                 }
             }

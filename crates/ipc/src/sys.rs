@@ -113,31 +113,48 @@ pub(crate) fn getpid() -> u32 {
 
 /// State letter and start time of a process (fields 3 and 22 of `/proc/<pid>/stat`,
 /// start time in clock ticks since boot), used to tell a live owner from a zombie or a
-/// recycled pid. `None` if the process does not exist.
-pub(crate) fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// recycled pid. `Ok(None)` if the process does not exist; an error if that cannot be
+/// told (e.g. no descriptor left to open the file: EMFILE).
+pub(crate) fn proc_stat(pid: u32) -> std::io::Result<Option<(char, u64)>> {
+    let s = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = || std::io::Error::from(std::io::ErrorKind::InvalidData);
     // The command name (field 2) is in parentheses and may contain spaces: parse after the last ')'.
-    let rest = s.get(s.rfind(')')? + 1..)?;
+    let rest = s.get(s.rfind(')').ok_or_else(bad)? + 1..).ok_or_else(bad)?;
     let mut it = rest.split_whitespace();
-    let state = it.next()?.chars().next()?;
+    let state = it.next().and_then(|f| f.chars().next()).ok_or_else(bad)?;
     // Field 3 was `state`; start time is field 22, i.e. 18 further fields on.
-    let start = it.nth(18)?.parse().ok()?;
-    Some((state, start))
+    let start = it.nth(18).and_then(|f| f.parse().ok()).ok_or_else(bad)?;
+    Ok(Some((state, start)))
 }
 
-/// Start time of a process, see [`proc_stat`].
-pub(crate) fn proc_start_time(pid: u32) -> Option<u64> {
-    proc_stat(pid).map(|(_, s)| s)
+/// Start time of a process, see [`proc_stat`] (an error also if it does not exist).
+pub(crate) fn proc_start_time(pid: u32) -> std::io::Result<u64> {
+    proc_stat(pid)?
+        .map(|(_, s)| s)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))
 }
 
 /// Does process `pid` exist and is it not a zombie? (Cheap check without start time.)
+/// When that cannot be told (see [`proc_stat`]) it counts as running: nothing of a live
+/// process may be reclaimed.
 pub(crate) fn pid_running(pid: u32) -> bool {
-    matches!(proc_stat(pid), Some((st, _)) if st != 'Z' && st != 'X')
+    match proc_stat(pid) {
+        Ok(Some((st, _))) => st != 'Z' && st != 'X',
+        Ok(None) => false,
+        Err(_) => true,
+    }
 }
 
 /// Is the owner (process `pid` started at `start`) still alive? Zombies (killed but not
 /// yet reaped) count as dead. Liveness is per process: an endpoint may move between the
-/// threads of its process, and a thread that exits drops (unbinds) its endpoints.
+/// threads of its process, and a thread that exits drops (unbinds) its endpoints. A
+/// process that exists but whose start time cannot be read now (see [`proc_stat`]) counts
+/// as alive: a peer is declared dead (and its slot reclaimed) only on proof.
 pub(crate) fn owner_alive(pid: u32, _tid: u32, start: u64) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
@@ -148,8 +165,9 @@ pub(crate) fn owner_alive(pid: u32, _tid: u32, start: u64) -> bool {
         return false;
     }
     match proc_stat(pid) {
-        Some((st, s)) => s == start && st != 'Z' && st != 'X',
-        None => false,
+        Ok(Some((st, s))) => s == start && st != 'Z' && st != 'X',
+        Ok(None) => false,
+        Err(_) => true,
     }
 }
 
@@ -274,6 +292,7 @@ mod tests {
     fn start_time_and_liveness_of_self() {
         let pid = getpid();
         let st = proc_start_time(pid).expect("own /proc entry");
+        assert!(matches!(proc_stat(pid), Ok(Some((_, s))) if s == st));
         assert!(owner_alive(pid, gettid(), st));
         assert!(
             !owner_alive(pid, gettid(), st + 1),
@@ -281,6 +300,56 @@ mod tests {
         );
         assert!(!owner_alive(0, 0, 0));
         assert!(pid_running(pid));
+    }
+
+    /// Out of descriptors, `/proc` cannot be read: a live process must still count as
+    /// alive (else its peers would get DeadEndpoint and its slot would be reclaimed).
+    #[test]
+    fn liveness_without_descriptors_left_is_not_death() {
+        let pid = getpid();
+        let st = proc_start_time(pid).expect("own /proc entry");
+        // SAFETY: the child only makes system calls on integers and local structs, reads
+        // /proc (an allocation; malloc is fork-safe in glibc) and `_exit`s.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let ok = (|| {
+                // SAFETY: dup/close/getrlimit/setrlimit with valid arguments.
+                unsafe {
+                    let lowest = libc::dup(0);
+                    if lowest < 0 {
+                        return false;
+                    }
+                    libc::close(lowest);
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return false;
+                    }
+                    lim.rlim_cur = lowest as libc::rlim_t;
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return false;
+                    }
+                }
+                // The parent is alive; so is this process (whose cached pid, reset by
+                // the atfork handler, is read afresh).
+                proc_stat(pid).is_err()
+                    && owner_alive(pid, 0, st)
+                    && pid_running(pid)
+                    && pid_running(getpid())
+            })();
+            // SAFETY: leaving the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "a process looked dead while /proc could not be read"
+        );
     }
 
     #[test]

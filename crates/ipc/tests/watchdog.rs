@@ -110,15 +110,51 @@ fn pin_to_one_cpu() {
     }
 }
 
+/// What keeps the waker from fetching the sleeper's doorbell.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Block {
+    Nothing,
+    /// A seccomp filter makes `pidfd_getfd` fail with EPERM.
+    Permission,
+    /// The waker's descriptor limit is reached (EMFILE).
+    NoDescriptors,
+}
+
+/// Lower this process's descriptor limit so that no new descriptor can be had: the
+/// kernel hands out the lowest free number, so a limit of that number refuses them all.
+fn no_more_descriptors() -> bool {
+    // SAFETY: dup of stdin (or EBADF) and close of what it returned; getrlimit and
+    // setrlimit with a valid struct.
+    unsafe {
+        let lowest = libc::dup(0);
+        if lowest < 0 {
+            return false;
+        }
+        libc::close(lowest);
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return false;
+        }
+        lim.rlim_cur = lowest as libc::rlim_t;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+            return false;
+        }
+    }
+    std::fs::File::open("/dev/null").is_err()
+}
+
 /// A Block-mode server in its own thread (pinned to one CPU if `pinned`) and a Block-mode
-/// client in a child process (that may not use `pidfd_getfd` if `forbid`) do `n` round
+/// client in a child process (kept from fetching doorbells as `block` says) do `n` round
 /// trips. Returns how long they took, the server's doorbells afterwards and how
 /// `ustack ipc ls` shows them.
 fn block_round_trips(
     tag: &str,
     n: u64,
     pinned: bool,
-    forbid: bool,
+    block: Block,
 ) -> (Duration, (i32, i32), String) {
     let d = domain(tag, 4);
     let dc = d.0.clone();
@@ -147,19 +183,27 @@ fn block_round_trips(
     });
     let dc = d.0.clone();
     let child = ChildGuard(fork_child(move || {
-        if forbid && !forbid_pidfd_getfd() {
-            return 2;
-        }
         let Ok(mut e) = dc.bind_as(1, "client") else {
             return 3;
         };
         e.set_wait_mode(WaitMode::Block);
+        let ok = match block {
+            Block::Nothing => true,
+            Block::Permission => forbid_pidfd_getfd(),
+            Block::NoDescriptors => no_more_descriptors(),
+        };
+        if !ok {
+            return 2;
+        }
         // Let the server fall asleep on its doorbell first.
         std::thread::sleep(Duration::from_millis(50));
         for i in 0..n {
             match e.sendrec(0, &Message::new(1).with_u64(0, i)) {
                 Ok(r) if r.u64_at(0) == i + 1 => {}
-                _ => return 4,
+                other => {
+                    eprintln!("client sendrec {i}: {other:?}");
+                    return 4;
+                }
             }
         }
         0
@@ -176,10 +220,10 @@ fn block_round_trips(
 #[test]
 fn doorbell_kind_follows_affinity() {
     let _serial = serial();
-    let (_, (efd, pipe), shown) = block_round_trips("bell-one", 300, true, false);
+    let (_, (efd, pipe), shown) = block_round_trips("bell-one", 300, true, Block::Nothing);
     assert!(efd >= 0 && pipe == -1, "pinned: eventfd {efd}, pipe {pipe}");
     assert_eq!(shown, "eventfd");
-    let (_, (efd, pipe), shown) = block_round_trips("bell-free", 300, false, false);
+    let (_, (efd, pipe), shown) = block_round_trips("bell-free", 300, false, Block::Nothing);
     assert_eq!(shown, "pipe");
     assert!(
         efd == -1 && pipe >= 0,
@@ -188,7 +232,7 @@ fn doorbell_kind_follows_affinity() {
 }
 
 /// A waker that cannot reach a Block-mode sleeper's doorbell (no permission for
-/// `pidfd_getfd`) loses no message: the sleeper's watchdog rings it, and the sleeper goes
+/// `pidfd_getfd`, or no descriptor left) loses no message: the sleeper's watchdog rings it, and the sleeper goes
 /// back to the futex for later sleeps, so round trips stay fast. For both kinds of
 /// doorbell.
 #[test]
@@ -204,18 +248,22 @@ fn unreachable_doorbell_falls_back_to_the_futex() {
         }
     });
     const N: u64 = 300;
-    for pinned in [false, true] {
-        let (took, (efd, _), shown) = block_round_trips("bell-fb", N, pinned, true);
+    for (pinned, block) in [
+        (false, Block::Permission),
+        (true, Block::Permission),
+        (false, Block::NoDescriptors),
+    ] {
+        let (took, (efd, _), shown) = block_round_trips("bell-fb", N, pinned, block);
         assert_eq!(shown, "refused");
         assert_eq!(
             efd, -2,
-            "the refused waker marks the sleeper (pinned: {pinned})"
+            "the refused waker marks the sleeper (pinned: {pinned}, {block:?})"
         );
         // With a lost wake-up per message (each rescued by the watchdog after ~10 ms)
         // this would take seconds.
         assert!(
             took < Duration::from_secs(1),
-            "{N} round trips took {took:?} (pinned: {pinned})"
+            "{N} round trips took {took:?} (pinned: {pinned}, {block:?})"
         );
     }
     finished.store(true, std::sync::atomic::Ordering::SeqCst);
