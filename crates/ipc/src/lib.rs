@@ -77,6 +77,33 @@ pub mod debug {
         ))
     }
 
+    /// Lower the calling process's descriptor limit so that no new descriptor can be had
+    /// (for tests of what happens at EMFILE): the kernel hands out the lowest free number,
+    /// so a soft limit of that number refuses them all. True if it worked.
+    pub fn use_up_descriptors() -> bool {
+        // SAFETY: dup of stdin (or EBADF) and close of what it returned; getrlimit and
+        // setrlimit with a valid struct.
+        unsafe {
+            let lowest = libc::dup(0);
+            if lowest < 0 {
+                return false;
+            }
+            libc::close(lowest);
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                return false;
+            }
+            lim.rlim_cur = lowest as libc::rlim_t;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return false;
+            }
+        }
+        std::fs::File::open("/dev/null").is_err()
+    }
+
     /// The raw control words of every bound slot of `dom`: (slot, state, futex word,
     /// sleeping, doorbell fd, senders bitmap word 0, notify bitmap word 0), for failure
     /// reports.

@@ -266,23 +266,30 @@ pub(crate) fn vm_copy(dir: VmDir, pid: u32, local: usize, remote: usize, len: us
 mod tests {
     use super::*;
 
-    #[test]
-    fn cached_pid_and_tid_are_renewed_in_a_forked_child() {
-        assert_eq!(getpid(), std::process::id());
-        assert_eq!(cached_tid(), gettid());
-        // SAFETY: the child only compares two numbers and `_exit`s.
+    /// Fork a child that evaluates `check` and exits with it; did it hold?
+    fn in_child(check: impl FnOnce() -> bool) -> bool {
+        // SAFETY: the child only runs `check` (system calls and /proc reads; malloc is
+        // fork-safe in glibc) and `_exit`s at once.
         let child = unsafe { libc::fork() };
         assert!(child >= 0);
         if child == 0 {
-            // SAFETY: getpid/_exit are async-signal-safe.
-            let ok = getpid() == unsafe { libc::getpid() } as u32 && cached_tid() == gettid();
+            let ok = check();
+            // SAFETY: leaving the child without unwinding into the test harness.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut st = 0;
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(child, &mut st, 0) };
+        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0
+    }
+
+    #[test]
+    fn cached_pid_and_tid_are_renewed_in_a_forked_child() {
+        assert_eq!(getpid(), std::process::id());
+        assert_eq!(cached_tid(), gettid());
         assert!(
-            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            // SAFETY: getpid has no arguments.
+            in_child(|| getpid() == unsafe { libc::getpid() } as u32 && cached_tid() == gettid()),
             "child saw a stale pid or tid"
         );
         assert_eq!(getpid(), std::process::id());
@@ -308,48 +315,16 @@ mod tests {
     fn liveness_without_descriptors_left_is_not_death() {
         let pid = getpid();
         let st = proc_start_time(pid).expect("own /proc entry");
-        // SAFETY: the child only makes system calls on integers and local structs, reads
-        // /proc (an allocation; malloc is fork-safe in glibc) and `_exit`s.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0);
-        if child == 0 {
-            let ok = (|| {
-                // SAFETY: dup/close/getrlimit/setrlimit with valid arguments.
-                unsafe {
-                    let lowest = libc::dup(0);
-                    if lowest < 0 {
-                        return false;
-                    }
-                    libc::close(lowest);
-                    let mut lim = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-                        return false;
-                    }
-                    lim.rlim_cur = lowest as libc::rlim_t;
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                        return false;
-                    }
-                }
-                // The parent is alive; so is this process (whose cached pid, reset by
-                // the atfork handler, is read afresh).
-                proc_stat(pid).is_err()
-                    && owner_alive(pid, 0, st)
-                    && pid_running(pid)
-                    && pid_running(getpid())
-            })();
-            // SAFETY: leaving the child at once.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        let mut status = 0;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(child, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "a process looked dead while /proc could not be read"
-        );
+        // In the child: the parent is alive; so is the child itself (whose cached pid, reset
+        // by the atfork handler, is read afresh).
+        let ok = in_child(|| {
+            crate::debug::use_up_descriptors()
+                && proc_stat(pid).is_err()
+                && owner_alive(pid, 0, st)
+                && pid_running(pid)
+                && pid_running(getpid())
+        });
+        assert!(ok, "a process looked dead while /proc could not be read");
     }
 
     #[test]

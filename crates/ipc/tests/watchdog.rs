@@ -120,32 +120,6 @@ enum Block {
     NoDescriptors,
 }
 
-/// Lower this process's descriptor limit so that no new descriptor can be had: the
-/// kernel hands out the lowest free number, so a limit of that number refuses them all.
-fn no_more_descriptors() -> bool {
-    // SAFETY: dup of stdin (or EBADF) and close of what it returned; getrlimit and
-    // setrlimit with a valid struct.
-    unsafe {
-        let lowest = libc::dup(0);
-        if lowest < 0 {
-            return false;
-        }
-        libc::close(lowest);
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return false;
-        }
-        lim.rlim_cur = lowest as libc::rlim_t;
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-            return false;
-        }
-    }
-    std::fs::File::open("/dev/null").is_err()
-}
-
 /// A Block-mode server in its own thread (pinned to one CPU if `pinned`) and a Block-mode
 /// client in a child process (kept from fetching doorbells as `block` says) do `n` round
 /// trips. Returns how long they took, the server's doorbells afterwards and how
@@ -190,7 +164,7 @@ fn block_round_trips(
         let ok = match block {
             Block::Nothing => true,
             Block::Permission => forbid_pidfd_getfd(),
-            Block::NoDescriptors => no_more_descriptors(),
+            Block::NoDescriptors => ustack_ipc::debug::use_up_descriptors(),
         };
         if !ok {
             return 2;
