@@ -259,7 +259,11 @@ fn wait_inner<R>(
     // on the coarse one.
     let precise = spin_ns > 0 || matches!(dl, Deadline::At(_));
     let t0 = if precise { sys::now_ns() } else { 0 };
-    let mut last_full = sys::coarse_ns();
+    // Time of the last full liveness check (0: none yet in this wait; the first pass
+    // through the checks below only starts the period, as the caller has just checked).
+    let mut last_full = 0u64;
+    // Coarse time of this pass through the checks, read at most once per pass (0: not read).
+    let mut coarse;
     let mut spins: u32 = 0;
     loop {
         let v = me.futex.load(Ordering::SeqCst);
@@ -306,11 +310,15 @@ fn wait_inner<R>(
         if let Deadline::NonBlocking = dl {
             return Err(Error::WouldBlock);
         }
+        coarse = 0;
         if let Some(p) = peer {
-            let c = sys::coarse_ns();
-            let full = c.saturating_sub(last_full) >= LIVENESS_PERIOD_NS;
+            coarse = sys::coarse_ns();
+            if last_full == 0 {
+                last_full = coarse;
+            }
+            let full = coarse.saturating_sub(last_full) >= LIVENESS_PERIOD_NS;
             if full {
-                last_full = c;
+                last_full = coarse;
             }
             if peer_gone(dom, p, full) {
                 return Err(Error::DeadEndpoint);
@@ -334,7 +342,10 @@ fn wait_inner<R>(
         // while the watchdog thread checks our peer; failing that, wake up every period.
         // Block mode without a deadline sleeps on its doorbell (see `bell.rs`).
         let bell = if mode == WaitMode::Block && tmo.is_none() {
-            let k = watch.bell_kind();
+            if coarse == 0 {
+                coarse = sys::coarse_ns();
+            }
+            let k = watch.bell_kind(coarse);
             watch.bell(k).map(|b| (k, b))
         } else {
             None

@@ -155,9 +155,9 @@ impl Watch {
 
     /// Which doorbell the owner should sleep on now: the eventfd if its thread may run on
     /// one CPU only (no placement to influence; the cheaper wake-up), else the pipe (see
-    /// `bell.rs`). The affinity is looked up at most every 100 ms.
-    pub(crate) fn bell_kind(&self) -> Kind {
-        let now = sys::coarse_ns();
+    /// `bell.rs`). The affinity is looked up at most every 100 ms (`now`: the coarse clock,
+    /// which the caller has read anyway).
+    pub(crate) fn bell_kind(&self, now: u64) -> Kind {
         let last = self.cpu_checked.load(Ordering::Relaxed);
         if last == 0 || now.saturating_sub(last) >= AFFINITY_RECHECK_NS {
             self.single_cpu
