@@ -7,7 +7,8 @@
 //   ./wakebench etcheck                   -> does every pipe write wake an EPOLLET waiter?
 //
 // Protocol used by the "state word + sleeping flag" mechanisms (futex, doorbell,
-// fifo-block, dgram):
+// fifo-block, dgram, eventfd-doorbell; the last two are models of ustack-ipc's Block mode
+// with its pipe and its eventfd doorbell, minus the IPC's own work):
 //   waker (post v to peer):   store  mbox[peer] = v          (seq_cst, xchg on x86)
 //                             if (xchg(sleeping[peer], 0))   (seq_cst RMW)
 //                                 kick(peer)                 (futex_wake / write 1 byte / sendto)
@@ -50,9 +51,9 @@
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define XCHG(p, v) __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
 
-enum { M_PIPE, M_FUTEX, M_DOORBELL, M_FIFOBLK, M_EVENTFD, M_DGRAM, M_N };
+enum { M_PIPE, M_FUTEX, M_DOORBELL, M_FIFOBLK, M_EVENTFD, M_DGRAM, M_EFDBELL, M_N };
 static const char *mname[M_N] = {"1 pipe", "2 futex", "3 doorbell-epollET", "4 fifo-blockread",
-                                 "5 eventfd", "6 unix-dgram"};
+                                 "5 eventfd", "6 unix-dgram", "7 eventfd-doorbell"};
 // P_FREE: no pinning at all (child placed by fork balancing).
 // P_FREE_FROM1 / P_FREE_FROM2: warm-up pinned (both on cpu0 / cpu0+cpu1), then both unpin
 // themselves just before the timed part -> does the mechanism keep / pull the pair together?
@@ -137,6 +138,11 @@ static void kick(struct ctx *c) {
         else
             die("kick write");
         break;
+    case M_EFDBELL: {
+        uint64_t one = 1;
+        if (write(c->wfd, &one, 8) != 8) die("eventfd-doorbell write");
+        break;
+    }
     case M_DGRAM:
         if (sendto(c->wfd, &b, 1, MSG_DONTWAIT, (struct sockaddr *)&c->peer_addr, c->peer_len) < 0 &&
             errno != EAGAIN)
@@ -186,8 +192,9 @@ static int ksleep(struct ctx *c, uint32_t old) {
         }
         return r == 0;
     case M_FIFOBLK:
-        r = read(c->rfd, buf, sizeof buf);  // blocking, drains stale bytes too
-        if (r < 0 && errno != EINTR) die("fifo read");
+    case M_EFDBELL:
+        r = read(c->rfd, buf, sizeof buf);  // blocking, no timeout; drains stale kicks too
+        if (r < 0 && errno != EINTR) die("doorbell read");
         return 0;
     case M_DGRAM:
         r = recv(c->rfd, buf, sizeof buf, 0);  // SO_RCVTIMEO 10 ms
@@ -240,6 +247,7 @@ static void setup_side(struct ctx *c, int mech, int me, int pipes[2][2], int efd
         c->wfd = pipes[c->peer][1];
         break;
     case M_EVENTFD:
+    case M_EFDBELL:
         c->rfd = efd[me];
         c->wfd = efd[c->peer];
         break;
@@ -277,7 +285,8 @@ static void setup_side(struct ctx *c, int mech, int me, int pipes[2][2], int efd
 }
 
 static void close_side(struct ctx *c) {
-    if (c->mech == M_PIPE || c->mech == M_EVENTFD) return;  // inherited fds closed by caller
+    if (c->mech == M_PIPE || c->mech == M_EVENTFD || c->mech == M_EFDBELL)
+        return;  // inherited fds closed by caller
     if (c->rfd >= 0) close(c->rfd);
     if (c->wfd >= 0) close(c->wfd);
     if (c->epfd >= 0) close(c->epfd);
@@ -340,7 +349,7 @@ static struct result run_one(int mech, int place) {
     if (mech == M_PIPE)
         for (int i = 0; i < 2; i++)
             if (pipe(pipes[i])) die("pipe");
-    if (mech == M_EVENTFD)
+    if (mech == M_EVENTFD || mech == M_EFDBELL)
         for (int i = 0; i < 2; i++)
             if ((efd[i] = eventfd(0, 0)) < 0) die("eventfd");
     if (mech == M_DOORBELL || mech == M_FIFOBLK)
