@@ -262,8 +262,6 @@ fn wait_inner<R>(
     // Time of the last full liveness check (0: none yet in this wait; the first pass
     // through the checks below only starts the period, as the caller has just checked).
     let mut last_full = 0u64;
-    // Coarse time of this pass through the checks, read at most once per pass (0: not read).
-    let mut coarse;
     let mut spins: u32 = 0;
     loop {
         let v = me.futex.load(Ordering::SeqCst);
@@ -310,7 +308,8 @@ fn wait_inner<R>(
         if let Deadline::NonBlocking = dl {
             return Err(Error::WouldBlock);
         }
-        coarse = 0;
+        // Coarse time of this pass, read at most once per pass (0: not read).
+        let mut coarse = 0u64;
         if let Some(p) = peer {
             coarse = sys::coarse_ns();
             if last_full == 0 {
