@@ -5,6 +5,10 @@
 //   gcc -O2 -Wall -o wakebench wakebench.c
 //   ./wakebench bench [run_ms] [runs]     -> table
 //   ./wakebench etcheck                   -> does every pipe write wake an EPOLLET waiter?
+//   WAKEBENCH_BUSY_NS=N ./wakebench ...   -> the waker stays busy N ns after every post
+//                                            (no sleep, no check) before it waits: shows
+//                                            how much a cross-CPU wake-up costs when the
+//                                            waker's vCPU does not go idle at once
 //
 // Protocol used by the "state word + sleeping flag" mechanisms (futex, doorbell,
 // fifo-block, dgram, eventfd-doorbell; the last two are models of ustack-ipc's Block mode
@@ -86,6 +90,7 @@ struct shm {
 static struct shm *S;
 static char fifo_path[2][128], shm_path[128];
 static int run_ms = 200;
+static long busy_ns = 0;  // WAKEBENCH_BUSY_NS
 
 struct ctx {
     int mech, me, peer;
@@ -151,19 +156,29 @@ static void kick(struct ctx *c) {
     }
 }
 
+static void stay_busy(void) {
+    if (busy_ns <= 0) return;
+    double until = now_s() + busy_ns * 1e-9;
+    while (now_s() < until) {
+    }
+}
+
 static void post(struct ctx *c, uint32_t v) {
     char b = 1;
     uint64_t one = 1;
     switch (c->mech) {
     case M_PIPE:
         if (write(c->wfd, &b, 1) != 1) die("pipe write");
+        stay_busy();
         return;
     case M_EVENTFD:
         if (write(c->wfd, &one, 8) != 8) die("eventfd write");
+        stay_busy();
         return;
     }
     ST(&S->s[c->peer].mbox, v);
     if (XCHG(&S->s[c->peer].sleeping, 0)) kick(c);
+    stay_busy();
 }
 
 // returns 0 = woken (or spurious), 1 = timeout
@@ -593,6 +608,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 2) run_ms = atoi(argv[2]);
+    if (getenv("WAKEBENCH_BUSY_NS")) busy_ns = atol(getenv("WAKEBENCH_BUSY_NS"));
     int runs = argc > 3 ? atoi(argv[3]) : 5;  // usage: bench|free [run_ms] [runs]
     if (runs < 1 || runs > 64) runs = 5;
     int pid = getpid();
