@@ -36,22 +36,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_util.h"
+
 #ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
 #define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
 #endif
 #define SYNC_WAKE_UP 1UL
 #define TRAP_NR 1023  // an unused system call number
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void die(const char *m) {
-    perror(m);
-    exit(1);
-}
 
 struct shm {
     volatile int lfd, ready, scpu;

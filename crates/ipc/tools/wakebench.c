@@ -51,6 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_util.h"
+
 #define LD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define XCHG(p, v) __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
@@ -101,16 +103,6 @@ struct ctx {
     struct stats st;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *m) {
-    perror(m);
-    exit(2);
-}
 
 static long futex(uint32_t *uaddr, int op, uint32_t val, const struct timespec *to) {
     return syscall(SYS_futex, uaddr, op, val, to, NULL, 0);
