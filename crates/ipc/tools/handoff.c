@@ -14,7 +14,9 @@
 // receive. Both sides sleep in the kernel; nothing spins.
 //
 // Variants: sync = SYNC_WAKE_UP on/off; poll = the server sleeps in poll() on the listener
-// before each receive (as a server that also waits for other things must).
+// before each receive (as a server that also waits for other things must); reply-only =
+// the request still goes through a pipe doorbell (the server sleeps in read() on it) and
+// only the reply is a hand-off (the server answers the client's trap).
 // Costs a real design has to take: the client needs no_new_privs (or CAP_SYS_ADMIN) to
 // install a filter, filters cannot be removed and are inherited by children, and only the
 // holder of a listener can wake a target.
@@ -63,10 +65,14 @@ static void unpin(void) {
 }
 
 // One run: returns µs per round trip; *same = fraction with both on one CPU.
+// usepoll: 0 = the server sleeps in NOTIF_RECV, 1 = in poll() first, 2 = reply-only.
 static double unotify(int n, int one_cpu, int sync, int usepoll, double *same) {
     struct shm *sh = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     double *res = (double *)((char *)sh + 256);
+    int bell[2] = {-1, -1};
+    char b = 0;
     if (sh == MAP_FAILED) die("mmap");
+    if (usepoll == 2 && pipe(bell)) die("pipe");
     pid_t ch = fork();
     if (ch < 0) die("fork");
     if (ch == 0) {
@@ -88,6 +94,7 @@ static double unotify(int n, int one_cpu, int sync, int usepoll, double *same) {
         long s = 0;
         double t0 = now_s();
         for (int i = 0; i < n; i++) {
+            if (usepoll == 2 && write(bell[1], &b, 1) != 1) die("doorbell write");
             if (syscall(TRAP_NR) != 0) die("trap");
             s += sh->scpu == sched_getcpu();
         }
@@ -96,6 +103,7 @@ static double unotify(int n, int one_cpu, int sync, int usepoll, double *same) {
         _exit(0);
     }
     if (one_cpu) pin0();
+    if (bell[1] >= 0) close(bell[1]);  // so that the read sees end-of-file when the client exits
     while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) != 1) {
     }
     int pfd = syscall(SYS_pidfd_open, ch, 0);
@@ -106,7 +114,14 @@ static double unotify(int n, int one_cpu, int sync, int usepoll, double *same) {
     struct seccomp_notif req;
     struct seccomp_notif_resp resp;
     for (;;) {
-        if (usepoll) {
+        if (usepoll == 2) {
+            // Woken by the doorbell; the trap follows at once: wait for it without sleeping
+            // on the listener (else the trap itself would hand the CPU over).
+            if (read(bell[0], &b, 1) != 1) break;  // the client exited
+            struct pollfd pf = {lfd, POLLIN, 0};
+            while (poll(&pf, 1, 0) == 0) sched_yield();  // the client may share our CPU
+            if (pf.revents & (POLLHUP | POLLERR)) break;
+        } else if (usepoll) {
             struct pollfd pf = {lfd, POLLIN, 0};
             if (poll(&pf, 1, -1) < 0) continue;
             if (pf.revents & (POLLHUP | POLLERR)) break;  // the client exited
@@ -123,6 +138,7 @@ static double unotify(int n, int one_cpu, int sync, int usepoll, double *same) {
     }
     waitpid(ch, NULL, 0);
     unpin();
+    if (bell[0] >= 0) close(bell[0]);
     close(lfd);
     close(pfd);
     double us = res[0];
@@ -171,21 +187,24 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (sched_getaffinity(0, sizeof all_cpus, &all_cpus)) die("sched_getaffinity");
-    const char *name[] = {"unotify sync", "unotify sync+poll", "unotify no-sync", "unotify no-sync+poll", "pipe"};
+    const char *name[] = {"unotify sync",         "unotify sync+poll", "unotify no-sync",
+                          "unotify no-sync+poll", "unotify reply-only", "pipe"};
+    enum { V = 6 };
     for (int one = 1; one >= 0; one--) {
-        double us[5][64], same[5][64];
+        double us[V][64], same[V][64];
         for (int r = 0; r < rounds; r++) {
             for (int v = 0; v < 4; v++) us[v][r] = unotify(n, one, v < 2, v % 2, &same[v][r]);
-            us[4][r] = pipes(n, one);
-            same[4][r] = -1;
+            us[4][r] = unotify(n, one, 1, 2, &same[4][r]);
+            us[5][r] = pipes(n, one);
+            same[5][r] = -1;
         }
         printf("%s (%d rounds of %d round trips, median)\n", one ? "both on CPU 0" : "unpinned", rounds, n);
-        for (int v = 0; v < 5; v++) {
+        for (int v = 0; v < V; v++) {
             double s = 0;
             for (int r = 0; r < rounds; r++) s += same[v][r];
             qsort(us[v], rounds, sizeof(double), cmp);
             printf("  %-22s %8.2f us/rt", name[v], us[v][rounds / 2]);
-            if (v < 4) printf("   same CPU %.2f", s / rounds);
+            if (v < V - 1) printf("   same CPU %.2f", s / rounds);
             printf("\n");
         }
     }
