@@ -35,7 +35,7 @@ fn reap(pid: libc::pid_t) {
 /// Returns (µs per round trip, fraction of round trips with both on one CPU). Without a
 /// time limit (`dur == Duration::MAX`) nothing else runs per round trip (no clock reads,
 /// no CPU tracking), so that the figure is the IPC's alone.
-fn ustack(mode: WaitMode, n: u64, dur: Duration) -> Res<(f64, f64)> {
+fn ustack(mode: WaitMode, handoff: bool, n: u64, dur: Duration) -> Res<(f64, f64)> {
     let track = dur != Duration::MAX;
     let name = format!("block-pp-{}", std::process::id());
     let dom = Domain::create(&name, DomainConfig::default())?;
@@ -65,6 +65,9 @@ fn ustack(mode: WaitMode, n: u64, dur: Duration) -> Res<(f64, f64)> {
     let r = (|| -> Result<(f64, f64), ustack_ipc::Error> {
         let mut c = dom.bind_as(0, "client")?;
         c.set_wait_mode(mode);
+        if handoff && !c.set_handoff(true) {
+            eprintln!("hand-offs are not available here; Block mode uses its doorbells");
+        }
         let srv = dom.endpoint_of_slot(1);
         let t0 = Instant::now();
         while let Err(e) = c.sendrec(srv, &Message::new(1)) {
@@ -147,16 +150,16 @@ fn pipe(dur: Duration) -> Res<(f64, f64)> {
     Ok((us, same as f64 / k.max(1) as f64))
 }
 
-fn paired(runs: u32, ms: u64, after_spin: bool) -> Res<()> {
+fn paired(runs: u32, ms: u64, after_spin: bool, handoff: bool) -> Res<()> {
     let dur = Duration::from_millis(ms);
     let (mut bs, mut ps, mut bc, mut pc) = (0.0, 0.0, 0.0, 0.0);
     for i in 0..runs {
         if after_spin {
-            ustack(WaitMode::Spin, u64::MAX, dur)?;
+            ustack(WaitMode::Spin, false, u64::MAX, dur)?;
         }
-        let (b, bsame) = ustack(WaitMode::Block, u64::MAX, dur)?;
+        let (b, bsame) = ustack(WaitMode::Block, handoff, u64::MAX, dur)?;
         if after_spin {
-            ustack(WaitMode::Spin, u64::MAX, dur)?;
+            ustack(WaitMode::Spin, false, u64::MAX, dur)?;
         }
         let (p, psame) = pipe(dur)?;
         println!(
@@ -187,7 +190,8 @@ fn main() -> Res<()> {
             }
         };
         let runs = u32::try_from(num(1, 10)?).map_err(|_| "too many runs")?;
-        return paired(runs, num(2, 150)?, args.iter().any(|a| a == "--after-spin"));
+        let flag = |f: &str| args.iter().any(|a| a == f);
+        return paired(runs, num(2, 150)?, flag("--after-spin"), flag("--handoff"));
     }
     let n: u64 = match args.first() {
         Some(s) => s
@@ -195,13 +199,15 @@ fn main() -> Res<()> {
             .map_err(|_| format!("bad round-trip count {s:?}"))?,
         None => 100_000,
     };
-    let mode = match args.get(1).map(String::as_str) {
-        None | Some("block") => WaitMode::Block,
-        Some("adaptive") => WaitMode::Adaptive,
-        Some("spin") => WaitMode::Spin,
+    let (mode, handoff) = match args.get(1).map(String::as_str) {
+        None | Some("block") => (WaitMode::Block, false),
+        Some("handoff") => (WaitMode::Block, true),
+        Some("adaptive") => (WaitMode::Adaptive, false),
+        Some("spin") => (WaitMode::Spin, false),
         Some(other) => return Err(format!("unknown wait mode {other:?}").into()),
     };
-    let (us, _) = ustack(mode, n, Duration::MAX)?;
-    println!("{us:.2} us/rt ({} mode)", mode.name());
+    let (us, _) = ustack(mode, handoff, n, Duration::MAX)?;
+    let hand = if handoff { ", hand-off" } else { "" };
+    println!("{us:.2} us/rt ({} mode{hand})", mode.name());
     Ok(())
 }

@@ -160,7 +160,7 @@ pub(crate) enum Miss {
 }
 
 /// A duplicate of descriptor `fd` of process `pid` (pidfd_getfd).
-fn fetch(pid: u32, fd: i32) -> Result<OwnedFd, Miss> {
+pub(crate) fn fetch(pid: u32, fd: i32) -> Result<OwnedFd, Miss> {
     let miss = || match std::io::Error::last_os_error().raw_os_error() {
         Some(libc::EPERM | libc::EACCES | libc::EMFILE | libc::ENFILE) => Miss::Unreachable,
         _ => Miss::Other,
@@ -209,6 +209,8 @@ pub(crate) fn ring_slot(dom: &Domain, slot: u32, gen: u32, k: Kind) -> bool {
 #[derive(Default)]
 pub(crate) struct Bells {
     fds: Vec<[Option<(u32, OwnedFd)>; 2]>,
+    /// Hand-off listeners by slot: (generation, published descriptor number, ours).
+    traps: Vec<Option<(u32, i32, OwnedFd)>>,
 }
 
 impl Bells {
@@ -224,6 +226,43 @@ impl Bells {
         }
         match e {
             Some((_, fd)) if ring_fd(fd) => Ok(()),
+            _ => Err(Miss::Other),
+        }
+    }
+
+    /// Answer the hand-off trap of the owner of `slot` (bound with `gen`), whose
+    /// `SLEEP_TRAP` the caller swapped away (see `handoff.rs`). `alive` tells whether
+    /// the owner may still trap.
+    pub(crate) fn answer_trap(
+        &mut self,
+        dom: &Domain,
+        slot: u32,
+        gen: u32,
+        alive: impl Fn() -> bool,
+    ) -> Result<(), Miss> {
+        let s = dom.slot(slot);
+        let i = slot as usize;
+        if self.traps.len() <= i {
+            self.traps.resize_with(i + 1, Default::default);
+        }
+        let fdnum = s.trap_fd.load(Ordering::Acquire);
+        if fdnum < 0 {
+            return Err(Miss::Other);
+        }
+        let e = &mut self.traps[i];
+        if !matches!(e, Some((g, n, _)) if *g == gen && *n == fdnum) {
+            let pid = s.pid.load(Ordering::Relaxed);
+            if s.alloc.load(Ordering::Acquire) & 0xff != A_ACTIVE {
+                return Err(Miss::Other);
+            }
+            let got = fetch(pid, fdnum)?;
+            if s.gen.load(Ordering::Acquire) != gen || s.pid.load(Ordering::Relaxed) != pid {
+                return Err(Miss::Other);
+            }
+            *e = Some((gen, fdnum, got));
+        }
+        match e {
+            Some((_, _, fd)) if crate::handoff::answer(fd, s, 20, alive) => Ok(()),
             _ => Err(Miss::Other),
         }
     }

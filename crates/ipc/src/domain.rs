@@ -17,7 +17,7 @@ pub const MAX_ENDPOINTS_LIMIT: u32 = 1024;
 pub const DEFAULT_MAX_COPY: u64 = 64 << 20;
 pub(crate) const BITMAP_WORDS: usize = (MAX_ENDPOINTS_LIMIT as usize) / 64;
 const MAGIC: u64 = 0x5049_6b63_6174_7375; // "ustackIP" little-endian
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 const HEADER_SIZE: usize = 4096;
 const SHM_DIR: &str = "/dev/shm";
 const PREFIX: &str = "ustack-ipc-";
@@ -43,6 +43,8 @@ pub(crate) const SLEEP_FUTEX: u32 = 1;
 pub(crate) const SLEEP_BELL: u32 = 2;
 /// `Slot::sleeping`: the owner sleeps on its pipe doorbell.
 pub(crate) const SLEEP_PIPE: u32 = 3;
+/// `Slot::sleeping`: the owner waits for a reply in a hand-off trap (see `handoff.rs`).
+pub(crate) const SLEEP_TRAP: u32 = 4;
 /// Peer value meaning "any endpoint" in a receive state.
 pub(crate) const PEER_ANY: u32 = 0xFF_FFFF;
 
@@ -138,7 +140,13 @@ pub(crate) struct Slot {
     /// CPU the owner last waited on (adaptive waiting does not spin on a peer that shares
     /// our CPU: it could not make progress while we spin).
     pub(crate) cpu: AtomicU32,
-    _pad0: [u8; 28],
+    /// The owner thread's hand-off listener (a descriptor number in the owner's process;
+    /// -1: none, -2: a replier could not reach it, so the owner does not trap).
+    pub(crate) trap_fd: AtomicI32,
+    /// Id of the owner's trap notification that a replier last received (for the owner's
+    /// watchdog, should that replier not answer).
+    pub(crate) trap_id: AtomicU64,
+    _pad0: [u8; 16],
     // Line 1: written by a sender handing a message straight to this (receiving) endpoint.
     pub(crate) inbox: UnsafeCell<Message>,
     // Line 2: written by the owner before it publishes a SENDING state.
@@ -760,6 +768,7 @@ impl Domain {
         s.gen.fetch_add(1, Ordering::SeqCst);
         s.bell_fd.store(-1, Ordering::Release);
         s.pipe_fd.store(-1, Ordering::Release);
+        s.trap_fd.store(-1, Ordering::Release);
         s.alloc.store(A_FREE, Ordering::SeqCst);
         for j in 0..self.m.max {
             if j != i && (self.slot(j).alloc.load(Ordering::Relaxed) & 0xff) == A_ACTIVE {
@@ -839,6 +848,7 @@ impl Domain {
             .store(self.arena_base() as u64, Ordering::Relaxed);
         s.bell_fd.store(-1, Ordering::Relaxed);
         s.pipe_fd.store(-1, Ordering::Relaxed);
+        s.trap_fd.store(-1, Ordering::Relaxed);
         s.write_name(name);
         let seq = st_seq(s.state.load(Ordering::Acquire)).wrapping_add(1);
         s.state.store(st_make(seq, OP_RUNNING, 0), Ordering::SeqCst);

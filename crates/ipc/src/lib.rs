@@ -44,6 +44,7 @@ pub mod cli;
 mod domain;
 mod endpoint;
 mod error;
+mod handoff;
 mod introspect;
 mod message;
 mod sys;
@@ -64,6 +65,22 @@ pub mod debug {
     /// Safety-net wake-ups this process's watchdog has done.
     pub fn safety_net_wakes() -> u64 {
         crate::watchdog::NET_WAKES.load(Ordering::Relaxed)
+    }
+
+    /// Hand-off traps this process has answered as a replier (see `Endpoint::set_handoff`).
+    pub fn handoffs() -> u64 {
+        crate::handoff::ANSWERED.load(Ordering::Relaxed)
+    }
+
+    /// Endpoint `ep`'s hand-off state: (published listener descriptor, -1 none, -2 a
+    /// replier could not reach it; its `sleeping` word, 4 while it waits in a trap).
+    pub fn trap_state(dom: &crate::Domain, ep: i32) -> Option<(i32, u32)> {
+        let slot = dom.resolve(ep).ok()?;
+        let s = dom.slot(slot);
+        Some((
+            s.trap_fd.load(Ordering::Acquire),
+            s.sleeping.load(Ordering::Acquire),
+        ))
     }
 
     /// The doorbell descriptors endpoint `ep` of `dom` published: (eventfd, pipe write

@@ -82,6 +82,7 @@ extern "C" fn after_fork_in_child() {
     // A const-initialised Cell without a destructor: no allocation, no lock.
     let _ = TID.try_with(|t| t.set(0));
     crate::watchdog::after_fork_in_child();
+    crate::handoff::after_fork_in_child();
     crate::capi::after_fork_in_child();
 }
 

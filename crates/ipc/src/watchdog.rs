@@ -15,12 +15,12 @@
 //! timeouts.
 
 use crate::bell::{Bell, Kind, BELLS_FORBIDDEN};
-use crate::domain::{st_op, Domain, OP_FILLING};
+use crate::domain::{st_op, Domain, OP_FILLING, SLEEP_TRAP};
 use crate::endpoint::{peer_gone, Peer};
 use crate::sys;
 use std::cell::UnsafeCell;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -101,6 +101,15 @@ struct Registry {
     running: bool,
 }
 
+/// What a sleeping owner waits on (for `Watch::arm`).
+#[derive(Clone, Copy)]
+pub(crate) enum Sleep {
+    Futex,
+    Bell(Kind),
+    /// A hand-off trap on this listener (a descriptor number in this process).
+    Trap(i32),
+}
+
 /// One endpoint's entry: whether it sleeps, and on whom it waits.
 pub(crate) struct Watch {
     dom: Domain,
@@ -108,8 +117,11 @@ pub(crate) struct Watch {
     /// The owner's doorbells (eventfd, pipe), created on first use (`None` if they
     /// cannot be).
     bells: [OnceLock<Option<Bell>>; 2],
-    /// The owner sleeps on a doorbell: its `Slot::sleeping` value (0: on its futex word).
+    /// The owner sleeps on a doorbell or in a hand-off trap: its `Slot::sleeping` value
+    /// (0: on its futex word).
     on_bell: AtomicU32,
+    /// The owner thread's hand-off listener while it traps (a descriptor number here).
+    trap_fd: AtomicI32,
     /// May the owner's thread run on one CPU only (then it sleeps on the eventfd), and
     /// when that was last checked (coarse clock, ns).
     single_cpu: AtomicBool,
@@ -137,6 +149,7 @@ impl Watch {
             slot,
             bells: [OnceLock::new(), OnceLock::new()],
             on_bell: AtomicU32::new(0),
+            trap_fd: AtomicI32::new(-1),
             single_cpu: AtomicBool::new(false),
             cpu_checked: AtomicU64::new(0),
             sleep_v: AtomicU32::new(0),
@@ -197,10 +210,15 @@ impl Watch {
     /// Announce that the owner is about to sleep without a timeout (with futex word value
     /// `v`, on its doorbell of kind `bell` if any), waiting on `peer`. Returns false if no
     /// watchdog can run (the caller must then sleep on the futex with a timeout).
-    pub(crate) fn arm(self: &Arc<Self>, peer: Option<&Peer>, v: u32, bell: Option<Kind>) -> bool {
+    pub(crate) fn arm(self: &Arc<Self>, peer: Option<&Peer>, v: u32, on: Sleep) -> bool {
         self.sleep_v.store(v, Ordering::Relaxed);
-        self.on_bell
-            .store(bell.map_or(0, Kind::sleeping), Ordering::Relaxed);
+        let (kind, trap_fd) = match on {
+            Sleep::Futex => (0, -1),
+            Sleep::Bell(k) => (k.sleeping(), -1),
+            Sleep::Trap(fd) => (SLEEP_TRAP, fd),
+        };
+        self.trap_fd.store(trap_fd, Ordering::Relaxed);
+        self.on_bell.store(kind, Ordering::Relaxed);
         self.arms.fetch_add(1, Ordering::Relaxed);
         match peer {
             Some(p) => {
@@ -274,7 +292,11 @@ impl Watch {
     fn wake(&self) {
         let s = self.dom.slot(self.slot);
         s.futex.fetch_add(1, Ordering::SeqCst);
-        if let Some(k) = Kind::of_sleeping(self.on_bell.load(Ordering::Relaxed)) {
+        let on = self.on_bell.load(Ordering::Relaxed);
+        if on == SLEEP_TRAP {
+            crate::handoff::release(self.trap_fd.load(Ordering::Relaxed), s);
+        }
+        if let Some(k) = Kind::of_sleeping(on) {
             if let Some(Some(b)) = self.bells[k as usize].get() {
                 crate::bell::ring_fd(b.ring_end());
             }

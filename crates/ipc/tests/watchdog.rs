@@ -59,36 +59,6 @@ fn watchdog_runs_while_endpoints_sleep_and_exits_when_idle() {
     assert_eq!(watch_threads(), 1);
 }
 
-/// Make `pidfd_getfd` fail with EPERM in this process (as when the peer may not be
-/// ptraced), with a seccomp filter.
-fn forbid_pidfd_getfd() -> bool {
-    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    const RET_ERRNO: u32 = 0x0005_0000;
-    const RET_ALLOW: u32 = 0x7fff_0000;
-    let f = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
-    let prog = [
-        f(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
-        f(JEQ_K, 0, 1, libc::SYS_pidfd_getfd as u32),
-        f(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
-        f(RET_K, 0, 0, RET_ALLOW),
-    ];
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: prctl with a valid filter program that outlives the call.
-    unsafe {
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-            && libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &fprog as *const libc::sock_fprog,
-            ) == 0
-    }
-}
-
 /// Restrict the calling thread to the first CPU it may run on.
 fn pin_to_one_cpu() {
     // SAFETY: an all-zero cpu_set_t is a valid empty set; the calls fill / read it.
@@ -163,7 +133,7 @@ fn block_round_trips(
         e.set_wait_mode(WaitMode::Block);
         let ok = match block {
             Block::Nothing => true,
-            Block::Permission => forbid_pidfd_getfd(),
+            Block::Permission => forbid_syscall(libc::SYS_pidfd_getfd),
             Block::NoDescriptors => ustack_ipc::debug::use_up_descriptors(),
         };
         if !ok {

@@ -98,3 +98,34 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Make system call `nr` fail with EPERM in the calling thread and the children it forks
+/// afterwards (as when a peer may not be ptraced, or seccomp is off limits), with a
+/// seccomp filter. True if the filter is in place.
+pub fn forbid_syscall(nr: libc::c_long) -> bool {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const RET_ERRNO: u32 = 0x0005_0000;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    let f = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let prog = [
+        f(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        f(JEQ_K, 0, 1, nr as u32),
+        f(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        f(RET_K, 0, 0, RET_ALLOW),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prctl with a valid filter program that outlives the call.
+    unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const libc::sock_fprog,
+            ) == 0
+    }
+}

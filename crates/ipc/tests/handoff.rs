@@ -1,0 +1,287 @@
+//! Block-mode hand-off replies (`Endpoint::set_handoff`): a `sendrec` caller waits in a
+//! seccomp user-notification trap and the replier's answer hands its CPU over. Checks that
+//! replies really go that way, that a trapped caller still learns promptly of a dead peer
+//! or an ended domain, and that it falls back to doorbells where it cannot trap or the
+//! replier cannot reach its listener.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+use ustack_ipc::{debug, Error, Message, WaitMode, ANY};
+
+/// The tests of this binary read the process-wide hand-off counter: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Can this process use hand-offs: Linux 6.6 or later (for the CPU hand-over flag) and
+/// allowed to install a seccomp filter (CAP_SYS_ADMIN, as root, or no_new_privs)?
+fn handoff_expected() -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = rel
+        .trim()
+        .split(['.', '-'])
+        .map(|x| x.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    // SAFETY: geteuid and prctl(PR_GET_NO_NEW_PRIVS) have no pointer arguments.
+    let allowed =
+        unsafe { libc::geteuid() == 0 || libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 };
+    (major, minor) >= (6, 6) && allowed
+}
+
+fn cpu() -> u64 {
+    // SAFETY: sched_getcpu has no arguments.
+    unsafe { libc::sched_getcpu() as u64 }
+}
+
+/// A Block-mode server thread in this process answering `sendrec`s with (request + 1,
+/// its CPU) until a request of type 99; it takes 200 µs over requests of type 2, so that
+/// their client is surely waiting (trapped) when the reply comes.
+fn spawn_server(d: &ustack_ipc::Domain) -> std::thread::JoinHandle<()> {
+    let dc = d.clone();
+    let mut s = dc.bind_as(0, "server").unwrap();
+    s.set_wait_mode(WaitMode::Block);
+    std::thread::spawn(move || loop {
+        let m = s.receive(ANY).unwrap();
+        if m.mtype == 2 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let r = Message::new(1)
+            .with_u64(0, m.u64_at(0) + 1)
+            .with_u64(1, cpu());
+        s.send(m.source, &r).unwrap();
+        if m.mtype == 99 {
+            return;
+        }
+    })
+}
+
+#[test]
+fn replies_are_handed_off_to_a_client_process() {
+    let _serial = serial();
+    let expected = handoff_expected();
+    let d = domain("ho-rt", 4);
+    let server = spawn_server(&d);
+    const N: u64 = 3000;
+    const SLOW: u64 = 300;
+    let before = debug::handoffs();
+    let dc = d.0.clone();
+    let child = fork_child(move || {
+        let mut c = dc.bind_as(1, "client").unwrap();
+        c.set_wait_mode(WaitMode::Block);
+        if c.set_handoff(true) != expected {
+            return 2;
+        }
+        // Fast round trips: often the reply is there before we trap (the woken server
+        // ran first on our CPU); every reply must be right.
+        for i in 0..N {
+            let r = c.sendrec(0, &Message::new(1).with_u64(0, i)).unwrap();
+            if r.u64_at(0) != i + 1 {
+                return 3;
+            }
+        }
+        // Slow ones: we are trapped when each reply comes, and a hand-off resumes us on
+        // the replier's CPU.
+        let mut same = 0;
+        for i in 0..SLOW {
+            let r = c.sendrec(0, &Message::new(2).with_u64(0, i)).unwrap();
+            if r.u64_at(0) != i + 1 {
+                return 3;
+            }
+            same += u64::from(r.u64_at(1) == cpu());
+        }
+        c.sendrec(0, &Message::new(99)).unwrap();
+        if expected && same < SLOW * 9 / 10 {
+            eprintln!("client resumed on the server's CPU in {same} of {SLOW} slow round trips");
+            return 4;
+        }
+        0
+    });
+    let _guard = ChildGuard(child);
+    assert_eq!(wait_child(child, Duration::from_secs(60)), 0);
+    std::mem::forget(_guard);
+    server.join().unwrap();
+    let answered = debug::handoffs() - before;
+    if expected {
+        // At least every slow reply was a hand-off (the replier answered the trap; a
+        // broken answer would leave it to the client's watchdog, which does not count).
+        assert!(answered >= SLOW, "only {answered} replies were hand-offs");
+    } else {
+        assert_eq!(answered, 0);
+    }
+}
+
+/// A client thread in hand-off mode sends a request the server takes but never answers;
+/// `disturb` then does something to the server side. Returns what the client's `sendrec`
+/// returned and how long after `disturb` it did.
+fn trapped_client(
+    tag: &str,
+    disturb: impl FnOnce(&ustack_ipc::Domain, &mut Option<ustack_ipc::Endpoint>),
+    server_in_child: bool,
+) -> (Result<Message, Error>, Duration) {
+    let expected = handoff_expected();
+    let d = domain(tag, 4);
+    let mut server = None;
+    let mut child = ChildGuard(0);
+    if server_in_child {
+        let dc = d.0.clone();
+        child.0 = fork_child(move || {
+            let mut s = dc.bind_as(0, "server").unwrap();
+            s.set_wait_mode(WaitMode::Block);
+            let _ = s.receive(ANY);
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        assert!(eventually(Duration::from_secs(5), || d.has_live_endpoints()));
+    } else {
+        let mut s = d.bind_as(0, "server").unwrap();
+        s.set_wait_mode(WaitMode::Block);
+        server = Some(s);
+    }
+    let dc = d.0.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut c = dc.bind_as(1, "client").unwrap();
+        c.set_wait_mode(WaitMode::Block);
+        let can = c.set_handoff(true);
+        let r = c.sendrec(0, &Message::new(7));
+        let _ = tx.send((can, r, Instant::now()));
+    });
+    if let Some(s) = server.as_mut() {
+        assert_eq!(s.receive(ANY).unwrap().mtype, 7);
+    }
+    // Wait until the client is trapped (or, without hand-offs, asleep).
+    let want = if expected { 4 } else { 0 };
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            debug::trap_state(&d, 1)
+                .is_some_and(|(_, sl)| if want == 4 { sl == 4 } else { sl != 0 })
+        }),
+        "client never went to sleep: {:?}",
+        debug::trap_state(&d, 1)
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    let t0 = Instant::now();
+    if server_in_child {
+        kill(child.0);
+    }
+    disturb(&d.0, &mut server);
+    let (can, r, done) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the client is still waiting 5 s later");
+    assert_eq!(can, expected);
+    (r, done.saturating_duration_since(t0))
+}
+
+#[test]
+fn a_trapped_client_learns_at_once_that_the_server_process_was_killed() {
+    let _serial = serial();
+    let (r, took) = trapped_client("ho-kill", |_, _| {}, true);
+    assert_eq!(r.err(), Some(Error::DeadEndpoint));
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+}
+
+#[test]
+fn a_trapped_client_learns_at_once_that_the_server_unbound() {
+    let _serial = serial();
+    let (r, took) = trapped_client("ho-unbind", |_, s| drop(s.take()), false);
+    assert_eq!(r.err(), Some(Error::DeadEndpoint));
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+}
+
+#[test]
+fn a_trapped_client_learns_at_once_that_the_domain_ended() {
+    let _serial = serial();
+    let (r, took) = trapped_client("ho-end", |d, _| d.end().unwrap(), false);
+    assert_eq!(r.err(), Some(Error::DomainEnded));
+    assert!(took < Duration::from_millis(100), "took {took:?}");
+}
+
+#[test]
+fn a_client_that_may_not_install_a_filter_uses_its_doorbells() {
+    let _serial = serial();
+    let d = domain("ho-nofilter", 4);
+    let server = spawn_server(&d);
+    let dc = d.0.clone();
+    let child = fork_child(move || {
+        if !forbid_syscall(libc::SYS_seccomp) {
+            return 2;
+        }
+        let mut c = dc.bind_as(1, "client").unwrap();
+        c.set_wait_mode(WaitMode::Block);
+        if c.set_handoff(true) {
+            return 3;
+        }
+        for i in 0..200 {
+            if c.sendrec(0, &Message::new(1).with_u64(0, i))
+                .unwrap()
+                .u64_at(0)
+                != i + 1
+            {
+                return 4;
+            }
+        }
+        c.sendrec(0, &Message::new(99)).unwrap();
+        0
+    });
+    let _guard = ChildGuard(child);
+    assert_eq!(wait_child(child, Duration::from_secs(30)), 0);
+    std::mem::forget(_guard);
+    server.join().unwrap();
+    assert_eq!(debug::trap_state(&d, 1).map(|t| t.0), Some(-1));
+}
+
+#[test]
+fn a_server_that_cannot_reach_the_listener_makes_the_client_use_its_doorbells() {
+    let _serial = serial();
+    let expected = handoff_expected();
+    let d = domain("ho-noreach", 4);
+    // The server runs in a child that may not take descriptors from other processes.
+    let dc = d.0.clone();
+    let child = fork_child(move || {
+        if !forbid_syscall(libc::SYS_pidfd_getfd) {
+            return 2;
+        }
+        let mut s = dc.bind_as(0, "server").unwrap();
+        s.set_wait_mode(WaitMode::Block);
+        loop {
+            let Ok(m) = s.receive(ANY) else { return 3 };
+            if s.send(m.source, &Message::new(1).with_u64(0, m.u64_at(0) + 1))
+                .is_err()
+            {
+                return 4;
+            }
+            if m.mtype == 99 {
+                return 0;
+            }
+        }
+    });
+    let _guard = ChildGuard(child);
+    assert!(eventually(Duration::from_secs(5), || d.has_live_endpoints()));
+    let mut c = d.bind_as(1, "client").unwrap();
+    c.set_wait_mode(WaitMode::Block);
+    assert_eq!(c.set_handoff(true), expected);
+    let t0 = Instant::now();
+    for i in 0..300 {
+        assert_eq!(
+            c.sendrec(0, &Message::new(1).with_u64(0, i))
+                .unwrap()
+                .u64_at(0),
+            i + 1
+        );
+    }
+    // The first reply waits for the client's watchdog (one period); then no more traps.
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t0.elapsed()
+    );
+    c.sendrec(0, &Message::new(99)).unwrap();
+    assert_eq!(wait_child(child, Duration::from_secs(10)), 0);
+    std::mem::forget(_guard);
+    let want = if expected { -2 } else { -1 };
+    assert_eq!(debug::trap_state(&d, 1).map(|t| t.0), Some(want));
+}
