@@ -146,7 +146,10 @@ pub(crate) struct Slot {
     /// Id of the owner's trap notification that a replier last received (for the owner's
     /// watchdog, should that replier not answer).
     pub(crate) trap_id: AtomicU64,
-    _pad0: [u8; 16],
+    /// Pid of the process that may receive the owner's trap notification now (0: none):
+    /// a second receiver would block in the kernel until the owner's next trap.
+    pub(crate) trap_claim: AtomicU32,
+    _pad0: [u8; 12],
     // Line 1: written by a sender handing a message straight to this (receiving) endpoint.
     pub(crate) inbox: UnsafeCell<Message>,
     // Line 2: written by the owner before it publishes a SENDING state.
@@ -769,6 +772,7 @@ impl Domain {
         s.bell_fd.store(-1, Ordering::Release);
         s.pipe_fd.store(-1, Ordering::Release);
         s.trap_fd.store(-1, Ordering::Release);
+        s.trap_claim.store(0, Ordering::Release);
         s.alloc.store(A_FREE, Ordering::SeqCst);
         for j in 0..self.m.max {
             if j != i && (self.slot(j).alloc.load(Ordering::Relaxed) & 0xff) == A_ACTIVE {
@@ -849,6 +853,7 @@ impl Domain {
         s.bell_fd.store(-1, Ordering::Relaxed);
         s.pipe_fd.store(-1, Ordering::Relaxed);
         s.trap_fd.store(-1, Ordering::Relaxed);
+        s.trap_claim.store(0, Ordering::Relaxed);
         s.write_name(name);
         let seq = st_seq(s.state.load(Ordering::Acquire)).wrapping_add(1);
         s.state.store(st_make(seq, OP_RUNNING, 0), Ordering::SeqCst);

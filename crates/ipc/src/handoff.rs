@@ -194,21 +194,51 @@ fn send(fd: RawFd, id: u64, error: i32) -> bool {
     unsafe { libc::ioctl(fd, NOTIF_SEND, &mut r as *mut NotifResp) == 0 }
 }
 
+/// Take the right to receive `owner`'s trap notification (only one process may: a
+/// second `NOTIF_RECV` would block until the owner traps again). A claim held by a dead
+/// process is taken over.
+fn claim(owner: &Slot) -> bool {
+    let me = crate::sys::getpid();
+    match owner
+        .trap_claim
+        .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
+    {
+        Ok(_) => true,
+        Err(other) => {
+            !crate::sys::pid_running(other)
+                && owner
+                    .trap_claim
+                    .compare_exchange(other, me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+        }
+    }
+}
+
+fn unclaim(owner: &Slot) {
+    owner.trap_claim.store(0, Ordering::Release);
+}
+
 /// The replier's side: answer the trap of `owner` (the slot of a waiter whose
 /// `SLEEP_TRAP` we swapped away, so it traps or has trapped) through `listener`. Waits for
 /// the trap for at most ~`patience_ms`, as long as `alive()` says the owner is still
-/// there. False if nothing could be answered (the owner's watchdog then does it).
+/// there. False if nothing could be answered (the owner's watchdog then does it); true
+/// also when someone else is answering it right now.
 pub(crate) fn answer(
     listener: &OwnedFd,
     owner: &Slot,
     patience_ms: i32,
     alive: impl Fn() -> bool,
 ) -> bool {
+    if !claim(owner) {
+        return true;
+    }
     let fd = listener.as_raw_fd();
     let tid = owner.tid.load(Ordering::Relaxed);
     let mut waited = 0;
-    loop {
+    let ok = loop {
         if pending(fd, 0) || (waited < patience_ms && pending(fd, 1)) {
+            // We hold the claim: nobody else receives, so this does not block (a target
+            // interrupted meanwhile makes it fail with ENOENT).
             let Some(n) = recv(fd) else { continue };
             owner.trap_id.store(n.id, Ordering::Release);
             if n.pid == tid {
@@ -216,7 +246,7 @@ pub(crate) fn answer(
                 if ok {
                     ANSWERED.fetch_add(1, Ordering::Relaxed);
                 }
-                return ok;
+                break ok;
             }
             // Another thread of the owner's process trapped on the same listener (it
             // should not: each thread has its own); let it re-check and trap again.
@@ -225,25 +255,31 @@ pub(crate) fn answer(
         }
         waited += 1;
         if waited >= patience_ms || !alive() {
-            return false;
+            break false;
         }
-    }
+    };
+    unclaim(owner);
+    ok
 }
 
 /// The waiter's watchdog: answer this thread's own trap (peer dead, domain ended, a
 /// replier that could not). `listener` is the owner's own descriptor number.
 pub(crate) fn release(listener: RawFd, owner: &Slot) {
+    if !claim(owner) {
+        return; // someone is answering it right now
+    }
     if pending(listener, 0) {
         if let Some(n) = recv(listener) {
             send(listener, n.id, libc::EAGAIN);
-            return;
         }
+    } else {
+        // A replier that died after receiving it: answer by its id (a stale id fails
+        // harmlessly with ENOENT).
+        send(
+            listener,
+            owner.trap_id.load(Ordering::Acquire),
+            libc::EAGAIN,
+        );
     }
-    // A replier received it but has not answered (yet): answer by its id (if the replier
-    // answers first, this fails harmlessly with ENOENT).
-    send(
-        listener,
-        owner.trap_id.load(Ordering::Acquire),
-        libc::EAGAIN,
-    );
+    unclaim(owner);
 }

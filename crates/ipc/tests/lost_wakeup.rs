@@ -8,7 +8,8 @@
 //! for longer, e.g. `USTACK_IPC_HUNT_SECS=60 cargo test -p ustack-ipc --test lost_wakeup`.
 //!
 //! Phases: clients doing `sendrec`, blocking and timed-out sends and notifications against
-//! one server that receives from ANY, with a random wait mode per call — as threads, as
+//! one server that receives from ANY, with a random wait mode per call (and hand-off
+//! replies on or off, see `Endpoint::set_handoff`) — as threads, as
 //! processes (Block-mode doorbells are fetched across processes), with CPU hogs that preempt
 //! them at random points, and all on one CPU; then send/receive pairs with a specific source
 //! while a third endpoint showers both with notifications (spurious wake-ups).
@@ -148,6 +149,9 @@ fn client(d: &Domain, seed: u64, until: Instant) -> Result<(), String> {
     while Instant::now() < until {
         if rng.next().is_multiple_of(4) {
             e.set_wait_mode(rng.mode());
+            // Hand-off replies half the time (Block mode only; a no-op where the thread
+            // cannot trap).
+            e.set_handoff(rng.next().is_multiple_of(2));
         }
         match rng.next() % 10 {
             0..=4 => {
