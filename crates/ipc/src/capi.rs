@@ -157,6 +157,23 @@ pub extern "C" fn mnx_set_waitmode(mode: c_int) -> c_int {
     })
 }
 
+/// Hand-off replies for the calling thread's endpoint in block mode (`on` non-zero; see
+/// `Endpoint::set_handoff`). Returns 1 if this thread can hand off, 0 if not (it then
+/// keeps using its doorbells), or a negative error.
+#[no_mangle]
+pub extern "C" fn mnx_set_handoff(on: c_int) -> c_int {
+    let mut can = false;
+    let r = with_ep(|e| {
+        can = e.set_handoff(on != 0);
+        Ok(())
+    });
+    if r < 0 {
+        r
+    } else {
+        c_int::from(can)
+    }
+}
+
 fn msg_in(m: *const Message) -> crate::Result<Message> {
     if m.is_null() {
         return Err(Error::InvalidArgument);

@@ -151,14 +151,19 @@ impl Domain {
                         s.bell_fd.load(Ordering::Relaxed),
                         s.pipe_fd.load(Ordering::Relaxed),
                     );
-                    match (e, p) {
+                    let bells = match (e, p) {
                         (crate::bell::BELLS_FORBIDDEN, _) => "refused",
                         (e, p) if e >= 0 && p >= 0 => "eventfd+pipe",
                         (e, _) if e >= 0 => "eventfd",
                         (_, p) if p >= 0 => "pipe",
                         _ => "-",
+                    };
+                    // A hand-off listener (see `handoff.rs`) is shown after the doorbells.
+                    match s.trap_fd.load(Ordering::Relaxed) {
+                        t if t >= 0 => format!("{bells}+handoff"),
+                        crate::handoff::TRAP_FORBIDDEN => format!("{bells}+handoff-refused"),
+                        _ => bells.to_string(),
                     }
-                    .to_string()
                 },
                 pending_notify: bits(self, &s.notify),
                 blocked_senders: bits(self, &s.senders)

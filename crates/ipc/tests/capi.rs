@@ -60,9 +60,13 @@ fn compile_and_run(kind: &str) {
     let st = cc.status().expect("run cc");
     assert!(st.success(), "cc failed for {kind}");
     let name = format!("c-{kind}-{}", std::process::id());
+    // cargo test puts its own target directories first in LD_LIBRARY_PATH, which the
+    // loader searches before the binary's run path: a libustack_ipc.so from another build
+    // there (an older release build, say) would be loaded instead of the one just built.
     let o = Command::new(&out)
         .arg(&name)
         .arg("20000")
+        .env("LD_LIBRARY_PATH", &lib)
         .output()
         .expect("run example");
     let stdout = String::from_utf8_lossy(&o.stdout);

@@ -37,7 +37,7 @@ static int server(const char *dc, int n) {
     int r;
     while ((r = mnx_send(0, &m)) == MNX_EBADEP) usleep(1000); /* until the client is bound */
     CHECK(r);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < 2 * n; i++) { /* n round trips in the default mode, n in block mode */
         CHECK(mnx_receive(MNX_ANY, &m));
         if (m.m_kind != MNX_KIND_SENDREC) return 2;
         uint64_t v;
@@ -91,6 +91,23 @@ int main(int argc, char **argv) {
     }
     double dt = now() - t0;
     printf("%d sendrec round trips in %.3f s: %.0f round trips/s (%.2f us each)\n", n, dt, n / dt, dt / n * 1e6);
+
+    /* The same in block mode with hand-off replies, where this thread may use them. */
+    CHECK(mnx_set_waitmode(2));
+    int handoff = mnx_set_handoff(1);
+    CHECK(handoff);
+    t0 = now();
+    for (uint64_t i = 0; i < (uint64_t)n; i++) {
+        memset(&m, 0, sizeof m);
+        memcpy(m.m_payload, &i, 8);
+        CHECK(mnx_sendrec(srv, &m));
+        uint64_t v;
+        memcpy(&v, m.m_payload, 8);
+        if (v != i + 1 || m.m_source != srv) { fprintf(stderr, "bad reply\n"); return 1; }
+    }
+    dt = now() - t0;
+    printf("%d block-mode sendrec round trips%s in %.3f s: %.2f us each\n", n,
+           handoff ? " with hand-offs" : " (no hand-offs here)", dt, dt / n * 1e6);
 
     /* vcopy (COPY1: we are the source) into the server's buffer, then notify it. */
     static char local[65536];
