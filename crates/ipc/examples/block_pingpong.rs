@@ -3,12 +3,13 @@
 //!
 //! ```sh
 //! # ROUND_TRIPS sendrec round trips in one wait mode, µs per round trip
-//! cargo run --release -p ustack-ipc --example block_pingpong -- [ROUND_TRIPS] [adaptive|spin|block]
+//! cargo run --release -p ustack-ipc --example block_pingpong -- [ROUND_TRIPS] [adaptive|spin|block|handoff]
 //! taskset -c 0 target/release/examples/block_pingpong 200000   # both on one CPU
 //! # RUNS paired runs of MS ms each: Block mode, then a pipe, alternating in one client
 //! # process (so both see the same drift of the scheduler's placement); with --after-spin
 //! # each is preceded by a Spin-mode run, as in `ustack ipc bench`
-//! target/release/examples/block_pingpong --paired RUNS [MS] [--after-spin]
+//! # (--handoff: Block mode with hand-off replies, see Endpoint::set_handoff)
+//! target/release/examples/block_pingpong --paired RUNS [MS] [--after-spin] [--handoff]
 //! ```
 //!
 //! Each line of `--paired` shows µs per round trip and the fraction of round trips in

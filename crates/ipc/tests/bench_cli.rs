@@ -69,10 +69,21 @@ fn quick_bench_rows_have_the_json_shape() {
         .collect();
     // Unpinned always; pinned to two different CPUs as well when we may use two CPUs.
     let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
-    let mut want = BTreeSet::from(["adaptive", "spin", "block"]);
+    // IPC2 also measures Block mode with hand-off replies.
+    let mut want = BTreeSet::from(["adaptive", "spin", "block", "block+handoff"]);
     if two_cpus {
-        want.extend(["adaptive,pinned", "spin,pinned", "block,pinned"]);
-        want.extend(["adaptive,1cpu", "spin,1cpu", "block,1cpu"]);
+        want.extend([
+            "adaptive,pinned",
+            "spin,pinned",
+            "block,pinned",
+            "block+handoff,pinned",
+        ]);
+        want.extend([
+            "adaptive,1cpu",
+            "spin,1cpu",
+            "block,1cpu",
+            "block+handoff,1cpu",
+        ]);
     }
     assert_eq!(modes, want);
     // The Linux primitives are measured with the same placements.

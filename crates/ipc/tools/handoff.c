@@ -1,6 +1,7 @@
 // handoff.c - how fast is a sleeping round trip between two processes when the kernel
-// hands the CPU over, instead of waking the peer wherever the scheduler likes? A prototype
-// for a future Block-mode hand-off in ustack-ipc (see crates/ipc/README.md, Limits).
+// hands the CPU over, instead of waking the peer wherever the scheduler likes? The bare
+// mechanism behind ustack-ipc's Block-mode hand-off replies (`Endpoint::set_handoff`; see
+// crates/ipc/README.md).
 //
 //   gcc -O2 -Wall -o handoff handoff.c
 //   ./handoff [rounds] [round_trips]       -> per round: unotify (4 variants), pipe; medians
