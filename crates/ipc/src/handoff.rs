@@ -146,9 +146,15 @@ fn install() -> Option<RawFd> {
     if fd < 0 {
         return None;
     }
-    // SAFETY: an ioctl with an integer argument on the listener we just got. Without the
-    // flag hand-offs would still work, only not on the answering CPU.
-    unsafe { libc::ioctl(fd, NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP) };
+    // SAFETY: an ioctl with an integer argument on the listener we just got.
+    if unsafe { libc::ioctl(fd, NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP) } != 0 {
+        // A kernel before 6.6: answers would not hand the CPU over, and a trap would only
+        // be a dearer doorbell. Do not use it (the filter stays, but nothing ever makes
+        // the system call it traps).
+        // SAFETY: closing the descriptor we just got.
+        unsafe { libc::close(fd) };
+        return None;
+    }
     Some(fd)
 }
 
