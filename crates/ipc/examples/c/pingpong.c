@@ -62,6 +62,20 @@ static int server(const char *dc, int n) {
     return 0;
 }
 
+/* n sendrec round trips with srv, each checking the server's reply (request + 1). */
+static int round_trips(int srv, int n) {
+    mnx_message_t m;
+    for (uint64_t i = 0; i < (uint64_t)n; i++) {
+        memset(&m, 0, sizeof m);
+        memcpy(m.m_payload, &i, 8);
+        CHECK(mnx_sendrec(srv, &m));
+        uint64_t v;
+        memcpy(&v, m.m_payload, 8);
+        if (v != i + 1 || m.m_source != srv) { fprintf(stderr, "bad reply\n"); return 1; }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     char dc[64];
     snprintf(dc, sizeof dc, "%s", argc > 1 ? argv[1] : "c-pingpong");
@@ -81,14 +95,7 @@ int main(int argc, char **argv) {
     memcpy(&remote_arena, m.m_payload + 8, 8);
 
     double t0 = now();
-    for (uint64_t i = 0; i < (uint64_t)n; i++) {
-        memset(&m, 0, sizeof m);
-        memcpy(m.m_payload, &i, 8);
-        CHECK(mnx_sendrec(srv, &m));
-        uint64_t v;
-        memcpy(&v, m.m_payload, 8);
-        if (v != i + 1 || m.m_source != srv) { fprintf(stderr, "bad reply\n"); return 1; }
-    }
+    if (round_trips(srv, n)) return 1;
     double dt = now() - t0;
     printf("%d sendrec round trips in %.3f s: %.0f round trips/s (%.2f us each)\n", n, dt, n / dt, dt / n * 1e6);
 
@@ -97,14 +104,7 @@ int main(int argc, char **argv) {
     int handoff = mnx_set_handoff(1);
     CHECK(handoff);
     t0 = now();
-    for (uint64_t i = 0; i < (uint64_t)n; i++) {
-        memset(&m, 0, sizeof m);
-        memcpy(m.m_payload, &i, 8);
-        CHECK(mnx_sendrec(srv, &m));
-        uint64_t v;
-        memcpy(&v, m.m_payload, 8);
-        if (v != i + 1 || m.m_source != srv) { fprintf(stderr, "bad reply\n"); return 1; }
-    }
+    if (round_trips(srv, n)) return 1;
     dt = now() - t0;
     printf("%d block-mode sendrec round trips%s in %.3f s: %.2f us each\n", n,
            handoff ? " with hand-offs" : " (no hand-offs here)", dt, dt / n * 1e6);
