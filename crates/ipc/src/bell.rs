@@ -160,7 +160,7 @@ pub(crate) enum Miss {
 }
 
 /// A duplicate of descriptor `fd` of process `pid` (pidfd_getfd).
-pub(crate) fn fetch(pid: u32, fd: i32) -> Result<OwnedFd, Miss> {
+fn fetch(pid: u32, fd: i32) -> Result<OwnedFd, Miss> {
     let miss = || match std::io::Error::last_os_error().raw_os_error() {
         Some(libc::EPERM | libc::EACCES | libc::EMFILE | libc::ENFILE) => Miss::Unreachable,
         _ => Miss::Other,
@@ -180,10 +180,11 @@ pub(crate) fn fetch(pid: u32, fd: i32) -> Result<OwnedFd, Miss> {
     }
 }
 
-/// The doorbell of kind `k` published by the owner of `slot`, if it is bound with `gen`.
-fn fetch_for(dom: &Domain, slot: u32, gen: u32, k: Kind) -> Result<OwnedFd, Miss> {
+/// The descriptor the owner of `slot` published in `word` (a doorbell, or its hand-off
+/// listener), if the slot is bound with `gen`.
+fn fetch_for(dom: &Domain, slot: u32, gen: u32, word: &AtomicI32) -> Result<OwnedFd, Miss> {
     let s = dom.slot(slot);
-    let fd = k.published(s).load(Ordering::Acquire);
+    let fd = word.load(Ordering::Acquire);
     let pid = s.pid.load(Ordering::Relaxed);
     if fd < 0 || s.alloc.load(Ordering::Acquire) & 0xff != A_ACTIVE {
         return Err(Miss::Other);
@@ -201,7 +202,7 @@ fn fetch_for(dom: &Domain, slot: u32, gen: u32, k: Kind) -> Result<OwnedFd, Miss
 /// Ring the doorbell of kind `k` of slot `slot` without a cache (rare wake-ups: domain
 /// end, unbind).
 pub(crate) fn ring_slot(dom: &Domain, slot: u32, gen: u32, k: Kind) -> bool {
-    fetch_for(dom, slot, gen, k).is_ok_and(|fd| ring_fd(&fd))
+    fetch_for(dom, slot, gen, k.published(dom.slot(slot))).is_ok_and(|fd| ring_fd(&fd))
 }
 
 /// A waker's cache of its peers' doorbells, by slot and kind: (generation, descriptor).
@@ -222,7 +223,7 @@ impl Bells {
         }
         let e = &mut self.fds[i][k as usize];
         if !matches!(e, Some((g, _)) if *g == gen) {
-            *e = Some((gen, fetch_for(dom, slot, gen, k)?));
+            *e = Some((gen, fetch_for(dom, slot, gen, k.published(dom.slot(slot)))?));
         }
         match e {
             Some((_, fd)) if ring_fd(fd) => Ok(()),
@@ -231,39 +232,31 @@ impl Bells {
     }
 
     /// Answer the hand-off trap of the owner of `slot` (bound with `gen`), whose
-    /// `SLEEP_TRAP` the caller swapped away (see `handoff.rs`). `alive` tells whether
-    /// the owner may still trap.
-    pub(crate) fn answer_trap(
-        &mut self,
-        dom: &Domain,
-        slot: u32,
-        gen: u32,
-        alive: impl Fn() -> bool,
-    ) -> Result<(), Miss> {
+    /// `SLEEP_TRAP` the caller swapped away (see `handoff.rs`). If we cannot reach the
+    /// owner's listener at all, mark its slot so that it stops trapping. On failure the
+    /// owner's watchdog, which sees the changed futex word, answers the trap.
+    pub(crate) fn answer_trap(&mut self, dom: &Domain, slot: u32, gen: u32) {
         let s = dom.slot(slot);
         let i = slot as usize;
         if self.traps.len() <= i {
             self.traps.resize_with(i + 1, Default::default);
         }
         let fdnum = s.trap_fd.load(Ordering::Acquire);
-        if fdnum < 0 {
-            return Err(Miss::Other);
-        }
         let e = &mut self.traps[i];
         if !matches!(e, Some((g, n, _)) if *g == gen && *n == fdnum) {
-            let pid = s.pid.load(Ordering::Relaxed);
-            if s.alloc.load(Ordering::Acquire) & 0xff != A_ACTIVE {
-                return Err(Miss::Other);
+            match fetch_for(dom, slot, gen, &s.trap_fd) {
+                Ok(fd) => *e = Some((gen, fdnum, fd)),
+                Err(Miss::Unreachable) => return crate::handoff::forbid(s, fdnum),
+                Err(Miss::Other) => return,
             }
-            let got = fetch(pid, fdnum)?;
-            if s.gen.load(Ordering::Acquire) != gen || s.pid.load(Ordering::Relaxed) != pid {
-                return Err(Miss::Other);
-            }
-            *e = Some((gen, fdnum, got));
         }
-        match e {
-            Some((_, _, fd)) if crate::handoff::answer(fd, s, 20, alive) => Ok(()),
-            _ => Err(Miss::Other),
+        if let Some((_, _, fd)) = e {
+            // The owner may still trap while its slot is the same binding.
+            let alive = || {
+                s.alloc.load(Ordering::Acquire) & 0xff == A_ACTIVE
+                    && s.gen.load(Ordering::Acquire) == gen
+            };
+            crate::handoff::answer(fd, s, 20, alive);
         }
     }
 }

@@ -552,28 +552,9 @@ impl Endpoint {
         }
         if v == SLEEP_TRAP {
             // It waits for a reply in a hand-off trap and has committed to trapping:
-            // answer it (it resumes on our CPU). If we cannot reach its listener, it stops
-            // trapping; either way, failing that its watchdog sees the changed word.
+            // answer it (it resumes on our CPU).
             let gen = s.gen.load(Ordering::Acquire);
-            let alive = || {
-                s.alloc.load(Ordering::Acquire) & 0xff == A_ACTIVE
-                    && s.gen.load(Ordering::Acquire) == gen
-            };
-            let r = self
-                .bells
-                .borrow_mut()
-                .answer_trap(&self.dom, slot, gen, alive);
-            if r == Err(crate::bell::Miss::Unreachable) {
-                let cur = s.trap_fd.load(Ordering::Relaxed);
-                if cur >= 0 {
-                    let _ = s.trap_fd.compare_exchange(
-                        cur,
-                        crate::handoff::TRAP_FORBIDDEN,
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
-                }
-            }
+            self.bells.borrow_mut().answer_trap(&self.dom, slot, gen);
             return;
         }
         match crate::bell::Kind::of_sleeping(v) {

@@ -200,6 +200,19 @@ fn send(fd: RawFd, id: u64, error: i32) -> bool {
     unsafe { libc::ioctl(fd, NOTIF_SEND, &mut r as *mut NotifResp) == 0 }
 }
 
+/// Mark `owner`'s slot so that it stops trapping: a replier cannot reach the listener
+/// it published as `fdnum` (never overwrites a newer publication).
+pub(crate) fn forbid(owner: &Slot, fdnum: i32) {
+    if fdnum >= 0 {
+        let _ = owner.trap_fd.compare_exchange(
+            fdnum,
+            TRAP_FORBIDDEN,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+}
+
 /// Take the right to receive `owner`'s trap notification (only one process may: a
 /// second `NOTIF_RECV` would block until the owner traps again). A claim held by a dead
 /// process is taken over.
@@ -245,7 +258,14 @@ pub(crate) fn answer(
         if pending(fd, 0) || (waited < patience_ms && pending(fd, 1)) {
             // We hold the claim: nobody else receives, so this does not block (a target
             // interrupted meanwhile makes it fail with ENOENT).
-            let Some(n) = recv(fd) else { continue };
+            let Some(n) = recv(fd) else {
+                // The target was interrupted (ENOENT): count it like a wait.
+                waited += 1;
+                if waited >= patience_ms {
+                    break false;
+                }
+                continue;
+            };
             owner.trap_id.store(n.id, Ordering::Release);
             if n.pid == tid {
                 let ok = send(fd, n.id, 0);
