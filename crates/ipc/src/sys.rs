@@ -112,25 +112,44 @@ pub(crate) fn getpid() -> u32 {
     p
 }
 
-/// State letter and start time of a process (fields 3 and 22 of `/proc/<pid>/stat`,
-/// start time in clock ticks since boot), used to tell a live owner from a zombie or a
-/// recycled pid. `Ok(None)` if the process does not exist; an error if that cannot be
-/// told (e.g. no descriptor left to open the file: EMFILE).
-pub(crate) fn proc_stat(pid: u32) -> std::io::Result<Option<(char, u64)>> {
+/// Whether a process is live and its start time (fields 3, 20 and 22 of
+/// `/proc/<pid>/stat`, start time in clock ticks since boot), used to tell a live owner
+/// from a zombie or a recycled pid. A process counts as live unless its state is `X`
+/// (dead) or `Z` with no thread left: the state letter is its first thread's, which
+/// shows `Z` as soon as that thread exits (`pthread_exit` in `main`, or a raw `exit`)
+/// while the others go on running, so `num_threads` must be looked at too. `Ok(None)` if
+/// the process does not exist; an error if that cannot be told (e.g. no descriptor left to
+/// open the file: EMFILE).
+pub(crate) fn proc_stat(pid: u32) -> std::io::Result<Option<(bool, u64)>> {
     let s = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let bad = || std::io::Error::from(std::io::ErrorKind::InvalidData);
+    parse_stat(&s)
+        .map(Some)
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidData))
+}
+
+/// The parsing half of [`proc_stat`].
+fn parse_stat(s: &str) -> Option<(bool, u64)> {
     // The command name (field 2) is in parentheses and may contain spaces: parse after the last ')'.
-    let rest = s.get(s.rfind(')').ok_or_else(bad)? + 1..).ok_or_else(bad)?;
+    let rest = s.get(s.rfind(')')? + 1..)?;
     let mut it = rest.split_whitespace();
-    let state = it.next().and_then(|f| f.chars().next()).ok_or_else(bad)?;
-    // Field 3 was `state`; start time is field 22, i.e. 18 further fields on.
-    let start = it.nth(18).and_then(|f| f.parse().ok()).ok_or_else(bad)?;
-    Ok(Some((state, start)))
+    let state = it.next()?.chars().next()?;
+    // Field 3 was `state`; num_threads is field 20 (16 further fields on), the start
+    // time field 22.
+    let threads: u64 = it.nth(16)?.parse().ok()?;
+    let start = it.nth(1)?.parse().ok()?;
+    let live = match state {
+        'X' | 'x' => false,
+        // A zombie counts itself among its threads: a zombie group leader with others
+        // still running shows 2 or more.
+        'Z' => threads > 1,
+        _ => true,
+    };
+    Some((live, start))
 }
 
 /// Start time of a process, see [`proc_stat`] (an error also if it does not exist).
@@ -140,19 +159,20 @@ pub(crate) fn proc_start_time(pid: u32) -> std::io::Result<u64> {
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))
 }
 
-/// Does process `pid` exist and is it not a zombie? (Cheap check without start time.)
-/// When that cannot be told (see [`proc_stat`]) it counts as running: nothing of a live
-/// process may be reclaimed.
+/// Does process `pid` exist and is it live (see [`proc_stat`])? (Cheap check without
+/// start time.) When that cannot be told it counts as running: nothing of a live process
+/// may be reclaimed.
 pub(crate) fn pid_running(pid: u32) -> bool {
     match proc_stat(pid) {
-        Ok(Some((st, _))) => st != 'Z' && st != 'X',
+        Ok(Some((live, _))) => live,
         Ok(None) => false,
         Err(_) => true,
     }
 }
 
 /// Is the owner (process `pid` started at `start`) still alive? Zombies (killed but not
-/// yet reaped) count as dead. Liveness is per process: an endpoint may move between the
+/// yet reaped) count as dead, a process whose first thread has exited while others run
+/// does not (see [`proc_stat`]). Liveness is per process: an endpoint may move between the
 /// threads of its process, and a thread that exits drops (unbinds) its endpoints. A
 /// process that exists but whose start time cannot be read now (see [`proc_stat`]) counts
 /// as alive: a peer is declared dead (and its slot reclaimed) only on proof.
@@ -166,7 +186,7 @@ pub(crate) fn owner_alive(pid: u32, _tid: u32, start: u64) -> bool {
         return false;
     }
     match proc_stat(pid) {
-        Ok(Some((st, s))) => s == start && st != 'Z' && st != 'X',
+        Ok(Some((live, s))) => s == start && live,
         Ok(None) => false,
         Err(_) => true,
     }
@@ -308,6 +328,70 @@ mod tests {
         );
         assert!(!owner_alive(0, 0, 0));
         assert!(pid_running(pid));
+    }
+
+    #[test]
+    fn stat_lines_are_parsed_with_any_command_name() {
+        let line = |comm: &str, state: char, threads: u32| {
+            let mut f: Vec<String> = (4..=52).map(|i| i.to_string()).collect();
+            f[20 - 4] = threads.to_string();
+            f[22 - 4] = "987654".into();
+            format!("4242 ({comm}) {state} {}", f.join(" "))
+        };
+        assert_eq!(parse_stat(&line("sleep", 'S', 1)), Some((true, 987654)));
+        assert_eq!(parse_stat(&line("a) Z (b", 'R', 3)), Some((true, 987654)));
+        assert_eq!(parse_stat(&line("x", 'Z', 1)), Some((false, 987654)));
+        assert_eq!(parse_stat(&line("x", 'Z', 2)), Some((true, 987654)));
+        assert_eq!(parse_stat(&line("x", 'X', 1)), Some((false, 987654)));
+        assert_eq!(parse_stat("4242 (x) S 1 2"), None);
+        assert_eq!(parse_stat("no parenthesis"), None);
+    }
+
+    /// A process whose first thread has exited while another runs shows state `Z` in
+    /// `/proc/<pid>/stat`: it must still count as alive (else its endpoints would be
+    /// declared dead and reclaimed under it); once the last thread is gone it is dead.
+    #[test]
+    fn a_process_whose_main_thread_exited_is_alive() {
+        // SAFETY: the child spawns one thread and ends its first thread with the raw
+        // `exit` system call (no unwinding, no atexit); the other thread `_exit`s the
+        // process after 600 ms.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            std::thread::spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(600));
+                // SAFETY: ends the whole child process.
+                unsafe { libc::_exit(0) };
+            });
+            // SAFETY: ends this thread only; the process lives on in the other one.
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+            // SAFETY: not reached; `_exit` in case the thread exit failed.
+            unsafe { libc::_exit(1) };
+        }
+        let pid = child as u32;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let st = proc_start_time(pid).expect("child's /proc entry");
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let during = (pid_running(pid), owner_alive(pid, 0, st));
+        let mut status = 0;
+        // Wait for the process to end without reaping it: it stays a zombie.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // SAFETY: waitid with WNOWAIT on our own child fills a zeroed siginfo_t.
+        let ended = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) == 0
+        };
+        let after = (pid_running(pid), owner_alive(pid, 0, st));
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert!(std::time::Instant::now() < deadline);
+        assert!(
+            state.contains(") Z "),
+            "expected a zombie leader, got {state}"
+        );
+        assert_eq!(during, (true, true), "live process taken for dead");
+        assert!(ended);
+        assert_eq!(after, (false, false), "dead process taken for alive");
     }
 
     /// Out of descriptors, `/proc` cannot be read: a live process must still count as

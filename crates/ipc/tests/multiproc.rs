@@ -46,6 +46,74 @@ fn cross_process_sendrec_in_every_wait_mode() {
     }
 }
 
+/// A process whose first thread has exited while another serves shows state `Z` in
+/// `/proc/<pid>/stat`. Its endpoint must not be taken for dead: a client blocked in
+/// `sendrec` (in every wait mode) gets its replies, `ls` shows it alive, and only when
+/// the process really ends does the client get `DeadEndpoint`.
+#[test]
+fn a_server_whose_main_thread_exited_is_not_dead() {
+    let d = domain("mp-zl", 4);
+    let dc = d.0.clone();
+    let child = ChildGuard(fork_child(move || {
+        std::thread::spawn(move || {
+            let code = (|| {
+                let mut s = dc.bind_as(1, "server").ok()?;
+                s.set_wait_mode(WaitMode::Block);
+                loop {
+                    let m = s.receive(ANY).ok()?;
+                    if m.mtype == 9 {
+                        // End the process 50 ms into the client's sendrec.
+                        std::thread::sleep(Duration::from_millis(50));
+                        return Some(0);
+                    }
+                    // Long enough for the client's liveness checks (every 10 ms) to run
+                    // many times while it waits.
+                    std::thread::sleep(Duration::from_millis(150));
+                    s.send(m.source, &Message::new(2).with_u64(0, m.u64_at(0) + 1))
+                        .ok()?;
+                }
+            })()
+            .unwrap_or(3);
+            // SAFETY: ends the whole child process from its last thread.
+            unsafe { libc::_exit(code) };
+        });
+        // SAFETY: ends this (the first) thread only; the server thread lives on.
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
+        4
+    }));
+    let sid = d.endpoint_of_slot(1);
+    assert!(eventually(Duration::from_secs(5), || d
+        .info()
+        .endpoints
+        .len()
+        == 1));
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", child.0)).unwrap_or_default();
+    assert!(
+        state.contains(") Z "),
+        "expected a zombie first thread: {state}"
+    );
+    let mut c = d.bind("client").unwrap();
+    for (i, mode) in MODES.into_iter().enumerate() {
+        c.set_wait_mode(mode);
+        let r = c.sendrec(sid, &Message::new(1).with_u64(0, i as u64));
+        assert_eq!(r.map(|m| m.u64_at(0)), Ok(i as u64 + 1), "{mode:?}");
+    }
+    assert!(d.info().endpoints.iter().all(|e| e.alive));
+    // Now the process ends for real, 50 ms into a sendrec: the caller learns it promptly.
+    let t0 = Instant::now();
+    assert_eq!(
+        c.sendrec(sid, &Message::new(9)).map(|m| m.mtype),
+        Err(Error::DeadEndpoint)
+    );
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_millis(150),
+        "DeadEndpoint after {took:?}"
+    );
+    assert_eq!(wait_child(child.0, Duration::from_secs(10)), 0);
+    std::mem::forget(child);
+}
+
 /// The parent blocks in `call` on a child; the child is SIGKILLed 30 ms later; the call
 /// must fail with DeadEndpoint well under 100 ms after the kill.
 fn kill_during(
