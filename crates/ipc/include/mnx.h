@@ -62,8 +62,10 @@ int mnx_unbind(int endpoint);
 int mnx_getep(void);
 int mnx_set_waitmode(int mode); /* 0 adaptive, 1 spin, 2 block */
 /* Block mode: hand-off replies to sendrec (Linux >= 6.6; the thread installs a seccomp
- * filter, which needs CAP_SYS_ADMIN or no_new_privs). 1: on, 0: this thread cannot (it
- * keeps using its doorbells), < 0: error. */
+ * filter, which needs CAP_SYS_ADMIN or no_new_privs, cannot be removed, costs each of the
+ * thread's system calls a BPF run, and keeps children it forks from installing seccomp
+ * user-notification filters of their own while it is in use). 1: on, 0: this thread
+ * cannot (it keeps using its doorbells), < 0: error. */
 int mnx_set_handoff(int on);
 
 int mnx_send(int dst, const mnx_message_t *m);

@@ -520,12 +520,15 @@ impl Endpoint {
     /// the pair runs on one CPU instead of waking an idle one for every reply, ~10x the
     /// round trips of a pipe between unpinned processes on the development VM.
     ///
-    /// Costs: each calling thread installs a seccomp filter once (it cannot be removed,
-    /// children inherit it, and it costs each of that thread's system calls a short BPF
-    /// run; it only ever traps one unused system call number). That needs
-    /// `no_new_privs` or `CAP_SYS_ADMIN`: without them, and where the kernel refuses,
-    /// the endpoint keeps using its doorbells. Returns whether the calling thread can
-    /// trap (the filter is installed here, on the first call of each thread).
+    /// Costs: each calling thread installs a seccomp filter once. It only ever traps one
+    /// unused system call number, but it cannot be removed, each of that thread's system
+    /// calls runs it (~37 ns more per call on the development VM), and children forked
+    /// by the thread inherit it: while the thread's listener is open they cannot install
+    /// a seccomp user-notification filter of their own (`EBUSY`, one listener per chain
+    /// of filters), so their endpoints use doorbells. It needs `no_new_privs` or
+    /// `CAP_SYS_ADMIN`: without them, and where the kernel refuses, the endpoint keeps
+    /// using its doorbells. Returns whether the calling thread can trap (the filter is
+    /// installed here, on the first call of each thread).
     pub fn set_handoff(&mut self, on: bool) -> bool {
         self.handoff = on;
         on && crate::handoff::thread_listener().is_some()
@@ -727,7 +730,9 @@ impl Endpoint {
                     Some(&p),
                     Some(p.slot),
                     &mut budget,
-                    false,
+                    // A `sendrec` caller whose request waits in its outbox is not woken when
+                    // the request is taken, only by the reply: it may wait in a hand-off trap.
+                    rec && self.handoff,
                     || (me.state.load(Ordering::Acquire) != mine).then_some(()),
                 );
                 self.spin_budget = budget;

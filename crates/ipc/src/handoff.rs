@@ -91,11 +91,21 @@ thread_local! {
     static LISTENER: Cell<i32> = const { Cell::new(TRAP_NONE) };
 }
 
-/// A forked child's thread must not trap into its parent's listener (it inherits both
-/// the filter and the descriptor): it installs a filter of its own, which takes
-/// precedence, on first use.
+/// In a `fork`ed child (atfork handler; async-signal-safe): the child's thread inherits
+/// its parent thread's filter and a copy of its listener, which the child must not use
+/// (its traps would go to the parent's repliers). It closes that copy and tries a filter
+/// of its own on first use; the kernel refuses that one (`EBUSY`: one listener per chain
+/// of filters) as long as the parent's listener is open, and the child then uses its
+/// doorbells.
 pub(crate) fn after_fork_in_child() {
-    let _ = LISTENER.try_with(|l| l.set(TRAP_NONE));
+    let _ = LISTENER.try_with(|l| {
+        let fd = l.replace(TRAP_NONE);
+        if fd >= 0 {
+            // SAFETY: the child's copy of its parent's listener, used by nothing else in
+            // the child (the parent's copy stays open).
+            unsafe { libc::close(fd) };
+        }
+    });
 }
 
 /// This thread's listener descriptor number, installing the filter on first use; `None`

@@ -113,13 +113,107 @@ fn replies_are_handed_off_to_a_client_process() {
     }
 }
 
-/// A client thread in hand-off mode sends a request the server takes but never answers;
-/// `disturb` then does something to the server side. Returns what the client's `sendrec`
-/// returned and how long after `disturb` it did.
+/// A thread that uses hand-offs forks: the child inherits its filter and a copy of its
+/// listener. The child closes that copy, cannot install a listener of its own while the
+/// parent's is open (the kernel allows one per chain of filters), and so uses its
+/// doorbells: its round trips all succeed, and the parent's hand-offs go on.
+#[test]
+fn a_forked_child_of_a_handoff_thread_uses_doorbells() {
+    let _serial = serial();
+    let expected = handoff_expected();
+    let d = domain("ho-fork", 4);
+    let server = spawn_server(&d);
+    let dc = d.0.clone();
+    let mut c = dc.bind_as(1, "parent").unwrap();
+    let t = std::thread::spawn(move || {
+        let r = forked_child_run(&dc, &mut c);
+        // Whatever happened: stop the server.
+        let _ = c.sendrec(0, &Message::new(99));
+        r
+    });
+    let r = t.join().unwrap();
+    server.join().unwrap();
+    assert_eq!(r, Ok(()));
+}
+
+fn forked_child_run(dc: &ustack_ipc::Domain, c: &mut ustack_ipc::Endpoint) -> Result<(), String> {
+    let expected = handoff_expected();
+    {
+        c.set_wait_mode(WaitMode::Block);
+        if c.set_handoff(true) != expected {
+            return Err("set_handoff in the parent".into());
+        }
+        let round = |c: &mut ustack_ipc::Endpoint, n: u64, ty: u16| -> Result<(), String> {
+            for i in 0..n {
+                let r = c.sendrec(0, &Message::new(ty).with_u64(0, i));
+                if r.map(|m| m.u64_at(0)) != Ok(i + 1) {
+                    return Err(format!("round trip {i}: {r:?}"));
+                }
+            }
+            Ok(())
+        };
+        let before = debug::handoffs();
+        round(c, 20, 2)?;
+        // A fast round trip: the server has counted the last slow reply when it answers.
+        round(c, 1, 1)?;
+        if expected && debug::handoffs() - before < 20 {
+            return Err("the replies before the fork were not hand-offs".into());
+        }
+        let listener = debug::trap_state(dc, 1).map_or(-1, |(fd, _)| fd);
+        if expected != (listener >= 0) {
+            return Err(format!("parent's listener {listener}"));
+        }
+        let dcc = dc.clone();
+        let child = fork_child(move || {
+            // SAFETY: F_GETFD on a descriptor number; no memory is passed.
+            if listener >= 0 && unsafe { libc::fcntl(listener, libc::F_GETFD) } != -1 {
+                return 2; // the parent's listener is still open here
+            }
+            let Ok(mut k) = dcc.bind_as(2, "child") else {
+                return 3;
+            };
+            k.set_wait_mode(WaitMode::Block);
+            if k.set_handoff(true) {
+                return 4; // a listener of its own while the parent's is open?
+            }
+            let t0 = Instant::now();
+            for i in 0..300u64 {
+                let r = k.sendrec(0, &Message::new(1).with_u64(0, i));
+                if r.map(|m| m.u64_at(0)) != Ok(i + 1) {
+                    return 5;
+                }
+            }
+            if t0.elapsed() > Duration::from_secs(5) {
+                return 6;
+            }
+            0
+        });
+        let guard = ChildGuard(child);
+        let code = wait_child(child, Duration::from_secs(30));
+        std::mem::forget(guard);
+        if code != 0 {
+            return Err(format!("child exited with {code}"));
+        }
+        let before = debug::handoffs();
+        round(c, 20, 2)?;
+        round(c, 1, 1)?;
+        if expected && debug::handoffs() - before < 20 {
+            return Err("the parent's replies stopped being hand-offs".into());
+        }
+        Ok(())
+    }
+}
+
+/// A client thread in hand-off mode sends a request the server never answers (if
+/// `taken`, the server takes it; else it stays in the client's outbox, and the client
+/// waits for the reply in its trap from the start); `disturb` then does something to the
+/// server side. Returns what the client's `sendrec` returned and how long after `disturb`
+/// it did.
 fn trapped_client(
     tag: &str,
     disturb: impl FnOnce(&ustack_ipc::Domain, &mut Option<ustack_ipc::Endpoint>),
     server_in_child: bool,
+    taken: bool,
 ) -> (Result<Message, Error>, Duration) {
     let expected = handoff_expected();
     let d = domain(tag, 4);
@@ -130,7 +224,9 @@ fn trapped_client(
         child.0 = fork_child(move || {
             let mut s = dc.bind_as(0, "server").unwrap();
             s.set_wait_mode(WaitMode::Block);
-            let _ = s.receive(ANY);
+            if taken {
+                let _ = s.receive(ANY);
+            }
             loop {
                 std::thread::sleep(Duration::from_secs(1));
             }
@@ -150,7 +246,7 @@ fn trapped_client(
         let r = c.sendrec(0, &Message::new(7));
         let _ = tx.send((can, r, Instant::now()));
     });
-    if let Some(s) = server.as_mut() {
+    if let Some(s) = server.as_mut().filter(|_| taken) {
         assert_eq!(s.receive(ANY).unwrap().mtype, 7);
     }
     // Wait until the client is trapped (or, without hand-offs, asleep).
@@ -179,7 +275,7 @@ fn trapped_client(
 #[test]
 fn a_trapped_client_learns_at_once_that_the_server_process_was_killed() {
     let _serial = serial();
-    let (r, took) = trapped_client("ho-kill", |_, _| {}, true);
+    let (r, took) = trapped_client("ho-kill", |_, _| {}, true, true);
     assert_eq!(r.err(), Some(Error::DeadEndpoint));
     assert!(took < Duration::from_millis(100), "took {took:?}");
 }
@@ -187,7 +283,7 @@ fn a_trapped_client_learns_at_once_that_the_server_process_was_killed() {
 #[test]
 fn a_trapped_client_learns_at_once_that_the_server_unbound() {
     let _serial = serial();
-    let (r, took) = trapped_client("ho-unbind", |_, s| drop(s.take()), false);
+    let (r, took) = trapped_client("ho-unbind", |_, s| drop(s.take()), false, true);
     assert_eq!(r.err(), Some(Error::DeadEndpoint));
     assert!(took < Duration::from_millis(100), "took {took:?}");
 }
@@ -195,9 +291,34 @@ fn a_trapped_client_learns_at_once_that_the_server_unbound() {
 #[test]
 fn a_trapped_client_learns_at_once_that_the_domain_ended() {
     let _serial = serial();
-    let (r, took) = trapped_client("ho-end", |d, _| d.end().unwrap(), false);
+    let (r, took) = trapped_client("ho-end", |d, _| d.end().unwrap(), false, true);
     assert_eq!(r.err(), Some(Error::DomainEnded));
     assert!(took < Duration::from_millis(100), "took {took:?}");
+}
+
+/// The same three events while the request still waits in the client's outbox (the
+/// server never took it), where the client already waits in its trap.
+#[test]
+fn a_client_trapped_before_its_request_was_taken_learns_at_once_of_trouble() {
+    let _serial = serial();
+    let (r, took) = trapped_client("ho-kill2", |_, _| {}, true, false);
+    assert_eq!(
+        (r.err(), took < Duration::from_millis(100)),
+        (Some(Error::DeadEndpoint), true),
+        "kill: {took:?}"
+    );
+    let (r, took) = trapped_client("ho-unbind2", |_, s| drop(s.take()), false, false);
+    assert_eq!(
+        (r.err(), took < Duration::from_millis(100)),
+        (Some(Error::DeadEndpoint), true),
+        "unbind: {took:?}"
+    );
+    let (r, took) = trapped_client("ho-end2", |d, _| d.end().unwrap(), false, false);
+    assert_eq!(
+        (r.err(), took < Duration::from_millis(100)),
+        (Some(Error::DomainEnded), true),
+        "end: {took:?}"
+    );
 }
 
 #[test]
