@@ -120,7 +120,6 @@ fn replies_are_handed_off_to_a_client_process() {
 #[test]
 fn a_forked_child_of_a_handoff_thread_uses_doorbells() {
     let _serial = serial();
-    let expected = handoff_expected();
     let d = domain("ho-fork", 4);
     let server = spawn_server(&d);
     let dc = d.0.clone();
