@@ -27,7 +27,7 @@
 //! sleepers' peers are alive (pid + start time), so a killed peer gives
 //! [`Error::DeadEndpoint`] within ~10-20 ms.
 
-use crate::bell::Bells;
+use crate::bell::{Bells, Kind};
 use crate::domain::*;
 use crate::error::{Error, Result};
 use crate::message::{Message, MsgKind};
@@ -341,9 +341,16 @@ fn wait_inner<R>(
         };
         // A reply wait in Block mode with hand-offs on traps until the replier answers
         // (see `handoff.rs`); without a watchdog (which answers the trap if the peer
-        // dies) it sleeps as below.
+        // dies), and when our thread may run on one CPU only (a hand-off could not move
+        // it, and its eventfd doorbell is the cheaper sleep), it sleeps as below.
         if handoff && mode == WaitMode::Block && tmo.is_none() {
-            if let Some(fd) = trap_listener(me) {
+            if coarse == 0 {
+                coarse = sys::coarse_ns();
+            }
+            if let Some(fd) = (watch.bell_kind(coarse) == Kind::Pipe)
+                .then(|| trap_listener(me))
+                .flatten()
+            {
                 if watch.arm(peer, v, Sleep::Trap(fd)) {
                     me.sleeping.store(SLEEP_TRAP, Ordering::SeqCst);
                     // Once a waker has swapped our announcement away it answers a trap, so

@@ -203,6 +203,34 @@ fn forked_child_run(dc: &ustack_ipc::Domain, c: &mut ustack_ipc::Endpoint) -> Re
     }
 }
 
+/// A client thread that may run on one CPU only cannot be moved by a hand-off: it waits
+/// for its reply on its eventfd doorbell (the cheaper sleep), and gets it.
+#[test]
+fn a_client_pinned_to_one_cpu_sleeps_on_its_doorbell() {
+    let _serial = serial();
+    let d = domain("ho-pin", 4);
+    let mut s = d.bind_as(0, "server").unwrap();
+    s.set_wait_mode(WaitMode::Block);
+    let dc = d.0.clone();
+    let client = std::thread::spawn(move || {
+        pin_to_one_cpu();
+        let mut c = dc.bind_as(1, "client").unwrap();
+        c.set_wait_mode(WaitMode::Block);
+        c.set_handoff(true);
+        c.sendrec(0, &Message::new(7)).map(|m| m.u64_at(0))
+    });
+    let m = s.receive(ANY).unwrap();
+    // 2: asleep on the eventfd doorbell (4 would be a trap).
+    let asleep = eventually(Duration::from_secs(5), || {
+        debug::trap_state(&d, 1).is_some_and(|(_, sl)| sl != 0)
+    });
+    let state = debug::trap_state(&d, 1);
+    s.send(m.source, &Message::new(1).with_u64(0, 42)).unwrap();
+    assert_eq!(client.join().unwrap(), Ok(42));
+    assert!(asleep);
+    assert_eq!(state.map(|(_, sl)| sl), Some(2), "{state:?}");
+}
+
 /// A client thread in hand-off mode sends a request the server never answers (if
 /// `taken`, the server takes it; else it stays in the client's outbox, and the client
 /// waits for the reply in its trap from the start); `disturb` then does something to the

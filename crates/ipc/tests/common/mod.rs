@@ -129,3 +129,24 @@ pub fn forbid_syscall(nr: libc::c_long) -> bool {
             ) == 0
     }
 }
+
+/// Restrict the calling thread to the first CPU it may run on.
+pub fn pin_to_one_cpu() {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; the calls fill / read it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        let first = (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .expect("some CPU");
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(first, &mut one);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
+            0
+        );
+    }
+}
