@@ -65,7 +65,8 @@ int mnx_set_waitmode(int mode); /* 0 adaptive, 1 spin, 2 block */
  * filter, which needs CAP_SYS_ADMIN or no_new_privs, cannot be removed, costs each of the
  * thread's system calls a BPF run, and keeps children it forks from installing seccomp
  * user-notification filters of their own while it is in use). 1: on, 0: this thread
- * cannot (it keeps using its doorbells), < 0: error. */
+ * cannot (it keeps using its doorbells), < 0: error. USTACK_IPC_HANDOFF=1 in the
+ * environment turns it on for every endpoint bound from then on. */
 int mnx_set_handoff(int on);
 
 int mnx_send(int dst, const mnx_message_t *m);

@@ -559,13 +559,12 @@ fn ustack_pingpong(cx: &Ctx, bench: &str, mode: UMode) -> anyhow::Result<f64> {
     let r = (|| -> anyhow::Result<f64> {
         let mut c = bind_slot(&cx.dom, 0, "bench-client")?;
         c.set_wait_mode(mode.0);
-        // Where the client thread may not trap, it waits on its doorbells (the row then
-        // measures plain Block mode, and we say so once).
+        // Set either way, whatever USTACK_IPC_HANDOFF says. Where the client thread may
+        // not trap, it waits on its doorbells (the row then measures plain Block mode,
+        // and we say so once).
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if mode.1
-            && !c.set_handoff(true)
-            && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
+        let can = c.set_handoff(mode.1);
+        if mode.1 && !can && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
                 "note: hand-offs are not available here (Linux >= 6.6 and CAP_SYS_ADMIN or \
                  no_new_privs needed): the block+handoff rows measure plain Block mode"

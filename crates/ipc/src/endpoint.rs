@@ -484,7 +484,7 @@ impl Endpoint {
         Endpoint {
             watch,
             bells: RefCell::new(Bells::default()),
-            handoff: false,
+            handoff: crate::handoff::default_on(),
             dom,
             slot,
             gen,
@@ -520,7 +520,8 @@ impl Endpoint {
         self.mode
     }
 
-    /// Hand-off replies for `sendrec` in [`WaitMode::Block`] (default off). With it on, a
+    /// Hand-off replies for `sendrec` in [`WaitMode::Block`] (default off, or on where
+    /// the environment has `USTACK_IPC_HANDOFF=1` when the endpoint is bound). With it on, a
     /// `sendrec` caller waits for its reply in a seccomp user-notification trap, and the
     /// replying server hands its CPU over to it (Linux 6.6+
     /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP`): both sides still sleep in the kernel, but

@@ -91,6 +91,21 @@ thread_local! {
     static LISTENER: Cell<i32> = const { Cell::new(TRAP_NONE) };
 }
 
+/// The environment variable that switches hand-offs on for every endpoint the process
+/// binds from then on (`1`, `on`, `true` or `yes`), e.g. for a program that cannot call
+/// `set_handoff` / `mnx_set_handoff` itself.
+pub const ENV: &str = "USTACK_IPC_HANDOFF";
+
+/// Whether a new endpoint starts with hand-offs on (see [`ENV`]; read at each bind).
+pub(crate) fn default_on() -> bool {
+    std::env::var(ENV).is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "on" | "true" | "yes"
+        )
+    })
+}
+
 /// In a `fork`ed child (atfork handler; async-signal-safe): the child's thread inherits
 /// its parent thread's filter and a copy of its listener, which the child must not use
 /// (its traps would go to the parent's repliers). It closes that copy and tries a filter

@@ -133,5 +133,6 @@ pub use arena::{ArenaBuf, ARENA_CHUNK, DEFAULT_ARENA_SIZE, MAX_ARENA_SIZE};
 pub use domain::{Domain, DomainConfig, WaitMode, DEFAULT_MAX_COPY, MAX_ENDPOINTS_LIMIT};
 pub use endpoint::{Endpoint, ANY};
 pub use error::{Error, Result};
+pub use handoff::ENV as HANDOFF_ENV;
 pub use introspect::{DomainInfo, EndpointInfo};
 pub use message::{Message, MsgKind, MESSAGE_SIZE, PAYLOAD_SIZE};

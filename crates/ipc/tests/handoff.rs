@@ -231,6 +231,44 @@ fn a_client_pinned_to_one_cpu_sleeps_on_its_doorbell() {
     assert_eq!(state.map(|(_, sl)| sl), Some(2), "{state:?}");
 }
 
+/// `USTACK_IPC_HANDOFF=1` in the environment switches hand-offs on for endpoints bound
+/// from then on, without `set_handoff`; `0` leaves them off.
+#[test]
+fn the_environment_switches_handoffs_on() {
+    let _serial = serial();
+    let expected = handoff_expected();
+    for (value, on) in [("1", true), ("0", false)] {
+        let d = domain("ho-env", 4);
+        let server = spawn_server(&d);
+        let before = debug::handoffs();
+        let dc = d.0.clone();
+        let child = fork_child(move || {
+            // SAFETY: a forked child has a single thread: nothing reads the environment
+            // concurrently.
+            unsafe { std::env::set_var(ustack_ipc::HANDOFF_ENV, value) };
+            let mut c = dc.bind_as(1, "client").unwrap();
+            c.set_wait_mode(WaitMode::Block);
+            for i in 0..50u64 {
+                let r = c.sendrec(0, &Message::new(2).with_u64(0, i));
+                if r.map(|m| m.u64_at(0)) != Ok(i + 1) {
+                    return 3;
+                }
+            }
+            c.sendrec(0, &Message::new(99)).map_or(4, |_| 0)
+        });
+        let guard = ChildGuard(child);
+        assert_eq!(wait_child(child, Duration::from_secs(30)), 0);
+        std::mem::forget(guard);
+        server.join().unwrap();
+        let answered = debug::handoffs() - before;
+        if on && expected {
+            assert!(answered >= 50, "{value}: only {answered} hand-offs");
+        } else {
+            assert_eq!(answered, 0, "{value}");
+        }
+    }
+}
+
 /// A client thread in hand-off mode sends a request the server never answers (if
 /// `taken`, the server takes it; else it stays in the client's outbox, and the client
 /// waits for the reply in its trap from the start); `disturb` then does something to the
