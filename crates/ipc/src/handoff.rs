@@ -334,3 +334,53 @@ pub(crate) fn release(listener: RawFd, owner: &Slot) {
     }
     unclaim(owner);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Domain, DomainConfig};
+
+    /// A claim held by a live process stands; one held by a process that has exited
+    /// (a zombie, not yet reaped) or is gone is taken over.
+    #[test]
+    fn a_claim_of_a_dead_process_is_taken_over() {
+        let d = Domain::create(
+            &format!("u-ho-claim-{}", std::process::id()),
+            DomainConfig::default(),
+        )
+        .unwrap();
+        let s = d.slot(0);
+        let fork = |ms: u64| {
+            // SAFETY: the child only sleeps and `_exit`s.
+            let c = unsafe { libc::fork() };
+            assert!(c >= 0);
+            if c == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                // SAFETY: ends the child without unwinding into the test harness.
+                unsafe { libc::_exit(0) };
+            }
+            c
+        };
+        let (live, zombie) = (fork(5000), fork(0));
+        // Let the second child exit; it stays a zombie until reaped below.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        s.trap_claim.store(live as u32, Ordering::Release);
+        let held = claim(s);
+        s.trap_claim.store(zombie as u32, Ordering::Release);
+        let taken = claim(s) && s.trap_claim.load(Ordering::Acquire) == crate::sys::getpid();
+        unclaim(s);
+        let free = claim(s);
+        unclaim(s);
+        for c in [live, zombie] {
+            // SAFETY: killing and reaping our own children.
+            unsafe {
+                libc::kill(c, libc::SIGKILL);
+                libc::waitpid(c, std::ptr::null_mut(), 0);
+            }
+        }
+        d.end().unwrap();
+        assert!(!held, "took over a live process's claim");
+        assert!(taken, "a zombie's claim was not taken over");
+        assert!(free);
+    }
+}
