@@ -223,11 +223,7 @@ fn client_server(tag: &str, threads: usize, procs: usize, per_proc: usize, one_c
         }
         serve(&ds, clients, 7)
     });
-    assert!(eventually(Duration::from_secs(5), || d
-        .info()
-        .endpoints
-        .len()
-        == 1));
+    assert!(wait_bound(&d, 1));
     let workers: Vec<_> = (0..threads)
         .map(|i| {
             let dc = d.0.clone();

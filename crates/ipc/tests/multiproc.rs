@@ -32,11 +32,7 @@ fn cross_process_sendrec_in_every_wait_mode() {
         let mut c = d.bind("client").unwrap();
         c.set_wait_mode(mode);
         let sid = d.endpoint_of_slot(1);
-        assert!(eventually(Duration::from_secs(5), || d
-            .info()
-            .endpoints
-            .len()
-            == 2));
+        assert!(wait_bound(&d, 2));
         for i in 0..2000u64 {
             let r = c.sendrec(sid, &Message::new(1).with_u64(0, i)).unwrap();
             assert_eq!((r.u64_at(0), r.source), (i + 1, sid));
@@ -82,11 +78,7 @@ fn a_server_whose_main_thread_exited_is_not_dead() {
         4
     }));
     let sid = d.endpoint_of_slot(1);
-    assert!(eventually(Duration::from_secs(5), || d
-        .info()
-        .endpoints
-        .len()
-        == 1));
+    assert!(wait_bound(&d, 1));
     let state = std::fs::read_to_string(format!("/proc/{}/stat", child.0)).unwrap_or_default();
     assert!(
         state.contains(") Z "),
@@ -135,11 +127,7 @@ fn kill_during(
         std::thread::sleep(Duration::from_secs(30));
         0
     }));
-    assert!(eventually(Duration::from_secs(5), || d
-        .info()
-        .endpoints
-        .len()
-        == 1));
+    assert!(wait_bound(&d, 1));
     let mut me = d.bind("survivor").unwrap();
     me.set_wait_mode(mode);
     let pid = child.0;

@@ -150,3 +150,8 @@ pub fn pin_to_one_cpu() {
         );
     }
 }
+
+/// Wait (at most 5 s) until `n` endpoints are bound in `d`, e.g. by a forked child.
+pub fn wait_bound(d: &Domain, n: usize) -> bool {
+    eventually(Duration::from_secs(5), || d.info().endpoints.len() == n)
+}
