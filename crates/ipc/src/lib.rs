@@ -75,23 +75,28 @@ pub mod debug {
     /// Endpoint `ep`'s hand-off state: (published listener descriptor, -1 none, -2 a
     /// replier could not reach it; its `sleeping` word, 4 while it waits in a trap).
     pub fn trap_state(dom: &crate::Domain, ep: i32) -> Option<(i32, u32)> {
-        let slot = dom.resolve(ep).ok()?;
-        let s = dom.slot(slot);
-        Some((
-            s.trap_fd.load(Ordering::Acquire),
-            s.sleeping.load(Ordering::Acquire),
-        ))
+        slot_of(dom, ep).map(|s| {
+            (
+                s.trap_fd.load(Ordering::Acquire),
+                s.sleeping.load(Ordering::Acquire),
+            )
+        })
     }
 
     /// The doorbell descriptors endpoint `ep` of `dom` published: (eventfd, pipe write
     /// end); -1 for none yet, -2 (eventfd) when a waker was refused them.
     pub fn doorbells(dom: &crate::Domain, ep: i32) -> Option<(i32, i32)> {
-        let slot = dom.resolve(ep).ok()?;
-        let s = dom.slot(slot);
-        Some((
-            s.bell_fd.load(Ordering::Acquire),
-            s.pipe_fd.load(Ordering::Acquire),
-        ))
+        slot_of(dom, ep).map(|s| {
+            (
+                s.bell_fd.load(Ordering::Acquire),
+                s.pipe_fd.load(Ordering::Acquire),
+            )
+        })
+    }
+
+    /// The slot of endpoint `ep` in `dom`, if it names one.
+    fn slot_of(dom: &crate::Domain, ep: i32) -> Option<&crate::domain::Slot> {
+        dom.resolve(ep).ok().map(|i| dom.slot(i))
     }
 
     /// Lower the calling process's descriptor limit so that no new descriptor can be had

@@ -36,6 +36,18 @@ fn cpu() -> u64 {
     unsafe { libc::sched_getcpu() as u64 }
 }
 
+/// `n` `sendrec` round trips of type `ty` to endpoint 0 (the servers here), each reply
+/// checked (request + 1).
+fn round_trips(c: &mut ustack_ipc::Endpoint, n: u64, ty: u16) -> Result<(), String> {
+    for i in 0..n {
+        let r = c.sendrec(0, &Message::new(ty).with_u64(0, i));
+        if r.map(|m| m.u64_at(0)) != Ok(i + 1) {
+            return Err(format!("round trip {i}: {r:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// A Block-mode server thread in this process answering `sendrec`s with (request + 1,
 /// its CPU) until a request of type 99; it takes 200 µs over requests of type 2, so that
 /// their client is surely waiting (trapped) when the reply comes.
@@ -76,11 +88,8 @@ fn replies_are_handed_off_to_a_client_process() {
         }
         // Fast round trips: often the reply is there before we trap (the woken server
         // ran first on our CPU); every reply must be right.
-        for i in 0..N {
-            let r = c.sendrec(0, &Message::new(1).with_u64(0, i)).unwrap();
-            if r.u64_at(0) != i + 1 {
-                return 3;
-            }
+        if round_trips(&mut c, N, 1).is_err() {
+            return 3;
         }
         // Slow ones: we are trapped when each reply comes, and a hand-off resumes us on
         // the replier's CPU.
@@ -137,70 +146,56 @@ fn a_forked_child_of_a_handoff_thread_uses_doorbells() {
 
 fn forked_child_run(dc: &ustack_ipc::Domain, c: &mut ustack_ipc::Endpoint) -> Result<(), String> {
     let expected = handoff_expected();
-    {
-        c.set_wait_mode(WaitMode::Block);
-        if c.set_handoff(true) != expected {
-            return Err("set_handoff in the parent".into());
-        }
-        let round = |c: &mut ustack_ipc::Endpoint, n: u64, ty: u16| -> Result<(), String> {
-            for i in 0..n {
-                let r = c.sendrec(0, &Message::new(ty).with_u64(0, i));
-                if r.map(|m| m.u64_at(0)) != Ok(i + 1) {
-                    return Err(format!("round trip {i}: {r:?}"));
-                }
-            }
-            Ok(())
-        };
-        let before = debug::handoffs();
-        round(c, 20, 2)?;
-        // A fast round trip: the server has counted the last slow reply when it answers.
-        round(c, 1, 1)?;
-        if expected && debug::handoffs() - before < 20 {
-            return Err("the replies before the fork were not hand-offs".into());
-        }
-        let listener = debug::trap_state(dc, 1).map_or(-1, |(fd, _)| fd);
-        if expected != (listener >= 0) {
-            return Err(format!("parent's listener {listener}"));
-        }
-        let dcc = dc.clone();
-        let child = fork_child(move || {
-            // SAFETY: F_GETFD on a descriptor number; no memory is passed.
-            if listener >= 0 && unsafe { libc::fcntl(listener, libc::F_GETFD) } != -1 {
-                return 2; // the parent's listener is still open here
-            }
-            let Ok(mut k) = dcc.bind_as(2, "child") else {
-                return 3;
-            };
-            k.set_wait_mode(WaitMode::Block);
-            if k.set_handoff(true) {
-                return 4; // a listener of its own while the parent's is open?
-            }
-            let t0 = Instant::now();
-            for i in 0..300u64 {
-                let r = k.sendrec(0, &Message::new(1).with_u64(0, i));
-                if r.map(|m| m.u64_at(0)) != Ok(i + 1) {
-                    return 5;
-                }
-            }
-            if t0.elapsed() > Duration::from_secs(5) {
-                return 6;
-            }
-            0
-        });
-        let guard = ChildGuard(child);
-        let code = wait_child(child, Duration::from_secs(30));
-        std::mem::forget(guard);
-        if code != 0 {
-            return Err(format!("child exited with {code}"));
-        }
-        let before = debug::handoffs();
-        round(c, 20, 2)?;
-        round(c, 1, 1)?;
-        if expected && debug::handoffs() - before < 20 {
-            return Err("the parent's replies stopped being hand-offs".into());
-        }
-        Ok(())
+    c.set_wait_mode(WaitMode::Block);
+    if c.set_handoff(true) != expected {
+        return Err("set_handoff in the parent".into());
     }
+    let before = debug::handoffs();
+    round_trips(c, 20, 2)?;
+    // A fast round trip: the server has counted the last slow reply when it answers.
+    round_trips(c, 1, 1)?;
+    if expected && debug::handoffs() - before < 20 {
+        return Err("the replies before the fork were not hand-offs".into());
+    }
+    let listener = debug::trap_state(dc, 1).map_or(-1, |(fd, _)| fd);
+    if expected != (listener >= 0) {
+        return Err(format!("parent's listener {listener}"));
+    }
+    let dcc = dc.clone();
+    let child = fork_child(move || {
+        // SAFETY: F_GETFD on a descriptor number; no memory is passed.
+        if listener >= 0 && unsafe { libc::fcntl(listener, libc::F_GETFD) } != -1 {
+            return 2; // the parent's listener is still open here
+        }
+        let Ok(mut k) = dcc.bind_as(2, "child") else {
+            return 3;
+        };
+        k.set_wait_mode(WaitMode::Block);
+        if k.set_handoff(true) {
+            return 4; // a listener of its own while the parent's is open?
+        }
+        let t0 = Instant::now();
+        if round_trips(&mut k, 300, 1).is_err() {
+            return 5;
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            return 6;
+        }
+        0
+    });
+    let guard = ChildGuard(child);
+    let code = wait_child(child, Duration::from_secs(30));
+    std::mem::forget(guard);
+    if code != 0 {
+        return Err(format!("child exited with {code}"));
+    }
+    let before = debug::handoffs();
+    round_trips(c, 20, 2)?;
+    round_trips(c, 1, 1)?;
+    if expected && debug::handoffs() - before < 20 {
+        return Err("the parent's replies stopped being hand-offs".into());
+    }
+    Ok(())
 }
 
 /// A client thread that may run on one CPU only cannot be moved by a hand-off: it waits
@@ -248,11 +243,8 @@ fn the_environment_switches_handoffs_on() {
             unsafe { std::env::set_var(ustack_ipc::HANDOFF_ENV, value) };
             let mut c = dc.bind_as(1, "client").unwrap();
             c.set_wait_mode(WaitMode::Block);
-            for i in 0..50u64 {
-                let r = c.sendrec(0, &Message::new(2).with_u64(0, i));
-                if r.map(|m| m.u64_at(0)) != Ok(i + 1) {
-                    return 3;
-                }
+            if round_trips(&mut c, 50, 2).is_err() {
+                return 3;
             }
             c.sendrec(0, &Message::new(99)).map_or(4, |_| 0)
         });
@@ -401,14 +393,8 @@ fn a_client_that_may_not_install_a_filter_uses_its_doorbells() {
         if c.set_handoff(true) {
             return 3;
         }
-        for i in 0..200 {
-            if c.sendrec(0, &Message::new(1).with_u64(0, i))
-                .unwrap()
-                .u64_at(0)
-                != i + 1
-            {
-                return 4;
-            }
+        if round_trips(&mut c, 200, 1).is_err() {
+            return 4;
         }
         c.sendrec(0, &Message::new(99)).unwrap();
         0
@@ -451,14 +437,7 @@ fn a_server_that_cannot_reach_the_listener_makes_the_client_use_its_doorbells() 
     c.set_wait_mode(WaitMode::Block);
     assert_eq!(c.set_handoff(true), expected);
     let t0 = Instant::now();
-    for i in 0..300 {
-        assert_eq!(
-            c.sendrec(0, &Message::new(1).with_u64(0, i))
-                .unwrap()
-                .u64_at(0),
-            i + 1
-        );
-    }
+    assert_eq!(round_trips(&mut c, 300, 1), Ok(()));
     // The first reply waits for the client's watchdog (one period); then no more traps.
     assert!(
         t0.elapsed() < Duration::from_secs(2),
