@@ -37,7 +37,8 @@ pub use error::{BindError, ConnectError, IcmpError, UdpError};
 pub use frag::ReasmLimits;
 pub use stack::{Config, EchoReply, Limits, Stack};
 pub use tcp::TcpError;
-pub use tcp_table::{TcpHandle, TcpInfo, TcpStatus};
+pub use tcp_api::SocketEvent;
+pub use tcp_table::{Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus};
 pub use transparent::{
     EchoRequestInfo, PendingSyn, PendingSynId, Refuse, TransparentConfig, TransparentCounters,
     UdpAnyHandle,

@@ -520,6 +520,7 @@ impl Stack {
                     DstUnreachable::FragRequired => return,
                     _ => Some(UdpError::NoRoute),
                 };
+                self.udp.notify_port(local_port);
             }
             IpProtocol::Tcp => {
                 let local = SocketAddrV4::new(header.src, local_port);
@@ -558,7 +559,10 @@ impl Stack {
         let limits = self.udp.limits();
         match self.udp.lookup_mut(from, repr.dst_port, ip_bcast) {
             Some(sock) => match sock.deliver(from, pkt.payload_ref(), limits) {
-                Deliver::Queued => c.InDatagrams += 1,
+                Deliver::Queued => {
+                    c.InDatagrams += 1;
+                    self.udp.notify_port(repr.dst_port);
+                }
                 Deliver::QueueFull => {
                     c.RcvbufErrors += 1;
                     c.InErrors += 1;

@@ -12,7 +12,19 @@ use crate::error::{BindError, ConnectError};
 use crate::iface::Iface;
 use crate::stack::Stack;
 use crate::tcp::{rst_for_unmatched, IcmpUnreachable, TcpError};
-use crate::tcp_table::{Demux, TcpHandle, TcpInfo, TcpStatus};
+use crate::tcp_table::{Demux, Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus};
+use crate::udp::UdpHandle;
+
+/// One entry of [`Stack::take_events`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketEvent {
+    /// A TCP connection or listener, with its readiness now.
+    Tcp(TcpHandle, Readiness),
+    /// A UDP socket received a datagram or an error.
+    Udp(UdpHandle),
+    /// Transparent mode: a held SYN waits for `tcp_next_pending_syn`.
+    PendingSyn,
+}
 use crate::time::{Duration, Instant};
 
 /// Emit closure shared by receive and poll: frame a segment and send it.
@@ -142,12 +154,8 @@ impl Stack {
             | DstUnreachable::AdminProhibited => IcmpUnreachable::AdminProhibited,
             _ => IcmpUnreachable::Other,
         };
-        if let Some(idx) = self
-            .tcp
-            .icmp(local, remote, |c| c.on_icmp_unreachable(now, kind))
-        {
-            self.tcp.after_activity(idx);
-        }
+        self.tcp
+            .icmp(local, remote, |c| c.on_icmp_unreachable(now, kind));
     }
 
     // ------------------------------------------------------------------
@@ -205,18 +213,17 @@ impl Stack {
 
     /// Queue data; returns how much was taken (0 = send buffer full).
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
-        self.tcp.conn_mut(h)?.send(data)
+        self.tcp.with_conn(h, |c| c.send(data))?
     }
 
     /// Read received data; `Ok(0)` = end of stream, `WouldBlock` = nothing yet.
     pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, TcpError> {
-        self.tcp.conn_mut(h)?.recv(buf)
+        self.tcp.with_conn(h, |c| c.recv(buf))?
     }
 
     /// Send FIN after the queued data (`shutdown(SHUT_WR)`).
     pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), TcpError> {
-        self.tcp.conn_mut(h)?.shutdown();
-        Ok(())
+        self.tcp.with_conn(h, |c| c.shutdown())
     }
 
     /// Release the handle: FIN (or RST if unread data / linger 0); the
@@ -231,8 +238,7 @@ impl Stack {
     }
 
     pub fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
-        self.tcp.conn_mut(h)?.set_nodelay(on);
-        Ok(())
+        self.tcp.with_conn(h, |c| c.set_nodelay(on))
     }
 
     pub fn tcp_set_keepalive(
@@ -240,17 +246,43 @@ impl Stack {
         h: TcpHandle,
         interval: Option<Duration>,
     ) -> Result<(), TcpError> {
-        self.tcp.conn_mut(h)?.set_keepalive(interval);
-        Ok(())
+        self.tcp.with_conn(h, |c| c.set_keepalive(interval))
     }
 
     pub fn tcp_set_linger_zero(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
-        self.tcp.conn_mut(h)?.set_linger_zero(on);
-        Ok(())
+        self.tcp.with_conn(h, |c| c.set_linger_zero(on))
     }
 
     pub fn tcp_status(&self, h: TcpHandle) -> Result<TcpStatus, TcpError> {
         self.tcp.status(h)
+    }
+
+    /// The readiness of a TCP socket now (see [`Readiness`]).
+    pub fn tcp_readiness(&self, h: TcpHandle) -> Result<Readiness, TcpError> {
+        self.tcp.readiness(h)
+    }
+
+    /// Hand over every socket whose readiness changed since the last call
+    /// (epoll's ready list): TCP connections that became readable (new
+    /// data, end of stream, an error), writable, connected or closed,
+    /// listeners with a connection to accept, UDP sockets with a datagram
+    /// or an error, and held SYNs waiting for a decision (transparent
+    /// mode). Edge-triggered: a socket is reported when it *gains*
+    /// something, so a caller that stops short of `WouldBlock` must come
+    /// back to it on its own. Work is proportional to the events, not to
+    /// the sockets held.
+    pub fn take_events(&mut self, out: &mut dyn FnMut(SocketEvent)) {
+        self.tcp
+            .take_events(&mut |h, r| out(SocketEvent::Tcp(h, r)));
+        self.udp.take_events(&mut |h| out(SocketEvent::Udp(h)));
+        if self.take_pending_syn_event() {
+            out(SocketEvent::PendingSyn);
+        }
+    }
+
+    /// The TCP scheduler's state (diagnostics and tests).
+    pub fn tcp_sched_stats(&self) -> TcpSchedStats {
+        self.tcp.sched_stats()
     }
 
     /// Every TCP socket (listeners, connections, orphans), for `ss`-like views.

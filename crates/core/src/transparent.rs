@@ -190,6 +190,8 @@ pub(crate) struct Transparent {
     order: VecDeque<(u64, Instant)>,
     /// Held SYNs not yet reported to the application.
     fresh: VecDeque<u64>,
+    /// A SYN was held since the last `take_events` (an event is due).
+    syn_event: bool,
     next_id: u64,
     udp_any: Option<(u32, DgramQueue<(SocketAddrV4, SocketAddrV4)>)>,
     udp_generation: u32,
@@ -205,6 +207,7 @@ impl Transparent {
             by_tuple: HashMap::with_hasher(KeyedState::new(secret, 0x7470_0002)),
             order: VecDeque::new(),
             fresh: VecDeque::new(),
+            syn_event: false,
             next_id: 1,
             udp_any: None,
             udp_generation: 0,
@@ -257,6 +260,7 @@ impl Transparent {
         self.order
             .push_back((id, now + self.cfg.pending_syn_timeout));
         self.fresh.push_back(id);
+        self.syn_event = true;
         self.counters.syns_held += 1;
     }
 }
@@ -480,6 +484,13 @@ impl Stack {
                 t.counters.syns_dropped += 1;
             }
         }
+    }
+
+    /// Whether a SYN was held since the last call (cleared).
+    pub(crate) fn take_pending_syn_event(&mut self) -> bool {
+        self.transparent
+            .as_deref_mut()
+            .is_some_and(|t| std::mem::take(&mut t.syn_event))
     }
 
     pub(crate) fn transparent_poll_at(&self) -> Option<Instant> {

@@ -40,6 +40,8 @@ pub(crate) struct UdpSocket {
     rx_data: VecDeque<u8>,
     rx_meta: VecDeque<(usize, SocketAddrV4)>,
     pub pending_error: Option<UdpError>,
+    /// Queued in the table's event list.
+    ev_queued: bool,
 }
 
 #[derive(Debug)]
@@ -64,6 +66,9 @@ pub(crate) struct UdpTable {
     rcvbuf_datagrams: usize,
     secret: [u8; 16],
     next_ephemeral: u32,
+    /// Sockets that received a datagram or an error since the last
+    /// `take_events`.
+    events: Vec<UdpHandle>,
 }
 
 impl UdpTable {
@@ -83,6 +88,42 @@ impl UdpTable {
             rcvbuf_datagrams,
             secret,
             next_ephemeral: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// The socket bound to `port` received something: raise an event.
+    pub(crate) fn notify_port(&mut self, port: u16) {
+        let Some(&idx) = self.by_port.get(&port) else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return;
+        };
+        let generation = slot.generation;
+        if let Some(s) = slot.socket.as_mut() {
+            if !s.ev_queued {
+                s.ev_queued = true;
+                self.events.push(UdpHandle {
+                    index: idx,
+                    generation,
+                });
+            }
+        }
+    }
+
+    /// Hand over the sockets with news since the last call.
+    pub(crate) fn take_events(&mut self, out: &mut dyn FnMut(UdpHandle)) {
+        let mut events = std::mem::take(&mut self.events);
+        for h in &events {
+            if let Ok(s) = self.get_mut(*h) {
+                s.ev_queued = false;
+                out(*h);
+            }
+        }
+        events.clear();
+        if self.events.is_empty() {
+            self.events = events;
         }
     }
 
@@ -127,6 +168,7 @@ impl UdpTable {
             rx_data: VecDeque::new(),
             rx_meta: VecDeque::new(),
             pending_error: None,
+            ev_queued: false,
         };
         let index = match self.free.pop() {
             Some(i) => i,
