@@ -4,28 +4,43 @@
 //!
 //! # Locking
 //!
-//! One `Mutex<Inner>` holds both the [`Stack`] and the device. Every device
-//! access is paired with a stack access anyway — a received frame goes
-//! straight into `Stack::receive`, and frames are only transmitted from inside
-//! `Stack::receive`/`Stack::poll` through the `tx` closure — so a separate
-//! device mutex would always be taken nested inside the stack lock: one more
-//! atomic round trip per frame and a lock order to get right, for no extra
-//! parallelism. Keeping both behind one lock lets the `tx` closure borrow the
-//! device and the transmit backlog disjointly from the stack.
+//! Two locks, always taken in this order when both are needed:
 //!
-//! # Threads
+//! 1. the stack lock (`Mutex<Inner>`): the [`Stack`], the waiters, the
+//!    pollers, and the frames the stack produced since they were last
+//!    handed to the device;
+//! 2. the device lock (`Mutex<DevSide>`): the device and its transmit
+//!    backlog.
+//!
+//! No device I/O and no wake-up system call happens under the stack lock.
+//! Frames the stack transmits (from `receive`, `poll` or a socket call) are
+//! appended to a batch under the stack lock; before the stack lock is
+//! released, the device lock is taken and the batch swapped into the device
+//! side (both buffers keep their capacity: no allocation in steady state),
+//! then the stack lock is released and the batch written. Taking the device
+//! lock before releasing the stack lock keeps batches in the order the stack
+//! produced them (two threads cannot overtake each other), while other
+//! threads already run socket calls. The stack thread reads a burst of
+//! frames from the device holding only the device lock, then takes the
+//! stack lock to process them.
+//!
+//! # Threads and wake-ups
 //!
 //! Application threads lock, run the socket operation, then call
 //! `Stack::poll` so whatever the operation produced (a SYN, data, a window
 //! update) leaves right away from the calling thread. They park only when
-//! they must block, after registering what they wait for (an `Interest`:
-//! readable, writable, acceptable, connected, ...). After each iteration
-//! that received frames or ran timers, the stack thread checks the
-//! registered interests against the stack and unparks only the threads
-//! whose socket became ready — a thousand idle connections do not all wake
-//! up for every packet. When an operation moves `poll_at` earlier than the deadline the
-//! stack thread sleeps until, or leaves frames in the transmit backlog, the
-//! caller kicks the stack thread's `eventfd`.
+//! they must block, after registering what they wait for (an `Interest`
+//! keyed by socket). Whoever drives the stack (the stack thread after a
+//! burst of frames or timers, an application thread after its operation)
+//! then takes the stack's readiness events (`Stack::take_events`: the
+//! sockets that gained something) and wakes only the waiters and pollers
+//! registered on those sockets: the cost of a wake-up is independent of
+//! the number of connections and of blocked threads. The threads to unpark
+//! are collected under the lock and unparked after it is released.
+//!
+//! When an operation moves the next deadline earlier than the stack
+//! thread's sleep, or leaves frames in the transmit backlog, the caller
+//! kicks the stack thread's `eventfd`.
 //!
 //! # Device deadlines
 //!
@@ -35,10 +50,11 @@
 //! on time, and application threads kick it when their output moved the
 //! device's deadline earlier than the thread's wake-up time.
 
-use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
 use std::thread::{JoinHandle, Thread};
@@ -46,7 +62,9 @@ use std::time::Duration;
 
 use ustack_core::tcp::State;
 use ustack_core::time::Instant;
-use ustack_core::{Config, Counters, EchoReply, Stack, TcpHandle, UdpHandle};
+use ustack_core::{
+    Config, Counters, EchoReply, Readiness, SocketEvent, Stack, TcpHandle, UdpHandle,
+};
 use ustack_dev::Device;
 
 use crate::error::IntoIoError;
@@ -60,6 +78,10 @@ const MAX_POLL_ROUNDS: usize = 8;
 const RX_ERROR_BACKOFF: Duration = Duration::from_millis(10);
 /// Echo replies kept for `Net::ping` callers that have not collected them.
 const MAX_ECHO_BACKLOG: usize = 64;
+/// `sleep_until` value: the stack thread is awake (or about to look again).
+const AWAKE: u64 = 0;
+/// `sleep_until` value: the stack thread sleeps until a frame or a kick.
+const FOREVER: u64 = u64::MAX;
 
 /// Tunables of the runtime (not of the stack: those are in [`Config`]).
 #[derive(Debug, Clone)]
@@ -115,9 +137,20 @@ pub struct RuntimeStats {
     pub rx_errors: u64,
     /// Stack thread loop iterations.
     pub loops: u64,
-    /// Parked application threads woken because their socket became ready
-    /// (or for a shutdown/abort that concerns everyone).
+    /// Parked application threads (and pollers) woken because their socket
+    /// became ready (or for a shutdown/abort that concerns them).
     pub wakeups: u64,
+    /// Readiness events taken from the stack.
+    pub events: u64,
+}
+
+/// Device-side statistics, kept under the device lock.
+#[derive(Debug, Clone, Copy, Default)]
+struct TxStats {
+    tx_frames: u64,
+    tx_would_block: u64,
+    tx_backlog_drops: u64,
+    tx_errors: u64,
 }
 
 /// Whether a `poll_at` deadline has come.
@@ -141,8 +174,16 @@ fn stack_time(epoch: std::time::Instant, t: std::time::Instant) -> Instant {
     Instant::from_micros(u64::try_from(us).unwrap_or(u64::MAX))
 }
 
-/// What a parked thread waits for; the stack thread unparks it when the
-/// condition holds (or the socket is gone, or has an error).
+/// A socket, as waiters and pollers name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum SockKey {
+    Tcp(TcpHandle),
+    Udp(UdpHandle),
+}
+
+/// What a parked thread waits for; it is unparked when an event for its
+/// socket arrives and the condition holds (or the socket is gone, or has an
+/// error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Interest {
     /// Data, EOF or an error to read.
@@ -155,11 +196,24 @@ pub(crate) enum Interest {
     TcpConnect(TcpHandle),
     /// A datagram or an error.
     UdpRecv(UdpHandle),
-    /// Anything that changed (echo replies, UDP send space).
+    /// Anything that changed (echo replies, UDP send space): woken after
+    /// every burst of activity. Only a few such waiters exist (pings,
+    /// datagram senders facing a full transmit queue).
     Any,
 }
 
 impl Interest {
+    fn key(self) -> Option<SockKey> {
+        match self {
+            Interest::TcpRead(h)
+            | Interest::TcpWrite(h)
+            | Interest::TcpAccept(h)
+            | Interest::TcpConnect(h) => Some(SockKey::Tcp(h)),
+            Interest::UdpRecv(h) => Some(SockKey::Udp(h)),
+            Interest::Any => None,
+        }
+    }
+
     fn ready(self, stack: &Stack) -> bool {
         let tcp = |h| stack.tcp_status(h);
         match self {
@@ -189,12 +243,34 @@ struct Waiter {
     thread: Thread,
 }
 
-/// What the stack thread is doing, so app threads know when to kick it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sleep {
-    Awake,
-    Until(Instant),
-    Forever,
+/// Frames in one buffer (no allocation per frame): `data` holds them back
+/// to back, `ends` where each ends.
+#[derive(Default)]
+struct FrameBatch {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl FrameBatch {
+    fn push(&mut self, frame: &[u8]) {
+        self.data.extend_from_slice(frame);
+        self.ends.push(self.data.len());
+    }
+    fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+    fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+    fn frames(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let f = self.data.get(start..end).unwrap_or(&[]);
+            start = end;
+            f
+        })
+    }
 }
 
 /// Frames waiting for the device to accept them, in order, with their
@@ -218,7 +294,7 @@ impl TxBacklog {
         self.frames.is_empty()
     }
 
-    fn push(&mut self, frame: &[u8], stats: &mut RuntimeStats) {
+    fn push(&mut self, frame: &[u8], stats: &mut TxStats) {
         if self.frames.len() >= self.limit {
             stats.tx_backlog_drops += 1;
             return;
@@ -231,7 +307,7 @@ impl TxBacklog {
 
     /// Send queued frames until the device is full. Returns true when the
     /// backlog is empty afterwards.
-    fn flush(&mut self, dev: &mut dyn Device, stats: &mut RuntimeStats) -> bool {
+    fn flush(&mut self, dev: &mut dyn Device, stats: &mut TxStats) -> bool {
         while let Some(frame) = self.frames.front() {
             match dev.send(frame) {
                 Ok(()) => stats.tx_frames += 1,
@@ -254,7 +330,7 @@ impl TxBacklog {
 
 /// Transmit one frame now, or queue it behind earlier frames if the device
 /// is (or was) full.
-fn transmit(dev: &mut dyn Device, backlog: &mut TxBacklog, stats: &mut RuntimeStats, frame: &[u8]) {
+fn transmit(dev: &mut dyn Device, backlog: &mut TxBacklog, stats: &mut TxStats, frame: &[u8]) {
     if !backlog.is_empty() {
         backlog.push(frame, stats);
         return;
@@ -273,71 +349,89 @@ fn transmit(dev: &mut dyn Device, backlog: &mut TxBacklog, stats: &mut RuntimeSt
     }
 }
 
-/// Everything behind the runtime's lock.
-pub(crate) struct Inner {
-    pub(crate) stack: Stack,
+/// Everything behind the device lock.
+struct DevSide {
     dev: Box<dyn Device + Send>,
     backlog: TxBacklog,
+    /// The batch being written (swapped with `Inner::out`).
+    batch: FrameBatch,
+    stats: TxStats,
+}
+
+impl DevSide {
+    /// Write `self.batch` to the device (or the backlog) and empty it.
+    fn write_batch(&mut self) {
+        let DevSide {
+            dev,
+            backlog,
+            batch,
+            stats,
+        } = self;
+        for f in batch.frames() {
+            transmit(&mut **dev, backlog, stats, f);
+        }
+        batch.clear();
+    }
+}
+
+/// A registration of a socket with a [`Poller`].
+struct Registration {
+    poller: usize,
+    token: u64,
+    /// In the poller's queue already.
+    queued: bool,
+}
+
+/// A poller's state behind the stack lock.
+#[derive(Default)]
+struct PollerState {
+    /// Registered sockets with news, each at most once.
+    queue: Vec<SockKey>,
+    /// The thread waiting in [`Poller::wait`], if any.
+    waiter: Option<Thread>,
+    /// Keys registered with this poller (removed on drop).
+    count: usize,
+}
+
+/// Everything behind the stack lock.
+pub(crate) struct Inner {
+    pub(crate) stack: Stack,
+    /// Frames the stack transmitted, to be written by whoever unlocks.
+    out: FrameBatch,
     stats: RuntimeStats,
-    waiters: Vec<Waiter>,
+    waiters: HashMap<SockKey, Vec<Waiter>>,
+    any_waiters: Vec<Waiter>,
     next_waiter: u64,
-    sleep: Sleep,
+    regs: HashMap<SockKey, Registration>,
+    pollers: Vec<Option<PollerState>>,
     stopped: bool,
     echo: VecDeque<EchoReply>,
+    /// Threads to unpark once the lock is released.
+    to_wake: Vec<Thread>,
+    /// Scratch for `dispatch_events` (kept: no allocation per call).
+    ev_keys: Vec<SockKey>,
 }
 
 impl Inner {
-    /// When the runtime must next run: the stack's timers or the device's
-    /// deferred work (delayed frames, see `Device::next_deadline`).
-    fn next_wakeup(&self, epoch: std::time::Instant) -> Option<Instant> {
-        let dev = self.dev.next_deadline().map(|t| stack_time(epoch, t));
-        earliest(self.stack.poll_at(), dev)
-    }
-
-    /// Let the device transmit what it held back and is now due.
-    fn poll_device(&mut self) {
-        if self.dev.poll_deferred().is_err() {
-            self.stats.tx_errors += 1;
-        }
-    }
-
-    /// `Stack::poll` with the device as transmit path.
+    /// `Stack::poll` with the output batch as transmit path.
     fn poll(&mut self, now: Instant) {
-        let Inner {
-            stack,
-            dev,
-            backlog,
-            stats,
-            ..
-        } = self;
-        stack.poll(now, &mut |f| transmit(&mut **dev, backlog, stats, f));
+        let Inner { stack, out, .. } = self;
+        stack.poll(now, &mut |f| out.push(f));
     }
 
-    /// Run `f` with the stack and a transmit closure that writes to the
-    /// device (or the backlog when the device is full).
+    /// Run `f` with the stack and a transmit closure (frames go to the
+    /// output batch, written to the device after the lock is released).
     pub(crate) fn with_tx<R>(
         &mut self,
         f: impl FnOnce(&mut Stack, &mut dyn FnMut(&[u8])) -> R,
     ) -> R {
-        let Inner {
-            stack,
-            dev,
-            backlog,
-            stats,
-            ..
-        } = self;
-        f(stack, &mut |fr| transmit(&mut **dev, backlog, stats, fr))
+        let Inner { stack, out, .. } = self;
+        f(stack, &mut |fr| out.push(fr))
     }
 
     fn receive(&mut self, now: Instant, frame: &[u8]) {
-        let Inner {
-            stack,
-            dev,
-            backlog,
-            stats,
-            ..
-        } = self;
-        stack.receive(now, frame, &mut |f| transmit(&mut **dev, backlog, stats, f));
+        let Inner { stack, out, .. } = self;
+        stack.receive(now, frame, &mut |f| out.push(f));
     }
 
     /// Move echo replies out of the stack into our bounded backlog.
@@ -351,36 +445,173 @@ impl Inner {
         }
     }
 
-    /// Unpark the threads whose interest is now satisfied.
-    fn wake_ready(&mut self) {
-        for w in &self.waiters {
-            if w.interest.ready(&self.stack) {
-                w.thread.unpark();
+    pub(crate) fn take_echo(&mut self, pred: impl Fn(&EchoReply) -> bool) -> Option<EchoReply> {
+        let i = self.echo.iter().position(pred)?;
+        self.echo.remove(i)
+    }
+
+    /// Take the stack's readiness events and schedule the wake-ups they
+    /// call for: the waiters on each socket whose condition now holds, and
+    /// the poller the socket is registered with. O(events).
+    fn dispatch_events(&mut self) {
+        let Inner {
+            stack,
+            stats,
+            waiters,
+            regs,
+            pollers,
+            to_wake,
+            ev_keys,
+            ..
+        } = self;
+        let mut n = 0u64;
+        let mut keys = std::mem::take(ev_keys);
+        stack.take_events(&mut |e| {
+            n += 1;
+            match e {
+                SocketEvent::Tcp(h, _) => keys.push(SockKey::Tcp(h)),
+                SocketEvent::Udp(h) => keys.push(SockKey::Udp(h)),
+                SocketEvent::PendingSyn => {}
+            }
+        });
+        stats.events += n;
+        for &key in &keys {
+            if let Some(list) = waiters.get(&key) {
+                for w in list {
+                    if w.interest.ready(stack) {
+                        to_wake.push(w.thread.clone());
+                        stats.wakeups += 1;
+                    }
+                }
+            }
+            if let Some(reg) = regs.get_mut(&key) {
+                if !reg.queued {
+                    if let Some(Some(p)) = pollers.get_mut(reg.poller) {
+                        reg.queued = true;
+                        p.queue.push(key);
+                        if let Some(t) = p.waiter.take() {
+                            to_wake.push(t);
+                            stats.wakeups += 1;
+                        }
+                    }
+                }
+            }
+        }
+        keys.clear();
+        *ev_keys = keys;
+    }
+
+    /// Wake every waiter on `key` (they re-check their own condition).
+    fn wake_key(&mut self, key: SockKey) {
+        if let Some(list) = self.waiters.get(&key) {
+            for w in list {
+                self.to_wake.push(w.thread.clone());
                 self.stats.wakeups += 1;
+            }
+        }
+        if let Some(reg) = self.regs.get_mut(&key) {
+            if !reg.queued {
+                if let Some(Some(p)) = self.pollers.get_mut(reg.poller) {
+                    reg.queued = true;
+                    p.queue.push(key);
+                    if let Some(t) = p.waiter.take() {
+                        self.to_wake.push(t);
+                        self.stats.wakeups += 1;
+                    }
+                }
             }
         }
     }
 
-    /// Unpark every parked thread (they re-check their own condition).
-    fn wake_all(&mut self) {
-        for w in &self.waiters {
-            w.thread.unpark();
+    /// Wake the waiters interested in anything.
+    fn wake_any(&mut self) {
+        for w in &self.any_waiters {
+            self.to_wake.push(w.thread.clone());
             self.stats.wakeups += 1;
         }
     }
 
-    pub(crate) fn take_echo(&mut self, pred: impl Fn(&EchoReply) -> bool) -> Option<EchoReply> {
-        let i = self.echo.iter().position(pred)?;
-        self.echo.remove(i)
+    /// Unpark every parked thread and poller (shutdown).
+    fn wake_all(&mut self) {
+        for list in self.waiters.values() {
+            for w in list {
+                self.to_wake.push(w.thread.clone());
+            }
+        }
+        for w in &self.any_waiters {
+            self.to_wake.push(w.thread.clone());
+        }
+        for p in self.pollers.iter_mut().flatten() {
+            if let Some(t) = p.waiter.take() {
+                self.to_wake.push(t);
+            }
+        }
+    }
+
+    fn add_waiter(&mut self, interest: Interest) -> u64 {
+        let id = self.next_waiter;
+        self.next_waiter = self.next_waiter.wrapping_add(1);
+        let w = Waiter {
+            id,
+            interest,
+            thread: std::thread::current(),
+        };
+        match interest.key() {
+            Some(k) => self.waiters.entry(k).or_default().push(w),
+            None => self.any_waiters.push(w),
+        }
+        id
+    }
+
+    fn remove_waiter(&mut self, interest: Interest, id: u64) {
+        match interest.key() {
+            Some(k) => {
+                if let Entry::Occupied(mut e) = self.waiters.entry(k) {
+                    let list = e.get_mut();
+                    if let Some(i) = list.iter().position(|w| w.id == id) {
+                        list.swap_remove(i);
+                    }
+                    if list.is_empty() {
+                        e.remove();
+                    }
+                }
+            }
+            None => {
+                if let Some(i) = self.any_waiters.iter().position(|w| w.id == id) {
+                    self.any_waiters.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// The readiness of a socket now (`NONE` for a stale handle).
+    fn readiness(&self, key: SockKey) -> Readiness {
+        match key {
+            SockKey::Tcp(h) => self
+                .stack
+                .tcp_readiness(h)
+                .unwrap_or(Readiness::READABLE | Readiness::CLOSED),
+            SockKey::Udp(h) => match self.stack.udp_status(h) {
+                Ok(s) if s.can_recv => Readiness::READABLE | Readiness::WRITABLE,
+                Ok(_) => Readiness::WRITABLE,
+                Err(_) => Readiness::READABLE | Readiness::CLOSED,
+            },
+        }
     }
 }
 
 /// State shared by the stack thread and every handle.
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
+    dev: Mutex<DevSide>,
     wake: EventFd,
     epoch: std::time::Instant,
     stop: AtomicBool,
+    /// When the stack thread wakes up on its own, in stack microseconds;
+    /// `AWAKE` while it runs, `FOREVER` when only a frame or a kick wakes
+    /// it. Written under the stack lock (and at wake-up), read by threads
+    /// that may have to kick it.
+    sleep_until: AtomicU64,
 }
 
 fn stopped_error() -> io::Error {
@@ -399,57 +630,108 @@ impl Shared {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// After an application operation: transmit what it produced, and kick
-    /// the stack thread if it sleeps past the new `poll_at` or must start
-    /// watching for writability.
-    fn after_op(&self, g: &mut Inner, now: Instant, notify: bool) {
-        let due_before = is_due(g.stack.poll_at(), now);
-        let backlog_was_empty = g.backlog.is_empty();
-        g.poll(now);
-        let next = g.next_wakeup(self.epoch);
-        let kick = match g.sleep {
-            Sleep::Awake => false,
-            Sleep::Forever => next.is_some(),
-            Sleep::Until(t) => next.is_some_and(|n| n < t),
-        } || (g.sleep != Sleep::Awake && backlog_was_empty && !g.backlog.is_empty());
-        if kick {
-            g.sleep = Sleep::Awake;
+    fn lock_dev(&self) -> MutexGuard<'_, DevSide> {
+        self.dev.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Kick the stack thread out of its sleep (once per sleep).
+    fn kick(&self) {
+        if self.sleep_until.swap(AWAKE, Ordering::AcqRel) != AWAKE {
             self.wake.signal();
         }
-        if notify {
-            g.wake_all();
-        } else if due_before {
-            g.wake_ready();
+    }
+
+    /// Release the stack lock after work on the stack: schedule the
+    /// wake-ups the stack's events call for, hand the frames it produced to
+    /// the device (taking the device lock before releasing the stack lock,
+    /// so batches keep their order), write them, kick the stack thread if
+    /// it sleeps past the new deadline, and unpark the woken threads.
+    fn finish(&self, mut g: MutexGuard<'_, Inner>, any: bool) {
+        g.dispatch_events();
+        if any {
+            g.wake_any();
+        }
+        let sleep = self.sleep_until.load(Ordering::Acquire);
+        let mut kick =
+            sleep != AWAKE && g.stack.poll_at().is_some_and(|n| n.total_micros() < sleep);
+        let wake = std::mem::take(&mut g.to_wake);
+        if g.out.is_empty() {
+            drop(g);
+        } else {
+            let mut d = self.lock_dev();
+            std::mem::swap(&mut g.out, &mut d.batch);
+            drop(g);
+            let backlog_was_empty = d.backlog.is_empty();
+            d.write_batch();
+            if sleep != AWAKE {
+                // The stack thread must start watching for writability, or
+                // the device holds back a frame it must send earlier.
+                kick |= backlog_was_empty && !d.backlog.is_empty();
+                kick |= d
+                    .dev
+                    .next_deadline()
+                    .is_some_and(|t| stack_time(self.epoch, t).total_micros() < sleep);
+            }
+            drop(d);
+        }
+        if kick {
+            self.kick();
+        }
+        for t in wake {
+            t.unpark();
         }
     }
 
     /// Run `f` on the stack under the lock (with the time and a transmit
-    /// path), then transmit what else it left queued.
+    /// path), then transmit what it produced and wake whoever its effects
+    /// concern.
     pub(crate) fn op<R>(
         &self,
         f: impl FnOnce(&mut Stack, Instant, &mut dyn FnMut(&[u8])) -> R,
     ) -> R {
-        self.run_op(f, false)
+        let mut g = self.lock();
+        let now = self.now();
+        let r = g.with_tx(|s, tx| f(s, now, tx));
+        g.poll(now);
+        self.finish(g, false);
+        r
     }
 
-    /// Like [`op`](Self::op), and wake every blocked thread afterwards (for
-    /// operations that can make another thread's wait end: shutdown, abort).
-    pub(crate) fn op_notify<R>(
+    /// Like [`op`](Self::op), and wake every thread blocked on `key`
+    /// afterwards (for operations that can end another thread's wait on
+    /// the same socket: shutdown, close, abort).
+    pub(crate) fn op_on<R>(
         &self,
+        key: SockKey,
         f: impl FnOnce(&mut Stack, Instant, &mut dyn FnMut(&[u8])) -> R,
-    ) -> R {
-        self.run_op(f, true)
-    }
-
-    fn run_op<R>(
-        &self,
-        f: impl FnOnce(&mut Stack, Instant, &mut dyn FnMut(&[u8])) -> R,
-        wake_all: bool,
     ) -> R {
         let mut g = self.lock();
         let now = self.now();
         let r = g.with_tx(|s, tx| f(s, now, tx));
-        self.after_op(&mut g, now, wake_all);
+        g.poll(now);
+        g.wake_key(key);
+        self.finish(g, false);
+        r
+    }
+
+    /// Like [`op_on`](Self::op_on) for an operation that releases the
+    /// socket: its poller registration goes too.
+    pub(crate) fn op_release<R>(
+        &self,
+        key: SockKey,
+        f: impl FnOnce(&mut Stack, Instant, &mut dyn FnMut(&[u8])) -> R,
+    ) -> R {
+        let mut g = self.lock();
+        let now = self.now();
+        let r = g.with_tx(|s, tx| f(s, now, tx));
+        g.poll(now);
+        g.wake_key(key);
+        if let Some(reg) = g.regs.remove(&key) {
+            if let Some(Some(p)) = g.pollers.get_mut(reg.poller) {
+                p.count = p.count.saturating_sub(1);
+            }
+        }
+        self.finish(g, false);
         r
     }
 
@@ -474,11 +756,13 @@ impl Shared {
             }
             let now = self.now();
             let r = attempt(&mut g, now);
-            self.after_op(&mut g, now, false);
+            g.poll(now);
             if let Poll::Ready(r) = r {
+                self.finish(g, false);
                 return r;
             }
             if nonblocking {
+                self.finish(g, false);
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             let remaining = match deadline {
@@ -486,19 +770,14 @@ impl Shared {
                 Some(d) => {
                     let rem = d.saturating_duration_since(std::time::Instant::now());
                     if rem.is_zero() {
+                        self.finish(g, false);
                         return Err(io::Error::new(timeout_kind, "operation timed out"));
                     }
                     Some(rem)
                 }
             };
-            let id = g.next_waiter;
-            g.next_waiter = g.next_waiter.wrapping_add(1);
-            g.waiters.push(Waiter {
-                id,
-                interest,
-                thread: std::thread::current(),
-            });
-            drop(g);
+            let id = g.add_waiter(interest);
+            self.finish(g, false);
             // A wake-up between unlocking and parking is not lost: unpark
             // leaves a token that makes this park return at once.
             match remaining {
@@ -506,9 +785,7 @@ impl Shared {
                 Some(rem) => std::thread::park_timeout(rem),
             }
             g = self.lock();
-            if let Some(i) = g.waiters.iter().position(|w| w.id == id) {
-                g.waiters.swap_remove(i);
-            }
+            g.remove_waiter(interest, id);
         }
     }
 
@@ -520,8 +797,12 @@ impl Shared {
     fn mark_stopped(&self) {
         let mut g = self.lock();
         g.stopped = true;
-        g.sleep = Sleep::Awake;
         g.wake_all();
+        let wake = std::mem::take(&mut g.to_wake);
+        drop(g);
+        for t in wake {
+            t.unpark();
+        }
     }
 }
 
@@ -535,121 +816,157 @@ impl Drop for StopGuard {
     }
 }
 
+/// Frames read from the device in one burst: fixed slots of `frame_size`
+/// bytes, allocated once (pages are touched only as frames fill them).
+struct RxBurst {
+    buf: Vec<u8>,
+    frame_size: usize,
+    lens: Vec<usize>,
+}
+
+impl RxBurst {
+    fn new(frames: usize, frame_size: usize) -> Self {
+        RxBurst {
+            buf: vec![0u8; frames * frame_size],
+            frame_size,
+            lens: Vec::with_capacity(frames),
+        }
+    }
+    fn capacity(&self) -> usize {
+        self.buf.len() / self.frame_size
+    }
+    fn frame(&self, i: usize) -> &[u8] {
+        let start = i * self.frame_size;
+        let len = self.lens.get(i).copied().unwrap_or(0);
+        self.buf.get(start..start + len).unwrap_or(&[])
+    }
+}
+
+/// Read up to a burst of frames from the device. Returns whether a receive
+/// error occurred.
+fn read_burst(d: &mut DevSide, rx: &mut RxBurst, stats_rx_errors: &mut u64) -> bool {
+    rx.lens.clear();
+    let cap = rx.capacity();
+    while rx.lens.len() < cap {
+        let i = rx.lens.len();
+        let start = i * rx.frame_size;
+        let Some(slot) = rx.buf.get_mut(start..start + rx.frame_size) else {
+            break;
+        };
+        match d.dev.recv(slot) {
+            Ok(Some(n)) => rx.lens.push(n.min(rx.frame_size)),
+            Ok(None) => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                *stats_rx_errors += 1;
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// The stack thread's loop.
 fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOptions) {
     let guard = StopGuard(shared);
     let shared = &guard.0;
-    let mut rxbuf = vec![0u8; opts.frame_size.max(64)];
+    let mut rx = RxBurst::new(opts.rx_batch.max(1), opts.frame_size.max(64));
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
     let mut watching_out = false;
     let mut last_activity = std::time::Instant::now();
-    // Set when the device failed to receive: a broken device (link gone,
-    // EIO) stays "readable" for epoll, so back off instead of spinning.
-    let mut rx_failed;
     while !shared.stop.load(Ordering::Acquire) {
-        let timeout;
-        let want_out;
+        shared.sleep_until.store(AWAKE, Ordering::Release);
+
+        // 1. The device, without the stack lock: older frames first, frames
+        //    the device held back (delay emulation) that are due, then a
+        //    bounded burst of received frames.
+        let mut rx_errors = 0;
+        let rx_failed;
         {
-            let mut g = shared.lock();
-            let now = shared.now();
-            g.sleep = Sleep::Awake;
-            g.stats.loops += 1;
-            let mut changed = false;
+            let mut d = shared.lock_dev();
+            let DevSide {
+                dev,
+                backlog,
+                stats,
+                ..
+            } = &mut *d;
+            backlog.flush(&mut **dev, stats);
+            if d.dev.poll_deferred().is_err() {
+                d.stats.tx_errors += 1;
+            }
+            rx_failed = read_burst(&mut d, &mut rx, &mut rx_errors);
+        }
+        let received = rx.lens.len();
 
-            // 1. Older frames first.
-            {
-                let Inner {
-                    dev,
-                    backlog,
-                    stats,
-                    ..
-                } = &mut *g;
-                backlog.flush(&mut **dev, stats);
-            }
-            // Frames the device held back (delay emulation) that are due.
-            g.poll_device();
-
-            // 2. A bounded batch of received frames.
-            let mut received = 0;
-            let mut more = false;
-            rx_failed = false;
-            while received < opts.rx_batch.max(1) {
-                match g.dev.recv(&mut rxbuf) {
-                    Ok(Some(n)) => {
-                        received += 1;
-                        g.stats.rx_frames += 1;
-                        let n = n.min(rxbuf.len());
-                        if let Some(frame) = rxbuf.get(..n) {
-                            g.receive(now, frame);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        g.stats.rx_errors += 1;
-                        rx_failed = true;
-                        break;
-                    }
-                }
-            }
-            if received >= opts.rx_batch.max(1) {
-                more = true;
-            }
-            if received > 0 {
+        // 2. The stack: the frames, then timers and queued output.
+        let mut g = shared.lock();
+        let now = shared.now();
+        g.stats.loops += 1;
+        g.stats.rx_errors += rx_errors;
+        g.stats.rx_frames += received as u64;
+        for i in 0..received {
+            g.receive(now, rx.frame(i));
+        }
+        let mut more = received >= rx.capacity();
+        let mut changed = received > 0;
+        let mut rounds = 0;
+        loop {
+            if is_due(g.stack.poll_at(), now) {
                 changed = true;
             }
-
-            // 3. Timers and queued output (bounded rounds).
-            let mut rounds = 0;
-            loop {
-                let due = is_due(g.stack.poll_at(), now);
-                if due {
-                    changed = true;
-                }
-                g.poll(now);
-                rounds += 1;
-                if rounds >= MAX_POLL_ROUNDS || !is_due(g.stack.poll_at(), now) {
-                    break;
-                }
+            g.poll(now);
+            rounds += 1;
+            if rounds >= MAX_POLL_ROUNDS || !is_due(g.stack.poll_at(), now) {
+                break;
             }
-            if is_due(g.stack.poll_at(), now) {
-                more = true;
-            }
-            if changed {
-                g.wake_ready();
-            }
-            if changed {
-                last_activity = std::time::Instant::now();
-            }
-
-            // 4. How long to sleep.
-            want_out = !g.backlog.is_empty();
-            // The device may hold frames back (delay emulation): wake up
-            // when they are due even if its fd never becomes readable.
-            let dev_next = g.dev.next_deadline().map(|t| stack_time(shared.epoch, t));
-            if is_due(dev_next, now) {
-                more = true;
-            }
-            let next = earliest(g.stack.poll_at(), dev_next);
-            let busy = opts.busy_poll.is_some_and(|b| last_activity.elapsed() < b);
-            timeout = if more || busy {
-                Some(Duration::ZERO)
-            } else {
-                let t = next.map(|t| t.saturating_duration_since(now));
-                match (t, dev_fd) {
-                    (t, Some(_)) => t,
-                    (Some(t), None) => Some(t.min(opts.idle_poll)),
-                    (None, None) => Some(opts.idle_poll),
-                }
-            };
-            g.sleep = match (timeout, next) {
-                (Some(d), _) if d.is_zero() => Sleep::Awake,
-                (_, Some(n)) => Sleep::Until(n),
-                (_, None) if dev_fd.is_none() => Sleep::Until(now + opts.idle_poll),
-                (_, None) => Sleep::Forever,
-            };
         }
+        let stack_next = g.stack.poll_at();
+        if is_due(stack_next, now) {
+            more = true;
+        }
+        if changed {
+            last_activity = std::time::Instant::now();
+        }
+        let busy = opts.busy_poll.is_some_and(|b| last_activity.elapsed() < b);
+        // Provisional sleep (the device may shorten it below): published
+        // under the stack lock, so a socket call that moves a deadline
+        // earlier sees it and kicks.
+        let planned = if more || busy {
+            AWAKE
+        } else {
+            match (stack_next, dev_fd) {
+                (Some(t), _) => t.total_micros().max(1),
+                (None, Some(_)) => FOREVER,
+                (None, None) => (now + opts.idle_poll).total_micros().max(1),
+            }
+        };
+        shared.sleep_until.store(planned, Ordering::Release);
+        // 3. Release the stack lock, write what it produced, wake threads.
+        shared.finish(g, changed);
+
+        // 4. How long to sleep: the stack's deadline, the device's.
+        let (dev_next, want_out) = {
+            let d = shared.lock_dev();
+            (
+                d.dev.next_deadline().map(|t| stack_time(shared.epoch, t)),
+                !d.backlog.is_empty(),
+            )
+        };
+        if is_due(dev_next, shared.now()) {
+            more = true;
+        }
+        let next = earliest(stack_next, dev_next);
+        let timeout = if more || busy || shared.sleep_until.load(Ordering::Acquire) == AWAKE {
+            Some(Duration::ZERO)
+        } else {
+            let t = next.map(|t| t.saturating_duration_since(shared.now()));
+            match (t, dev_fd) {
+                (t, Some(_)) => t,
+                (Some(t), None) => Some(t.min(opts.idle_poll)),
+                (None, None) => Some(opts.idle_poll),
+            }
+        };
 
         if let Some(fd) = dev_fd {
             if want_out != watching_out {
@@ -711,9 +1028,10 @@ impl NetInner {
                 if g.stopped {
                     return;
                 }
+                let d = self.shared.lock_dev();
                 g.stack.tcp_sockets().iter().any(|s| s.send_queue > 0)
-                    || !g.backlog.is_empty()
-                    || g.dev.next_deadline().is_some()
+                    || !d.backlog.is_empty()
+                    || d.dev.next_deadline().is_some()
             };
             if !busy || std::time::Instant::now() >= deadline {
                 return;
@@ -802,18 +1120,28 @@ impl Net {
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 stack,
-                dev: device,
-                backlog: TxBacklog::new(opts.tx_backlog),
+                out: FrameBatch::default(),
                 stats: RuntimeStats::default(),
-                waiters: Vec::new(),
+                waiters: HashMap::new(),
+                any_waiters: Vec::new(),
                 next_waiter: 0,
-                sleep: Sleep::Awake,
+                regs: HashMap::new(),
+                pollers: Vec::new(),
                 stopped: false,
                 echo: VecDeque::new(),
+                to_wake: Vec::new(),
+                ev_keys: Vec::new(),
+            }),
+            dev: Mutex::new(DevSide {
+                dev: device,
+                backlog: TxBacklog::new(opts.tx_backlog),
+                batch: FrameBatch::default(),
+                stats: TxStats::default(),
             }),
             wake,
             epoch,
             stop: AtomicBool::new(false),
+            sleep_until: AtomicU64::new(AWAKE),
         });
         let drain_on_drop = opts.drain_on_drop;
         let thread_shared = Arc::clone(&shared);
@@ -846,9 +1174,16 @@ impl Net {
     }
 
     /// Run `f` on the stack under its lock (escape hatch), then transmit what
-    /// it produced and wake the stack thread and blocked sockets as needed.
+    /// it produced and wake the threads its effects concern (through the
+    /// stack's readiness events, and every thread waiting for "anything").
     pub fn with_stack<R>(&self, f: impl FnOnce(&mut Stack) -> R) -> R {
-        self.shared().op_notify(|s, _, _| f(s))
+        let sh = self.shared();
+        let mut g = sh.lock();
+        let now = sh.now();
+        let r = f(&mut g.stack);
+        g.poll(now);
+        sh.finish(g, true);
+        r
     }
 
     /// The stack's clock now (microseconds since the runtime started).
@@ -863,7 +1198,14 @@ impl Net {
 
     /// A snapshot of the runtime's device-level statistics.
     pub fn runtime_stats(&self) -> RuntimeStats {
-        self.shared().lock().stats
+        let sh = self.shared();
+        let mut s = sh.lock().stats;
+        let tx = sh.lock_dev().stats;
+        s.tx_frames = tx.tx_frames;
+        s.tx_would_block = tx.tx_would_block;
+        s.tx_backlog_drops = tx.tx_backlog_drops;
+        s.tx_errors = tx.tx_errors;
+        s
     }
 
     /// The TCP socket table (`ss`-like).
@@ -906,6 +1248,207 @@ impl Net {
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// A new [`Poller`] on this stack.
+    pub fn poller(&self) -> Poller {
+        let mut g = self.shared().lock();
+        let id = match g.pollers.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                g.pollers.push(None);
+                g.pollers.len() - 1
+            }
+        };
+        if let Some(slot) = g.pollers.get_mut(id) {
+            *slot = Some(PollerState::default());
+        }
+        Poller {
+            net: self.clone(),
+            id,
+            scratch: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- poller
+
+/// A socket that can be registered with a [`Poller`]: [`crate::TcpStream`],
+/// [`crate::TcpListener`], [`crate::UdpSocket`].
+pub trait Source {
+    #[doc(hidden)]
+    fn source_key(&self) -> SourceKey;
+}
+
+/// Opaque name of a registrable socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SourceKey(pub(crate) SockKey);
+
+/// One readiness event from [`Poller::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollEvent {
+    /// The token the socket was registered with.
+    pub token: u64,
+    /// Its readiness when the event was collected.
+    pub readiness: Readiness,
+}
+
+/// Readiness notification for many ustack sockets from one thread, like
+/// `epoll` in edge-triggered mode: a socket is reported when it *gains*
+/// something (new data, end of stream, an error, send space after a full
+/// buffer, a completed handshake, a connection to accept), once per
+/// [`wait`](Self::wait) however often it gained meanwhile. After an event,
+/// do I/O on the socket (non-blocking) until it gives `WouldBlock`;
+/// stopping earlier means no further event comes for what is left.
+///
+/// Registering a socket reports its current readiness at once if it has
+/// any. A socket belongs to at most one poller. Closing a socket
+/// deregisters it. The cost of an event is independent of the number of
+/// sockets registered.
+pub struct Poller {
+    net: Net,
+    id: usize,
+    scratch: Mutex<Vec<SockKey>>,
+}
+
+impl std::fmt::Debug for Poller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller").field("id", &self.id).finish()
+    }
+}
+
+impl Poller {
+    /// Watch `source`; its events carry `token`. Registering it again
+    /// replaces the token. `AlreadyExists` if another poller watches it.
+    pub fn register(&self, source: &impl Source, token: u64) -> io::Result<()> {
+        let key = source.source_key().0;
+        let sh = self.net.shared();
+        let mut g = sh.lock();
+        if g.stopped {
+            return Err(stopped_error());
+        }
+        let ready = !g.readiness(key).is_empty();
+        let Inner { regs, pollers, .. } = &mut *g;
+        let Some(Some(p)) = pollers.get_mut(self.id) else {
+            return Err(stopped_error());
+        };
+        match regs.entry(key) {
+            Entry::Occupied(mut e) => {
+                let r = e.get_mut();
+                if r.poller != self.id {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        "socket registered with another poller",
+                    ));
+                }
+                r.token = token;
+            }
+            Entry::Vacant(e) => {
+                p.count += 1;
+                let r = e.insert(Registration {
+                    poller: self.id,
+                    token,
+                    queued: false,
+                });
+                if ready {
+                    r.queued = true;
+                    p.queue.push(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop watching `source` (no effect if it is not registered here).
+    pub fn deregister(&self, source: &impl Source) {
+        let key = source.source_key().0;
+        let mut g = self.net.shared().lock();
+        if g.regs.get(&key).is_some_and(|r| r.poller == self.id) {
+            g.regs.remove(&key);
+            if let Some(Some(p)) = g.pollers.get_mut(self.id) {
+                p.count = p.count.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Wait until at least one registered socket has news or `timeout`
+    /// passes, and append the events to `events`. Returns how many were
+    /// appended (0 on timeout). `NotConnected` once the runtime stopped.
+    pub fn wait(
+        &self,
+        events: &mut Vec<PollEvent>,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let sh = self.net.shared();
+        let deadline = timeout.map(|d| std::time::Instant::now() + d);
+        let before = events.len();
+        let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut g = sh.lock();
+        loop {
+            let queue = match g.pollers.get_mut(self.id) {
+                Some(Some(p)) => {
+                    p.waiter = None;
+                    std::mem::replace(&mut p.queue, std::mem::take(&mut *scratch))
+                }
+                _ => return Err(stopped_error()),
+            };
+            for &key in &queue {
+                let Some(token) = g.regs.get_mut(&key).and_then(|r| {
+                    (r.poller == self.id).then(|| {
+                        r.queued = false;
+                        r.token
+                    })
+                }) else {
+                    continue;
+                };
+                let readiness = g.readiness(key);
+                if !readiness.is_empty() {
+                    events.push(PollEvent { token, readiness });
+                }
+            }
+            let mut queue = queue;
+            queue.clear();
+            *scratch = queue;
+            if events.len() > before {
+                return Ok(events.len() - before);
+            }
+            if g.stopped {
+                return Err(stopped_error());
+            }
+            let remaining = match deadline {
+                None => None,
+                Some(d) => {
+                    let rem = d.saturating_duration_since(std::time::Instant::now());
+                    if rem.is_zero() {
+                        return Ok(0);
+                    }
+                    Some(rem)
+                }
+            };
+            if let Some(Some(p)) = g.pollers.get_mut(self.id) {
+                p.waiter = Some(std::thread::current());
+            }
+            drop(g);
+            match remaining {
+                None => std::thread::park(),
+                Some(rem) => std::thread::park_timeout(rem),
+            }
+            g = sh.lock();
+        }
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        let mut g = self.net.shared().lock();
+        let had = match g.pollers.get_mut(self.id) {
+            Some(slot) => slot.take().map_or(0, |p| p.count),
+            None => 0,
+        };
+        if had > 0 {
+            let id = self.id;
+            g.regs.retain(|_, r| r.poller != id);
         }
     }
 }
@@ -957,7 +1500,7 @@ mod tests {
             fail_next: false,
         };
         let mut q = TxBacklog::new(2);
-        let mut st = RuntimeStats::default();
+        let mut st = TxStats::default();
         transmit(&mut dev, &mut q, &mut st, b"one");
         transmit(&mut dev, &mut q, &mut st, b"two"); // device full -> queued
         transmit(&mut dev, &mut q, &mut st, b"three"); // queued behind "two"

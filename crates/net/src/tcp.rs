@@ -11,7 +11,7 @@ use ustack_core::tcp::State;
 use ustack_core::{TcpError, TcpHandle};
 
 use crate::error::{v4_addrs, IntoIoError};
-use crate::runtime::{Interest, Net};
+use crate::runtime::{Interest, Net, SockKey, Source, SourceKey};
 
 /// Listen backlog used by [`TcpListener::bind`] (Linux's `SOMAXCONN`).
 pub const DEFAULT_BACKLOG: usize = 4096;
@@ -43,7 +43,9 @@ struct ListenerInner {
 impl Drop for ListenerInner {
     fn drop(&mut self) {
         let h = self.handle;
-        self.net.shared().op_notify(|s, _, _tx| s.tcp_close(h));
+        self.net
+            .shared()
+            .op_release(SockKey::Tcp(h), |s, _, _tx| s.tcp_close(h));
     }
 }
 
@@ -177,7 +179,9 @@ impl Drop for StreamInner {
     fn drop(&mut self) {
         if !self.released.load(Ordering::Acquire) {
             let h = self.handle;
-            self.net.shared().op_notify(|s, _, _tx| s.tcp_close(h));
+            self.net
+                .shared()
+                .op_release(SockKey::Tcp(h), |s, _, _tx| s.tcp_close(h));
         }
     }
 }
@@ -363,7 +367,7 @@ impl TcpStream {
         }
         s.net
             .shared()
-            .op_notify(|st, _, _tx| {
+            .op_on(SockKey::Tcp(h), |st, _, _tx| {
                 // Linux: shutdown(2) on a socket that is not connected (here:
                 // reset, refused or timed out) is ENOTCONN.
                 if st.tcp_status(h)?.state == State::Closed {
@@ -435,7 +439,9 @@ impl TcpStream {
         let s = &self.inner;
         if !s.released.swap(true, Ordering::AcqRel) {
             let h = s.handle;
-            s.net.shared().op_notify(|st, _, _tx| st.tcp_abort(h));
+            s.net
+                .shared()
+                .op_release(SockKey::Tcp(h), |st, _, _tx| st.tcp_abort(h));
         }
     }
 
@@ -553,5 +559,17 @@ impl Write for &TcpStream {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+impl Source for TcpListener {
+    fn source_key(&self) -> SourceKey {
+        SourceKey(SockKey::Tcp(self.inner.handle))
+    }
+}
+
+impl Source for TcpStream {
+    fn source_key(&self) -> SourceKey {
+        SourceKey(SockKey::Tcp(self.inner.handle))
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ustack_core::{UdpError, UdpHandle};
 
 use crate::error::{v4_addrs, IntoIoError};
-use crate::runtime::{Interest, Net};
+use crate::runtime::{Interest, Net, SockKey, Source, SourceKey};
 
 struct UdpInner {
     net: Net,
@@ -23,7 +23,9 @@ struct UdpInner {
 impl Drop for UdpInner {
     fn drop(&mut self) {
         let h = self.handle;
-        self.net.shared().op_notify(|s, _, _| s.udp_close(h));
+        self.net
+            .shared()
+            .op_release(SockKey::Udp(h), |s, _, _| s.udp_close(h));
     }
 }
 
@@ -216,5 +218,11 @@ impl UdpSocket {
     /// Another handle to the same socket.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         Ok(self.clone())
+    }
+}
+
+impl Source for UdpSocket {
+    fn source_key(&self) -> SourceKey {
+        SourceKey(SockKey::Udp(self.inner.handle))
     }
 }
