@@ -224,7 +224,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;
-    crate::serve::start_services(&up.net, args.addr.addr)?;
+    crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
     let u = measure(&exe, &ns_u, args.addr.addr, &a)?;
     up.finish();

@@ -265,14 +265,8 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn write_simple<W: Write>(
-    w: &mut W,
-    status: u16,
-    extra: &str,
-    body: &str,
-    head_only: bool,
-    close: bool,
-) -> io::Result<()> {
+/// A response with a short text body (errors, 405).
+fn simple_response(status: u16, extra: &str, body: &str, head_only: bool, close: bool) -> Vec<u8> {
     let mut msg = String::with_capacity(256 + body.len());
     let _ = write!(
         msg,
@@ -284,76 +278,129 @@ fn write_simple<W: Write>(
     if !head_only {
         msg.push_str(body);
     }
-    w.write_all(msg.as_bytes())?;
-    w.flush()
+    msg.into_bytes()
 }
 
-/// Serve HTTP requests on one connection until the client closes it or asks to.
-/// `page` renders the body of `/`. Returns the number of requests answered.
-pub fn serve_connection<S: Read + Write>(stream: S, page: &dyn Fn() -> String) -> io::Result<u64> {
-    let mut conn = Conn::new(stream);
-    let mut served = 0u64;
-    loop {
-        let head_text = match conn.read_head() {
-            Ok(Some(h)) => h,
-            Ok(None) => return Ok(served),
-            Err(e) if e.kind() == ErrorKind::InvalidData => {
-                write_simple(
-                    &mut conn.stream,
-                    400,
-                    "",
-                    "request head too long\n",
-                    false,
-                    true,
-                )?;
-                return Ok(served);
+/// Whether a read or write error means "try again later".
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == ErrorKind::WouldBlock
+}
+
+/// Where an [`HttpSession`] stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpState {
+    /// Reading a request head.
+    Head,
+    /// Discarding `left` bytes of request body before answering.
+    Body { left: u64 },
+    /// Sending the response prepared in `out` (and the `/bytes/N` body).
+    Send,
+}
+
+/// One HTTP/1.1 server connection as a state machine: it makes as much
+/// progress as the stream allows and stops at `WouldBlock`, so the same
+/// code serves a blocking stream (from a thread per connection, see
+/// [`serve_connection`]) and a non-blocking one (from an event loop).
+/// Memory while idle: the struct and a small input buffer.
+#[derive(Debug)]
+pub struct HttpSession {
+    /// Input: `buf[start..end]` not consumed yet (pipelined requests too).
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The response head (and a short body) being sent.
+    out: Vec<u8>,
+    out_pos: usize,
+    /// `/bytes/N` body still to send.
+    pattern: services::Pattern,
+    /// Close after this response.
+    close: bool,
+    state: HttpState,
+    served: u64,
+}
+
+impl Default for HttpSession {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpSession {
+    pub fn new() -> Self {
+        HttpSession {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            out: Vec::new(),
+            out_pos: 0,
+            pattern: services::Pattern::default(),
+            close: false,
+            state: HttpState::Head,
+            served: 0,
+        }
+    }
+
+    fn buffered(&self) -> &[u8] {
+        self.buf.get(self.start..self.end).unwrap_or(&[])
+    }
+
+    /// Read more input. `Ok(0)` = end of stream.
+    fn fill<S: Read>(&mut self, stream: &mut S) -> io::Result<usize> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            // Grow on demand: 4 KB, then up to the head limit.
+            let want = if self.buf.is_empty() { 4096 } else { MAX_HEAD };
+            if self.buf.len() >= want {
+                return Err(io::Error::new(
+                    ErrorKind::InvalidData,
+                    "message head too long",
+                ));
             }
-            Err(e) => return Err(e),
-        };
-        served += 1;
-        let Some(head) = Head::parse(&head_text) else {
-            write_simple(
-                &mut conn.stream,
-                400,
-                "",
-                "malformed request\n",
-                false,
-                true,
-            )?;
-            return Ok(served);
+            self.buf.resize(want, 0);
+        }
+        let dst = self.buf.get_mut(self.end..).unwrap_or(&mut []);
+        loop {
+            match stream.read(dst) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Prepare an answer that closes the connection.
+    fn fail(&mut self, status: u16, body: &str, head_only: bool) {
+        self.out = simple_response(status, "", body, head_only, true);
+        self.out_pos = 0;
+        self.pattern = services::Pattern::default();
+        self.close = true;
+        self.state = HttpState::Send;
+    }
+
+    /// A complete request head arrived: decide the response.
+    fn on_head(&mut self, head_text: &str, page: &dyn Fn() -> String) {
+        self.served += 1;
+        let Some(head) = Head::parse(head_text) else {
+            return self.fail(400, "malformed request\n", false);
         };
         let mut parts = head.first.split(' ');
         let (Some(method), Some(target), Some(version), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            write_simple(
-                &mut conn.stream,
-                400,
-                "",
-                "malformed request line\n",
-                false,
-                true,
-            )?;
-            return Ok(served);
+            return self.fail(400, "malformed request line\n", false);
         };
         let http11 = match version {
             "HTTP/1.1" => true,
             "HTTP/1.0" => false,
-            v if v.starts_with("HTTP/") => {
-                write_simple(&mut conn.stream, 505, "", "only HTTP/1.x\n", false, true)?;
-                return Ok(served);
-            }
-            _ => {
-                write_simple(
-                    &mut conn.stream,
-                    400,
-                    "",
-                    "malformed request line\n",
-                    false,
-                    true,
-                )?;
-                return Ok(served);
-            }
+            v if v.starts_with("HTTP/") => return self.fail(505, "only HTTP/1.x\n", false),
+            _ => return self.fail(400, "malformed request line\n", false),
         };
         let head_only = method == "HEAD";
         // RFC 9112 9.3: "A server that does not support persistent connections
@@ -371,66 +418,43 @@ pub fn serve_connection<S: Read + Write>(stream: S, page: &dyn Fn() -> String) -
         // RFC 9112 3.2: "A server MUST respond with a 400 (Bad Request) status
         // code to any HTTP/1.1 request message that lacks a Host header field".
         if http11 && head.get("host").is_none() {
-            write_simple(
-                &mut conn.stream,
-                400,
-                "",
-                "missing Host header\n",
-                head_only,
-                true,
-            )?;
-            return Ok(served);
+            return self.fail(400, "missing Host header\n", head_only);
         }
         // RFC 9112 6.1: "A server that receives a request message with a
         // transfer coding it does not understand SHOULD respond with 501".
         if head.get("transfer-encoding").is_some() {
-            write_simple(
-                &mut conn.stream,
+            return self.fail(
                 501,
-                "",
                 "request transfer codings are not supported\n",
                 head_only,
-                true,
-            )?;
-            return Ok(served);
+            );
         }
         let body_len = match head.content_length() {
             Ok(n) => n.unwrap_or(0),
-            Err(()) => {
-                // RFC 9112 6.3: invalid Content-Length -> "the server MUST respond
-                // with a 400 (Bad Request) status code and then close the connection".
-                write_simple(
-                    &mut conn.stream,
-                    400,
-                    "",
-                    "bad Content-Length\n",
-                    head_only,
-                    true,
-                )?;
-                return Ok(served);
-            }
+            // RFC 9112 6.3: invalid Content-Length -> "the server MUST respond
+            // with a 400 (Bad Request) status code and then close the connection".
+            Err(()) => return self.fail(400, "bad Content-Length\n", head_only),
         };
-        conn.copy_body(body_len, &mut io::sink())?;
-
-        if method != "GET" && method != "HEAD" {
-            write_simple(
-                &mut conn.stream,
+        self.close = close;
+        self.out_pos = 0;
+        self.pattern = services::Pattern::default();
+        self.out = if method != "GET" && method != "HEAD" {
+            simple_response(
                 405,
                 &format!("Allow: GET, HEAD\r\n{keep_alive_hdr}"),
                 "method not allowed\n",
                 false,
                 close,
-            )?;
+            )
         } else {
             match route(target) {
-                None => write_simple(
-                    &mut conn.stream,
+                None => simple_response(
                     404,
                     keep_alive_hdr,
                     "not found; try / or /bytes/N\n",
                     head_only,
                     close,
-                )?,
+                ),
                 Some(Route::Page) => {
                     let body = page();
                     let mut msg = format!(
@@ -441,23 +465,109 @@ pub fn serve_connection<S: Read + Write>(stream: S, page: &dyn Fn() -> String) -
                     if !head_only {
                         msg.push_str(&body);
                     }
-                    conn.stream.write_all(msg.as_bytes())?;
+                    msg.into_bytes()
                 }
                 Some(Route::Bytes(n)) => {
-                    let msg = format!(
+                    if !head_only {
+                        self.pattern = services::Pattern::new(n);
+                    }
+                    format!(
                         "HTTP/1.1 200 OK\r\nServer: ustack\r\nContent-Type: application/octet-stream\r\nContent-Length: {n}\r\n{keep_alive_hdr}{}\r\n",
                         if close { "Connection: close\r\n" } else { "" }
-                    );
-                    conn.stream.write_all(msg.as_bytes())?;
-                    if !head_only {
-                        services::write_pattern(&mut conn.stream, n)?;
-                    }
+                    )
+                    .into_bytes()
                 }
             }
-            conn.stream.flush()?;
-        }
-        if close {
-            return Ok(served);
+        };
+        // The request body is read (and discarded) before the answer goes out.
+        self.state = HttpState::Body { left: body_len };
+    }
+
+    /// Make as much progress as `stream` allows: `Ok(Some(requests))` when
+    /// the connection is finished (the client closed it or asked to),
+    /// `Ok(None)` when the stream said `WouldBlock`.
+    pub fn drive<S: Read + Write>(
+        &mut self,
+        stream: &mut S,
+        page: &dyn Fn() -> String,
+    ) -> io::Result<Option<u64>> {
+        loop {
+            match self.state {
+                HttpState::Head => {
+                    if let Some(pos) = find(self.buffered(), b"\r\n\r\n") {
+                        let head =
+                            String::from_utf8_lossy(self.buffered().get(..pos).unwrap_or(&[]))
+                                .into_owned();
+                        self.start += pos + 4;
+                        self.on_head(&head, page);
+                        continue;
+                    }
+                    if self.buffered().len() >= MAX_HEAD {
+                        self.fail(400, "request head too long\n", false);
+                        continue;
+                    }
+                    match self.fill(stream) {
+                        Ok(0) if self.buffered().is_empty() => return Ok(Some(self.served)),
+                        Ok(0) => {
+                            return Err(io::Error::new(
+                                ErrorKind::UnexpectedEof,
+                                "connection closed in the middle of a message head",
+                            ))
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::InvalidData => {
+                            self.fail(400, "request head too long\n", false);
+                        }
+                        Err(e) if would_block(&e) => return Ok(None),
+                        Err(e) => return Err(e),
+                    }
+                }
+                HttpState::Body { left } => {
+                    if left == 0 {
+                        self.state = HttpState::Send;
+                        continue;
+                    }
+                    let have = self.buffered().len() as u64;
+                    if have > 0 {
+                        let take = have.min(left);
+                        self.start += take as usize;
+                        self.state = HttpState::Body { left: left - take };
+                        continue;
+                    }
+                    match self.fill(stream) {
+                        Ok(0) => {
+                            return Err(io::Error::new(
+                                ErrorKind::UnexpectedEof,
+                                format!("connection closed with {left} body bytes still expected"),
+                            ))
+                        }
+                        Ok(_) => {}
+                        Err(e) if would_block(&e) => return Ok(None),
+                        Err(e) => return Err(e),
+                    }
+                }
+                HttpState::Send => {
+                    while let Some(rest) = self.out.get(self.out_pos..).filter(|r| !r.is_empty()) {
+                        match stream.write(rest) {
+                            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                            Ok(n) => self.out_pos += n,
+                            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                            Err(e) if would_block(&e) => return Ok(None),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    if !self.pattern.drive(stream)? {
+                        return Ok(None);
+                    }
+                    stream.flush()?;
+                    self.out = Vec::new();
+                    self.out_pos = 0;
+                    if self.close {
+                        return Ok(Some(self.served));
+                    }
+                    self.state = HttpState::Head;
+                }
+            }
         }
     }
 }
@@ -654,6 +764,21 @@ pub fn get<S: Read + Write>(stream: S, url: &Url, sink: &mut dyn Write) -> io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serve HTTP requests on one connection until the client closes it or asks to.
+    /// `page` renders the body of `/`. Returns the number of requests answered.
+    /// A read timeout on a blocking stream ends it with `WouldBlock`.
+    fn serve_connection<S: Read + Write>(
+        mut stream: S,
+        page: &dyn Fn() -> String,
+    ) -> io::Result<u64> {
+        let mut session = HttpSession::new();
+        match session.drive(&mut stream, page)? {
+            Some(n) => Ok(n),
+            None => Err(ErrorKind::WouldBlock.into()),
+        }
+    }
+
     use std::net::{TcpListener, TcpStream};
     use std::thread;
 

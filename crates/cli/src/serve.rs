@@ -3,21 +3,55 @@
 use std::fmt::Write as _;
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ustack_net::core::Limits;
 
+use crate::evloop::{EventLoop, LoopStats};
 use crate::server::{self, Datagram, Listener, Service};
 use crate::setup::{self, NetArgs};
 use crate::signals;
+
+/// Connections `ustack serve` serves at once by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 200_000;
+/// Accept backlog of each service (Linux's `SOMAXCONN`).
+const BACKLOG: usize = 4096;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub net: NetArgs,
+    /// TCP connections served at once over all services; more are closed
+    /// as soon as they are accepted. The stack's table is sized for this
+    /// many plus 65,536 (connections closing, TIME-WAIT, handshakes).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
+          value_parser = parse_max_connections)]
+    pub max_connections: usize,
+}
+
+fn parse_max_connections(s: &str) -> std::result::Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of connections"))?;
+    if !(1..=4_000_000).contains(&n) {
+        return Err(format!("{n} is out of range (1 to 4000000)"));
+    }
+    Ok(n)
+}
+
+/// The stack limits `ustack serve` needs for `max_connections`.
+pub fn serve_limits(max_connections: usize) -> Limits {
+    Limits {
+        max_tcp_sockets: max_connections.saturating_add(65_536),
+        // A full accept backlog can arrive at once (Linux has SYN cookies
+        // for that; we keep the half-open ones, bounded by the table).
+        max_syn_backlog: BACKLOG,
+        ..Limits::default()
+    }
 }
 
 fn v4(a: SocketAddr) -> io::Result<SocketAddrV4> {
@@ -47,7 +81,7 @@ impl Datagram for ustack_net::UdpSocket {
 }
 
 /// The `/` page: what this is, and the stack's counters (non-zero ones).
-fn status_page(net: &ustack_net::Net, active: &AtomicUsize) -> String {
+fn status_page(net: &ustack_net::Net, stats: &LoopStats) -> String {
     let mut s = String::with_capacity(4096);
     let _ = writeln!(s, "ustack: a user-space TCP/IP stack\n");
     let _ = writeln!(
@@ -57,8 +91,10 @@ fn status_page(net: &ustack_net::Net, active: &AtomicUsize) -> String {
     let _ = writeln!(s, "/bytes/N returns N bytes where byte i = (i % 251)\n");
     let _ = writeln!(
         s,
-        "open service connections: {}",
-        active.load(Ordering::Relaxed)
+        "open service connections: {} (accepted {}, refused at the limit {})",
+        stats.active.load(Ordering::Relaxed),
+        stats.accepted.load(Ordering::Relaxed),
+        stats.refused.load(Ordering::Relaxed),
     );
     let st = net.runtime_stats();
     let _ = writeln!(
@@ -75,15 +111,21 @@ fn status_page(net: &ustack_net::Net, active: &AtomicUsize) -> String {
     s
 }
 
-/// Start echo (TCP and UDP), discard, chargen and HTTP on `ip`, each on
-/// its own accept thread.
-pub fn start_services(net: &ustack_net::Net, ip: std::net::Ipv4Addr) -> Result<()> {
-    let active = Arc::new(AtomicUsize::new(0));
+/// Start echo (TCP and UDP), discard, chargen and HTTP on `ip`, all served
+/// by one event-loop thread, at most `max_connections` TCP connections at
+/// once.
+pub fn start_services(
+    net: &ustack_net::Net,
+    ip: std::net::Ipv4Addr,
+    max_connections: usize,
+) -> Result<Arc<LoopStats>> {
+    let stats = Arc::new(LoopStats::default());
     let page: server::PageFn = {
         let net = net.clone();
-        let active = active.clone();
-        Arc::new(move || status_page(&net, &active))
+        let stats = stats.clone();
+        Arc::new(move || status_page(&net, &stats))
     };
+    let mut listeners = Vec::new();
     for svc in [
         Service::Echo,
         Service::Discard,
@@ -91,28 +133,37 @@ pub fn start_services(net: &ustack_net::Net, ip: std::net::Ipv4Addr) -> Result<(
         Service::Http,
     ] {
         let addr = SocketAddrV4::new(ip, svc.port());
-        let l = ustack_net::TcpListener::bind_with_backlog(net, addr, 256)
+        let l = ustack_net::TcpListener::bind_with_backlog(net, addr, BACKLOG)
             .with_context(|| format!("cannot listen on {addr} ({})", svc.name()))?;
-        let (p, a) = (page.clone(), active.clone());
-        thread::Builder::new()
-            .name(format!("accept-{}", svc.name()))
-            .spawn(move || server::run_tcp(l, svc, p, a))
-            .context("cannot start a service thread")?;
+        listeners.push((l, svc));
     }
     let uaddr = SocketAddrV4::new(ip, Service::Echo.port());
     let u = ustack_net::UdpSocket::bind(net, uaddr)
         .with_context(|| format!("cannot bind UDP {uaddr}"))?;
+    let mut ev = EventLoop::new(
+        net.poller(),
+        listeners,
+        Some(u),
+        max_connections,
+        page,
+        stats.clone(),
+    )
+    .context("cannot start the event loop")?;
     thread::Builder::new()
-        .name("udp-echo".into())
-        .spawn(move || server::run_udp_echo(u))
-        .context("cannot start the UDP echo thread")?;
-    Ok(())
+        .name("serve".into())
+        .spawn(move || {
+            let e = ev.run();
+            tracing::debug!("event loop ended: {e}");
+        })
+        .context("cannot start the event-loop thread")?;
+    Ok(stats)
 }
 
 pub fn run(args: ServeArgs) -> Result<i32> {
-    let up = setup::bring_up(&args.net, "ustk0")?;
+    let limits = serve_limits(args.max_connections);
+    let up = setup::bring_up_with(&args.net, "ustk0", limits)?;
     let ip = up.addr.addr;
-    start_services(&up.net, ip)?;
+    start_services(&up.net, ip, args.max_connections)?;
 
     let where_ = match &up.netns {
         Some(ns) => format!(" (kernel side {} in netns {ns})", up.host_addr),

@@ -1,6 +1,9 @@
 //! Runs the classic services on any socket implementation: ustack's sockets
-//! for `ustack serve`, kernel `std::net` sockets for the bench's kernel peer
-//! and for tests. One thread per connection, bounded by [`MAX_CONNECTIONS`].
+//! for `ustack serve` (from one event loop, see `evloop.rs`), kernel
+//! `std::net` sockets for the bench's kernel peer and for tests (one thread
+//! per connection, bounded by [`MAX_CONNECTIONS`]). Each service is a
+//! [`Session`], a state machine that runs on blocking and non-blocking
+//! streams alike.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddrV4;
@@ -83,6 +86,48 @@ impl Service {
 /// Renders the `/` page.
 pub type PageFn = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// One connection's service, as a state machine over a stream.
+#[derive(Debug)]
+pub enum Session {
+    Echo(services::Echo),
+    Discard(services::Discard),
+    Chargen(services::Chargen),
+    Http(Box<http::HttpSession>),
+}
+
+impl Session {
+    pub fn new(service: Service) -> Session {
+        match service {
+            Service::Echo => Session::Echo(services::Echo::default()),
+            Service::Discard => Session::Discard(services::Discard::default()),
+            Service::Chargen => Session::Chargen(services::Chargen::new(None)),
+            Service::Http => Session::Http(Box::default()),
+        }
+    }
+
+    /// Make as much progress as `stream` allows (`scratch` is a buffer the
+    /// caller lends for reads). `Ok(Some(summary))` when the service is
+    /// finished with the connection, `Ok(None)` when the stream said
+    /// `WouldBlock` (a non-blocking stream, or a timeout).
+    pub fn drive<S: Read + Write>(
+        &mut self,
+        stream: &mut S,
+        scratch: &mut [u8],
+        page: &dyn Fn() -> String,
+    ) -> io::Result<Option<String>> {
+        Ok(match self {
+            Session::Echo(e) => e
+                .drive(stream, scratch)?
+                .map(|n| format!("{n} bytes echoed")),
+            Session::Discard(d) => d
+                .drive(stream, scratch)?
+                .map(|n| format!("{n} bytes discarded")),
+            Session::Chargen(c) => c.drive(stream)?.map(|n| format!("{n} bytes sent")),
+            Session::Http(h) => h.drive(stream, page)?.map(|n| format!("{n} requests")),
+        })
+    }
+}
+
 struct Slot(Arc<AtomicUsize>);
 
 impl Drop for Slot {
@@ -144,22 +189,13 @@ pub fn run_tcp<L: Listener>(
             .spawn(move || {
                 let _slot = slot;
                 tracing::debug!(service = service.name(), %peer, "connection");
-                let r = match service {
-                    Service::Echo => {
-                        services::echo(&mut stream).map(|n| format!("{n} bytes echoed"))
-                    }
-                    Service::Discard => {
-                        services::discard(&mut stream).map(|n| format!("{n} bytes discarded"))
-                    }
-                    Service::Chargen => {
-                        services::chargen(&mut stream, None).map(|n| format!("{n} bytes sent"))
-                    }
-                    Service::Http => {
-                        http::serve_connection(&mut stream, &*page).map(|n| format!("{n} requests"))
-                    }
-                };
+                let mut scratch = vec![0u8; services::CHUNK];
+                let r = Session::new(service).drive(&mut stream, &mut scratch, &*page);
                 match r {
-                    Ok(what) => tracing::debug!(service = service.name(), %peer, "closed: {what}"),
+                    Ok(Some(what)) => {
+                        tracing::debug!(service = service.name(), %peer, "closed: {what}")
+                    }
+                    Ok(None) => tracing::debug!(service = service.name(), %peer, "timed out"),
                     Err(e) => tracing::debug!(service = service.name(), %peer, "ended: {e}"),
                 }
             });
@@ -252,6 +288,122 @@ mod tests {
         let (n, from) = cu.recv_from(&mut b).unwrap();
         assert_eq!(&b[..n], b"ping!");
         assert_eq!(from, uaddr);
+    }
+
+    /// An in-memory stream that hands out input and takes output a few
+    /// bytes at a time, saying `WouldBlock` on every other call: what a
+    /// non-blocking socket under load does.
+    struct Choppy {
+        input: Vec<u8>,
+        pos: usize,
+        output: Vec<u8>,
+        calls: u64,
+        /// Give EOF once the input is consumed.
+        eof: bool,
+    }
+
+    impl Choppy {
+        fn tick(&mut self) -> bool {
+            self.calls += 1;
+            self.calls.is_multiple_of(2)
+        }
+    }
+
+    impl Read for Choppy {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.tick() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let rest = &self.input[self.pos..];
+            if rest.is_empty() {
+                return if self.eof {
+                    Ok(0)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                };
+            }
+            let n = rest.len().min(buf.len()).min(7);
+            buf[..n].copy_from_slice(&rest[..n]);
+            self.pos += n;
+            Ok(n)
+        }
+    }
+
+    impl Write for Choppy {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.tick() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(1000);
+            self.output.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Drive a session until it finishes (bounded).
+    fn run_choppy(service: Service, input: &[u8]) -> (String, Vec<u8>) {
+        let mut s = Choppy {
+            input: input.to_vec(),
+            pos: 0,
+            output: Vec::new(),
+            calls: 0,
+            eof: true,
+        };
+        let mut session = Session::new(service);
+        let mut scratch = vec![0u8; 64];
+        for _ in 0..1_000_000 {
+            if let Some(what) = session
+                .drive(&mut s, &mut scratch, &|| "page\n".to_string())
+                .unwrap()
+            {
+                return (what, s.output);
+            }
+        }
+        panic!("session never finished");
+    }
+
+    #[test]
+    fn sessions_make_progress_across_would_block() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 13) as u8).collect();
+        let (what, out) = run_choppy(Service::Echo, &data);
+        assert_eq!(out, data, "echo is byte-exact");
+        assert_eq!(what, "50000 bytes echoed");
+        let (what, out) = run_choppy(Service::Discard, &data);
+        assert!(out.is_empty());
+        assert_eq!(what, "50000 bytes discarded");
+        // Two pipelined requests, a body to discard in between, then close.
+        let req = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloGET /bytes/70000 HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        let (what, out) = run_choppy(Service::Http, req);
+        assert_eq!(what, "3 requests");
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 405 "), "{text:.80}");
+        let body_at = text.find("application/octet-stream").unwrap();
+        let start = body_at + text[body_at..].find("\r\n\r\n").unwrap() + 4;
+        for i in 0..70_000usize {
+            assert_eq!(out[start + i], (i % 251) as u8, "pattern byte {i}");
+        }
+        assert!(text.ends_with("page\n"), "{}", &text[text.len() - 40..]);
+        // Chargen with a limit stops exactly there.
+        let mut s = Choppy {
+            input: Vec::new(),
+            pos: 0,
+            output: Vec::new(),
+            calls: 0,
+            eof: false,
+        };
+        let mut c = services::Chargen::new(Some(12_345));
+        let mut done = None;
+        for _ in 0..100_000 {
+            done = c.drive(&mut s).unwrap();
+            if done.is_some() {
+                break;
+            }
+        }
+        assert_eq!(done, Some(12_345));
+        assert_eq!(s.output.len(), 12_345);
     }
 
     #[test]

@@ -11,37 +11,102 @@ use std::sync::OnceLock;
 /// Size of the buffers the services use per connection.
 pub const CHUNK: usize = 64 * 1024;
 
-/// RFC 862: "Once a connection is established any data received is sent back.
-/// This continues until the calling user terminates the connection."
-/// Returns the number of bytes echoed.
-pub fn echo<S: Read + Write>(stream: &mut S) -> io::Result<u64> {
-    let mut buf = vec![0u8; CHUNK];
-    let mut total = 0u64;
-    loop {
-        let n = match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        stream.write_all(buf.get(..n).unwrap_or(&[]))?;
-        total += n as u64;
-    }
-    stream.flush()?;
-    Ok(total)
+/// Whether a read or write error means "try again later".
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == ErrorKind::WouldBlock
 }
 
-/// RFC 863: "Once a connection is established any data received is thrown
-/// away. No response is sent." Returns the number of bytes discarded.
-pub fn discard<S: Read>(stream: &mut S) -> io::Result<u64> {
-    let mut buf = vec![0u8; CHUNK];
-    let mut total = 0u64;
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return Ok(total),
-            Ok(n) => total += n as u64,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+/// Write as much of `data` as `stream` takes now; returns the count
+/// (short when the stream said `WouldBlock`).
+fn write_some<W: Write>(stream: &mut W, data: &[u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while let Some(rest) = data.get(done..).filter(|r| !r.is_empty()) {
+        match stream.write(rest) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if would_block(&e) => break,
             Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// RFC 862 echo as a state machine: "Once a connection is established any
+/// data received is sent back. This continues until the calling user
+/// terminates the connection." Bytes read are written back at once from
+/// the caller's scratch buffer; only what the stream does not take yet is
+/// kept (reading stops until it is gone), so an idle connection holds no
+/// buffer.
+#[derive(Debug, Default)]
+pub struct Echo {
+    held: Vec<u8>,
+    held_pos: usize,
+    total: u64,
+}
+
+impl Echo {
+    /// Make progress; `Ok(Some(bytes echoed))` once the peer finished
+    /// sending and everything went back, `Ok(None)` at `WouldBlock`.
+    pub fn drive<S: Read + Write>(
+        &mut self,
+        stream: &mut S,
+        scratch: &mut [u8],
+    ) -> io::Result<Option<u64>> {
+        loop {
+            if self.held_pos < self.held.len() {
+                let rest = self.held.get(self.held_pos..).unwrap_or(&[]);
+                self.held_pos += write_some(stream, rest)?;
+                if self.held_pos < self.held.len() {
+                    return Ok(None);
+                }
+                self.held = Vec::new();
+                self.held_pos = 0;
+            }
+            let n = match stream.read(scratch) {
+                Ok(0) => {
+                    stream.flush()?;
+                    return Ok(Some(self.total));
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if would_block(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            self.total += n as u64;
+            let data = scratch.get(..n).unwrap_or(&[]);
+            let w = write_some(stream, data)?;
+            if w < n {
+                self.held = data.get(w..).unwrap_or(&[]).to_vec();
+                self.held_pos = 0;
+            }
+        }
+    }
+}
+
+/// RFC 863 discard as a state machine: "Once a connection is established
+/// any data received is thrown away. No response is sent."
+#[derive(Debug, Default)]
+pub struct Discard {
+    total: u64,
+}
+
+impl Discard {
+    /// Make progress; `Ok(Some(bytes discarded))` at end of stream,
+    /// `Ok(None)` at `WouldBlock`.
+    pub fn drive<S: Read>(
+        &mut self,
+        stream: &mut S,
+        scratch: &mut [u8],
+    ) -> io::Result<Option<u64>> {
+        loop {
+            match stream.read(scratch) {
+                Ok(0) => return Ok(Some(self.total)),
+                Ok(n) => self.total += n as u64,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if would_block(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            }
         }
     }
 }
@@ -73,48 +138,69 @@ pub fn chargen_cycle() -> &'static [u8] {
     })
 }
 
-/// RFC 864: "Once a connection is established the server is to send a
-/// continual stream of data ... until the calling user terminates the
-/// connection." Sends at most `limit` bytes (None = until the peer goes away;
-/// a reset or broken pipe then counts as the normal end). Returns bytes sent.
-pub fn chargen<W: Write>(stream: &mut W, limit: Option<u64>) -> io::Result<u64> {
-    // A buffer holding several cycles, so each write is large.
-    let cycle = chargen_cycle();
-    let reps = CHUNK / CHARGEN_CYCLE + 1;
-    let big: Vec<u8> = cycle
-        .iter()
-        .copied()
-        .cycle()
-        .take(reps * CHARGEN_CYCLE)
-        .collect();
-    let mut sent = 0u64;
-    loop {
-        let offset = (sent % CHARGEN_CYCLE as u64) as usize;
-        let mut want = big.len() - offset;
-        if let Some(limit) = limit {
-            let left = limit.saturating_sub(sent);
-            if left == 0 {
-                return Ok(sent);
+/// Several cycles of the chargen pattern in one buffer, so each write is large.
+fn chargen_block() -> &'static [u8] {
+    static BLOCK: OnceLock<Vec<u8>> = OnceLock::new();
+    BLOCK.get_or_init(|| {
+        let reps = CHUNK / CHARGEN_CYCLE + 1;
+        chargen_cycle()
+            .iter()
+            .copied()
+            .cycle()
+            .take(reps * CHARGEN_CYCLE)
+            .collect()
+    })
+}
+
+/// RFC 864 chargen as a state machine: "Once a connection is established
+/// the server is to send a continual stream of data ... until the calling
+/// user terminates the connection." At most `limit` bytes (None = until
+/// the peer goes away; a reset or broken pipe then counts as the normal
+/// end).
+#[derive(Debug, Default)]
+pub struct Chargen {
+    sent: u64,
+    limit: Option<u64>,
+}
+
+impl Chargen {
+    pub fn new(limit: Option<u64>) -> Self {
+        Chargen { sent: 0, limit }
+    }
+
+    /// Make progress; `Ok(Some(bytes sent))` at the end, `Ok(None)` at
+    /// `WouldBlock`.
+    pub fn drive<W: Write>(&mut self, stream: &mut W) -> io::Result<Option<u64>> {
+        let big = chargen_block();
+        loop {
+            let offset = (self.sent % CHARGEN_CYCLE as u64) as usize;
+            let mut want = big.len() - offset;
+            if let Some(limit) = self.limit {
+                let left = limit.saturating_sub(self.sent);
+                if left == 0 {
+                    return Ok(Some(self.sent));
+                }
+                want = want.min(usize::try_from(left).unwrap_or(usize::MAX));
             }
-            want = want.min(usize::try_from(left).unwrap_or(usize::MAX));
-        }
-        let slice = big.get(offset..offset + want).unwrap_or(&[]);
-        match stream.write(slice) {
-            Ok(0) => return Ok(sent),
-            Ok(n) => sent += n as u64,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e)
-                if limit.is_none()
-                    && matches!(
-                        e.kind(),
-                        ErrorKind::BrokenPipe
-                            | ErrorKind::ConnectionReset
-                            | ErrorKind::ConnectionAborted
-                    ) =>
-            {
-                return Ok(sent)
+            let slice = big.get(offset..offset + want).unwrap_or(&[]);
+            match stream.write(slice) {
+                Ok(0) => return Ok(Some(self.sent)),
+                Ok(n) => self.sent += n as u64,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if would_block(&e) => return Ok(None),
+                Err(e)
+                    if self.limit.is_none()
+                        && matches!(
+                            e.kind(),
+                            ErrorKind::BrokenPipe
+                                | ErrorKind::ConnectionReset
+                                | ErrorKind::ConnectionAborted
+                        ) =>
+                {
+                    return Ok(Some(self.sent))
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         }
     }
 }
@@ -135,23 +221,71 @@ fn pattern_block() -> &'static [u8] {
     })
 }
 
-/// Write `len` bytes of the pattern (starting at byte 0) to `w`.
-pub fn write_pattern<W: Write>(w: &mut W, len: u64) -> io::Result<()> {
-    let block = pattern_block();
-    // Every write starts at a whole period, so the block can be reused as is:
-    // chunks are a multiple of 251 bytes, except possibly the last.
-    let mut left = len;
-    while left > 0 {
-        let n = usize::try_from(left).unwrap_or(usize::MAX).min(block.len());
-        w.write_all(block.get(..n).unwrap_or(&[]))?;
-        left -= n as u64;
+/// `len` bytes of the pattern (starting at byte 0) to write, resumable
+/// across `WouldBlock`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Pattern {
+    left: u64,
+    sent: u64,
+}
+
+impl Pattern {
+    pub fn new(len: u64) -> Self {
+        Pattern { left: len, sent: 0 }
     }
-    Ok(())
+
+    /// Write what `w` takes; `Ok(true)` once all `len` bytes are written,
+    /// `Ok(false)` at `WouldBlock`.
+    pub fn drive<W: Write>(&mut self, w: &mut W) -> io::Result<bool> {
+        let block = pattern_block();
+        while self.left > 0 {
+            // The block holds whole periods: slicing it at the offset into
+            // the period continues the pattern.
+            let off = (self.sent % PATTERN_PERIOD as u64) as usize;
+            let room = block.len().saturating_sub(off);
+            let n = usize::try_from(self.left).unwrap_or(usize::MAX).min(room);
+            match w.write(block.get(off..off + n).unwrap_or(&[])) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(k) => {
+                    self.left -= k as u64;
+                    self.sent += k as u64;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if would_block(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Drive a state machine on a blocking stream to its end (a `WouldBlock`
+    /// there is a timeout, reported as such).
+    fn to_end(r: io::Result<Option<u64>>) -> io::Result<u64> {
+        r?.ok_or_else(|| ErrorKind::WouldBlock.into())
+    }
+
+    /// RFC 862 echo on a blocking stream. Returns the number of bytes echoed.
+    fn echo<S: Read + Write>(stream: &mut S) -> io::Result<u64> {
+        let mut scratch = vec![0u8; CHUNK];
+        to_end(Echo::default().drive(stream, &mut scratch))
+    }
+
+    /// RFC 863 discard on a blocking stream. Returns the number of bytes discarded.
+    fn discard<S: Read>(stream: &mut S) -> io::Result<u64> {
+        let mut scratch = vec![0u8; CHUNK];
+        to_end(Discard::default().drive(stream, &mut scratch))
+    }
+
+    /// RFC 864 chargen on a blocking stream. Returns bytes sent.
+    fn chargen<W: Write>(stream: &mut W, limit: Option<u64>) -> io::Result<u64> {
+        to_end(Chargen::new(limit).drive(stream))
+    }
+
     use std::net::{TcpListener, TcpStream};
     use std::thread;
 
@@ -189,7 +323,7 @@ mod tests {
     fn pattern_write_is_exact() {
         for len in [0u64, 1, 250, 251, 252, 65_535, 200_001] {
             let mut out = Vec::new();
-            write_pattern(&mut out, len).unwrap();
+            assert!(Pattern::new(len).drive(&mut out).unwrap());
             assert_eq!(out.len() as u64, len);
             for (i, b) in out.iter().enumerate() {
                 assert_eq!(*b, (i % 251) as u8, "len {len} byte {i}");

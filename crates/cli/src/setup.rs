@@ -293,6 +293,11 @@ fn our_mac() -> MacAddr {
 
 /// Create the TAP, configure the kernel side and start ustack on it.
 pub fn bring_up(args: &NetArgs, default_tap: &str) -> Result<Up> {
+    bring_up_with(args, default_tap, Limits::default())
+}
+
+/// [`bring_up`] with the stack's resource limits given.
+pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Result<Up> {
     if args.addr.addr == args.host_addr.addr {
         bail!(
             "--addr and --host-addr are both {}: ustack and the kernel need different addresses",
@@ -361,7 +366,7 @@ pub fn bring_up(args: &NetArgs, default_tap: &str) -> Result<Up> {
         gateway: args.gateway,
         mtu: usize::from(args.mtu),
         tcp: TcpConfig::default(),
-        limits: Limits::default(),
+        limits,
         // Zero = drawn from getrandom by the runtime.
         secret: [0; 16],
         seed: 0,

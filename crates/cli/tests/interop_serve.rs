@@ -164,6 +164,69 @@ fn two_hundred_concurrent_connections() {
     srv.stop_clean();
 }
 
+/// The scale test: 6,000 connections opened one after another and kept
+/// open. The cost of a connect must not grow with the connections held
+/// (it grew linearly when every packet scanned the socket table and every
+/// connection had a thread): the median connect time of the last 1,000 may
+/// be at most 3x that of the first 1,000, measured in the same run (medians,
+/// so that other tests running meanwhile do not decide the outcome). All
+/// connections stay usable, and the server holds them without a thread each.
+#[test]
+fn thousands_of_held_connections_connect_at_a_flat_cost() {
+    const TOTAL: usize = 6000;
+    const STEP: usize = 1000;
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &[]);
+    let pid = srv.proc.child.id();
+    let (times, conns) = ns
+        .spawn(|| {
+            let addr = SocketAddrV4::new(USTACK_IP, 7);
+            let mut conns = Vec::with_capacity(TOTAL);
+            let mut times = Vec::with_capacity(TOTAL);
+            for _ in 0..TOTAL {
+                let t = Instant::now();
+                conns.push(connect(addr));
+                times.push(t.elapsed());
+            }
+            (times, conns)
+        })
+        .join()
+        .expect("clients");
+    let median = |chunk: &[Duration]| {
+        let mut v = chunk.to_vec();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let medians: Vec<Duration> = times.chunks(STEP).map(median).collect();
+    eprintln!("median connect time per {STEP}: {medians:?}");
+    let first = medians[0].max(Duration::from_micros(100));
+    let last = medians[medians.len() - 1];
+    assert!(
+        last <= first * 3,
+        "the last {STEP} connects took {last:?} each (median), the first {first:?}"
+    );
+    // Every connection is alive: echo on the first and the last.
+    for mut c in [&conns[0], &conns[TOTAL - 1]] {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"still here").unwrap();
+        let mut back = [0u8; 10];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"still here");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let threads: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("Threads in /proc/PID/status");
+    assert!(
+        threads <= 8,
+        "{threads} threads for {TOTAL} connections: no thread per connection"
+    );
+    drop(conns);
+    srv.stop_clean();
+}
+
 #[test]
 fn pcap_capture_is_readable_by_tcpdump() {
     let ns = NetNs::new();

@@ -1320,7 +1320,10 @@ impl std::fmt::Debug for Poller {
 
 impl Poller {
     /// Watch `source`; its events carry `token`. Registering it again
-    /// replaces the token. `AlreadyExists` if another poller watches it.
+    /// replaces the token and, like `EPOLL_CTL_MOD`, reports the socket
+    /// again if it is ready now (for a caller that stopped short of
+    /// `WouldBlock` and wants to come back to it). `AlreadyExists` if
+    /// another poller watches it.
     pub fn register(&self, source: &impl Source, token: u64) -> io::Result<()> {
         let key = source.source_key().0;
         let sh = self.net.shared();
@@ -1342,7 +1345,12 @@ impl Poller {
                         "socket registered with another poller",
                     ));
                 }
+                // Like EPOLL_CTL_MOD: the readiness is looked at again.
                 r.token = token;
+                if ready && !r.queued {
+                    r.queued = true;
+                    p.queue.push(key);
+                }
             }
             Entry::Vacant(e) => {
                 p.count += 1;
