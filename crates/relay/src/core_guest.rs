@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use ustack_core::tcp::{State, TcpConfig};
 use ustack_core::time::Instant as CoreInstant;
 use ustack_core::{
-    Config, Limits, PendingSynId, Refuse, Stack, TcpError, TcpHandle, TransparentConfig,
-    UdpAnyHandle,
+    Config, Limits, PendingSynId, Refuse, SocketEvent, Stack, TcpError, TcpHandle,
+    TransparentConfig, UdpAnyHandle,
 };
 use ustack_dev::Device;
 use ustack_wire::ethernet::MacAddr;
@@ -94,6 +94,8 @@ pub struct CoreGuest {
     udp: UdpAnyHandle,
     syns: HashMap<u64, PendingSynId>,
     conns: HashMap<u64, TcpHandle>,
+    /// The reverse of `conns`, for readiness events.
+    by_handle: HashMap<TcpHandle, u64>,
     next_id: u64,
     rx: Vec<u8>,
     /// Frames the device refused (full or failing).
@@ -158,6 +160,7 @@ impl CoreGuest {
             udp,
             syns: HashMap::new(),
             conns: HashMap::new(),
+            by_handle: HashMap::new(),
             next_id: 1,
             rx,
             tx_drops: 0,
@@ -284,6 +287,7 @@ impl GuestStack for CoreGuest {
         let h = self.stack.tcp_accept_pending(t, p).map_err(io_err)?;
         let c = self.alloc();
         self.conns.insert(c, h);
+        self.by_handle.insert(h, c);
         Ok(ConnId(c))
     }
 
@@ -312,6 +316,7 @@ impl GuestStack for CoreGuest {
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
         let c = self.alloc();
         self.conns.insert(c, h);
+        self.by_handle.insert(h, c);
         Ok(ConnId(c))
     }
 
@@ -371,14 +376,30 @@ impl GuestStack for CoreGuest {
 
     fn tcp_abort(&mut self, c: ConnId) {
         if let Some(h) = self.conns.remove(&c.0) {
+            self.by_handle.remove(&h);
             self.stack.tcp_abort(h);
         }
     }
 
     fn tcp_close(&mut self, c: ConnId) {
         if let Some(h) = self.conns.remove(&c.0) {
+            self.by_handle.remove(&h);
             self.stack.tcp_close(h);
         }
+    }
+
+    fn take_conn_events(&mut self, out: &mut Vec<ConnId>) -> bool {
+        let CoreGuest {
+            stack, by_handle, ..
+        } = self;
+        stack.take_events(&mut |e| {
+            if let SocketEvent::Tcp(h, _) = e {
+                if let Some(&c) = by_handle.get(&h) {
+                    out.push(ConnId(c));
+                }
+            }
+        });
+        true
     }
 
     fn udp_recv(&mut self, buf: &mut [u8]) -> Option<Datagram> {

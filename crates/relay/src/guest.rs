@@ -114,6 +114,15 @@ pub trait GuestStack {
         to: SocketAddrV4,
     ) -> io::Result<ConnId>;
     fn tcp_state(&self, c: ConnId) -> ConnState;
+    /// The connections that gained something since the last call (data or
+    /// end of stream to read, send space, established, closed or reset),
+    /// appended to `out`, so that the relay services only those. Returns
+    /// false if this guest cannot tell: the relay then services every
+    /// connection on every iteration.
+    fn take_conn_events(&mut self, out: &mut Vec<ConnId>) -> bool {
+        let _ = out;
+        false
+    }
     /// Queue bytes for the guest; `Ok(0)` = its send buffer is full.
     fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize>;
     /// Bytes from the guest; `Ok(0)` = the guest sent FIN; `WouldBlock` = nothing yet.

@@ -1,7 +1,8 @@
 //! The relay engine: guest flows terminated by a [`GuestStack`] are relayed
 //! through ordinary host sockets driven by one epoll loop.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -53,6 +54,9 @@ const TOKEN_STOP: u64 = 1;
 const TOKEN_LISTENER0: u64 = 16;
 const FIRST_FLOW: u64 = 1 << 20;
 const SCRATCH: usize = 64 * 1024;
+/// Rounds of "guest to host, host to guest" per pump of one flow before
+/// other flows get their turn (the flow stays dirty if it could go on).
+const PUMP_PASSES: usize = 8;
 
 /// A bounded byte queue.
 #[derive(Debug, Default)]
@@ -90,6 +94,29 @@ struct TcpFlow {
     host_eof: bool,
     host_wr_shut: bool,
     guest_shut: bool,
+    /// Queued in the relay's dirty list (to be pumped this iteration).
+    dirty: bool,
+    /// Waiting for the global buffer budget to free up.
+    cap_blocked: bool,
+}
+
+impl TcpFlow {
+    fn new(phase: TcpPhase, conn: Option<ConnId>, host_ready: bool) -> TcpFlow {
+        TcpFlow {
+            phase,
+            conn,
+            g2h: ByteBuf::default(),
+            h2g: ByteBuf::default(),
+            readable: host_ready,
+            writable: host_ready,
+            guest_eof: false,
+            host_eof: false,
+            host_wr_shut: false,
+            guest_shut: false,
+            dirty: false,
+            cap_blocked: false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -157,8 +184,18 @@ pub struct Relay<G: GuestStack> {
     ping_allowed: Option<bool>,
     events: Vec<libc::epoll_event>,
     ready: Vec<(u64, u32)>,
-    last_reap: Option<Instant>,
     next_udp_in_port: u16,
+    /// Guest connection -> flow id (for the guest's readiness events).
+    conn_flow: HashMap<ConnId, u64>,
+    /// TCP flows to pump in this iteration (each flagged `dirty`).
+    dirty: Vec<u64>,
+    /// TCP flows waiting for the global buffer budget (flagged `cap_blocked`).
+    cap_blocked: Vec<u64>,
+    /// Scratch for the guest's events.
+    conn_events: Vec<ConnId>,
+    /// Flow deadlines (idle, connect, half-closed), lazily: an entry that
+    /// fires early is re-filed at the flow's real deadline.
+    expiry: BinaryHeap<Reverse<(Instant, u64)>>,
 }
 
 fn unreachable_for(e: &io::Error) -> Refusal {
@@ -217,8 +254,12 @@ impl<G: GuestStack> Relay<G> {
             ping_allowed: None,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             ready: Vec::with_capacity(256),
-            last_reap: None,
             next_udp_in_port: 0,
+            conn_flow: HashMap::new(),
+            dirty: Vec::new(),
+            cap_blocked: Vec::new(),
+            conn_events: Vec::new(),
+            expiry: BinaryHeap::new(),
         })
     }
 
@@ -264,10 +305,7 @@ impl<G: GuestStack> Relay<G> {
                     break Ok(Stop::Bound);
                 }
             }
-            let mut timeout = Duration::from_secs(1);
-            if let Some(at) = self.guest.poll_at() {
-                timeout = timeout.min(at.saturating_duration_since(now));
-            }
+            let mut timeout = self.next_timeout(now);
             if let Some(m) = max_time {
                 timeout = timeout.min(m.saturating_sub(now.saturating_duration_since(start)));
             }
@@ -313,7 +351,38 @@ impl<G: GuestStack> Relay<G> {
         Ok(stop)
     }
 
-    /// Serve the guest: poll it, take new flows, pump every TCP flow, reap.
+    /// How long the loop may sleep: until the guest's next timer, the next
+    /// flow deadline, at once if flows are waiting to be pumped, and at most
+    /// a second.
+    fn next_timeout(&self, now: Instant) -> Duration {
+        if !self.dirty.is_empty() {
+            return Duration::ZERO;
+        }
+        let mut timeout = Duration::from_secs(1);
+        if let Some(at) = self.guest.poll_at() {
+            timeout = timeout.min(at.saturating_duration_since(now));
+        }
+        if let Some(Reverse((at, _))) = self.expiry.peek() {
+            timeout = timeout.min(at.saturating_duration_since(now));
+        }
+        timeout
+    }
+
+    /// Queue TCP flow `id` to be pumped in this iteration (once).
+    fn mark_dirty(&mut self, id: u64) {
+        if let Some(Flow {
+            kind: Kind::Tcp(t), ..
+        }) = self.flows.get_mut(&id)
+        {
+            if !t.dirty {
+                t.dirty = true;
+                self.dirty.push(id);
+            }
+        }
+    }
+
+    /// Serve the guest: poll it, take new flows, pump the TCP flows that
+    /// have something to do (events from the guest or the host), reap.
     pub fn service(&mut self, now: Instant) -> io::Result<()> {
         self.service_with(now, true)
     }
@@ -353,22 +422,52 @@ impl<G: GuestStack> Relay<G> {
                 break;
             }
         }
-        let ids: Vec<u64> = self
-            .flows
-            .iter()
-            .filter(|(_, f)| matches!(f.kind, Kind::Tcp(_)))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
+        // Only the flows with news: guest events, host events (marked by
+        // `on_host_event`), flows waiting for the buffer budget once it
+        // frees up. A guest that cannot tell gets every flow pumped.
+        let mut evs = std::mem::take(&mut self.conn_events);
+        if self.guest.take_conn_events(&mut evs) {
+            for c in evs.drain(..) {
+                if let Some(&id) = self.conn_flow.get(&c) {
+                    self.mark_dirty(id);
+                }
+            }
+        } else {
+            let ids: Vec<u64> = self
+                .flows
+                .iter()
+                .filter(|(_, f)| matches!(f.kind, Kind::Tcp(_)))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ids {
+                self.mark_dirty(id);
+            }
+        }
+        self.conn_events = evs;
+        if !self.cap_blocked.is_empty() && self.buffered < self.cfg.limits.total_buffer {
+            for id in std::mem::take(&mut self.cap_blocked) {
+                if let Some(Flow {
+                    kind: Kind::Tcp(t), ..
+                }) = self.flows.get_mut(&id)
+                {
+                    t.cap_blocked = false;
+                }
+                self.mark_dirty(id);
+            }
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        for &id in &dirty {
+            if let Some(Flow {
+                kind: Kind::Tcp(t), ..
+            }) = self.flows.get_mut(&id)
+            {
+                t.dirty = false;
+            }
+        }
+        for &id in &dirty {
             self.pump_tcp(now, id);
         }
-        let reap_due = self
-            .last_reap
-            .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(250));
-        if reap_due {
-            self.reap(now);
-            self.last_reap = Some(now);
-        }
+        self.reap(now);
         // Send what the flows queued; new guest frames wait for the next
         // iteration (the guest descriptor stays readable, so it comes at once).
         self.guest.flush(now)?;
@@ -391,10 +490,9 @@ impl<G: GuestStack> Relay<G> {
             if left.is_zero() {
                 return Ok(());
             }
-            let mut timeout = left.min(Duration::from_millis(50));
-            if let Some(at) = self.guest.poll_at() {
-                timeout = timeout.min(at.saturating_duration_since(Instant::now()));
-            }
+            let timeout = left
+                .min(Duration::from_millis(50))
+                .min(self.next_timeout(Instant::now()));
             self.step(Some(timeout))?;
         }
     }
@@ -537,23 +635,17 @@ impl<G: GuestStack> Relay<G> {
         self.flows.insert(
             id,
             Flow {
-                kind: Kind::Tcp(Box::new(TcpFlow {
-                    phase: TcpPhase::HostConnecting(syn.id),
-                    conn: None,
-                    g2h: ByteBuf::default(),
-                    h2g: ByteBuf::default(),
-                    readable: false,
-                    writable: false,
-                    guest_eof: false,
-                    host_eof: false,
-                    host_wr_shut: false,
-                    guest_shut: false,
-                })),
+                kind: Kind::Tcp(Box::new(TcpFlow::new(
+                    TcpPhase::HostConnecting(syn.id),
+                    None,
+                    false,
+                ))),
                 sock: Some(sock),
                 started: now,
                 last_active: now,
             },
         );
+        self.file_expiry(id);
     }
 
     fn refuse(&mut self, now: Instant, syn: SynId, how: Refusal) {
@@ -638,23 +730,19 @@ impl<G: GuestStack> Relay<G> {
         self.flows.insert(
             id,
             Flow {
-                kind: Kind::Tcp(Box::new(TcpFlow {
-                    phase: TcpPhase::GuestConnecting,
-                    conn: Some(conn),
-                    g2h: ByteBuf::default(),
-                    h2g: ByteBuf::default(),
-                    readable: true,
-                    writable: true,
-                    guest_eof: false,
-                    host_eof: false,
-                    host_wr_shut: false,
-                    guest_shut: false,
-                })),
+                kind: Kind::Tcp(Box::new(TcpFlow::new(
+                    TcpPhase::GuestConnecting,
+                    Some(conn),
+                    true,
+                ))),
                 sock: Some(sock),
                 started: now,
                 last_active: now,
             },
         );
+        self.conn_flow.insert(conn, id);
+        self.file_expiry(id);
+        self.mark_dirty(id);
     }
 
     fn on_host_event(&mut self, now: Instant, id: u64, ev: u32) {
@@ -674,6 +762,7 @@ impl<G: GuestStack> Relay<G> {
                         self.finish_connect(now, id, syn);
                     }
                 }
+                self.mark_dirty(id);
             }
             Kind::Udp { .. } => self.on_udp_readable(now, id),
             Kind::Icmp { .. } => self.on_icmp_readable(now, id),
@@ -709,6 +798,8 @@ impl<G: GuestStack> Relay<G> {
                     t.phase = TcpPhase::Established;
                     *last_active = now;
                 }
+                self.conn_flow.insert(conn, id);
+                self.mark_dirty(id);
             }
             Err(_) => {
                 // The guest gave up (e.g. its SYN timed out): drop the host side.
@@ -718,6 +809,10 @@ impl<G: GuestStack> Relay<G> {
     }
 
     /// Move bytes both ways for one TCP flow and handle its state changes.
+    /// Called when the guest or the host side has news; it moves data
+    /// until neither side makes progress (bounded: a flow that still could
+    /// stays dirty for the next iteration), since the sides will not report
+    /// again what they reported already.
     fn pump_tcp(&mut self, now: Instant, id: u64) {
         let flow_cap = self.cfg.limits.flow_buffer;
         let total_cap = self.cfg.limits.total_buffer;
@@ -750,93 +845,120 @@ impl<G: GuestStack> Relay<G> {
             self.abort_flow(now, id, false);
             return;
         }
+        let half_closed_before = t.guest_eof || t.host_eof;
         let mut moved = false;
         let mut host_reset = false;
+        let mut cap_blocked = false;
+        let mut again = false;
         let scratch = &mut self.scratch;
 
-        // guest -> host
-        loop {
-            let room = flow_cap
-                .saturating_sub(t.g2h.len())
-                .min(total_cap.saturating_sub(self.buffered))
-                .min(scratch.len());
-            if room == 0 || t.guest_eof {
-                break;
-            }
-            let Some(buf) = scratch.get_mut(..room) else {
-                break;
-            };
-            match self.guest.tcp_recv(conn, buf) {
-                Ok(0) => t.guest_eof = true,
-                Ok(n) => {
-                    // Extending from a slice is specialised to a memcpy; an
-                    // iterator (iter().take(n)) is copied element by element.
-                    let data = buf.get(..n).unwrap_or_default();
-                    t.g2h.q.extend(data);
-                    self.buffered += data.len();
-                }
-                Err(_) => break,
-            }
-        }
-        while !t.g2h.is_empty() && t.writable {
-            let (a, _) = t.g2h.q.as_slices();
-            match sys::send(sock, a) {
-                Ok(n) => {
-                    t.g2h.q.drain(..n.min(a.len()));
-                    self.buffered = self.buffered.saturating_sub(n);
-                    self.stats.bytes_guest_to_host += n as u64;
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.writable = false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    host_reset = true;
+        for pass in 0..PUMP_PASSES {
+            let mut progress = false;
+            // guest -> host
+            loop {
+                let global = total_cap.saturating_sub(self.buffered);
+                let room = flow_cap
+                    .saturating_sub(t.g2h.len())
+                    .min(global)
+                    .min(scratch.len());
+                if t.guest_eof {
                     break;
                 }
+                if room == 0 {
+                    cap_blocked |= global == 0;
+                    break;
+                }
+                let Some(buf) = scratch.get_mut(..room) else {
+                    break;
+                };
+                match self.guest.tcp_recv(conn, buf) {
+                    Ok(0) => {
+                        t.guest_eof = true;
+                        progress = true;
+                    }
+                    Ok(n) => {
+                        // Extending from a slice is specialised to a memcpy; an
+                        // iterator (iter().take(n)) is copied element by element.
+                        let data = buf.get(..n).unwrap_or_default();
+                        t.g2h.q.extend(data);
+                        self.buffered += data.len();
+                        progress = true;
+                    }
+                    Err(_) => break,
+                }
             }
-        }
-        if t.guest_eof && t.g2h.is_empty() && !t.host_wr_shut && !host_reset {
-            // guest FIN -> shutdown(SHUT_WR) on the host socket.
-            let _ = sys::shutdown_write(sock);
-            t.host_wr_shut = true;
-        }
+            while !t.g2h.is_empty() && t.writable {
+                let (a, _) = t.g2h.q.as_slices();
+                match sys::send(sock, a) {
+                    Ok(n) => {
+                        t.g2h.q.drain(..n.min(a.len()));
+                        self.buffered = self.buffered.saturating_sub(n);
+                        self.stats.bytes_guest_to_host += n as u64;
+                        moved = true;
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.writable = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        host_reset = true;
+                        break;
+                    }
+                }
+            }
+            if t.guest_eof && t.g2h.is_empty() && !t.host_wr_shut && !host_reset {
+                // guest FIN -> shutdown(SHUT_WR) on the host socket.
+                let _ = sys::shutdown_write(sock);
+                t.host_wr_shut = true;
+            }
 
-        // host -> guest
-        while t.readable && !t.host_eof && !host_reset {
-            let room = flow_cap
-                .saturating_sub(t.h2g.len())
-                .min(total_cap.saturating_sub(self.buffered))
-                .min(scratch.len());
-            if room == 0 {
+            // host -> guest
+            while t.readable && !t.host_eof && !host_reset {
+                let global = total_cap.saturating_sub(self.buffered);
+                let room = flow_cap
+                    .saturating_sub(t.h2g.len())
+                    .min(global)
+                    .min(scratch.len());
+                if room == 0 {
+                    cap_blocked |= global == 0;
+                    break;
+                }
+                let Some(buf) = scratch.get_mut(..room) else {
+                    break;
+                };
+                match sys::recv(sock, buf) {
+                    Ok(0) => {
+                        t.host_eof = true;
+                        progress = true;
+                    }
+                    Ok(n) => {
+                        let data = buf.get(..n).unwrap_or_default();
+                        t.h2g.q.extend(data);
+                        self.buffered += data.len();
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.readable = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => host_reset = true,
+                }
+            }
+            while !t.h2g.is_empty() {
+                let (a, _) = t.h2g.q.as_slices();
+                match self.guest.tcp_send(conn, a) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        t.h2g.q.drain(..n.min(a.len()));
+                        self.buffered = self.buffered.saturating_sub(n);
+                        self.stats.bytes_host_to_guest += n as u64;
+                        moved = true;
+                        progress = true;
+                    }
+                }
+            }
+            if host_reset || !progress {
                 break;
             }
-            let Some(buf) = scratch.get_mut(..room) else {
-                break;
-            };
-            match sys::recv(sock, buf) {
-                Ok(0) => t.host_eof = true,
-                Ok(n) => {
-                    // Extending from a slice is specialised to a memcpy; an
-                    // iterator (iter().take(n)) is copied element by element.
-                    let data = buf.get(..n).unwrap_or_default();
-                    t.h2g.q.extend(data);
-                    self.buffered += data.len();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.readable = false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => host_reset = true,
-            }
-        }
-        while !t.h2g.is_empty() {
-            let (a, _) = t.h2g.q.as_slices();
-            match self.guest.tcp_send(conn, a) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    t.h2g.q.drain(..n.min(a.len()));
-                    self.buffered = self.buffered.saturating_sub(n);
-                    self.stats.bytes_host_to_guest += n as u64;
-                    moved = true;
-                }
+            if pass + 1 == PUMP_PASSES {
+                again = true;
             }
         }
         if host_reset {
@@ -863,6 +985,19 @@ impl<G: GuestStack> Relay<G> {
             self.guest.tcp_close(conn);
             self.stats.tcp_closed += 1;
             self.remove_flow(id);
+            return;
+        }
+        if cap_blocked && !t.cap_blocked {
+            t.cap_blocked = true;
+            self.cap_blocked.push(id);
+        }
+        let half_closed = t.guest_eof || t.host_eof;
+        if half_closed && !half_closed_before {
+            // The half-closed timeout may be earlier than the idle one.
+            self.file_expiry(id);
+        }
+        if again {
+            self.mark_dirty(id);
         }
     }
 
@@ -894,6 +1029,9 @@ impl<G: GuestStack> Relay<G> {
         }
         match &flow.kind {
             Kind::Tcp(t) => {
+                if let Some(c) = t.conn {
+                    self.conn_flow.remove(&c);
+                }
                 self.buffered = self.buffered.saturating_sub(t.g2h.len() + t.h2g.len());
                 if matches!(
                     t.phase,
@@ -920,29 +1058,64 @@ impl<G: GuestStack> Relay<G> {
         }
     }
 
-    fn reap(&mut self, now: Instant) {
+    /// When flow `id` expires: its connect deadline while connecting, else
+    /// the idle limit of its kind after its last activity.
+    fn deadline(&self, f: &Flow) -> Instant {
         let to = self.cfg.timeouts;
+        match &f.kind {
+            Kind::Tcp(t) => match t.phase {
+                TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting => {
+                    f.started + to.tcp_connect
+                }
+                TcpPhase::Established if t.guest_eof || t.host_eof => {
+                    f.last_active + to.tcp_half_closed
+                }
+                TcpPhase::Established => f.last_active + to.tcp_idle,
+            },
+            Kind::Udp { .. } | Kind::UdpIn { .. } => f.last_active + to.udp_idle,
+            Kind::Icmp { .. } => f.last_active + to.icmp_idle,
+        }
+    }
+
+    /// File flow `id` in the expiry heap at its current deadline.
+    fn file_expiry(&mut self, id: u64) {
+        if let Some(f) = self.flows.get(&id) {
+            let at = self.deadline(f);
+            self.expiry.push(Reverse((at, id)));
+        }
+    }
+
+    /// Expire the flows whose deadline has come. Work is proportional to
+    /// the heap entries that come due (each flow's entry comes due at most
+    /// once per idle period), not to the flows held.
+    fn reap(&mut self, now: Instant) {
         let mut expired = Vec::new();
-        for (id, f) in &self.flows {
-            let idle = now.saturating_duration_since(f.last_active);
-            let age = now.saturating_duration_since(f.started);
-            let limit = match &f.kind {
-                Kind::Tcp(t) => match t.phase {
-                    TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting => {
-                        if age >= to.tcp_connect {
-                            expired.push((*id, true));
-                        }
-                        continue;
-                    }
-                    TcpPhase::Established if t.guest_eof || t.host_eof => to.tcp_half_closed,
-                    TcpPhase::Established => to.tcp_idle,
-                },
-                Kind::Udp { .. } | Kind::UdpIn { .. } => to.udp_idle,
-                Kind::Icmp { .. } => to.icmp_idle,
-            };
-            if idle >= limit {
-                expired.push((*id, false));
+        while let Some(&Reverse((at, id))) = self.expiry.peek() {
+            if at > now {
+                break;
             }
+            self.expiry.pop();
+            let Some(f) = self.flows.get(&id) else {
+                continue;
+            };
+            let real = self.deadline(f);
+            if real > now {
+                // Active since: re-file at the real deadline.
+                self.expiry.push(Reverse((real, id)));
+                continue;
+            }
+            let connecting = matches!(
+                &f.kind,
+                Kind::Tcp(t) if matches!(t.phase, TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting)
+            );
+            expired.push((id, connecting));
+        }
+        // Stale entries (flows gone) are dropped as they come due; keep the
+        // heap from growing past a few entries per flow meanwhile.
+        if self.expiry.len() > 2 * self.flows.len() + 1024 {
+            let flows = &self.flows;
+            self.expiry
+                .retain(|Reverse((_, id))| flows.contains_key(id));
         }
         for (id, connect_timeout) in expired {
             let kind = self.flows.get(&id).map(|f| match &f.kind {
@@ -1022,6 +1195,7 @@ impl<G: GuestStack> Relay<G> {
             },
         );
         self.udp_index.insert((src, dst), id);
+        self.file_expiry(id);
         self.udp_forward_existing(now, id, data);
     }
 
@@ -1136,6 +1310,7 @@ impl<G: GuestStack> Relay<G> {
                 self.udp_in_index.insert((listener, peer), id);
                 self.udp_index.insert((guest, apparent), id);
                 self.stats.udp_inbound_flows += 1;
+                self.file_expiry(id);
                 id
             }
         };
@@ -1242,6 +1417,7 @@ impl<G: GuestStack> Relay<G> {
             },
         );
         self.icmp_index.insert((req.src, req.dst, req.ident), id);
+        self.file_expiry(id);
         Some(id)
     }
 
