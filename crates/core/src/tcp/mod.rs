@@ -1,14 +1,21 @@
 //! TCP (RFC 9293), sans-IO: one [`Connection`] per connection; the `Stack`
 //! owns the demultiplexing table and the listeners.
 //!
-//! Split by concern (as gVisor splits `snd`, `rcv`, `sack`, `cc`):
+//! Split by concern (as gVisor splits `snd`, `rcv`, `sack_recovery`,
+//! `rack`, `timer`): one [`Connection`] struct whose fields are grouped by
+//! concern, and one file per concern working on its groups.
 //!
 //! | file | concern |
 //! | --- | --- |
-//! | `state.rs` | the state machine and segment arrival processing (RFC 9293 3.10) |
+//! | `conn.rs` | the connection: fields by concern, per-state data, constructors, getters, settings, the application's calls, `set_state` |
+//! | `input.rs` | segment arrival (RFC 9293 3.10.7): acceptability, PAWS, RST/SYN checks (RFC 5961), SYN-SENT, text, FIN; the receive window; ICMP |
+//! | `ack.rs` | an ACK for the sender: SACK, SND.UNA, RTT samples, the send window update, our FIN acknowledged; cwnd growth and validation |
+//! | `recovery.rs` | loss recovery: fast recovery, undo (RFC 3708), RACK detection, tail loss probes, the retransmission timeout |
+//! | `timers.rs` | `poll_at`, running expired timers (delayed ACK, persist, keep-alive, TIME-WAIT, FIN-WAIT-2), giving up |
+//! | `output.rs` | `dispatch`: SYN, RST, retransmissions, probes, data and FIN within the windows, ACKs; building segments |
 //! | `send.rs` | send buffer, segmentation decisions: Nagle, sender SWS avoidance |
-//! | `recv.rs` | receive buffer, out-of-order reassembly, SACK blocks, window management |
-//! | `sack.rs` | the sender's scoreboard: segments sent, SACKed, lost (RFC 2018, RFC 6675) |
+//! | `recv.rs` | receive buffer, out-of-order reassembly, SACK blocks |
+//! | `sack.rs` | the sender's scoreboard: segments sent, SACKed, lost, with running totals (RFC 2018, RFC 6675) |
 //! | `rack.rs` | time-based loss detection, RACK (RFC 8985) |
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
 //! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
@@ -25,15 +32,20 @@
 //! segments `emit` accepted), `ActiveOpens`, `PassiveOpens`, `AttemptFails`,
 //! `EstabResets`, `CurrEstab` and the `TcpExt` extras.
 
+mod ack;
 mod cc;
+mod conn;
+mod input;
 mod isn;
+mod output;
 mod rack;
+mod recovery;
 mod recv;
 mod ring;
 mod rtt;
 mod sack;
 mod send;
-mod state;
+mod timers;
 
 use core::fmt;
 use std::io::ErrorKind;
@@ -42,9 +54,10 @@ use crate::time::Duration;
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
 pub use cc::{CongestionControl, NewReno};
+pub use conn::{Connection, NeighbourAdvice, TcpConnInfo};
+pub use input::IcmpUnreachable;
 pub use isn::Isn;
 pub use rtt::RttEstimator;
-pub use state::{Connection, IcmpUnreachable, NeighbourAdvice, TcpConnInfo};
 
 /// TCP states (RFC 9293 3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
