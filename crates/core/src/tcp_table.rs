@@ -9,6 +9,7 @@ use ustack_wire::tcp::TcpRepr;
 
 use crate::counters::TcpStackCounters;
 use crate::hash::{keyed_hash, KeyedState};
+use crate::tcp::TcpShared;
 use crate::tcp::{Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpCounters, TcpError};
 use crate::time::Instant;
 use crate::udp::{EPHEMERAL_FIRST, EPHEMERAL_LAST};
@@ -132,6 +133,8 @@ pub(crate) struct TcpTable {
     /// for the neighbour cache (drained by the Stack; reused, no per-packet
     /// allocation once grown).
     pub(crate) advice: Vec<(Ipv4Addr, NeighbourAdvice)>,
+    /// What the connections share while they run.
+    shared: TcpShared,
 }
 
 impl TcpTable {
@@ -160,6 +163,7 @@ impl TcpTable {
             rr_cursor: 0,
             more_work: false,
             advice: Vec::new(),
+            shared: TcpShared::new(),
         }
     }
 
@@ -619,8 +623,9 @@ impl TcpTable {
     ) {
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
             let (local, remote) = (c.local, c.remote);
-            c.conn
-                .dispatch(now, ctr, &mut |seg| emit(local, remote, seg));
+            c.conn.dispatch(now, ctr, &mut self.shared, &mut |seg| {
+                emit(local, remote, seg)
+            });
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
                 self.advice.push((*remote.ip(), adv));

@@ -8,7 +8,7 @@ mod tcp_common;
 
 use proptest::prelude::*;
 use tcp_common::{to_bytes, End, Net, Rng, A_ADDR, B_ADDR};
-use ustack_core::tcp::{Connection, TcpConfig, TcpCounters};
+use ustack_core::tcp::{Connection, TcpConfig, TcpCounters, TcpShared};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
 
@@ -113,6 +113,7 @@ fn random_segments_never_panic_in_any_state() {
         n.run_until(t);
         let a = n.a.conn.as_mut().unwrap();
         let mut ctr = TcpCounters::default();
+        let mut shared = TcpShared::new();
         let mut now = n.now;
         let base_seq = SeqNum(rng.next_u64() as u32);
         let base_ack = SeqNum(rng.next_u64() as u32);
@@ -120,7 +121,7 @@ fn random_segments_never_panic_in_any_state() {
             let seg = random_seg(&mut rng, base_seq, base_ack, &data);
             a.process(now, &seg, &mut ctr);
             let mut emitted = 0;
-            a.dispatch(now, &mut ctr, &mut |_| {
+            a.dispatch(now, &mut ctr, &mut shared, &mut |_| {
                 emitted += 1;
                 true
             });

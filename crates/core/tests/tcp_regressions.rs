@@ -4,7 +4,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use ustack_core::tcp::{Connection, State, TcpConfig, TcpCounters};
+use ustack_core::tcp::{Connection, State, TcpConfig, TcpCounters, TcpShared};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
@@ -35,7 +35,8 @@ struct Out {
 
 fn dispatch(c: &mut Connection, now: Instant, ctr: &mut TcpCounters) -> Vec<Out> {
     let mut out = Vec::new();
-    c.dispatch(now, ctr, &mut |r| {
+    // A connection driven alone: a scratch of its own per call.
+    c.dispatch(now, ctr, &mut TcpShared::new(), &mut |r| {
         out.push(Out {
             seq: r.seq,
             ack: r.ack,

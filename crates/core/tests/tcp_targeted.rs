@@ -152,7 +152,7 @@ fn a_next_ts(n: &mut Net) -> (SeqNum, SeqNum, u32) {
         ..TcpRepr::default()
     };
     c.process(now, &probe, &mut n.a.ctr);
-    c.dispatch(now, &mut n.a.ctr, &mut |r| {
+    c.dispatch(now, &mut n.a.ctr, &mut n.a.shared, &mut |r| {
         out.push((r.ack.unwrap(), r.seq, r.timestamp.map_or(0, |t| t.1)));
         true
     });
@@ -333,7 +333,7 @@ fn sack_blocks_reflect_holes() {
         ..TcpRepr::default()
     };
     b.process(now, &probe, &mut n.b.ctr);
-    b.dispatch(now, &mut n.b.ctr, &mut |r| {
+    b.dispatch(now, &mut n.b.ctr, &mut n.b.shared, &mut |r| {
         out.push((r.ack.unwrap(), r.seq, r.timestamp));
         true
     });
@@ -353,7 +353,7 @@ fn sack_blocks_reflect_holes() {
     for (off, len) in [(1000, 500), (3000, 500)] {
         let b = n.b.conn.as_mut().unwrap();
         b.process(now, &seg(off, len), &mut n.b.ctr);
-        b.dispatch(now, &mut n.b.ctr, &mut |r| {
+        b.dispatch(now, &mut n.b.ctr, &mut n.b.shared, &mut |r| {
             acks.push((r.ack.unwrap(), r.sack_ranges));
             true
         });
@@ -373,7 +373,7 @@ fn sack_blocks_reflect_holes() {
     acks.clear();
     let b = n.b.conn.as_mut().unwrap();
     b.process(now, &seg(0, 1000), &mut n.b.ctr);
-    b.dispatch(now, &mut n.b.ctr, &mut |r| {
+    b.dispatch(now, &mut n.b.ctr, &mut n.b.shared, &mut |r| {
         acks.push((r.ack.unwrap(), r.sack_ranges));
         true
     });

@@ -55,7 +55,7 @@ pub struct TcpConnInfo {
 /// loss recovery episode (`Recovery`).
 #[derive(Debug)]
 pub struct Connection {
-    pub(super) cfg: TcpConfig,
+    pub(super) cfg: Params,
     /// The state and the data only some states have.
     pub(super) st: Phase,
     pub(super) local: SocketAddrV4,
@@ -82,7 +82,6 @@ pub struct Connection {
     pub(super) app: App,
     pub(super) rst: Rst,
     pub(super) report: Report,
-    pub(super) scratch: Vec<u8>,
 }
 
 /// The connection's state (RFC 9293 3.3.2) with the data that exists only
@@ -137,6 +136,45 @@ impl Phase {
             Phase::TimeWait { until } => Some(until),
             Phase::FinWait2 { orphan_until } => orphan_until,
             _ => None,
+        }
+    }
+}
+
+/// The tunables of [`TcpConfig`] a connection still needs once it exists
+/// (the rest went into its buffers, estimator and options when it was
+/// created): a copy of these, not of the whole configuration, is what
+/// every connection holds.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Params {
+    pub(super) time_wait: Duration,
+    pub(super) delayed_ack: Duration,
+    pub(super) fin_wait2_timeout: Duration,
+    pub(super) max_rto: Duration,
+    pub(super) ooo_limit: usize,
+    pub(super) initial_cwnd: u32,
+    pub(super) max_retries: u32,
+    pub(super) syn_retries: u32,
+    pub(super) synack_retries: u32,
+    pub(super) window_scale: bool,
+    pub(super) timestamps: bool,
+    pub(super) sack: bool,
+}
+
+impl Params {
+    fn new(cfg: &TcpConfig) -> Params {
+        Params {
+            time_wait: cfg.time_wait,
+            delayed_ack: cfg.delayed_ack,
+            fin_wait2_timeout: cfg.fin_wait2_timeout,
+            max_rto: cfg.max_rto,
+            ooo_limit: cfg.ooo_limit,
+            initial_cwnd: cfg.initial_cwnd,
+            max_retries: cfg.max_retries,
+            syn_retries: cfg.syn_retries,
+            synack_retries: cfg.synack_retries,
+            window_scale: cfg.window_scale,
+            timestamps: cfg.timestamps,
+            sack: cfg.sack,
         }
     }
 }
@@ -228,7 +266,7 @@ impl Connection {
         let adv_mss = cfg.mss.min(route_mss as u16).max(64);
         let smss = DEFAULT_MSS.min(route_mss);
         Connection {
-            cfg: cfg.clone(),
+            cfg: Params::new(cfg),
             // A connection starts in SYN-RECEIVED only from a listener.
             passive: matches!(st, Phase::SynReceived { .. }),
             st,
@@ -317,7 +355,6 @@ impl Connection {
             },
             rst: Rst::default(),
             report: Report::default(),
-            scratch: vec![0u8; route_mss.max(usize::from(adv_mss))],
         }
     }
 
@@ -376,7 +413,8 @@ impl Connection {
             (true, Some(s)) => {
                 self.opt.ws = true;
                 self.opt.snd_wscale = s.min(MAX_WINDOW_SHIFT);
-                self.opt.rcv_wscale = window_shift_for(self.cfg.rcv_buf);
+                // The configured receive buffer (`rcv_buf`, at least 1).
+                self.opt.rcv_wscale = window_shift_for(self.rcv.queue.ring.capacity());
             }
             _ => {
                 self.opt.ws = false;

@@ -20,6 +20,7 @@
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
 //! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
+//! | `shared.rs` | what a table's connections share ([`TcpShared`]) |
 //! | `ring.rs` | the byte ring both buffers are built on |
 //!
 //! ## Counters: who counts what
@@ -45,6 +46,7 @@ mod ring;
 mod rtt;
 mod sack;
 mod send;
+mod shared;
 mod timers;
 
 use core::fmt;
@@ -58,6 +60,7 @@ pub use conn::{Connection, NeighbourAdvice, TcpConnInfo};
 pub use input::IcmpUnreachable;
 pub use isn::Isn;
 pub use rtt::RttEstimator;
+pub use shared::TcpShared;
 
 /// TCP states (RFC 9293 3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

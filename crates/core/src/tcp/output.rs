@@ -7,7 +7,7 @@ use ustack_wire::tcp::{SeqNum, TcpRepr};
 
 use super::conn::{Connection, Phase};
 use super::send::{sws_allows, SendCheck};
-use super::{State, TcpCounters};
+use super::{State, TcpCounters, TcpShared};
 use crate::time::{Duration, Instant};
 
 /// Most segments one `dispatch` call emits (bounded work per poll).
@@ -16,17 +16,32 @@ const MAX_BURST: usize = 64;
 /// When `emit` refuses a segment, retry this much later.
 const TX_RETRY: Duration = Duration::from_millis(10);
 
+/// Where `dispatch` puts data segments: the caller's `emit`, and the
+/// table's scratch buffer to gather a payload that wraps around the end of
+/// the send ring.
+struct Sink<'a> {
+    emit: &'a mut dyn FnMut(&TcpRepr) -> bool,
+    scratch: &'a mut Vec<u8>,
+}
+
 impl Connection {
     /// Emit everything due at `now`: SYN, data (within cwnd, the peer window
     /// and Nagle), FIN, ACKs, RST, probes and retransmissions. `emit`
     /// returns false if the segment could not be sent now; we try again
-    /// a little later. Work per call is bounded.
+    /// a little later. Work per call is bounded. `shared`: what the
+    /// connections of one table share (a scratch buffer here).
     pub fn dispatch(
         &mut self,
         now: Instant,
         ctr: &mut TcpCounters,
+        shared: &mut TcpShared,
         emit: &mut dyn FnMut(&TcpRepr) -> bool,
     ) {
+        let mut out = Sink {
+            emit,
+            scratch: &mut shared.scratch,
+        };
+        let out = &mut out;
         self.sync_estab(ctr);
         self.run_timers(now, ctr);
         if self.timers.tx_retry_at.is_some_and(|t| now < t) {
@@ -43,7 +58,7 @@ impl Connection {
                 rst: true,
                 ..TcpRepr::default()
             };
-            if !emit(&r) {
+            if !(out.emit)(&r) {
                 return self.blocked(now);
             }
             self.rst.reply = None;
@@ -62,7 +77,7 @@ impl Connection {
             r.window = 0;
             r.sack_ranges = [None; 4];
             // A failed emit drops the RST: the peer will learn by its own RST.
-            if emit(&r) {
+            if (out.emit)(&r) {
                 ctr.OutSegs += 1;
                 ctr.OutRsts += 1;
             }
@@ -109,7 +124,7 @@ impl Connection {
                 },
                 ..TcpRepr::default()
             };
-            if !emit(&r) {
+            if !(out.emit)(&r) {
                 return self.blocked(now);
             }
             self.sent_ack(ctr, now);
@@ -141,7 +156,7 @@ impl Connection {
             let Some((s, e)) = self.rtx.scoreboard.first_lost() else {
                 break;
             };
-            if !self.retransmit(now, ctr, emit, s, e, false) {
+            if !self.retransmit(now, ctr, out, s, e, false) {
                 return self.blocked(now);
             }
             self.clear_rtx_head_now();
@@ -157,14 +172,14 @@ impl Connection {
             self.tlp.pending = false;
             if self.can_send_data_state() && self.snd.una != self.snd.max {
                 let sent = if let Some((seq, n, fin)) = self.next_segment(true, true) {
-                    if !self.send_segment(now, ctr, emit, seq, n, fin) {
+                    if !self.send_segment(now, ctr, out, seq, n, fin) {
                         self.tlp.pending = true;
                         return self.blocked(now);
                     }
                     self.snd.nxt = self.snd.max;
                     Some(false)
                 } else if let Some((s, e)) = self.rtx.scoreboard.last_unsacked() {
-                    if !self.retransmit(now, ctr, emit, s, e, true) {
+                    if !self.retransmit(now, ctr, out, s, e, true) {
                         self.tlp.pending = true;
                         return self.blocked(now);
                     }
@@ -188,7 +203,7 @@ impl Connection {
                 break;
             };
             self.timers.force_send = false;
-            if !self.send_segment(now, ctr, emit, seq, n, fin) {
+            if !self.send_segment(now, ctr, out, seq, n, fin) {
                 self.timers.force_send = force;
                 return self.blocked(now);
             }
@@ -218,7 +233,7 @@ impl Connection {
 
         if self.timers.probe_pending && self.is_synchronized() {
             let r = self.base_repr(now, self.snd.una - 1usize);
-            if !emit(&r) {
+            if !(out.emit)(&r) {
                 return self.blocked(now);
             }
             self.timers.probe_pending = false;
@@ -227,7 +242,7 @@ impl Connection {
 
         if self.ack.now {
             let r = self.base_repr(now, self.snd.max);
-            if !emit(&r) {
+            if !(out.emit)(&r) {
                 return self.blocked(now);
             }
             self.sent_ack(ctr, now);
@@ -328,7 +343,7 @@ impl Connection {
         &mut self,
         now: Instant,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+        out: &mut Sink,
         s: SeqNum,
         e: SeqNum,
         tail: bool,
@@ -353,7 +368,7 @@ impl Connection {
             self.rtx.scoreboard.retransmitted(s, e, now);
             return true;
         }
-        if !self.send_segment(now, ctr, emit, start, n, fin) {
+        if !self.send_segment(now, ctr, out, start, n, fin) {
             return false;
         }
         self.rtx
@@ -373,7 +388,7 @@ impl Connection {
         &mut self,
         now: Instant,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+        out: &mut Sink,
         seq: SeqNum,
         n: usize,
         fin: bool,
@@ -387,15 +402,15 @@ impl Connection {
             let payload: &[u8] = if contiguous.len() == n {
                 contiguous
             } else {
-                if self.scratch.len() < n {
-                    self.scratch.resize(n, 0);
+                if out.scratch.len() < n {
+                    out.scratch.resize(n, 0);
                 }
-                let buf = self.scratch.get_mut(..n).unwrap_or(&mut []);
+                let buf = out.scratch.get_mut(..n).unwrap_or(&mut []);
                 let got = self.snd.queue.ring.peek(off, buf);
-                self.scratch.get(..got).unwrap_or(&[])
+                out.scratch.get(..got).unwrap_or(&[])
             };
             let seg = TcpRepr { payload, ..r };
-            emit(&seg)
+            (out.emit)(&seg)
         };
         if !ok {
             return false;

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use ustack_core::tcp::{rst_for_unmatched, Connection, State, TcpConfig, TcpCounters};
+use ustack_core::tcp::{rst_for_unmatched, Connection, State, TcpConfig, TcpCounters, TcpShared};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
 
@@ -120,6 +120,8 @@ pub struct End {
     pub cfg: TcpConfig,
     pub iss: SeqNum,
     pub ctr: TcpCounters,
+    /// What a socket table's connections share (one per end, like a stack).
+    pub shared: TcpShared,
     pub route_mss: u16,
 }
 
@@ -134,6 +136,7 @@ impl End {
             cfg,
             iss: SeqNum(iss),
             ctr: TcpCounters::default(),
+            shared: TcpShared::new(),
             route_mss: 1460,
         }
     }
@@ -146,6 +149,7 @@ impl End {
             cfg,
             iss: SeqNum(iss),
             ctr: TcpCounters::default(),
+            shared: TcpShared::new(),
             route_mss: 1460,
         }
     }
@@ -203,7 +207,7 @@ impl End {
     pub fn dispatch(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
         let (src, dst) = (*self.addr.ip(), *self.peer.ip());
         if let Some(c) = &mut self.conn {
-            c.dispatch(now, &mut self.ctr, &mut |r| {
+            c.dispatch(now, &mut self.ctr, &mut self.shared, &mut |r| {
                 out.push(to_bytes(r, src, dst));
                 true
             });
