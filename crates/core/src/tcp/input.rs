@@ -533,16 +533,38 @@ impl Connection {
         }
     }
 
-    /// An ICMP destination unreachable quoting one of our segments.
-    /// RFC 1122 4.2.3.9: soft errors (net/host unreachable) "MUST NOT"
-    /// abort; like Linux, port/protocol unreachable is a hard error only
-    /// while the connection is being opened.
-    pub fn on_icmp_unreachable(&mut self, _now: Instant, kind: IcmpUnreachable) {
+    /// An ICMP destination unreachable quoting one of our segments, whose
+    /// sequence number is `seq`. RFC 1122 4.2.3.9: soft errors (net/host
+    /// unreachable) "MUST NOT" abort; like Linux, port/protocol
+    /// unreachable is a hard error only while the connection is being
+    /// opened.
+    pub fn on_icmp_unreachable(
+        &mut self,
+        _now: Instant,
+        kind: IcmpUnreachable,
+        seq: SeqNum,
+        ctr: &mut TcpCounters,
+    ) {
+        self.sync_estab(ctr);
+        // RFC 5927 4.1: "TCP SHOULD check that the TCP sequence number
+        // contained in the payload of the ICMP error message is within the
+        // range SND.UNA =< SEG.SEQ < SND.NXT" (SND.NXT: the highest sent,
+        // ours never rewinds past it). Like Linux (`tcp_v4_err`), any other
+        // is dropped and counted: it cannot be about a segment in flight,
+        // and a blind attacker must now guess a sequence number in the
+        // window as well as the 4-tuple to abort a connection being opened
+        // or to lower its MSS (RFC 5927 5, 7).
+        if !seq.in_range(self.snd.una, self.snd.max) {
+            ctr.OutOfWindowIcmps += 1;
+            return;
+        }
         match kind {
             IcmpUnreachable::PortUnreachable | IcmpUnreachable::ProtoUnreachable => {
                 if self.state() == State::SynSent {
+                    // Linux (tcp_done): an open that fails counts.
+                    ctr.AttemptFails += 1;
                     self.app.error = Some(TcpError::ConnectionRefused);
-                    self.set_state(Phase::Closed, None);
+                    self.set_state(Phase::Closed, Some(ctr));
                 } else {
                     self.app.soft_error = Some(TcpError::ConnectionRefused);
                 }

@@ -308,6 +308,7 @@ counters!(
     PAWSEstab,
     TCPWinProbe,
     TCPKeepAlive,
+    OutOfWindowIcmps,
 );
 
 /// The RST to answer a segment that matched no connection, if any
