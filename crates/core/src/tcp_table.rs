@@ -146,6 +146,7 @@ impl TcpTable {
         max_syn_backlog: usize,
         hasher: KeyedState,
     ) -> Self {
+        let shared = TcpShared::new(&cfg, secret);
         TcpTable {
             slots: Vec::new(),
             free: Vec::new(),
@@ -163,7 +164,7 @@ impl TcpTable {
             rr_cursor: 0,
             more_work: false,
             advice: Vec::new(),
-            shared: TcpShared::new(),
+            shared,
         }
     }
 
@@ -509,7 +510,7 @@ impl TcpTable {
             if !reuse {
                 if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut())
                 {
-                    c.conn.process(now, seg, ctr);
+                    c.conn.process(now, seg, ctr, &mut self.shared);
                 }
                 return Demux::Conn(idx);
             }

@@ -8,6 +8,7 @@ use ustack_wire::tcp::{SeqNum, TcpRepr};
 use super::cc::CongestionControl;
 use super::conn::{Connection, Phase};
 use super::send::SendQueue;
+use super::shared::ChallengeAckLimit;
 use super::{State, TcpCounters};
 use crate::time::{Duration, Instant};
 
@@ -62,6 +63,7 @@ impl Connection {
         seg: &TcpRepr,
         ack: SeqNum,
         ctr: &mut TcpCounters,
+        limit: &mut ChallengeAckLimit,
     ) -> bool {
         // "If the ACK acks something not yet sent (SEG.ACK > SND.NXT), then
         // send an ACK, drop the segment, and return."
@@ -69,10 +71,10 @@ impl Connection {
             self.ack.now = true;
             return false;
         }
-        // RFC 5961 5.2: an ACK older than SND.UNA - MAX.SND.WND is bogus.
+        // RFC 5961 5.2: an ACK older than SND.UNA - MAX.SND.WND is bogus:
+        // "send an ACK" (a challenge ACK, throttled as the others).
         if ack.lt(self.snd.una - self.snd.max_wnd.max(1)) {
-            ctr.TCPChallengeACK += 1;
-            self.ack.now = true;
+            self.challenge_ack(now, ctr, limit);
             return false;
         }
         self.timers.probes_out = 0;

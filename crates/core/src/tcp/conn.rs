@@ -313,6 +313,7 @@ impl Connection {
                 dsack: None,
                 rcv_mss: DEFAULT_MSS.min(usize::from(adv_mss)),
                 last_oow_at: None,
+                last_challenge_at: None,
             },
             rtx: Rtx {
                 rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),

@@ -7,7 +7,8 @@ use ustack_wire::tcp::{SeqNum, TcpRepr};
 
 use super::conn::{Connection, Phase, DEFAULT_MSS};
 use super::recv::RecvQueue;
-use super::{State, TcpCounters, TcpError};
+use super::shared::ChallengeAckLimit;
+use super::{State, TcpCounters, TcpError, TcpShared};
 use crate::time::{Duration, Instant};
 
 /// RFC 7323 5.5: TS.Recent is invalid after 24 days of idleness.
@@ -59,17 +60,33 @@ pub(super) struct AckState {
     pub(super) rcv_mss: usize,
     /// Last ACK sent in answer to an unacceptable segment without data.
     pub(super) last_oow_at: Option<Instant>,
+    /// Last challenge ACK sent (RFC 5961).
+    pub(super) last_challenge_at: Option<Instant>,
 }
 
 impl Connection {
-    /// Process one segment addressed to this connection.
-    pub fn process(&mut self, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+    /// Process one segment addressed to this connection. `shared`: what
+    /// the connections of one table share (the stack-wide challenge ACK
+    /// budget here).
+    pub fn process(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        ctr: &mut TcpCounters,
+        shared: &mut TcpShared,
+    ) {
         self.sync_estab(ctr);
-        self.process_inner(now, seg, ctr);
+        self.process_inner(now, seg, ctr, &mut shared.challenge);
         self.sync_estab(ctr);
     }
 
-    fn process_inner(&mut self, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+    fn process_inner(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        ctr: &mut TcpCounters,
+        limit: &mut ChallengeAckLimit,
+    ) {
         match self.state() {
             State::Closed | State::Listen => return,
             State::SynSent => {
@@ -175,8 +192,7 @@ impl Connection {
             if seg.seq == self.rcv.nxt {
                 self.on_reset(ctr);
             } else {
-                ctr.TCPChallengeACK += 1;
-                self.ack.now = true;
+                self.challenge_ack(now, ctr, limit);
             }
             return;
         }
@@ -184,8 +200,7 @@ impl Connection {
         // Fourth: check the SYN bit (RFC 5961 4.2): "the TCP MUST send an
         // ACK (challenge ACK) to the remote peer" and drop the segment.
         if seg.syn {
-            ctr.TCPChallengeACK += 1;
-            self.ack.now = true;
+            self.challenge_ack(now, ctr, limit);
             return;
         }
 
@@ -209,7 +224,7 @@ impl Connection {
                 return;
             }
         }
-        if !self.process_ack(now, &seg, ack, ctr) {
+        if !self.process_ack(now, &seg, ack, ctr, limit) {
             return;
         }
         if self.state() == State::Closed {
@@ -293,6 +308,41 @@ impl Connection {
             }
             self.ack.last_oow_at = Some(now);
         }
+        self.ack.now = true;
+    }
+
+    /// Send a challenge ACK (RFC 5961 3.2, 4.2, 5.2) unless throttled.
+    /// RFC 5961 7: "An implementation SHOULD include an ACK throttling
+    /// mechanism to be conservative." As Linux (`tcp_send_challenge_ack`):
+    /// first the connection's own limit, one per `tcp_invalid_ratelimit`
+    /// (500 ms), then the stack-wide budget. Linux keeps one timestamp for
+    /// this and for the answers to unacceptable segments (`oow_ack`); we
+    /// keep one each, so that a stream of out-of-window segments (a
+    /// spoofer's, or reordering) cannot hold back the challenge ACK a
+    /// peer that sent a slightly wrong RST needs to reset the connection
+    /// (RFC 5961 3.2), at the cost of at most two ACKs per 500 ms. Linux
+    /// counts only the per-connection skips as `TCPACKSkippedChallenge`;
+    /// we count both kinds, so that every challenge ACK not sent shows.
+    pub(super) fn challenge_ack(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        limit: &mut ChallengeAckLimit,
+    ) {
+        if self
+            .ack
+            .last_challenge_at
+            .is_some_and(|t| now.saturating_duration_since(t) < OOW_ACK_INTERVAL)
+        {
+            ctr.TCPACKSkippedChallenge += 1;
+            return;
+        }
+        self.ack.last_challenge_at = Some(now);
+        if !limit.take(now) {
+            ctr.TCPACKSkippedChallenge += 1;
+            return;
+        }
+        ctr.TCPChallengeACK += 1;
         self.ack.now = true;
     }
 

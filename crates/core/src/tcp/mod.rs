@@ -228,6 +228,18 @@ pub struct TcpConfig {
     /// How long an orphaned (closed by the application) connection may stay
     /// in FIN-WAIT-2 (Linux `tcp_fin_timeout` = 60 s).
     pub fin_wait2_timeout: Duration,
+    /// Challenge ACKs (RFC 5961 3.2, 4.2, 5.2) the whole stack sends per
+    /// second on average, after each connection's own limit of one per
+    /// 500 ms (RFC 5961 7 "ACK throttling"); `u32::MAX`: no stack-wide
+    /// limit. Linux's `tcp_challenge_ack_limit`: 100 at first, 1000 from
+    /// 4.7 (with the budget randomized, as here, after CVE-2016-5696
+    /// showed a shared counter lets an off-path attacker infer sequence
+    /// numbers); since 6.0 it is per network namespace and defaults to
+    /// INT_MAX, i.e. off, leaving the per-socket limit alone, because even
+    /// a randomized shared budget is a side channel. We keep the classic
+    /// 1000 as a bound on what a flood of spoofed segments over many
+    /// connections can make the stack send.
+    pub challenge_ack_limit: u32,
 }
 
 impl Default for TcpConfig {
@@ -252,6 +264,7 @@ impl Default for TcpConfig {
             ooo_limit: 256 * 1024,
             initial_cwnd: 10,
             fin_wait2_timeout: Duration::from_secs(60),
+            challenge_ack_limit: 1000,
         }
     }
 }
@@ -309,6 +322,7 @@ counters!(
     TCPWinProbe,
     TCPKeepAlive,
     OutOfWindowIcmps,
+    TCPACKSkippedChallenge,
 );
 
 /// The RST to answer a segment that matched no connection, if any

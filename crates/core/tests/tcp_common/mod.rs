@@ -128,6 +128,7 @@ pub struct End {
 impl End {
     pub fn client(cfg: TcpConfig, iss: u32, now: Instant) -> End {
         let conn = Connection::connect(&cfg, A_ADDR, B_ADDR, SeqNum(iss), 1460, now);
+        let shared = TcpShared::new(&cfg, [iss as u8; 16]);
         End {
             addr: A_ADDR,
             peer: B_ADDR,
@@ -135,12 +136,13 @@ impl End {
             listening: false,
             cfg,
             iss: SeqNum(iss),
+            shared,
             ctr: TcpCounters::default(),
-            shared: TcpShared::new(),
             route_mss: 1460,
         }
     }
     pub fn server(cfg: TcpConfig, iss: u32) -> End {
+        let shared = TcpShared::new(&cfg, [iss as u8; 16]);
         End {
             addr: B_ADDR,
             peer: A_ADDR,
@@ -148,8 +150,8 @@ impl End {
             listening: true,
             cfg,
             iss: SeqNum(iss),
+            shared,
             ctr: TcpCounters::default(),
-            shared: TcpShared::new(),
             route_mss: 1460,
         }
     }
@@ -179,7 +181,7 @@ impl End {
             if c.state() == State::TimeWait && c.accepts_reuse_syn(&seg) {
                 self.conn = None;
             } else if c.state() != State::Closed {
-                c.process(now, &seg, &mut self.ctr);
+                c.process(now, &seg, &mut self.ctr, &mut self.shared);
                 return true;
             }
         }
