@@ -28,6 +28,10 @@ pub(super) struct Timers {
 
 impl Connection {
     /// When `dispatch` must next be called; `Instant::ZERO` means now.
+    /// Called after every touch of a connection, so its cost does not
+    /// depend on how much is in flight: the scoreboard keeps RFC 6675's
+    /// pipe and the lost segments' count as they change (`sack.rs`), the
+    /// receive queue's SACK blocks are at most 32 ranges.
     pub fn poll_at(&self) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut min = |x: Option<Instant>| {
