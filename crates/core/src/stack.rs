@@ -10,6 +10,7 @@ use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
 use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr, TimeExceeded};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr};
+use ustack_wire::tcp::SeqNum;
 use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
 use ustack_wire::Error as WireError;
 
@@ -523,8 +524,15 @@ impl Stack {
                 self.udp.notify_port(local_port);
             }
             IpProtocol::Tcp => {
+                // The quoted sequence number (RFC 792 quotes 64 bits of
+                // the datagram: the ports and this) is checked against
+                // the connection's window; without it, nothing is proven.
+                let Some(&[a, b, c, d]) = data.get(4..8) else {
+                    return;
+                };
+                let seq = SeqNum(u32::from_be_bytes([a, b, c, d]));
                 let local = SocketAddrV4::new(header.src, local_port);
-                self.tcp_icmp_unreachable(now, local, remote, reason, next_hop_mtu);
+                self.tcp_icmp_unreachable(now, local, remote, reason, next_hop_mtu, seq);
             }
             _ => {}
         }

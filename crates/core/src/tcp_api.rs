@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::ipv4::Ipv4Repr;
-use ustack_wire::tcp::{TcpPacket, TcpRepr};
+use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
 use ustack_wire::Error as WireError;
 
 use crate::counters::Counters;
@@ -142,6 +142,7 @@ impl Stack {
         remote: SocketAddrV4,
         reason: DstUnreachable,
         next_hop_mtu: u16,
+        seq: SeqNum,
     ) {
         let kind = match reason {
             DstUnreachable::FragRequired => IcmpUnreachable::FragRequired { mtu: next_hop_mtu },
@@ -154,8 +155,10 @@ impl Stack {
             | DstUnreachable::AdminProhibited => IcmpUnreachable::AdminProhibited,
             _ => IcmpUnreachable::Other,
         };
-        self.tcp
-            .icmp(local, remote, |c| c.on_icmp_unreachable(now, kind));
+        let ctr = &mut self.counters.tcp;
+        self.tcp.icmp(local, remote, |c| {
+            c.on_icmp_unreachable(now, kind, seq, ctr)
+        });
     }
 
     // ------------------------------------------------------------------

@@ -39,6 +39,7 @@ use ustack_wire::tcp::TcpRepr;
 
 use crate::counters::TcpStackCounters;
 use crate::hash::{keyed_hash, KeyedState};
+use crate::tcp::TcpShared;
 use crate::tcp::{Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpCounters, TcpError};
 use crate::time::Instant;
 use crate::udp::{EPHEMERAL_FIRST, EPHEMERAL_LAST};
@@ -328,6 +329,8 @@ pub(crate) struct TcpTable {
     /// for the neighbour cache (drained by the Stack; reused, no per-packet
     /// allocation once grown).
     pub(crate) advice: Vec<(Ipv4Addr, NeighbourAdvice)>,
+    /// What the connections share while they run.
+    shared: TcpShared,
 }
 
 impl TcpTable {
@@ -339,6 +342,7 @@ impl TcpTable {
         max_syn_backlog: usize,
         hasher: KeyedState,
     ) -> Self {
+        let shared = TcpShared::new(&cfg, secret);
         TcpTable {
             slots: Vec::new(),
             free: Vec::new(),
@@ -360,6 +364,7 @@ impl TcpTable {
             dispatches: 0,
             visits: 0,
             advice: Vec::new(),
+            shared,
         }
     }
 
@@ -709,7 +714,7 @@ impl TcpTable {
             if !reuse {
                 if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut())
                 {
-                    c.conn.process(now, seg, ctr);
+                    c.conn.process(now, seg, ctr, &mut self.shared);
                 }
                 return Demux::Conn(idx);
             }
@@ -853,8 +858,9 @@ impl TcpTable {
         self.dispatches += 1;
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
             let (local, remote) = (c.local, c.remote);
-            c.conn
-                .dispatch(now, ctr, &mut |seg| emit(local, remote, seg));
+            c.conn.dispatch(now, ctr, &mut self.shared, &mut |seg| {
+                emit(local, remote, seg)
+            });
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
                 self.advice.push((*remote.ip(), adv));

@@ -7,7 +7,7 @@
 mod tcp_common;
 
 use tcp_common::*;
-use ustack_core::tcp::TcpConfig;
+use ustack_core::tcp::{Connection, TcpConfig};
 use ustack_core::time::Duration;
 use ustack_wire::tcp::SeqNum;
 
@@ -54,6 +54,26 @@ fn idle_and_small_connections_hold_little_buffer_memory() {
         "window advertised by the server {wnd}"
     );
     assert_eq!(n.b.conn().send_capacity(), c.snd_buf);
+}
+
+/// `ustack serve` must hold 100,000 idle connections at 4 KB each at most,
+/// everything included (table slot, hash entry, connection, buffers). An
+/// idle connection is its `Connection` (boxed in the table) and nothing
+/// else: no buffer storage, no scratch space, no copy of the
+/// configuration. This keeps that from growing back unnoticed: 1,008 bytes
+/// today (it was 2,056, plus a 1,460-byte scratch buffer on the heap).
+#[test]
+fn idle_connection_footprint_is_bounded() {
+    let size = std::mem::size_of::<Connection>();
+    assert!(size <= 1024, "size_of::<Connection>() = {size}");
+    let c = TcpConfig::default();
+    let mut n = Net::with_delay(c.clone(), c.clone(), 5, 11);
+    n.establish();
+    let t = n.now + Duration::from_secs(10);
+    n.run_until(t);
+    for (name, conn) in [("client", n.a.conn()), ("server", n.b.conn())] {
+        assert_eq!(conn.buffer_memory(), 0, "{name}: idle, no buffer storage");
+    }
 }
 
 #[test]

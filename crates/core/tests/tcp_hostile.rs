@@ -8,7 +8,7 @@ mod tcp_common;
 
 use proptest::prelude::*;
 use tcp_common::{to_bytes, End, Net, Rng, A_ADDR, B_ADDR};
-use ustack_core::tcp::{Connection, TcpConfig, TcpCounters};
+use ustack_core::tcp::{Connection, TcpConfig, TcpCounters, TcpShared};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
 
@@ -113,14 +113,15 @@ fn random_segments_never_panic_in_any_state() {
         n.run_until(t);
         let a = n.a.conn.as_mut().unwrap();
         let mut ctr = TcpCounters::default();
+        let mut shared = TcpShared::default();
         let mut now = n.now;
         let base_seq = SeqNum(rng.next_u64() as u32);
         let base_ack = SeqNum(rng.next_u64() as u32);
         for _ in 0..300 {
             let seg = random_seg(&mut rng, base_seq, base_ack, &data);
-            a.process(now, &seg, &mut ctr);
+            a.process(now, &seg, &mut ctr, &mut shared);
             let mut emitted = 0;
-            a.dispatch(now, &mut ctr, &mut |_| {
+            a.dispatch(now, &mut ctr, &mut shared, &mut |_| {
                 emitted += 1;
                 true
             });
@@ -134,4 +135,190 @@ fn random_segments_never_panic_in_any_state() {
         }
         let _ = Connection::info(a);
     }
+}
+
+// ----- RFC 5961 7: challenge ACKs are rate-limited ---------------------------
+
+mod stack_util;
+
+/// A TCP segment A -> B as an Ethernet frame.
+fn frame_a_to_b(seg: &TcpRepr) -> Vec<u8> {
+    use stack_util::{A_IP, A_MAC, B_IP, B_MAC};
+    use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
+    use ustack_wire::ip::IpProtocol;
+    use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
+    let tcp_len = seg.buffer_len();
+    let mut f = vec![0u8; 14 + 20 + tcp_len];
+    EthernetRepr {
+        src: A_MAC,
+        dst: B_MAC,
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
+    let ip = Ipv4Repr {
+        src: A_IP,
+        dst: B_IP,
+        protocol: IpProtocol::Tcp,
+        payload_len: tcp_len,
+        ttl: 64,
+        dscp_ecn: 0,
+        ident: 0,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
+    seg.emit(
+        &mut TcpPacket::new_unchecked(&mut f[34..]),
+        A_IP,
+        B_IP,
+        true,
+    );
+    f
+}
+
+/// `n` established connections A -> B port 80; for each, A's port and the
+/// sequence number B expects next (RCV.NXT), from A's last segment.
+fn established_pairs(n: &mut stack_util::Net, count: usize) -> Vec<(u16, SeqNum)> {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use ustack_core::tcp::State;
+    let l =
+        n.b.tcp_listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80), 4096)
+            .unwrap();
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let c =
+            n.a.tcp_connect(n.now, SocketAddrV4::new(stack_util::B_IP, 80), None)
+                .unwrap();
+        n.pump();
+        assert_eq!(n.a.tcp_status(c).unwrap().state, State::Established);
+        assert!(n.b.tcp_accept(l).unwrap().is_some());
+        let port = n.a.tcp_status(c).unwrap().local.port();
+        // A's last segment (the handshake's ACK) carries A's SND.NXT.
+        let (_, tcp) = n
+            .log_ab
+            .iter()
+            .rev()
+            .filter_map(|f| stack_util::parse_ip(f))
+            .find(|(_, t)| u16::from_be_bytes([t[0], t[1]]) == port)
+            .expect("A's ACK");
+        out.push((
+            port,
+            SeqNum(u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]])),
+        ));
+    }
+    out
+}
+
+/// B's pure ACKs (no SYN, RST or data) on the wire since `from`.
+fn acks_from_b(n: &stack_util::Net, from: usize) -> usize {
+    n.log_ba
+        .get(from..)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|f| stack_util::parse_ip(f))
+        .filter(|(ip, t)| ip.protocol == ustack_wire::ip::IpProtocol::Tcp && t.len() >= 20)
+        .filter(|(_, t)| t[13] & 0x07 == 0 && t.len() == usize::from(t[12] >> 4) * 4)
+        .count()
+}
+
+/// RFC 5961 3.2 (an in-window RST not at RCV.NXT) and 4.2 (a SYN in a
+/// synchronized state) answer with a challenge ACK, and RFC 5961 7 asks
+/// for "an ACK throttling mechanism": otherwise every spoofed segment
+/// makes the connection send one (a reflector, and the raw material of ACK
+/// storms). Like Linux (`tcp_send_challenge_ack`), each connection first
+/// sends at most one per 500 ms (`tcp_invalid_ratelimit`), counting the
+/// others as `TCPACKSkippedChallenge`.
+#[test]
+fn challenge_acks_are_rate_limited_per_connection() {
+    let mut n = stack_util::Net::new();
+    let pairs = established_pairs(&mut n, 1);
+    let (port, rcv_nxt) = pairs[0];
+    let rsts = 20usize;
+    let syns = 20usize;
+    let from = n.log_ba.len();
+    for i in 0..rsts + syns {
+        let rst = i < rsts;
+        let seg = TcpRepr {
+            src_port: port,
+            dst_port: 80,
+            // In the window, not RCV.NXT (an exact RST would reset).
+            seq: rcv_nxt + (1 + i),
+            rst,
+            syn: !rst,
+            window: 1000,
+            ..TcpRepr::default()
+        };
+        n.inject_to_b(&frame_a_to_b(&seg));
+    }
+    let sent = acks_from_b(&n, from);
+    assert_eq!(sent, 1, "one challenge ACK per 500 ms, not one per segment");
+    let counted = stack_util::counter(&n.b, "Tcp", "TCPChallengeACK");
+    let skipped = stack_util::counter(&n.b, "Tcp", "TCPACKSkippedChallenge");
+    assert_eq!((counted, skipped), (1, (rsts + syns - 1) as u64));
+    // The connection survived all of it, and half a second later it
+    // answers again.
+    n.advance(ustack_core::time::Duration::from_millis(500));
+    let from = n.log_ba.len();
+    let seg = TcpRepr {
+        src_port: port,
+        dst_port: 80,
+        seq: rcv_nxt,
+        syn: true,
+        window: 1000,
+        ..TcpRepr::default()
+    };
+    n.inject_to_b(&frame_a_to_b(&seg));
+    assert_eq!(acks_from_b(&n, from), 1);
+    assert_eq!(stack_util::counter(&n.b, "Tcp", "TCPChallengeACK"), 2);
+    assert_eq!(stack_util::counter(&n.b, "Tcp", "CurrEstab"), 1);
+}
+
+/// Then the stack-wide budget (Linux `tcp_challenge_ack_limit`, here
+/// `TcpConfig::challenge_ack_limit`): spoofed segments spread over many
+/// connections get at most limit*3/2 challenge ACKs a second in all (the
+/// budget is drawn between limit/2 and limit*3/2 each second).
+#[test]
+fn challenge_acks_are_rate_limited_stack_wide() {
+    let mut cb = stack_util::config(stack_util::B_MAC, stack_util::B_IP, 2);
+    cb.tcp.challenge_ack_limit = 10;
+    let mut n = stack_util::Net::with_configs(
+        stack_util::config(stack_util::A_MAC, stack_util::A_IP, 1),
+        cb,
+    );
+    let pairs = established_pairs(&mut n, 60);
+    // Start at the beginning of a second: all of it in one budget.
+    let next = n.now.total_micros() / 1_000_000 + 1;
+    n.advance(ustack_core::time::Instant::from_secs(next).saturating_duration_since(n.now));
+    let spoof_all = |n: &mut stack_util::Net| {
+        let from = n.log_ba.len();
+        for &(port, rcv_nxt) in &pairs {
+            let seg = TcpRepr {
+                src_port: port,
+                dst_port: 80,
+                seq: rcv_nxt,
+                syn: true,
+                window: 1000,
+                ..TcpRepr::default()
+            };
+            n.inject_to_b(&frame_a_to_b(&seg));
+        }
+        acks_from_b(n, from)
+    };
+    let first = spoof_all(&mut n);
+    assert!(
+        (5..=14).contains(&first),
+        "at most 3/2 of the limit in one second: {first}"
+    );
+    let skipped = stack_util::counter(&n.b, "Tcp", "TCPACKSkippedChallenge");
+    assert_eq!(skipped, 60 - first as u64);
+    assert_eq!(
+        stack_util::counter(&n.b, "Tcp", "TCPChallengeACK"),
+        first as u64
+    );
+    // A second later (and past each connection's 500 ms): a new budget.
+    n.advance(ustack_core::time::Duration::from_secs(1));
+    let second = spoof_all(&mut n);
+    assert!((5..=14).contains(&second), "{second}");
+    assert_eq!(stack_util::counter(&n.b, "Tcp", "CurrEstab"), 60);
 }

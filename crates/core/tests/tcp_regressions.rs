@@ -4,7 +4,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use ustack_core::tcp::{Connection, State, TcpConfig, TcpCounters};
+use ustack_core::tcp::{Connection, State, TcpConfig, TcpCounters, TcpShared};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
@@ -35,7 +35,8 @@ struct Out {
 
 fn dispatch(c: &mut Connection, now: Instant, ctr: &mut TcpCounters) -> Vec<Out> {
     let mut out = Vec::new();
-    c.dispatch(now, ctr, &mut |r| {
+    // A connection driven alone: a scratch of its own per call.
+    c.dispatch(now, ctr, &mut TcpShared::default(), &mut |r| {
         out.push(Out {
             seq: r.seq,
             ack: r.ack,
@@ -47,6 +48,12 @@ fn dispatch(c: &mut Connection, now: Instant, ctr: &mut TcpCounters) -> Vec<Out>
         true
     });
     out
+}
+
+/// `c.process`, for a connection driven alone: what a stack's connections
+/// share (the challenge ACK budget, a scratch buffer) is its own, per call.
+fn process(c: &mut Connection, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+    c.process(now, seg, ctr, &mut TcpShared::default());
 }
 
 /// A segment from the peer.
@@ -72,7 +79,7 @@ fn established(window: u16, ctr: &mut TcpCounters) -> Connection {
         max_seg_size: Some(1460),
         ..peer(IRS, ISS + 1, window)
     };
-    c.process(now, &synack, ctr);
+    process(&mut c, now, &synack, ctr);
     let ack = dispatch(&mut c, now, ctr);
     assert_eq!(ack.len(), 1, "the handshake's ACK");
     assert_eq!(c.state(), State::Established);
@@ -120,7 +127,7 @@ fn send_into_zero_window_arms_persist_timer() {
     assert!(c.poll_at().is_some(), "still probing");
     // The peer answers a probe with an open window: the data goes.
     let now = Instant::from_secs(20);
-    c.process(now, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
+    process(&mut c, now, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
     let out = dispatch(&mut c, now, &mut ctr);
     assert!(
         out.iter().any(|o| o.seq == SeqNum(ISS + 1) && o.len == 11),
@@ -151,14 +158,14 @@ fn reordered_stale_zero_window_does_not_close_the_window() {
     let mut ctr = TcpCounters::default();
     let mut c = established(4096, &mut ctr);
     let now = Instant::from_millis(10);
-    c.process(now, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
-    c.process(now, &peer(IRS + 1, ISS + 1, 0), &mut ctr);
+    process(&mut c, now, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
+    process(&mut c, now, &peer(IRS + 1, ISS + 1, 0), &mut ctr);
     assert_eq!(c.info().snd_wnd, 4096, "the stale zero window is ignored");
     assert_eq!(c.send(&[1u8; 1000]).unwrap(), 1000);
     let out = dispatch(&mut c, now, &mut ctr);
     assert!(out.iter().any(|o| o.len == 1000), "{out:?}");
     // A newer ACK (higher SEG.ACK) may still close the window.
-    c.process(now, &peer(IRS + 1, ISS + 1001, 0), &mut ctr);
+    process(&mut c, now, &peer(IRS + 1, ISS + 1001, 0), &mut ctr);
     assert_eq!(c.info().snd_wnd, 0);
 }
 
@@ -186,15 +193,15 @@ fn connection_gives_neighbour_advice() {
         syn: true,
         ..peer(IRS, ISS + 1, 4096)
     };
-    c.process(rto, &synack, &mut ctr);
+    process(&mut c, rto, &synack, &mut ctr);
     assert!(c.take_neighbour_advice().confirm);
     dispatch(&mut c, rto, &mut ctr);
     assert_eq!(c.send(b"abc").unwrap(), 3);
     dispatch(&mut c, rto, &mut ctr);
     // A duplicate ACK is no progress.
-    c.process(rto, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
+    process(&mut c, rto, &peer(IRS + 1, ISS + 1, 4096), &mut ctr);
     assert!(!c.take_neighbour_advice().confirm);
-    c.process(rto, &peer(IRS + 1, ISS + 4, 4096), &mut ctr);
+    process(&mut c, rto, &peer(IRS + 1, ISS + 4, 4096), &mut ctr);
     assert!(c.take_neighbour_advice().confirm);
 }
 
@@ -214,7 +221,7 @@ fn fin_received_in_fin_wait_2_is_acked_at_once() {
         out.iter().any(|o| o.fin && o.seq == SeqNum(ISS + 1)),
         "{out:?}"
     );
-    c.process(now, &peer(IRS + 1, ISS + 2, 4096), &mut ctr);
+    process(&mut c, now, &peer(IRS + 1, ISS + 2, 4096), &mut ctr);
     assert_eq!(c.state(), State::FinWait2);
     let _ = dispatch(&mut c, now, &mut ctr);
     // Data (one segment: alone it would only arm the delayed ACK) + FIN.
@@ -223,7 +230,7 @@ fn fin_received_in_fin_wait_2_is_acked_at_once() {
         fin: true,
         ..peer(IRS + 1, ISS + 2, 4096)
     };
-    c.process(now, &data, &mut ctr);
+    process(&mut c, now, &data, &mut ctr);
     assert_eq!(c.state(), State::TimeWait);
     let out = dispatch(&mut c, now, &mut ctr);
     assert_eq!(out.len(), 1, "{out:?}");
@@ -252,25 +259,25 @@ fn no_ack_loop_at_the_right_window_edge() {
     let out = dispatch(&mut c, now, &mut ctr);
     let wnd = u32::from(out[0].window);
     // A pure ACK exactly at the right edge: accepted, no answer.
-    c.process(now, &peer(IRS + 1 + wnd, ISS + 2, 4096), &mut ctr);
+    process(&mut c, now, &peer(IRS + 1 + wnd, ISS + 2, 4096), &mut ctr);
     assert!(dispatch(&mut c, now, &mut ctr).is_empty());
     assert_eq!(c.send_queue(), 0, "its ACK was processed");
     // Beyond the edge: answered once, then rate-limited.
-    c.process(now, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
+    process(&mut c, now, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
     assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 1);
     for _ in 0..10 {
-        c.process(now, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
+        process(&mut c, now, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
         assert!(dispatch(&mut c, now, &mut ctr).is_empty());
     }
     let later = now + ustack_core::time::Duration::from_millis(600);
-    c.process(later, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
+    process(&mut c, later, &peer(IRS + 2 + wnd, ISS + 2, 4096), &mut ctr);
     assert_eq!(dispatch(&mut c, later, &mut ctr).len(), 1);
     // Data that is not acceptable is always answered (not an ACK loop).
     let old = TcpRepr {
         payload: b"zz",
         ..peer(IRS - 10, ISS + 2, 4096)
     };
-    c.process(later, &old, &mut ctr);
+    process(&mut c, later, &old, &mut ctr);
     assert_eq!(dispatch(&mut c, later, &mut ctr).len(), 1);
 }
 
@@ -291,7 +298,7 @@ fn sender_keeps_sending_past_two_gibibytes() {
         max_seg_size: Some(mss),
         ..peer(IRS, ISS + 1, u16::MAX)
     };
-    c.process(now, &synack, &mut ctr);
+    process(&mut c, now, &synack, &mut ctr);
     assert_eq!(
         dispatch(&mut c, now, &mut ctr).len(),
         1,
@@ -311,7 +318,7 @@ fn sender_keeps_sending_past_two_gibibytes() {
         );
         acked += sent as u64;
         let ack = ISS.wrapping_add(1).wrapping_add(acked as u32);
-        c.process(now, &peer(IRS + 1, ack, u16::MAX), &mut ctr);
+        process(&mut c, now, &peer(IRS + 1, ack, u16::MAX), &mut ctr);
     }
     assert_eq!(c.state(), State::Established);
 }
@@ -349,7 +356,7 @@ impl Bulk {
             sack_permitted: sack,
             ..peer(IRS, ISS + 1, u16::MAX)
         };
-        c.process(now, &synack, &mut ctr);
+        process(&mut c, now, &synack, &mut ctr);
         assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 1, "handshake ACK");
         Bulk {
             c,
@@ -382,7 +389,7 @@ impl Bulk {
             sack_ranges: [sack.map(|(l, r)| (SeqNum(l), SeqNum(r))), None, None, None],
             ..peer(IRS + 1, ack, u16::MAX)
         };
-        self.c.process(self.now, &seg, &mut self.ctr);
+        process(&mut self.c, self.now, &seg, &mut self.ctr);
         if SeqNum(ack).gt(SeqNum(self.una)) {
             self.una = ack;
         }
@@ -528,7 +535,7 @@ fn cwnd_grows_only_when_cwnd_limited() {
         let out = dispatch(&mut c, now, &mut ctr);
         assert_eq!(out.iter().map(|o| o.len).sum::<usize>(), 1460, "round {i}");
         una = una.wrapping_add(1460);
-        c.process(now, &peer(IRS + 1, una, u16::MAX), &mut ctr);
+        process(&mut c, now, &peer(IRS + 1, una, u16::MAX), &mut ctr);
     }
     assert!(
         c.cwnd() <= initial,
@@ -543,7 +550,7 @@ fn cwnd_grows_only_when_cwnd_limited() {
         let sent: usize = out.iter().map(|o| o.len).sum();
         assert!(sent > 0);
         una = una.wrapping_add(sent as u32);
-        c.process(now, &peer(IRS + 1, una, u16::MAX), &mut ctr);
+        process(&mut c, now, &peer(IRS + 1, una, u16::MAX), &mut ctr);
     }
     assert!(
         c.cwnd() >= 2 * initial,

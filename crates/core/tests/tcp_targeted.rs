@@ -5,7 +5,7 @@
 mod tcp_common;
 
 use tcp_common::*;
-use ustack_core::tcp::{Connection, State, TcpConfig, TcpError};
+use ustack_core::tcp::{Connection, State, TcpConfig, TcpError, TcpShared};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
@@ -151,8 +151,8 @@ fn a_next_ts(n: &mut Net) -> (SeqNum, SeqNum, u32) {
         ack: None,
         ..TcpRepr::default()
     };
-    c.process(now, &probe, &mut n.a.ctr);
-    c.dispatch(now, &mut n.a.ctr, &mut |r| {
+    c.process(now, &probe, &mut n.a.ctr, &mut n.a.shared);
+    c.dispatch(now, &mut n.a.ctr, &mut n.a.shared, &mut |r| {
         out.push((r.ack.unwrap(), r.seq, r.timestamp.map_or(0, |t| t.1)));
         true
     });
@@ -237,7 +237,12 @@ fn rst_in_syn_received_and_close_wait_and_fin_wait() {
         ..TcpRepr::default()
     };
     let mut ctr = n.b.ctr.clone();
-    n.b.conn().process(Instant::from_millis(10), &rst, &mut ctr);
+    n.b.conn().process(
+        Instant::from_millis(10),
+        &rst,
+        &mut ctr,
+        &mut TcpShared::default(),
+    );
     assert_eq!(n.b.state(), State::Closed);
 
     // CLOSE-WAIT and FIN-WAIT-2.
@@ -332,8 +337,8 @@ fn sack_blocks_reflect_holes() {
         seq: SeqNum(0x4000_0000),
         ..TcpRepr::default()
     };
-    b.process(now, &probe, &mut n.b.ctr);
-    b.dispatch(now, &mut n.b.ctr, &mut |r| {
+    b.process(now, &probe, &mut n.b.ctr, &mut n.b.shared);
+    b.dispatch(now, &mut n.b.ctr, &mut n.b.shared, &mut |r| {
         out.push((r.ack.unwrap(), r.seq, r.timestamp));
         true
     });
@@ -352,8 +357,8 @@ fn sack_blocks_reflect_holes() {
     let mut acks = Vec::new();
     for (off, len) in [(1000, 500), (3000, 500)] {
         let b = n.b.conn.as_mut().unwrap();
-        b.process(now, &seg(off, len), &mut n.b.ctr);
-        b.dispatch(now, &mut n.b.ctr, &mut |r| {
+        b.process(now, &seg(off, len), &mut n.b.ctr, &mut n.b.shared);
+        b.dispatch(now, &mut n.b.ctr, &mut n.b.shared, &mut |r| {
             acks.push((r.ack.unwrap(), r.sack_ranges));
             true
         });
@@ -372,8 +377,8 @@ fn sack_blocks_reflect_holes() {
     // Fill the first hole: cumulative ACK jumps, one block left.
     acks.clear();
     let b = n.b.conn.as_mut().unwrap();
-    b.process(now, &seg(0, 1000), &mut n.b.ctr);
-    b.dispatch(now, &mut n.b.ctr, &mut |r| {
+    b.process(now, &seg(0, 1000), &mut n.b.ctr, &mut n.b.shared);
+    b.dispatch(now, &mut n.b.ctr, &mut n.b.shared, &mut |r| {
         acks.push((r.ack.unwrap(), r.sack_ranges));
         true
     });

@@ -1,18 +1,26 @@
 //! TCP (RFC 9293), sans-IO: one [`Connection`] per connection; the `Stack`
 //! owns the demultiplexing table and the listeners.
 //!
-//! Split by concern (as gVisor splits `snd`, `rcv`, `sack`, `cc`):
+//! Split by concern (as gVisor splits `snd`, `rcv`, `sack_recovery`,
+//! `rack`, `timer`): one [`Connection`] struct whose fields are grouped by
+//! concern, and one file per concern working on its groups.
 //!
 //! | file | concern |
 //! | --- | --- |
-//! | `state.rs` | the state machine and segment arrival processing (RFC 9293 3.10) |
+//! | `conn.rs` | the connection: fields by concern, per-state data, constructors, getters, settings, the application's calls, `set_state` |
+//! | `input.rs` | segment arrival (RFC 9293 3.10.7): acceptability, PAWS, RST/SYN checks (RFC 5961), SYN-SENT, text, FIN; the receive window; ICMP |
+//! | `ack.rs` | an ACK for the sender: SACK, SND.UNA, RTT samples, the send window update, our FIN acknowledged; cwnd growth and validation |
+//! | `recovery.rs` | loss recovery: fast recovery, undo (RFC 3708), RACK detection, tail loss probes, the retransmission timeout |
+//! | `timers.rs` | `poll_at`, running expired timers (delayed ACK, persist, keep-alive, TIME-WAIT, FIN-WAIT-2), giving up |
+//! | `output.rs` | `dispatch`: SYN, RST, retransmissions, probes, data and FIN within the windows, ACKs; building segments |
 //! | `send.rs` | send buffer, segmentation decisions: Nagle, sender SWS avoidance |
-//! | `recv.rs` | receive buffer, out-of-order reassembly, SACK blocks, window management |
-//! | `sack.rs` | the sender's scoreboard: segments sent, SACKed, lost (RFC 2018, RFC 6675) |
+//! | `recv.rs` | receive buffer, out-of-order reassembly, SACK blocks |
+//! | `sack.rs` | the sender's scoreboard: segments sent, SACKed, lost, with running totals (RFC 2018, RFC 6675) |
 //! | `rack.rs` | time-based loss detection, RACK (RFC 8985) |
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
 //! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
+//! | `shared.rs` | what a table's connections share ([`TcpShared`]) |
 //! | `ring.rs` | the byte ring both buffers are built on |
 //!
 //! ## Counters: who counts what
@@ -25,15 +33,21 @@
 //! segments `emit` accepted), `ActiveOpens`, `PassiveOpens`, `AttemptFails`,
 //! `EstabResets`, `CurrEstab` and the `TcpExt` extras.
 
+mod ack;
 mod cc;
+mod conn;
+mod input;
 mod isn;
+mod output;
 mod rack;
+mod recovery;
 mod recv;
 mod ring;
 mod rtt;
 mod sack;
 mod send;
-mod state;
+mod shared;
+mod timers;
 
 use core::fmt;
 use std::io::ErrorKind;
@@ -42,9 +56,11 @@ use crate::time::Duration;
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
 pub use cc::{CongestionControl, NewReno};
+pub use conn::{Connection, NeighbourAdvice, TcpConnInfo};
+pub use input::IcmpUnreachable;
 pub use isn::Isn;
 pub use rtt::RttEstimator;
-pub use state::{Connection, IcmpUnreachable, NeighbourAdvice, TcpConnInfo};
+pub use shared::TcpShared;
 
 /// TCP states (RFC 9293 3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -212,6 +228,18 @@ pub struct TcpConfig {
     /// How long an orphaned (closed by the application) connection may stay
     /// in FIN-WAIT-2 (Linux `tcp_fin_timeout` = 60 s).
     pub fin_wait2_timeout: Duration,
+    /// Challenge ACKs (RFC 5961 3.2, 4.2, 5.2) the whole stack sends per
+    /// second on average, after each connection's own limit of one per
+    /// 500 ms (RFC 5961 7 "ACK throttling"); `u32::MAX`: no stack-wide
+    /// limit. Linux's `tcp_challenge_ack_limit`: 100 at first, 1000 from
+    /// 4.7 (with the budget randomized, as here, after CVE-2016-5696
+    /// showed a shared counter lets an off-path attacker infer sequence
+    /// numbers); since 6.0 it is per network namespace and defaults to
+    /// INT_MAX, i.e. off, leaving the per-socket limit alone, because even
+    /// a randomized shared budget is a side channel. We keep the classic
+    /// 1000 as a bound on what a flood of spoofed segments over many
+    /// connections can make the stack send.
+    pub challenge_ack_limit: u32,
 }
 
 impl Default for TcpConfig {
@@ -236,6 +264,7 @@ impl Default for TcpConfig {
             ooo_limit: 256 * 1024,
             initial_cwnd: 10,
             fin_wait2_timeout: Duration::from_secs(60),
+            challenge_ack_limit: 1000,
         }
     }
 }
@@ -292,6 +321,8 @@ counters!(
     PAWSEstab,
     TCPWinProbe,
     TCPKeepAlive,
+    OutOfWindowIcmps,
+    TCPACKSkippedChallenge,
 );
 
 /// The RST to answer a segment that matched no connection, if any

@@ -19,11 +19,17 @@ struct Range {
     stamp: u32,
 }
 
+/// The out-of-order ranges, sorted, the first `n` slots used.
+type Ranges = [Option<Range>; MAX_RANGES];
+
 /// Readable data plus out-of-order ranges stored in place beyond it.
 #[derive(Debug, Clone)]
 pub(crate) struct RecvQueue {
     pub(crate) ring: Ring,
-    ranges: [Option<Range>; MAX_RANGES],
+    /// Allocated with the first out-of-order segment (a connection that
+    /// never sees one, such as an idle one, holds none) and then kept, as
+    /// the ring keeps its storage.
+    ranges: Option<Box<Ranges>>,
     n: usize,
     stamp: u32,
 }
@@ -43,7 +49,7 @@ impl RecvQueue {
     pub(crate) fn new(capacity: usize) -> Self {
         RecvQueue {
             ring: Ring::new(capacity),
-            ranges: [None; MAX_RANGES],
+            ranges: None,
             n: 0,
             stamp: 0,
         }
@@ -59,7 +65,22 @@ impl RecvQueue {
     }
 
     fn slice(&self) -> impl Iterator<Item = Range> + '_ {
-        self.ranges.iter().take(self.n).flatten().copied()
+        self.ranges
+            .iter()
+            .flat_map(|r| r.iter())
+            .take(self.n)
+            .flatten()
+            .copied()
+    }
+
+    /// Replace the ranges by the first `n` of `new`.
+    fn set_ranges(&mut self, new: Ranges, n: usize) {
+        match &mut self.ranges {
+            Some(r) => **r = new,
+            None if n > 0 => self.ranges = Some(Box::new(new)),
+            None => {}
+        }
+        self.n = n;
     }
 
     /// Store `data` that starts `offset` bytes after RCV.NXT. `ooo_limit`
@@ -98,8 +119,7 @@ impl RecvQueue {
                     m += 1;
                 }
             }
-            self.ranges = adjusted;
-            self.n = m;
+            self.set_ranges(adjusted, m);
             self.ring.commit(contiguous);
             return Inserted {
                 advanced: contiguous,
@@ -176,8 +196,7 @@ impl RecvQueue {
         }
         self.ring
             .write_at(offset, data.get(..allowed).unwrap_or(&[]));
-        self.ranges = out;
-        self.n = k;
+        self.set_ranges(out, k);
         Inserted {
             advanced: 0,
             out_of_order: true,
@@ -213,7 +232,12 @@ mod tests {
     #[test]
     fn reassembles_out_of_order() {
         let mut q = RecvQueue::new(100);
+        q.insert(0, b"in order", 100);
+        assert!(q.ranges.is_none(), "no range storage without reordering");
+        let mut sink = [0u8; 8];
+        assert_eq!(q.ring.pop(&mut sink), 8);
         let r = q.insert(5, b"fgh", 100);
+        assert!(q.ranges.is_some());
         assert_eq!(
             r,
             Inserted {

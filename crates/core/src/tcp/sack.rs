@@ -3,7 +3,19 @@
 //! was (re)sent, whether the receiver SACKed it (RFC 2018) and whether it
 //! is deemed lost. Segments are kept in sequence order; SACK blocks and
 //! retransmissions split them where their edges fall inside one.
+//!
+//! The totals the sender asks for on every ACK and every `poll_at` (RFC
+//! 6675 "pipe", the SACKed and lost segments, retransmissions in flight)
+//! are kept up to date as segments change, never recomputed by a scan: a
+//! connection with thousands of segments in flight answers them in O(1).
+//! The first lost segment is found from a hint (no lost segment lies
+//! before it), so looking for it costs nothing when nothing is lost and
+//! amortised O(1) per segment while recovery walks the losses in order.
+//! Lookups by sequence number are binary searches (the segments are sorted
+//! and span less than 2^31, so offsets from the first one compare like
+//! sequence numbers).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 use ustack_wire::tcp::SeqNum;
@@ -36,9 +48,72 @@ impl Seg {
     }
 }
 
+/// Totals over the scoreboard's segments, kept up to date by every change
+/// (Linux keeps `packets_out`, `sacked_out`, `lost_out`, `retrans_out` the
+/// same way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    /// RFC 6675 "pipe": bytes of segments neither SACKed nor deemed lost.
+    pub(crate) pipe: usize,
+    /// Bytes SACKed.
+    pub(crate) sacked_bytes: usize,
+    /// Segments SACKed.
+    pub(crate) sacked: usize,
+    /// Segments deemed lost (and not SACKed).
+    pub(crate) lost: usize,
+    /// Retransmitted segments still in flight (Linux `retrans_out`).
+    pub(crate) retrans_out: usize,
+}
+
+impl Totals {
+    fn add(&mut self, s: &Seg) {
+        if s.in_flight() {
+            self.pipe += s.len();
+            if s.rtx {
+                self.retrans_out += 1;
+            }
+        }
+        if s.sacked {
+            self.sacked += 1;
+            self.sacked_bytes += s.len();
+        } else if s.lost {
+            self.lost += 1;
+        }
+    }
+
+    fn remove(&mut self, s: &Seg) {
+        // Saturating: a bookkeeping bug must not wrap to "2^64 bytes in
+        // flight" in a release build; debug builds recount after every
+        // change and catch it (`Scoreboard::check`).
+        if s.in_flight() {
+            self.pipe = self.pipe.saturating_sub(s.len());
+            if s.rtx {
+                self.retrans_out = self.retrans_out.saturating_sub(1);
+            }
+        }
+        if s.sacked {
+            self.sacked = self.sacked.saturating_sub(1);
+            self.sacked_bytes = self.sacked_bytes.saturating_sub(s.len());
+        } else if s.lost {
+            self.lost = self.lost.saturating_sub(1);
+        }
+    }
+
+    /// Change `s` by `f`, keeping the totals right.
+    fn update(&mut self, s: &mut Seg, f: impl FnOnce(&mut Seg)) {
+        self.remove(s);
+        f(s);
+        self.add(s);
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Scoreboard {
     segs: VecDeque<Seg>,
+    totals: Totals,
+    /// No segment before this index is deemed lost (a lower bound on the
+    /// first lost one's index; `first_lost` moves it forward as it looks).
+    lost_hint: Cell<usize>,
 }
 
 impl Scoreboard {
@@ -48,6 +123,56 @@ impl Scoreboard {
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Seg> + '_ {
         self.segs.iter()
+    }
+
+    /// The totals (RFC 6675 pipe, SACKed, lost, retransmitted).
+    #[cfg(test)]
+    pub(crate) fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// The totals recomputed by a scan (what `totals` must always equal).
+    #[cfg(any(test, debug_assertions))]
+    pub(crate) fn recount(&self) -> Totals {
+        let mut t = Totals::default();
+        for s in &self.segs {
+            t.add(s);
+        }
+        t
+    }
+
+    /// Debug builds: the kept totals equal a recount and the lost hint is
+    /// a lower bound. O(segments), so only with debug assertions.
+    fn check(&self) {
+        #[cfg(debug_assertions)]
+        {
+            debug_assert_eq!(self.totals, self.recount(), "scoreboard totals");
+            let hint = self.lost_hint.get().min(self.segs.len());
+            debug_assert!(
+                !self.segs.range(..hint).any(|s| s.lost && !s.sacked),
+                "a lost segment before the hint"
+            );
+        }
+    }
+
+    /// Offsets from the first segment's start order the segments (they
+    /// span less than 2^31, so offsets compare as sequence numbers do).
+    fn base(&self) -> SeqNum {
+        self.segs.front().map_or(SeqNum(0), |s| s.start)
+    }
+
+    /// Offset of the last segment's end: the span of the scoreboard.
+    fn span(&self) -> u32 {
+        self.segs
+            .back()
+            .map_or(0, |s| s.end.wrapping_sub(self.base()))
+    }
+
+    /// Index of the first segment that starts at or after offset `o`.
+    fn first_starting_at(&self, o: u32) -> usize {
+        let base = self.base();
+        self.segs
+            .partition_point(|s| s.start.wrapping_sub(base) < o)
     }
 
     /// New data `[start, end)` went out at `now` (always at the top).
@@ -60,49 +185,67 @@ impl Scoreboard {
                 return;
             }
         }
-        self.segs.push_back(Seg {
+        let s = Seg {
             start,
             end,
             xmit: now,
             rtx: false,
             sacked: false,
             lost: false,
-        });
+        };
+        self.totals.add(&s);
+        self.segs.push_back(s);
+        self.check();
     }
 
     /// Split the segment that `seq` falls strictly inside, if any.
     fn split_at(&mut self, seq: SeqNum) {
-        let Some(i) = self
-            .segs
-            .iter()
-            .position(|s| s.start.lt(seq) && seq.lt(s.end))
-        else {
+        // A segment holds `seq` strictly inside (in modular terms) only if
+        // `seq`'s offset lies strictly between its start's and its end's:
+        // the first segment ending after that offset is the only candidate.
+        let base = self.base();
+        let o = seq.wrapping_sub(base);
+        let i = self.segs.partition_point(|s| s.end.wrapping_sub(base) <= o);
+        let Some(s) = self.segs.get_mut(i) else {
             return;
         };
-        if let Some(s) = self.segs.get_mut(i) {
-            let mut upper = *s;
-            s.end = seq;
-            upper.start = seq;
-            self.segs.insert(i + 1, upper);
+        if s.start.wrapping_sub(base) >= o {
+            return;
+        }
+        // Both halves keep the flags: the byte totals stay, the segment
+        // counts gain one.
+        let mut upper = *s;
+        self.totals.update(s, |s| s.end = seq);
+        upper.start = seq;
+        self.totals.add(&upper);
+        self.segs.insert(i + 1, upper);
+        if self.lost_hint.get() > i {
+            self.lost_hint.set(self.lost_hint.get() + 1);
         }
     }
 
     /// The cumulative ACK moved to `una`: drop what it covers, calling
     /// `delivered` for each segment newly delivered by it (not SACKed before).
     pub(crate) fn ack(&mut self, una: SeqNum, delivered: &mut dyn FnMut(&Seg)) {
+        let mut popped = 0;
         while let Some(s) = self.segs.front_mut() {
             if s.end.le(una) {
                 if !s.sacked {
                     delivered(s);
                 }
+                self.totals.remove(s);
                 self.segs.pop_front();
+                popped += 1;
             } else {
                 if s.start.lt(una) {
-                    s.start = una;
+                    self.totals.update(s, |s| s.start = una);
                 }
                 break;
             }
         }
+        self.lost_hint
+            .set(self.lost_hint.get().saturating_sub(popped));
+        self.check();
     }
 
     /// RFC 2018: the receiver holds `[left, right)`. Calls `delivered` for
@@ -123,46 +266,80 @@ impl Scoreboard {
         }
         self.split_at(left);
         self.split_at(right);
+        let Scoreboard { segs, totals, .. } = self;
         let mut n = 0;
-        for s in self.segs.iter_mut() {
-            if s.start.ge(right) {
-                break;
-            }
-            if s.start.ge(left) && s.end.le(right) && !s.sacked {
-                s.sacked = true;
-                s.lost = false;
+        let mut mark = |s: &mut Seg| {
+            if !s.sacked {
+                totals.update(s, |s| {
+                    s.sacked = true;
+                    s.lost = false;
+                });
                 n += s.len();
                 delivered(s);
             }
+        };
+        let base = segs.front().map_or(left, |s| s.start);
+        let span = segs.back().map_or(0, |s| s.end.wrapping_sub(base));
+        let (lo, hi) = (left.wrapping_sub(base), right.wrapping_sub(base));
+        if lo <= span && hi <= span {
+            // Within the scoreboard: the segments from `left` on.
+            let from = segs.partition_point(|s| s.start.wrapping_sub(base) < lo);
+            for s in segs.range_mut(from..) {
+                if s.start.wrapping_sub(base) >= hi {
+                    break;
+                }
+                if s.end.wrapping_sub(base) <= hi {
+                    mark(s);
+                }
+            }
+        } else {
+            // A block the clamping above let through with an edge more
+            // than 2^31 away: compare as sequence numbers, from the start.
+            for s in segs.iter_mut() {
+                if s.start.ge(right) {
+                    break;
+                }
+                if s.start.ge(left) && s.end.le(right) {
+                    mark(s);
+                }
+            }
         }
+        self.check();
         n
     }
 
     /// RFC 6675 pipe: bytes sent and still believed in the network.
     pub(crate) fn pipe(&self) -> usize {
-        self.segs
-            .iter()
-            .filter(|s| s.in_flight())
-            .map(Seg::len)
-            .sum()
+        self.totals.pipe
     }
 
     /// Segments SACKed (for RFC 8985's DupThresh test).
     pub(crate) fn sacked_count(&self) -> usize {
-        self.segs.iter().filter(|s| s.sacked).count()
+        self.totals.sacked
     }
 
     pub(crate) fn any_sacked(&self) -> bool {
-        self.segs.iter().any(|s| s.sacked)
+        self.totals.sacked_bytes > 0
     }
 
     /// The first segment deemed lost (RFC 6675 NextSeg rule 1, with
-    /// "lost" decided by RACK or the RTO).
+    /// "lost" decided by RACK or the RTO). O(1) when nothing is lost.
     pub(crate) fn first_lost(&self) -> Option<(SeqNum, SeqNum)> {
-        self.segs
-            .iter()
-            .find(|s| s.lost && !s.sacked)
-            .map(|s| (s.start, s.end))
+        if self.totals.lost == 0 {
+            return None;
+        }
+        let from = self.lost_hint.get().min(self.segs.len());
+        let found = self
+            .segs
+            .range(from..)
+            .position(|s| s.lost && !s.sacked)
+            .map(|k| from + k)
+            .or_else(|| {
+                debug_assert!(false, "lost segments, none after the hint");
+                self.segs.iter().position(|s| s.lost && !s.sacked)
+            })?;
+        self.lost_hint.set(found);
+        self.segs.get(found).map(|s| (s.start, s.end))
     }
 
     /// The highest segment not SACKed (the tail loss probe's retransmission).
@@ -178,70 +355,106 @@ impl Scoreboard {
     pub(crate) fn retransmitted(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
         self.split_at(start);
         self.split_at(end);
-        for s in self.segs.iter_mut() {
+        let (lo, hi) = (
+            start.wrapping_sub(self.base()),
+            end.wrapping_sub(self.base()),
+        );
+        let span = self.span();
+        let from = if lo <= span && hi <= span {
+            self.first_starting_at(lo)
+        } else {
+            0
+        };
+        let Scoreboard { segs, totals, .. } = self;
+        for s in segs.range_mut(from..) {
             if s.start.ge(end) {
                 break;
             }
             if s.start.ge(start) {
-                s.xmit = now;
-                s.rtx = true;
-                s.lost = false;
+                totals.update(s, |s| {
+                    s.xmit = now;
+                    s.rtx = true;
+                    s.lost = false;
+                });
             }
         }
+        self.check();
     }
 
     /// Mark a segment lost (RACK).
     pub(crate) fn mark_lost(&mut self, start: SeqNum) {
-        if let Some(s) = self.segs.iter_mut().find(|s| s.start == start) {
+        let i = self.first_starting_at(start.wrapping_sub(self.base()));
+        let Scoreboard {
+            segs,
+            totals,
+            lost_hint,
+        } = self;
+        if let Some(s) = segs.get_mut(i).filter(|s| s.start == start) {
             if !s.sacked {
-                s.lost = true;
+                totals.update(s, |s| s.lost = true);
+                lost_hint.set(lost_hint.get().min(i));
             }
         }
+        self.check();
     }
 
     /// RFC 6582 without SACK: the first unacknowledged segment is lost.
     pub(crate) fn mark_head_lost(&mut self) {
         if let Some(s) = self.segs.front_mut() {
             if !s.sacked {
-                s.lost = true;
+                self.totals.update(s, |s| s.lost = true);
+                self.lost_hint.set(0);
             }
         }
+        self.check();
     }
 
     /// Retransmission timeout: everything not SACKed is deemed lost. Like
     /// Linux (and RFC 6675 5.1: the sender "SHOULD" not resend SACKed
     /// data), the SACK information is kept.
     pub(crate) fn mark_all_lost(&mut self) {
-        for s in self.segs.iter_mut() {
+        let Scoreboard { segs, totals, .. } = self;
+        for s in segs.iter_mut() {
             if !s.sacked {
-                s.lost = true;
+                totals.update(s, |s| s.lost = true);
             }
         }
+        self.lost_hint.set(0);
+        self.check();
     }
 
     /// Undo after a spurious retransmission: nothing is deemed lost.
     pub(crate) fn clear_lost(&mut self) {
-        for s in self.segs.iter_mut() {
-            s.lost = false;
+        let Scoreboard { segs, totals, .. } = self;
+        for s in segs.iter_mut() {
+            if s.lost {
+                totals.update(s, |s| s.lost = false);
+            }
         }
+        self.check();
     }
 
     /// A retransmission is still outstanding (Linux `retrans_out`).
     pub(crate) fn retrans_out(&self) -> bool {
-        self.segs.iter().any(|s| s.rtx && s.in_flight())
+        self.totals.retrans_out > 0
     }
 
     /// Forget the SACK state (the receiver may renege, RFC 2018 8).
     pub(crate) fn forget_sacks(&mut self) {
-        for s in self.segs.iter_mut() {
-            s.sacked = false;
+        let Scoreboard { segs, totals, .. } = self;
+        for s in segs.iter_mut() {
+            if s.sacked {
+                totals.update(s, |s| s.sacked = false);
+            }
         }
+        self.check();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn t(ms: u64) -> Instant {
         Instant::from_millis(ms)
@@ -283,5 +496,311 @@ mod tests {
         assert_eq!(s.pipe(), 0);
         s.clear_lost();
         assert_eq!(s.pipe(), 180);
+        assert_eq!(s.totals(), s.recount());
+    }
+
+    #[test]
+    fn totals_follow_every_change() {
+        let mut s = Scoreboard::default();
+        let base = u32::MAX - 250; // the sequence numbers wrap
+        for i in 0..6u32 {
+            let a = SeqNum(base.wrapping_add(i * 100));
+            s.push(a, a + 100usize, t(u64::from(i)));
+        }
+        let at = |o: u32| SeqNum(base.wrapping_add(o));
+        let want = |pipe, sacked_bytes, sacked, lost, retrans_out| Totals {
+            pipe,
+            sacked_bytes,
+            sacked,
+            lost,
+            retrans_out,
+        };
+        assert_eq!(s.totals(), want(600, 0, 0, 0, 0));
+        s.sack(at(150), at(350), &mut |_| {});
+        assert_eq!(s.totals(), want(400, 200, 3, 0, 0), "split in three");
+        s.mark_lost(at(0));
+        s.mark_lost(at(100));
+        s.mark_lost(at(150)); // SACKed: stays SACKed, not lost
+        assert_eq!(s.totals(), want(250, 200, 3, 2, 0));
+        assert_eq!(s.first_lost(), Some((at(0), at(100))));
+        s.retransmitted(at(0), at(50), t(10));
+        assert_eq!(s.totals(), want(300, 200, 3, 2, 1), "half retransmitted");
+        assert_eq!(s.first_lost(), Some((at(50), at(100))));
+        s.retransmitted(at(50), at(100), t(11));
+        assert_eq!(s.first_lost(), Some((at(100), at(150))));
+        s.forget_sacks();
+        assert_eq!(s.totals(), want(550, 0, 0, 1, 2));
+        s.mark_all_lost();
+        assert_eq!(s.totals(), want(0, 0, 0, 9, 0));
+        assert_eq!(s.first_lost(), Some((at(0), at(50))));
+        s.ack(at(120), &mut |_| {});
+        assert_eq!(s.totals(), want(0, 0, 0, 7, 0), "two popped, one trimmed");
+        assert_eq!(s.first_lost(), Some((at(120), at(150))));
+        s.clear_lost();
+        assert_eq!(s.totals(), want(480, 0, 0, 0, 0));
+        assert_eq!(s.first_lost(), None);
+        s.mark_head_lost();
+        assert_eq!(s.totals(), want(450, 0, 0, 1, 0));
+        s.ack(at(600), &mut |_| {});
+        assert_eq!(s.totals(), Totals::default());
+        assert!(s.is_empty());
+    }
+
+    /// The scoreboard as it was before the totals were kept: every query
+    /// a scan. The property test holds the real one to it.
+    #[derive(Default)]
+    struct Reference {
+        segs: VecDeque<Seg>,
+    }
+
+    impl Reference {
+        fn push(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
+            if !start.lt(end) || self.segs.back().is_some_and(|l| !start.ge(l.end)) {
+                return;
+            }
+            self.segs.push_back(Seg {
+                start,
+                end,
+                xmit: now,
+                rtx: false,
+                sacked: false,
+                lost: false,
+            });
+        }
+        fn split_at(&mut self, seq: SeqNum) {
+            let Some(i) = self
+                .segs
+                .iter()
+                .position(|s| s.start.lt(seq) && seq.lt(s.end))
+            else {
+                return;
+            };
+            if let Some(s) = self.segs.get_mut(i) {
+                let mut upper = *s;
+                s.end = seq;
+                upper.start = seq;
+                self.segs.insert(i + 1, upper);
+            }
+        }
+        fn ack(&mut self, una: SeqNum, delivered: &mut Vec<Seg>) {
+            while let Some(s) = self.segs.front_mut() {
+                if s.end.le(una) {
+                    if !s.sacked {
+                        delivered.push(*s);
+                    }
+                    self.segs.pop_front();
+                } else {
+                    if s.start.lt(una) {
+                        s.start = una;
+                    }
+                    break;
+                }
+            }
+        }
+        fn sack(&mut self, left: SeqNum, right: SeqNum, delivered: &mut Vec<Seg>) -> usize {
+            let (Some(first), Some(last)) = (self.segs.front(), self.segs.back()) else {
+                return 0;
+            };
+            let left = left.max(first.start);
+            let right = right.min(last.end);
+            if !left.lt(right) {
+                return 0;
+            }
+            self.split_at(left);
+            self.split_at(right);
+            let mut n = 0;
+            for s in self.segs.iter_mut() {
+                if s.start.ge(right) {
+                    break;
+                }
+                if s.start.ge(left) && s.end.le(right) && !s.sacked {
+                    s.sacked = true;
+                    s.lost = false;
+                    n += s.len();
+                    delivered.push(*s);
+                }
+            }
+            n
+        }
+        fn pipe(&self) -> usize {
+            self.segs
+                .iter()
+                .filter(|s| s.in_flight())
+                .map(Seg::len)
+                .sum()
+        }
+        fn first_lost(&self) -> Option<(SeqNum, SeqNum)> {
+            self.segs
+                .iter()
+                .find(|s| s.lost && !s.sacked)
+                .map(|s| (s.start, s.end))
+        }
+        fn retransmitted(&mut self, start: SeqNum, end: SeqNum, now: Instant) {
+            self.split_at(start);
+            self.split_at(end);
+            for s in self.segs.iter_mut() {
+                if s.start.ge(end) {
+                    break;
+                }
+                if s.start.ge(start) {
+                    s.xmit = now;
+                    s.rtx = true;
+                    s.lost = false;
+                }
+            }
+        }
+        fn mark_lost(&mut self, start: SeqNum) {
+            if let Some(s) = self.segs.iter_mut().find(|s| s.start == start) {
+                if !s.sacked {
+                    s.lost = true;
+                }
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// New data of this length, after a gap of this many bytes.
+        Push(u32, u32),
+        /// Cumulative ACK this far into the scoreboard (past its end too).
+        Ack(u32),
+        /// SACK block by offsets from the first segment.
+        Sack(u32, u32),
+        /// SACK block anywhere in sequence space (hostile).
+        SackRaw(u32, u32),
+        /// Retransmit the first lost segment, or part of it.
+        RetransmitFirstLost(u32),
+        Retransmit(u32, u32),
+        /// Mark the k-th segment (modulo the count) lost, or a raw start.
+        MarkLost(usize),
+        MarkLostRaw(u32),
+        MarkHeadLost,
+        MarkAllLost,
+        ClearLost,
+        ForgetSacks,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u32..3000, prop_oneof![5 => Just(0u32), 1 => 0u32..100])
+                .prop_map(|(l, g)| Op::Push(l, g)),
+            2 => (0u32..20_000).prop_map(Op::Ack),
+            4 => (0u32..20_000, 0u32..20_000).prop_map(|(a, b)| Op::Sack(a, b)),
+            1 => (any::<u32>(), any::<u32>()).prop_map(|(a, b)| Op::SackRaw(a, b)),
+            3 => (0u32..3000).prop_map(Op::RetransmitFirstLost),
+            1 => (0u32..20_000, 0u32..20_000).prop_map(|(a, b)| Op::Retransmit(a, b)),
+            3 => (0usize..64).prop_map(Op::MarkLost),
+            1 => any::<u32>().prop_map(Op::MarkLostRaw),
+            1 => Just(Op::MarkHeadLost),
+            1 => Just(Op::MarkAllLost),
+            1 => Just(Op::ClearLost),
+            1 => Just(Op::ForgetSacks),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            // Failing cases are printed, not written into the source tree.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Random sequences of changes: the kept totals always equal a
+        /// recount, and every answer equals the scanning reference's.
+        #[test]
+        fn totals_equal_a_recount(
+            base in prop_oneof![Just(0u32), Just(u32::MAX - 10_000), any::<u32>()],
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let mut s = Scoreboard::default();
+            let mut r = Reference::default();
+            let mut top = SeqNum(base);
+            for (k, op) in ops.into_iter().enumerate() {
+                let now = t(k as u64);
+                let first = r.segs.front().map_or(top, |s| s.start);
+                let at = |o: u32| first + o as usize;
+                let (mut d1, mut d2) = (Vec::new(), Vec::new());
+                match op {
+                    Op::Push(len, gap) => {
+                        let a = top + gap as usize;
+                        top = a + len as usize;
+                        s.push(a, top, now);
+                        r.push(a, top, now);
+                    }
+                    Op::Ack(o) => {
+                        s.ack(at(o), &mut |g| d1.push(*g));
+                        r.ack(at(o), &mut d2);
+                    }
+                    Op::Sack(a, b) => {
+                        let n1 = s.sack(at(a), at(b), &mut |g| d1.push(*g));
+                        let n2 = r.sack(at(a), at(b), &mut d2);
+                        prop_assert_eq!(n1, n2);
+                    }
+                    Op::SackRaw(a, b) => {
+                        let n1 = s.sack(SeqNum(a), SeqNum(b), &mut |g| d1.push(*g));
+                        let n2 = r.sack(SeqNum(a), SeqNum(b), &mut d2);
+                        prop_assert_eq!(n1, n2);
+                    }
+                    Op::RetransmitFirstLost(len) => {
+                        if let Some((a, e)) = r.first_lost() {
+                            let e = e.min(a + len.max(1) as usize);
+                            s.retransmitted(a, e, now);
+                            r.retransmitted(a, e, now);
+                        }
+                    }
+                    Op::Retransmit(a, b) => {
+                        s.retransmitted(at(a), at(b), now);
+                        r.retransmitted(at(a), at(b), now);
+                    }
+                    Op::MarkLost(i) => {
+                        if !r.segs.is_empty() {
+                            let st = r.segs[i % r.segs.len()].start;
+                            s.mark_lost(st);
+                            r.mark_lost(st);
+                        }
+                    }
+                    Op::MarkLostRaw(x) => {
+                        s.mark_lost(SeqNum(x));
+                        r.mark_lost(SeqNum(x));
+                    }
+                    Op::MarkHeadLost => {
+                        s.mark_head_lost();
+                        if let Some(g) = r.segs.front_mut() {
+                            if !g.sacked {
+                                g.lost = true;
+                            }
+                        }
+                    }
+                    Op::MarkAllLost => {
+                        s.mark_all_lost();
+                        r.segs.iter_mut().filter(|g| !g.sacked).for_each(|g| g.lost = true);
+                    }
+                    Op::ClearLost => {
+                        s.clear_lost();
+                        r.segs.iter_mut().for_each(|g| g.lost = false);
+                    }
+                    Op::ForgetSacks => {
+                        s.forget_sacks();
+                        r.segs.iter_mut().for_each(|g| g.sacked = false);
+                    }
+                }
+                prop_assert_eq!(d1, d2, "delivered segments");
+                prop_assert_eq!(s.totals(), s.recount());
+                prop_assert!(s.iter().eq(r.segs.iter()), "segments");
+                prop_assert_eq!(s.pipe(), r.pipe());
+                prop_assert_eq!(s.sacked_count(), r.segs.iter().filter(|g| g.sacked).count());
+                prop_assert_eq!(s.any_sacked(), r.segs.iter().any(|g| g.sacked));
+                prop_assert_eq!(
+                    s.retrans_out(),
+                    r.segs.iter().any(|g| g.rtx && g.in_flight())
+                );
+                prop_assert_eq!(s.first_lost(), r.first_lost());
+                prop_assert_eq!(
+                    s.last_unsacked(),
+                    r.segs.iter().rev().find(|g| !g.sacked).map(|g| (g.start, g.end))
+                );
+            }
+        }
     }
 }

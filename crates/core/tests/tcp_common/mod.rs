@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use ustack_core::tcp::{rst_for_unmatched, Connection, State, TcpConfig, TcpCounters};
+use ustack_core::tcp::{rst_for_unmatched, Connection, State, TcpConfig, TcpCounters, TcpShared};
 use ustack_core::time::{Duration, Instant};
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
 
@@ -120,12 +120,15 @@ pub struct End {
     pub cfg: TcpConfig,
     pub iss: SeqNum,
     pub ctr: TcpCounters,
+    /// What a socket table's connections share (one per end, like a stack).
+    pub shared: TcpShared,
     pub route_mss: u16,
 }
 
 impl End {
     pub fn client(cfg: TcpConfig, iss: u32, now: Instant) -> End {
         let conn = Connection::connect(&cfg, A_ADDR, B_ADDR, SeqNum(iss), 1460, now);
+        let shared = TcpShared::new(&cfg, [iss as u8; 16]);
         End {
             addr: A_ADDR,
             peer: B_ADDR,
@@ -133,11 +136,13 @@ impl End {
             listening: false,
             cfg,
             iss: SeqNum(iss),
+            shared,
             ctr: TcpCounters::default(),
             route_mss: 1460,
         }
     }
     pub fn server(cfg: TcpConfig, iss: u32) -> End {
+        let shared = TcpShared::new(&cfg, [iss as u8; 16]);
         End {
             addr: B_ADDR,
             peer: A_ADDR,
@@ -145,6 +150,7 @@ impl End {
             listening: true,
             cfg,
             iss: SeqNum(iss),
+            shared,
             ctr: TcpCounters::default(),
             route_mss: 1460,
         }
@@ -175,7 +181,7 @@ impl End {
             if c.state() == State::TimeWait && c.accepts_reuse_syn(&seg) {
                 self.conn = None;
             } else if c.state() != State::Closed {
-                c.process(now, &seg, &mut self.ctr);
+                c.process(now, &seg, &mut self.ctr, &mut self.shared);
                 return true;
             }
         }
@@ -203,7 +209,7 @@ impl End {
     pub fn dispatch(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
         let (src, dst) = (*self.addr.ip(), *self.peer.ip());
         if let Some(c) = &mut self.conn {
-            c.dispatch(now, &mut self.ctr, &mut |r| {
+            c.dispatch(now, &mut self.ctr, &mut self.shared, &mut |r| {
                 out.push(to_bytes(r, src, dst));
                 true
             });

@@ -1,0 +1,343 @@
+//! The sender's side of an arriving ACK: SACK information, SND.UNA,
+//! RTT samples, leaving recovery, the send window update (RFC 9293
+//! 3.10.7.4), our FIN acknowledged; congestion window growth and its
+//! validation (RFC 5681, RFC 7661).
+
+use ustack_wire::tcp::{SeqNum, TcpRepr};
+
+use super::cc::CongestionControl;
+use super::conn::{Connection, Phase};
+use super::send::SendQueue;
+use super::shared::ChallengeAckLimit;
+use super::{State, TcpCounters};
+use crate::time::{Duration, Instant};
+
+/// Send sequence space (RFC 9293 3.3.1) and the send buffer. `max` is the
+/// highest sequence number sent; `nxt` rewinds to SND.UNA on timeout.
+#[derive(Debug)]
+pub(super) struct Snd {
+    pub(super) iss: SeqNum,
+    pub(super) una: SeqNum,
+    /// Our SYN has been acknowledged (SND.UNA once passed ISS). A flag, not
+    /// `una > iss`: sequence comparisons are modulo 2^32, and after
+    /// 2^31 bytes SND.UNA compares as *before* ISS again.
+    pub(super) syn_acked: bool,
+    pub(super) nxt: SeqNum,
+    pub(super) max: SeqNum,
+    pub(super) wnd: usize,
+    pub(super) wl1: SeqNum,
+    pub(super) wl2: SeqNum,
+    pub(super) max_wnd: usize,
+    pub(super) queue: SendQueue,
+}
+
+/// Congestion control and how much of cwnd was used.
+#[derive(Debug)]
+pub(super) struct Cong {
+    pub(super) cc: Box<dyn CongestionControl>,
+    /// Was cwnd the limit on sending in the current window of data
+    /// (Linux `is_cwnd_limited`, RFC 7661 "cwnd-limited")?
+    pub(super) limited: bool,
+    /// Most bytes in flight in the current window (Linux `max_packets_out`).
+    pub(super) max_flight: usize,
+    /// End of the current window for the two above (Linux
+    /// `cwnd_usage_seq`); None once SND.UNA has reached it.
+    pub(super) usage_seq: Option<SeqNum>,
+}
+
+/// Our TSval at `t` (RFC 7323 timestamps in milliseconds plus an offset).
+fn ts_at(t: Instant, offset: u32) -> u32 {
+    (t.total_millis() as u32).wrapping_add(offset)
+}
+
+/// The ACK's TSecr predates `xmit` (it echoes an earlier transmission).
+fn echo_before(ecr: Option<u32>, xmit: Instant, offset: u32) -> bool {
+    ecr.is_some_and(|e| (e.wrapping_sub(ts_at(xmit, offset)) as i32) < 0)
+}
+
+impl Connection {
+    /// ACK processing for synchronized states; false = drop the segment.
+    pub(super) fn process_ack(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        ack: SeqNum,
+        ctr: &mut TcpCounters,
+        limit: &mut ChallengeAckLimit,
+    ) -> bool {
+        // "If the ACK acks something not yet sent (SEG.ACK > SND.NXT), then
+        // send an ACK, drop the segment, and return."
+        if ack.gt(self.snd.max) {
+            self.ack.now = true;
+            return false;
+        }
+        // RFC 5961 5.2: an ACK older than SND.UNA - MAX.SND.WND is bogus:
+        // "send an ACK" (a challenge ACK, throttled as the others).
+        if ack.lt(self.snd.una - self.snd.max_wnd.max(1)) {
+            self.challenge_ack(now, ctr, limit);
+            return false;
+        }
+        self.timers.probes_out = 0;
+        let new_wnd = usize::from(seg.window) << self.opt.snd_wscale;
+        let ecr = match (self.opt.ts, seg.timestamp) {
+            (true, Some((_, e))) if e != 0 => Some(e),
+            _ => None,
+        };
+        let una_before = self.snd.una;
+        let off = self.opt.ts_offset;
+        // SACK information (RFC 2018) before the cumulative ACK moves.
+        let mut dsack = false;
+        if self.opt.sack {
+            let blocks = seg.sack_ranges;
+            let second = blocks.get(1).copied().flatten();
+            let rack = &mut self.rtx.rack;
+            for (i, &(l, r)) in blocks.iter().flatten().enumerate() {
+                // RFC 2883 4: "If the first SACK block ... is covered by
+                // the cumulative acknowledgement field ... or if the
+                // first block is covered by the second, it is a D-SACK".
+                if i == 0 && (r.le(ack) || second.is_some_and(|(l2, r2)| l.ge(l2) && r.le(r2))) {
+                    dsack = true;
+                    continue;
+                }
+                self.rtx.scoreboard.sack(l, r, &mut |s| {
+                    rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
+                });
+            }
+        }
+        if dsack {
+            ctr.TCPDSACKRecv += 1;
+            self.rtx.rack.on_dsack(self.snd.una, self.snd.max);
+        }
+        if ack.gt(self.snd.una) {
+            // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
+            self.report.advice.confirm = true;
+            let acked_seq = ack.wrapping_sub(self.snd.una) as usize;
+            self.snd.queue.ack_to(ack);
+            if !self.snd.syn_acked && ack.gt(self.snd.iss) {
+                // The first advance of SND.UNA (within 2^31 of ISS).
+                self.snd.syn_acked = true;
+            }
+            self.snd.una = ack;
+            if self.snd.nxt.lt(ack) {
+                self.snd.nxt = ack;
+            }
+            {
+                let rack = &mut self.rtx.rack;
+                self.rtx.scoreboard.ack(ack, &mut |s| {
+                    rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
+                });
+                rack.on_ack(ack);
+            }
+            // RTT measurement: RFC 7323 4.1 from TSecr, else one timed
+            // segment, never a retransmitted one (Karn).
+            let mut sampled = false;
+            if let Some(ecr) = ecr {
+                let ms = self.ts_now(now).wrapping_sub(ecr);
+                if ms < 60_000 {
+                    let d = Duration::from_millis(u64::from(ms));
+                    self.rtx.rtt.sample(d);
+                    self.rtx.rack.on_rtt_sample(d);
+                    sampled = true;
+                }
+            }
+            if let Some((seq, t)) = self.rtx.rtt_probe {
+                if ack.gt(seq) {
+                    if !sampled {
+                        let d = now.saturating_duration_since(t);
+                        self.rtx.rtt.sample(d);
+                        self.rtx.rack.on_rtt_sample(d);
+                    }
+                    self.rtx.rtt_probe = None;
+                }
+            }
+            self.rtx.retries = 0;
+            self.rtx.rtt.reset_backoff();
+            self.timers.persist_backoff = 0;
+            let mss = self.max_payload_base();
+            self.try_undo(ecr, ctr);
+            match self.recovery {
+                Some(r) if ack.ge(r.recover) => {
+                    // Full acknowledgment: leave recovery.
+                    if r.in_loss {
+                        self.grow_cwnd(acked_seq, mss);
+                    } else {
+                        let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
+                        self.cong.cc.on_exit_recovery(flight, mss);
+                    }
+                    self.recovery = None;
+                    self.rtx.last_recover = Some(r.recover);
+                }
+                Some(r) => {
+                    if r.in_loss {
+                        // After an RTO the window slow-starts again
+                        // (RFC 5681 3.1) while the lost segments go out.
+                        self.grow_cwnd(acked_seq, mss);
+                    } else if !self.opt.sack {
+                        // RFC 6582 3.2 (5) partial ACK: "retransmit the
+                        // first unacknowledged segment".
+                        self.rtx.scoreboard.mark_head_lost();
+                        if let Some(r) = self.recovery.as_mut() {
+                            r.rtx_head_now = true;
+                        }
+                    }
+                }
+                None => self.grow_cwnd(acked_seq, mss),
+            }
+            if self.cong.usage_seq.is_some_and(|s| self.snd.una.ge(s)) {
+                self.cong.usage_seq = None;
+            }
+            // RFC 6582 3.2 (2): fast retransmit is allowed again once "the
+            // cumulative acknowledgment field covers more than recover".
+            // Once SND.UNA is past it, every later ACK is too: forget it,
+            // or the modulo-2^32 comparison flips after 2^31 more bytes
+            // and disables fast retransmit until an RTO.
+            if self.rtx.last_recover.is_some_and(|r| self.snd.una.gt(r)) {
+                self.rtx.last_recover = None;
+            }
+            self.rtx.dupacks = 0;
+            // RFC 6298 5.2/5.3: stop the timer when all is acked, else restart.
+            self.rtx.rto_at = if self.snd.una == self.snd.max {
+                None
+            } else {
+                Some(now + self.rtx.rtt.rto())
+            };
+        } else if ack == self.snd.una
+            && seg.payload.is_empty()
+            && !seg.syn
+            && !seg.fin
+            && new_wnd == self.snd.wnd
+            && self.snd.max != self.snd.una
+        {
+            // RFC 5681 2: a duplicate ACK.
+            self.rtx.dupacks += 1;
+            // Without SACK, RFC 5681 3.2 / RFC 6582: the third duplicate
+            // ACK starts fast retransmit, if "the cumulative acknowledgment
+            // field covers more than recover". With SACK, RACK decides.
+            if !self.opt.sack
+                && self.recovery.is_none()
+                && self.rtx.dupacks == 3
+                && self.rtx.last_recover.is_none_or(|r| ack.gt(r))
+            {
+                self.rtx.scoreboard.mark_head_lost();
+                self.enter_recovery(ctr);
+            }
+        }
+        // RFC 8985 7.4: was the tail loss probe repairing a loss?
+        if let Some((end, was_rtx)) = self.tlp.end {
+            if ack.ge(end) {
+                if was_rtx && !dsack && ack.gt(una_before) {
+                    // 7.4.2: "the TLP episode ... repaired a loss": the
+                    // congestion controller must react.
+                    ctr.TCPLossProbeRecovery += 1;
+                    if self.recovery.is_none() {
+                        let mss = self.max_payload_base();
+                        let cwnd = self.cong.cc.cwnd();
+                        self.cong.cc.on_enter_recovery(cwnd, mss);
+                    }
+                }
+                self.tlp.end = None;
+            } else if was_rtx && dsack {
+                // 7.4.1: the original and the probe both arrived.
+                self.tlp.end = None;
+            }
+        }
+        // RFC 8985 6.2 step 5: time-based loss detection.
+        if self.can_send_data_state() && !self.rtx.scoreboard.is_empty() {
+            self.rack_detect(now, ctr);
+        } else {
+            self.rtx.rack_at = None;
+        }
+        if ack.gt(una_before) {
+            // 7.2: "start or restart a loss probe PTO timer ... upon
+            // receiving an ACK that cumulatively acknowledges new data".
+            self.schedule_tlp(now);
+        }
+        // Window update: "If SND.WL1 < SEG.SEQ or (SND.WL1 = SEG.SEQ and
+        // SND.WL2 =< SEG.ACK), set SND.WND <- SEG.WND, set SND.WL1 <-
+        // SEG.SEQ, and set SND.WL2 <- SEG.ACK."
+        // Like Linux (tcp_may_update_window), a segment with the same
+        // SEG.SEQ and SEG.ACK as the last update may only open the window:
+        // otherwise a reordered, stale "win 0" ACK overrides the newer
+        // window update and the sender waits for the persist timer.
+        if self.snd.wl1.lt(seg.seq)
+            || (self.snd.wl1 == seg.seq
+                && (self.snd.wl2.lt(ack) || (self.snd.wl2 == ack && new_wnd >= self.snd.wnd)))
+        {
+            self.snd.wnd = new_wnd;
+            self.snd.wl1 = seg.seq;
+            self.snd.wl2 = ack;
+            self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
+            if new_wnd > 0 {
+                self.timers.persist_at = None;
+            }
+        }
+        // State transitions on our FIN being acknowledged.
+        if self.fin_acked() {
+            match self.state() {
+                // "In addition to the processing for the ESTABLISHED state, if
+                // the FIN segment is now acknowledged, then enter FIN-WAIT-2".
+                State::FinWait1 => {
+                    let orphan_until = self.app.closed.then(|| now + self.cfg.fin_wait2_timeout);
+                    self.set_state(Phase::FinWait2 { orphan_until }, Some(ctr));
+                }
+                // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state"
+                State::Closing => self.set_state(self.time_wait(), Some(ctr)),
+                // "If our FIN is now acknowledged, delete the TCB, enter the
+                // CLOSED state, and return."
+                State::LastAck => {
+                    self.set_state(Phase::Closed, Some(ctr));
+                    return false;
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+
+    /// RFC 6675 "pipe": bytes believed in the network. Without SACK,
+    /// each duplicate ACK stands for a segment that left it (so new data
+    /// may go out, RFC 3042 limited transmit).
+    pub(super) fn pipe(&self) -> usize {
+        let p = self.rtx.scoreboard.pipe();
+        if self.opt.sack {
+            p
+        } else {
+            p.saturating_sub(self.rtx.dupacks as usize * self.max_payload_base())
+        }
+    }
+
+    pub(super) fn fin_acked(&self) -> bool {
+        self.snd.queue.fin_queued && self.snd.una.gt(self.snd.queue.fin_seq())
+    }
+
+    /// RFC 7661 4.1 / RFC 5681 3.1: "the congestion window ... can only
+    /// be increased when the sender is cwnd-limited"; RFC 7661 3: a sender
+    /// is cwnd-limited when "FlightSize >= cwnd" (here: less than a full
+    /// segment of room). Like Linux (`tcp_is_cwnd_limited`), in slow start
+    /// cwnd may also grow up to twice the most that was in flight in the
+    /// last window, so it keeps ahead of an application that ramps up.
+    /// Without this an application-limited sender grew cwnd without bound.
+    fn grow_cwnd(&mut self, acked: usize, mss: usize) {
+        let cwnd = self.cong.cc.cwnd();
+        let limited = self.cong.limited
+            || (cwnd < self.cong.cc.ssthresh() && cwnd < self.cong.max_flight.saturating_mul(2));
+        if limited {
+            self.cong.cc.on_ack(acked, mss);
+        }
+    }
+
+    /// After a transmission attempt: record whether cwnd was the limit and
+    /// the most in flight, per window of data (Linux `tcp_cwnd_validate`).
+    pub(super) fn cwnd_validate(&mut self) {
+        let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
+        let limited = self.cong.cc.cwnd().saturating_sub(self.pipe()) < self.max_payload_base();
+        if self.cong.usage_seq.is_none()
+            || limited
+            || (!self.cong.limited && flight > self.cong.max_flight)
+        {
+            self.cong.limited = limited;
+            self.cong.max_flight = flight;
+            self.cong.usage_seq = Some(self.snd.max);
+        }
+    }
+}

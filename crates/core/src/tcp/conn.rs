@@ -1,0 +1,735 @@
+//! The connection (a TCB): its state and fields grouped by concern,
+//! constructors and the handshake's option negotiation, getters, settings
+//! and the application's calls (send, recv, shutdown, close, abort). Every
+//! state change goes through [`Connection::set_state`].
+
+use std::net::SocketAddrV4;
+
+use ustack_wire::tcp::{SeqNum, TcpRepr, MAX_WINDOW_SHIFT};
+
+use super::ack::{Cong, Snd};
+use super::cc::{CongestionControl, NewReno};
+use super::input::{AckState, Rcv};
+use super::rack::Rack;
+use super::recovery::{Recovery, Rtx, Tlp};
+use super::recv::RecvQueue;
+use super::rtt::RttEstimator;
+use super::sack::Scoreboard;
+use super::send::SendQueue;
+use super::timers::Timers;
+use super::{KeepAlive, State, TcpConfig, TcpCounters, TcpError};
+use crate::time::{Duration, Instant};
+
+/// A snapshot for `ss`-like views.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConnInfo {
+    pub state: State,
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+    pub send_queue: usize,
+    pub recv_queue: usize,
+    pub can_recv: bool,
+    pub can_send: bool,
+    pub pending_error: Option<TcpError>,
+    pub srtt: Option<Duration>,
+    pub rttvar: Duration,
+    pub rto: Duration,
+    pub cwnd: usize,
+    pub ssthresh: usize,
+    pub smss: usize,
+    pub snd_wnd: usize,
+    pub rcv_wnd: usize,
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
+    pub timestamps: bool,
+    pub sack: bool,
+    pub retransmits: u32,
+    /// Bytes of send and receive buffer storage held (grows on demand up to
+    /// the configured sizes; see [`Connection::buffer_memory`]).
+    pub buffer_memory: usize,
+}
+
+/// One TCP connection (a TCB), sans-IO. Its fields are grouped by concern,
+/// each group mostly worked on by one file of this module; data that means
+/// something only in some states lives in those states (`Phase`) or in the
+/// loss recovery episode (`Recovery`).
+#[derive(Debug)]
+pub struct Connection {
+    pub(super) cfg: Params,
+    /// The state and the data only some states have.
+    pub(super) st: Phase,
+    pub(super) local: SocketAddrV4,
+    pub(super) remote: SocketAddrV4,
+    pub(super) passive: bool,
+    /// Send sequence space and buffer (`ack.rs`, `output.rs`).
+    pub(super) snd: Snd,
+    /// Receive sequence space and buffer (`input.rs`).
+    pub(super) rcv: Rcv,
+    /// Negotiated options (`conn.rs`).
+    pub(super) opt: Negotiated,
+    /// ACK generation (`input.rs`, `output.rs`).
+    pub(super) ack: AckState,
+    /// RTT, RTO, scoreboard, RACK (`recovery.rs`, `ack.rs`).
+    pub(super) rtx: Rtx,
+    /// Tail loss probe (`recovery.rs`).
+    pub(super) tlp: Tlp,
+    /// Congestion control (`ack.rs`).
+    pub(super) cong: Cong,
+    /// The loss recovery episode going on, if any (`recovery.rs`).
+    pub(super) recovery: Option<Recovery>,
+    /// Persist, keep-alive, idle clock (`timers.rs`).
+    pub(super) timers: Timers,
+    pub(super) app: App,
+    pub(super) rst: Rst,
+    pub(super) report: Report,
+}
+
+/// The connection's state (RFC 9293 3.3.2) with the data that exists only
+/// in some states (as netstack3 keeps it in its state enum's variants):
+/// no other state can read or leave behind a stale TIME-WAIT deadline, an
+/// orphan's FIN-WAIT-2 deadline or the handshake's IRS. (No LISTEN: a
+/// listener is the socket table's, not a connection.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Closed,
+    SynSent,
+    SynReceived {
+        /// The peer's initial sequence number: a SYN carrying it again is
+        /// a retransmission (our SYN-ACK was lost) or a simultaneous open.
+        irs: SeqNum,
+    },
+    Established,
+    FinWait1,
+    FinWait2 {
+        /// When the application has closed: the end of the wait for the
+        /// peer's FIN (Linux `tcp_fin_timeout`).
+        orphan_until: Option<Instant>,
+    },
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait {
+        /// End of the 2*MSL wait (RFC 9293 3.6.1).
+        until: Instant,
+    },
+}
+
+impl Phase {
+    fn state(self) -> State {
+        match self {
+            Phase::Closed => State::Closed,
+            Phase::SynSent => State::SynSent,
+            Phase::SynReceived { .. } => State::SynReceived,
+            Phase::Established => State::Established,
+            Phase::FinWait1 => State::FinWait1,
+            Phase::FinWait2 { .. } => State::FinWait2,
+            Phase::CloseWait => State::CloseWait,
+            Phase::Closing => State::Closing,
+            Phase::LastAck => State::LastAck,
+            Phase::TimeWait { .. } => State::TimeWait,
+        }
+    }
+
+    /// The deadline of the state itself (TIME-WAIT, orphaned FIN-WAIT-2).
+    pub(super) fn deadline(self) -> Option<Instant> {
+        match self {
+            Phase::TimeWait { until } => Some(until),
+            Phase::FinWait2 { orphan_until } => orphan_until,
+            _ => None,
+        }
+    }
+}
+
+/// The tunables of [`TcpConfig`] a connection still needs once it exists
+/// (the rest went into its buffers, estimator and options when it was
+/// created): a copy of these, not of the whole configuration, is what
+/// every connection holds.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Params {
+    pub(super) time_wait: Duration,
+    pub(super) delayed_ack: Duration,
+    pub(super) fin_wait2_timeout: Duration,
+    pub(super) max_rto: Duration,
+    pub(super) ooo_limit: usize,
+    pub(super) initial_cwnd: u32,
+    pub(super) max_retries: u32,
+    pub(super) syn_retries: u32,
+    pub(super) synack_retries: u32,
+    pub(super) window_scale: bool,
+    pub(super) timestamps: bool,
+    pub(super) sack: bool,
+}
+
+impl Params {
+    fn new(cfg: &TcpConfig) -> Params {
+        Params {
+            time_wait: cfg.time_wait,
+            delayed_ack: cfg.delayed_ack,
+            fin_wait2_timeout: cfg.fin_wait2_timeout,
+            max_rto: cfg.max_rto,
+            ooo_limit: cfg.ooo_limit,
+            initial_cwnd: cfg.initial_cwnd,
+            max_retries: cfg.max_retries,
+            syn_retries: cfg.syn_retries,
+            synack_retries: cfg.synack_retries,
+            window_scale: cfg.window_scale,
+            timestamps: cfg.timestamps,
+            sack: cfg.sack,
+        }
+    }
+}
+
+/// Options negotiated in the handshake, and what they carry.
+#[derive(Debug)]
+pub(super) struct Negotiated {
+    pub(super) adv_mss: u16,
+    pub(super) route_mss: usize,
+    pub(super) smss: usize,
+    pub(super) ws: bool,
+    pub(super) snd_wscale: u8,
+    pub(super) rcv_wscale: u8,
+    pub(super) ts: bool,
+    pub(super) sack: bool,
+    pub(super) ts_offset: u32,
+    pub(super) ts_recent: u32,
+    pub(super) ts_recent_at: Instant,
+}
+
+/// Application-facing state and settings.
+#[derive(Debug)]
+pub(super) struct App {
+    pub(super) error: Option<TcpError>,
+    /// An ICMP error reported when the connection times out.
+    pub(super) soft_error: Option<TcpError>,
+    /// The application closed its handle (orphan).
+    pub(super) closed: bool,
+    pub(super) linger_zero: bool,
+    pub(super) nodelay: bool,
+}
+
+/// Resets owed.
+#[derive(Debug, Default)]
+pub(super) struct Rst {
+    /// Abort: send <SEQ=SND.NXT><CTL=RST> and close.
+    pub(super) pending: bool,
+    /// The abort is a close with unread data or linger 0 (TCPAbortOnClose).
+    pub(super) on_close: bool,
+    /// A reset answering an unacceptable segment: (SEQ, ACK).
+    pub(super) reply: Option<(SeqNum, Option<SeqNum>)>,
+}
+
+/// What has been reported to the counters and the neighbour cache.
+#[derive(Debug, Default)]
+pub(super) struct Report {
+    /// ActiveOpens/PassiveOpens was counted.
+    pub(super) open_counted: bool,
+    /// Counted in CurrEstab.
+    pub(super) in_estab: bool,
+    pub(super) advice: NeighbourAdvice,
+}
+
+/// What a connection learned about reachability of its peer's next hop
+/// since the last [`Connection::take_neighbour_advice`], for the neighbour
+/// cache (Linux `dst_confirm` / `dst_negative_advice`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NeighbourAdvice {
+    /// Forward progress: an ACK advanced SND.UNA.
+    pub confirm: bool,
+    /// No progress: the retransmission timer expired. Newer than `confirm`
+    /// when both are set.
+    pub suspect: bool,
+}
+
+/// RFC 9293 3.7.1: "If an MSS Option is not received at connection
+/// setup, TCP implementations MUST assume a default send MSS of 536".
+pub(super) const DEFAULT_MSS: usize = 536;
+
+fn window_shift_for(buf: usize) -> u8 {
+    let mut s = 0u8;
+    while s < MAX_WINDOW_SHIFT && (buf >> s) > 0xffff {
+        s += 1;
+    }
+    s
+}
+
+impl Connection {
+    fn new(
+        cfg: &TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+        route_mss: u16,
+        now: Instant,
+        st: Phase,
+    ) -> Connection {
+        let route_mss = usize::from(route_mss.max(64));
+        let adv_mss = cfg.mss.min(route_mss as u16).max(64);
+        let smss = DEFAULT_MSS.min(route_mss);
+        Connection {
+            cfg: Params::new(cfg),
+            // A connection starts in SYN-RECEIVED only from a listener.
+            passive: matches!(st, Phase::SynReceived { .. }),
+            st,
+            local,
+            remote,
+            snd: Snd {
+                iss,
+                una: iss,
+                syn_acked: false,
+                nxt: iss,
+                max: iss,
+                wnd: 0,
+                wl1: SeqNum(0),
+                wl2: iss,
+                max_wnd: 0,
+                queue: SendQueue::new(cfg.snd_buf.max(1), iss + 1u32),
+            },
+            rcv: Rcv {
+                nxt: SeqNum(0),
+                adv: SeqNum(0),
+                queue: RecvQueue::new(cfg.rcv_buf.max(1)),
+                fin: None,
+                fin_received: false,
+            },
+            opt: Negotiated {
+                adv_mss,
+                route_mss,
+                smss,
+                ws: false,
+                snd_wscale: 0,
+                rcv_wscale: 0,
+                ts: false,
+                sack: false,
+                ts_offset: iss.0.rotate_left(13) ^ 0x5a5a_5a5a,
+                ts_recent: 0,
+                ts_recent_at: now,
+            },
+            ack: AckState {
+                now: false,
+                delay_at: None,
+                unacked: 0,
+                last_data_at: None,
+                last_sent: SeqNum(0),
+                dsack: None,
+                rcv_mss: DEFAULT_MSS.min(usize::from(adv_mss)),
+                last_oow_at: None,
+                last_challenge_at: None,
+            },
+            rtx: Rtx {
+                rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+                rto_at: None,
+                retries: 0,
+                total: 0,
+                rtt_probe: None,
+                dupacks: 0,
+                last_recover: None,
+                scoreboard: Scoreboard::default(),
+                rack: Rack::new(iss),
+                rack_at: None,
+            },
+            tlp: Tlp::default(),
+            cong: Cong {
+                cc: Box::new(NewReno::new(cfg.initial_cwnd, smss)),
+                limited: false,
+                max_flight: 0,
+                usage_seq: None,
+            },
+            recovery: None,
+            timers: Timers {
+                persist_at: None,
+                persist_backoff: 0,
+                force_send: false,
+                probe_pending: false,
+                probes_out: 0,
+                keepalive: cfg.keepalive,
+                ka_probes: 0,
+                last_rcv_at: now,
+                last_send_at: now,
+                tx_retry_at: None,
+            },
+            app: App {
+                error: None,
+                soft_error: None,
+                closed: false,
+                linger_zero: false,
+                nodelay: cfg.nodelay,
+            },
+            rst: Rst::default(),
+            report: Report::default(),
+        }
+    }
+
+    /// Active open: the connection starts in SYN-SENT and sends its SYN on
+    /// the next `dispatch`.
+    pub fn connect(
+        cfg: &TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+        route_mss: u16,
+        now: Instant,
+    ) -> Connection {
+        let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, Phase::SynSent);
+        c.opt.rcv_wscale = if cfg.window_scale {
+            window_shift_for(cfg.rcv_buf)
+        } else {
+            0
+        };
+        c
+    }
+
+    /// Passive open from a listener's received SYN: the connection starts in
+    /// SYN-RECEIVED and sends its SYN-ACK on the next `dispatch`. Data in the
+    /// SYN is not accepted (no TCP Fast Open); the peer retransmits it.
+    pub fn accept(
+        cfg: &TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        syn: &TcpRepr,
+        iss: SeqNum,
+        route_mss: u16,
+        now: Instant,
+    ) -> Connection {
+        let st = Phase::SynReceived { irs: syn.seq };
+        let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, st);
+        c.negotiate(syn, now);
+        c.rcv.nxt = syn.seq + 1u32;
+        c.snd.wnd = usize::from(syn.window);
+        c.snd.max_wnd = c.snd.wnd;
+        c.snd.wl1 = syn.seq;
+        c.snd.wl2 = iss;
+        c
+    }
+
+    /// Take the options of the peer's SYN (RFC 9293 3.7.1, RFC 7323, RFC 2018).
+    pub(super) fn negotiate(&mut self, syn: &TcpRepr, now: Instant) {
+        // MSS: "the TCP sender MUST use ... the minimum of the received MSS
+        // option ... and the path MTU-derived value".
+        let peer = syn.max_seg_size.map_or(DEFAULT_MSS, usize::from).max(64);
+        self.opt.smss = peer.min(self.opt.route_mss);
+        // RFC 7323 2.2: "If a TCP receives a <SYN> segment containing a
+        // Window Scale option, it SHOULD send its own Window Scale option
+        // in the <SYN,ACK> segment"; scaling is on only if both sent one.
+        match (self.cfg.window_scale, syn.window_scale) {
+            (true, Some(s)) => {
+                self.opt.ws = true;
+                self.opt.snd_wscale = s.min(MAX_WINDOW_SHIFT);
+                // The configured receive buffer (`rcv_buf`, at least 1).
+                self.opt.rcv_wscale = window_shift_for(self.rcv.queue.ring.capacity());
+            }
+            _ => {
+                self.opt.ws = false;
+                self.opt.snd_wscale = 0;
+                self.opt.rcv_wscale = 0;
+            }
+        }
+        self.opt.sack = self.cfg.sack && syn.sack_permitted;
+        match (self.cfg.timestamps, syn.timestamp) {
+            (true, Some((tsval, _))) => {
+                self.opt.ts = true;
+                self.opt.ts_recent = tsval;
+                self.opt.ts_recent_at = now;
+            }
+            _ => self.opt.ts = false,
+        }
+        self.cong.cc = Box::new(NewReno::new(self.cfg.initial_cwnd, self.max_payload_base()));
+    }
+
+    pub fn state(&self) -> State {
+        self.st.state()
+    }
+
+    pub fn local(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    pub fn remote(&self) -> SocketAddrV4 {
+        self.remote
+    }
+
+    /// Created by a listener (passive open).
+    pub fn is_passive(&self) -> bool {
+        self.passive
+    }
+
+    /// Bytes queued by the application and not yet acknowledged.
+    pub fn send_queue(&self) -> usize {
+        self.snd.queue.ring.len()
+    }
+
+    /// Bytes received in order and not yet read.
+    pub fn recv_queue(&self) -> usize {
+        self.rcv.queue.ring.len()
+    }
+
+    /// Bytes of buffer storage this connection holds (send plus receive
+    /// ring). The rings start empty and grow by doubling as data is
+    /// buffered, never past `snd_buf`/`rcv_buf`; windows and
+    /// [`Connection::send_capacity`] are computed from the configured sizes.
+    pub fn buffer_memory(&self) -> usize {
+        self.snd.queue.ring.allocated() + self.rcv.queue.ring.allocated()
+    }
+
+    /// Free space in the send buffer.
+    pub fn send_capacity(&self) -> usize {
+        self.snd.queue.ring.free()
+    }
+
+    /// A `recv` would not block: data, end of stream, or an error.
+    pub fn can_recv(&self) -> bool {
+        !self.rcv.queue.ring.is_empty()
+            || self.rcv.fin_received
+            || self.app.error.is_some()
+            || (self.state() == State::Closed && self.report.open_counted)
+    }
+
+    /// A `send` would not block: buffer space in a sending state, or an error.
+    pub fn can_send(&self) -> bool {
+        self.app.error.is_some()
+            || (matches!(
+                self.state(),
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            ) && !self.snd.queue.fin_queued
+                && self.snd.queue.ring.free() > 0)
+    }
+
+    /// The error that ended (or is ending) the connection, if any.
+    pub fn pending_error(&self) -> Option<TcpError> {
+        self.app.error
+    }
+
+    /// Take the error (like `SO_ERROR`).
+    pub fn take_error(&mut self) -> Option<TcpError> {
+        self.app.error.take()
+    }
+
+    /// Connection reached ESTABLISHED at some point (or is there).
+    pub fn is_synchronized(&self) -> bool {
+        !matches!(
+            self.state(),
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        )
+    }
+
+    /// End of stream was received and everything before it read.
+    pub fn is_eof(&self) -> bool {
+        self.rcv.fin_received && self.rcv.queue.ring.is_empty()
+    }
+
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtx.rtt.srtt()
+    }
+
+    pub fn rto(&self) -> Duration {
+        self.rtx.rtt.rto()
+    }
+
+    pub fn cwnd(&self) -> usize {
+        self.cong.cc.cwnd()
+    }
+
+    /// The effective send MSS.
+    pub fn mss(&self) -> usize {
+        self.opt.smss
+    }
+
+    pub fn nodelay(&self) -> bool {
+        self.app.nodelay
+    }
+
+    /// Take (and clear) the reachability advice gathered since the last call.
+    pub fn take_neighbour_advice(&mut self) -> NeighbourAdvice {
+        std::mem::take(&mut self.report.advice)
+    }
+
+    pub fn info(&self) -> TcpConnInfo {
+        TcpConnInfo {
+            state: self.state(),
+            local: self.local,
+            remote: self.remote,
+            send_queue: self.send_queue(),
+            recv_queue: self.recv_queue(),
+            can_recv: self.can_recv(),
+            can_send: self.can_send(),
+            pending_error: self.app.error,
+            srtt: self.rtx.rtt.srtt(),
+            rttvar: self.rtx.rtt.rttvar(),
+            rto: self.rtx.rtt.rto(),
+            cwnd: self.cong.cc.cwnd(),
+            ssthresh: self.cong.cc.ssthresh(),
+            smss: self.opt.smss,
+            snd_wnd: self.snd.wnd,
+            rcv_wnd: self.rcv_wnd(),
+            snd_wscale: self.opt.snd_wscale,
+            rcv_wscale: self.opt.rcv_wscale,
+            timestamps: self.opt.ts,
+            sack: self.opt.sack,
+            retransmits: self.rtx.total,
+            buffer_memory: self.buffer_memory(),
+        }
+    }
+
+    pub fn set_nodelay(&mut self, on: bool) {
+        self.app.nodelay = on;
+    }
+
+    /// `SO_KEEPALIVE` with idle time and probe interval both `interval`
+    /// and Linux's 9 probes; `None` turns keep-alive off.
+    pub fn set_keepalive(&mut self, interval: Option<Duration>) {
+        self.set_keepalive_params(interval.map(|d| KeepAlive {
+            idle: d,
+            interval: d,
+            count: KeepAlive::default().count,
+        }));
+    }
+
+    /// Keep-alive with full parameters.
+    pub fn set_keepalive_params(&mut self, ka: Option<KeepAlive>) {
+        self.timers.keepalive = ka;
+        self.timers.ka_probes = 0;
+    }
+
+    /// `SO_LINGER` with a zero timeout: `close` sends RST.
+    pub fn set_linger_zero(&mut self, on: bool) {
+        self.app.linger_zero = on;
+    }
+
+    /// Replace the congestion controller (e.g. for experiments).
+    pub fn set_congestion_control(&mut self, cc: Box<dyn CongestionControl>) {
+        self.cong.cc = cc;
+    }
+
+    /// Queue data; `Ok(0)` when the buffer is full.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, TcpError> {
+        if let Some(e) = self.app.error {
+            return Err(e);
+        }
+        if self.snd.queue.fin_queued {
+            return Err(TcpError::BrokenPipe);
+        }
+        match self.state() {
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait => {
+                Ok(self.snd.queue.ring.push(data))
+            }
+            State::Closed | State::Listen => Err(TcpError::NotConnected),
+            _ => Err(TcpError::BrokenPipe),
+        }
+    }
+
+    /// Read in-order data; `Ok(0)` at end of stream; `WouldBlock` when empty.
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
+        if !self.rcv.queue.ring.is_empty() {
+            let before = self.rcv_wnd_available();
+            let n = self.rcv.queue.ring.pop(buf);
+            self.maybe_window_update(before);
+            return Ok(n);
+        }
+        if self.rcv.fin_received {
+            return Ok(0);
+        }
+        if let Some(e) = self.app.error {
+            return Err(e);
+        }
+        match self.state() {
+            State::Closed | State::Listen => Err(TcpError::NotConnected),
+            _ => Err(TcpError::WouldBlock),
+        }
+    }
+
+    /// Half-close: send FIN after the queued data (RFC 9293 3.10.4 CLOSE on
+    /// the sending side). Further `send` calls fail with `BrokenPipe`.
+    pub fn shutdown(&mut self) {
+        match self.state() {
+            State::SynSent | State::SynReceived => self.snd.queue.fin_queued = true,
+            // "Queue this until all preceding SENDs have been segmentized,
+            // then form a FIN segment and send it. In any case, enter
+            // FIN-WAIT-1 state."
+            State::Established => {
+                self.snd.queue.fin_queued = true;
+                self.set_state(Phase::FinWait1, None);
+            }
+            // "Queue this request until all preceding SENDs have been
+            // segmentized; then send a FIN segment, enter LAST-ACK state."
+            State::CloseWait => {
+                self.snd.queue.fin_queued = true;
+                self.set_state(Phase::LastAck, None);
+            }
+            _ => {}
+        }
+    }
+
+    /// Close: release the connection to finish on its own. Unread data or
+    /// linger-0 turns this into an abort (RST), as Linux does (RFC 2525 2.17).
+    pub fn close(&mut self) {
+        self.app.closed = true;
+        match self.state() {
+            State::Closed | State::Listen | State::TimeWait => {}
+            State::SynSent => self.set_state(Phase::Closed, None),
+            _ if self.app.linger_zero || !self.rcv.queue.ring.is_empty() => {
+                self.abort_with(true);
+            }
+            State::SynReceived => self.abort_with(false),
+            _ => {
+                self.shutdown();
+                let until = self.timers.last_rcv_at + self.cfg.fin_wait2_timeout;
+                if let Phase::FinWait2 { orphan_until } = &mut self.st {
+                    *orphan_until = Some(until);
+                }
+            }
+        }
+    }
+
+    /// Abort: RST now (in synchronized states) and close.
+    pub fn abort(&mut self) {
+        self.app.closed = true;
+        match self.state() {
+            State::Closed | State::Listen | State::TimeWait | State::SynSent => {
+                self.set_state(Phase::Closed, None);
+            }
+            _ => self.abort_with(false),
+        }
+    }
+
+    fn abort_with(&mut self, on_close: bool) {
+        self.rst.pending = true;
+        self.rst.on_close = on_close;
+    }
+
+    /// Every state change goes through here. `ctr`: the counters, when the
+    /// caller has them (segment arrival, dispatch); an application call
+    /// has none, and `CurrEstab` follows at the connection's next touch
+    /// (`sync_estab` at the start of `process` and `dispatch`).
+    pub(super) fn set_state(&mut self, next: Phase, ctr: Option<&mut TcpCounters>) {
+        self.st = next;
+        if let Some(ctr) = ctr {
+            self.sync_estab(ctr);
+        }
+        // TIME-WAIT: "turn off the other timers" (its own deadline is in
+        // the state); CLOSED: nothing is left to time.
+        if matches!(next, Phase::TimeWait { .. } | Phase::Closed) {
+            self.clear_timers();
+        }
+    }
+
+    /// TIME-WAIT from now on (2*MSL, RFC 9293 3.6.1).
+    pub(super) fn time_wait(&self) -> Phase {
+        Phase::TimeWait {
+            until: self.now_hint() + self.cfg.time_wait,
+        }
+    }
+
+    /// Keep `CurrEstab` ("the number of TCP connections for which the
+    /// current state is either ESTABLISHED or CLOSE-WAIT", RFC 4022) in
+    /// step with the state, also after application calls that change it.
+    pub(super) fn sync_estab(&mut self, ctr: &mut TcpCounters) {
+        let is = matches!(self.state(), State::Established | State::CloseWait);
+        if is != self.report.in_estab {
+            if is {
+                ctr.CurrEstab += 1;
+            } else {
+                ctr.CurrEstab = ctr.CurrEstab.saturating_sub(1);
+            }
+            self.report.in_estab = is;
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! Emission: what `dispatch` sends (SYN, RST, retransmissions, loss
+//! probes, new data within the windows and Nagle, FIN, window probes,
+//! ACKs), and how a segment is built (window to advertise, SACK blocks,
+//! timestamps).
+
+use ustack_wire::tcp::{SeqNum, TcpRepr};
+
+use super::conn::{Connection, Phase};
+use super::send::{sws_allows, SendCheck};
+use super::{State, TcpCounters, TcpShared};
+use crate::time::{Duration, Instant};
+
+/// Most segments one `dispatch` call emits (bounded work per poll).
+const MAX_BURST: usize = 64;
+
+/// When `emit` refuses a segment, retry this much later.
+const TX_RETRY: Duration = Duration::from_millis(10);
+
+/// Where `dispatch` puts data segments: the caller's `emit`, and the
+/// table's scratch buffer to gather a payload that wraps around the end of
+/// the send ring.
+struct Sink<'a> {
+    emit: &'a mut dyn FnMut(&TcpRepr) -> bool,
+    scratch: &'a mut Vec<u8>,
+}
+
+impl Connection {
+    /// Emit everything due at `now`: SYN, data (within cwnd, the peer window
+    /// and Nagle), FIN, ACKs, RST, probes and retransmissions. `emit`
+    /// returns false if the segment could not be sent now; we try again
+    /// a little later. Work per call is bounded. `shared`: what the
+    /// connections of one table share (a scratch buffer here).
+    pub fn dispatch(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        shared: &mut TcpShared,
+        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+    ) {
+        let mut out = Sink {
+            emit,
+            scratch: &mut shared.scratch,
+        };
+        let out = &mut out;
+        self.sync_estab(ctr);
+        self.run_timers(now, ctr);
+        if self.timers.tx_retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        self.timers.tx_retry_at = None;
+
+        if let Some((seq, ack)) = self.rst.reply {
+            let r = TcpRepr {
+                src_port: self.local.port(),
+                dst_port: self.remote.port(),
+                seq,
+                ack,
+                rst: true,
+                ..TcpRepr::default()
+            };
+            if !(out.emit)(&r) {
+                return self.blocked(now);
+            }
+            self.rst.reply = None;
+            ctr.OutSegs += 1;
+            ctr.OutRsts += 1;
+        }
+        if matches!(self.state(), State::Closed | State::Listen) {
+            return;
+        }
+
+        if self.rst.pending {
+            // RFC 9293 3.10.4 ABORT: "Send a reset segment:
+            // <SEQ=SND.NXT><CTL=RST>" (Linux also sets ACK).
+            let mut r = self.base_repr(now, self.snd.max);
+            r.rst = true;
+            r.window = 0;
+            r.sack_ranges = [None; 4];
+            // A failed emit drops the RST: the peer will learn by its own RST.
+            if (out.emit)(&r) {
+                ctr.OutSegs += 1;
+                ctr.OutRsts += 1;
+            }
+            if matches!(self.state(), State::Established | State::CloseWait) {
+                ctr.EstabResets += 1;
+            }
+            if self.rst.on_close {
+                ctr.TCPAbortOnClose += 1;
+            }
+            self.rst.pending = false;
+            self.set_state(Phase::Closed, Some(ctr));
+            return;
+        }
+
+        if self.syn_needed() {
+            let syn_ack = self.state() == State::SynReceived;
+            let is_rtx = self.snd.max != self.snd.iss;
+            let window = self.advertise_window(true);
+            let r = TcpRepr {
+                src_port: self.local.port(),
+                dst_port: self.remote.port(),
+                seq: self.snd.iss,
+                ack: if syn_ack { Some(self.rcv.nxt) } else { None },
+                syn: true,
+                window,
+                max_seg_size: Some(self.opt.adv_mss),
+                window_scale: if (syn_ack && self.opt.ws) || (!syn_ack && self.cfg.window_scale) {
+                    Some(self.opt.rcv_wscale)
+                } else {
+                    None
+                },
+                sack_permitted: if syn_ack {
+                    self.opt.sack
+                } else {
+                    self.cfg.sack
+                },
+                timestamp: if (syn_ack && self.opt.ts) || (!syn_ack && self.cfg.timestamps) {
+                    Some((
+                        self.ts_now(now),
+                        if syn_ack { self.opt.ts_recent } else { 0 },
+                    ))
+                } else {
+                    None
+                },
+                ..TcpRepr::default()
+            };
+            if !(out.emit)(&r) {
+                return self.blocked(now);
+            }
+            self.sent_ack(ctr, now);
+            if !self.report.open_counted {
+                self.report.open_counted = true;
+                if self.passive {
+                    ctr.PassiveOpens += 1;
+                } else {
+                    ctr.ActiveOpens += 1;
+                }
+            }
+            if is_rtx {
+                ctr.RetransSegs += 1;
+                self.rtx.total += 1;
+            } else {
+                self.rtx.rtt_probe = Some((self.snd.iss, now));
+            }
+            self.snd.nxt = self.snd.iss + 1u32;
+            self.snd.max = self.snd.max.max(self.snd.nxt);
+            self.arm_rto(now);
+        }
+
+        // Retransmissions of segments deemed lost (RACK, RTO, or three
+        // duplicate ACKs without SACK), within cwnd (RFC 6675 5 (C)).
+        for _ in 0..MAX_BURST {
+            if !self.rtx_due() {
+                break;
+            }
+            let Some((s, e)) = self.rtx.scoreboard.first_lost() else {
+                break;
+            };
+            if !self.retransmit(now, ctr, out, s, e, false) {
+                return self.blocked(now);
+            }
+            self.clear_rtx_head_now();
+        }
+        // Nothing (left) to retransmit: the head was repaired otherwise.
+        self.clear_rtx_head_now();
+
+        // RFC 8985 7.3: the loss probe. "If a previously unsent segment
+        // exists AND the receive window allows new data to be sent:
+        // Transmit that new segment ... Otherwise ... retransmit the
+        // highest-sequence segment sent so far".
+        if self.tlp.pending {
+            self.tlp.pending = false;
+            if self.can_send_data_state() && self.snd.una != self.snd.max {
+                let sent = if let Some((seq, n, fin)) = self.next_segment(true, true) {
+                    if !self.send_segment(now, ctr, out, seq, n, fin) {
+                        self.tlp.pending = true;
+                        return self.blocked(now);
+                    }
+                    self.snd.nxt = self.snd.max;
+                    Some(false)
+                } else if let Some((s, e)) = self.rtx.scoreboard.last_unsacked() {
+                    if !self.retransmit(now, ctr, out, s, e, true) {
+                        self.tlp.pending = true;
+                        return self.blocked(now);
+                    }
+                    Some(true)
+                } else {
+                    None
+                };
+                if let Some(was_rtx) = sent {
+                    ctr.TCPLossProbes += 1;
+                    self.tlp.end = Some((self.snd.max, was_rtx));
+                    // "the sender MUST re-arm the RTO timer".
+                    self.rtx.rto_at = Some(now + self.rtx.rtt.rto());
+                }
+            }
+        }
+
+        let mut sent_new = false;
+        for _ in 0..MAX_BURST {
+            let force = self.timers.force_send;
+            let Some((seq, n, fin)) = self.next_segment(force, false) else {
+                break;
+            };
+            self.timers.force_send = false;
+            if !self.send_segment(now, ctr, out, seq, n, fin) {
+                self.timers.force_send = force;
+                return self.blocked(now);
+            }
+            self.snd.nxt = self.snd.max;
+            sent_new = true;
+        }
+        self.timers.force_send = false;
+        if self.can_send_data_state() && self.snd.una != self.snd.max {
+            self.cwnd_validate();
+        }
+        if sent_new && self.tlp.end.is_none() {
+            // RFC 8985 7.2: "start or restart a loss probe PTO timer after
+            // transmitting new data".
+            self.schedule_tlp(now);
+        }
+
+        // Persist timer: unsent data, nothing in flight, window too small.
+        if self.persist_needed() {
+            let mut d = self.rtx.rtt.rto();
+            for _ in 0..self.timers.persist_backoff.min(16) {
+                d = d.saturating_mul(2);
+            }
+            self.timers.persist_at = Some(now + d.min(self.cfg.max_rto));
+        } else if !self.has_unsent() {
+            self.timers.persist_at = None;
+        }
+
+        if self.timers.probe_pending && self.is_synchronized() {
+            let r = self.base_repr(now, self.snd.una - 1usize);
+            if !(out.emit)(&r) {
+                return self.blocked(now);
+            }
+            self.timers.probe_pending = false;
+            self.sent_ack(ctr, now);
+        }
+
+        if self.ack.now {
+            let r = self.base_repr(now, self.snd.max);
+            if !(out.emit)(&r) {
+                return self.blocked(now);
+            }
+            self.sent_ack(ctr, now);
+        }
+    }
+
+    pub(super) fn syn_needed(&self) -> bool {
+        matches!(self.state(), State::SynSent | State::SynReceived) && self.snd.nxt == self.snd.iss
+    }
+
+    pub(super) fn can_send_data_state(&self) -> bool {
+        self.snd.syn_acked
+            && matches!(
+                self.state(),
+                State::Established
+                    | State::CloseWait
+                    | State::FinWait1
+                    | State::Closing
+                    | State::LastAck
+            )
+    }
+
+    /// A segment deemed lost may be retransmitted now (RFC 6675 5
+    /// (C): "If cwnd - pipe >= 1 SMSS" ... NextSeg rule 1).
+    pub(super) fn rtx_due(&self) -> bool {
+        if !self.can_send_data_state() {
+            return false;
+        }
+        let Some((s, _)) = self.rtx.scoreboard.first_lost() else {
+            return false;
+        };
+        (s == self.snd.una || s.lt(self.snd.una + self.snd.wnd))
+            && (self.recovery.is_some_and(|r| r.rtx_head_now) || self.pipe() < self.cong.cc.cwnd())
+    }
+
+    /// The next segment of new data (or the FIN) to send now: (seq, len,
+    /// fin). `probe`: a tail loss probe, which ignores cwnd (RFC 8985 7.3).
+    pub(super) fn next_segment(&self, force: bool, probe: bool) -> Option<(SeqNum, usize, bool)> {
+        if !self.can_send_data_state() {
+            return None;
+        }
+        let mut seq = self.snd.max;
+        if seq.lt(self.snd.queue.seq) {
+            seq = self.snd.queue.seq;
+        }
+        let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
+        let qlen = self.snd.queue.ring.len();
+        if off > qlen {
+            return None;
+        }
+        let avail = qlen - off;
+        let fin_pending = self.snd.queue.fin_queued;
+        if avail == 0 && !fin_pending {
+            return None;
+        }
+        let flight = seq.wrapping_sub(self.snd.una) as usize;
+        let wnd_room = self.snd.wnd.saturating_sub(flight);
+        let cwnd_room = if probe {
+            usize::MAX
+        } else {
+            self.cong.cc.cwnd().saturating_sub(self.pipe())
+        };
+        let maxp = self.max_payload();
+        let n = avail.min(maxp).min(wnd_room).min(cwnd_room);
+        // RFC 9293: the FIN occupies one sequence number inside the window.
+        let fin = fin_pending && n == avail && (n < wnd_room || force) && cwnd_room > 0;
+        if n == 0 && !fin {
+            return None;
+        }
+        if !force && !probe && n > 0 {
+            let check = SendCheck {
+                len: n,
+                avail,
+                max_payload: maxp,
+                idle: self.snd.max == self.snd.una,
+                nodelay: self.app.nodelay,
+                fin_queued: fin_pending,
+                max_snd_wnd: self.snd.max_wnd,
+            };
+            if !sws_allows(&check) {
+                return None;
+            }
+        }
+        Some((seq, n, fin))
+    }
+
+    /// Data (or a FIN) queued and not yet sent.
+    pub(super) fn has_unsent(&self) -> bool {
+        self.can_send_data_state()
+            && (self.snd.queue.ring.len() > self.snd.max.wrapping_sub(self.snd.queue.seq) as usize
+                || (self.snd.queue.fin_queued && self.snd.max.le(self.snd.queue.fin_seq())))
+    }
+
+    /// Retransmit (the start of) the lost segment `[s, e)`; `tail`: send
+    /// its last full segment instead (a loss probe). False if `emit` refused.
+    #[allow(clippy::too_many_arguments)]
+    fn retransmit(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        out: &mut Sink,
+        s: SeqNum,
+        e: SeqNum,
+        tail: bool,
+    ) -> bool {
+        let fin_seq = self.snd.queue.fin_seq();
+        let has_fin = self.snd.queue.fin_queued && e.gt(fin_seq);
+        let data_end = if has_fin { fin_seq } else { e };
+        let data_len = if s.lt(data_end) {
+            data_end.wrapping_sub(s) as usize
+        } else {
+            0
+        };
+        let maxp = self.max_payload();
+        let (start, n) = if tail && data_len > maxp {
+            (data_end - maxp, maxp)
+        } else {
+            (s, data_len.min(maxp))
+        };
+        let fin = has_fin && start + n == fin_seq;
+        if n == 0 && !fin {
+            // Nothing left to send for it (cannot happen): drop the mark.
+            self.rtx.scoreboard.retransmitted(s, e, now);
+            return true;
+        }
+        if !self.send_segment(now, ctr, out, start, n, fin) {
+            return false;
+        }
+        self.rtx
+            .scoreboard
+            .retransmitted(start, start + n + usize::from(fin), now);
+        let ts = self.ts_now(now);
+        if let Some(r) = self.recovery.as_mut() {
+            if r.undo.retrans_ts.is_none() {
+                r.undo.retrans_ts = Some(ts);
+            }
+        }
+        true
+    }
+
+    /// Emit one data/FIN segment at `seq`; false if `emit` refused it.
+    fn send_segment(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        out: &mut Sink,
+        seq: SeqNum,
+        n: usize,
+        fin: bool,
+    ) -> bool {
+        let mut r = self.base_repr(now, seq);
+        let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
+        r.fin = fin;
+        r.psh = n > 0 && off + n == self.snd.queue.ring.len();
+        let ok = {
+            let contiguous = self.snd.queue.ring.contiguous(off, n);
+            let payload: &[u8] = if contiguous.len() == n {
+                contiguous
+            } else {
+                if out.scratch.len() < n {
+                    out.scratch.resize(n, 0);
+                }
+                let buf = out.scratch.get_mut(..n).unwrap_or(&mut []);
+                let got = self.snd.queue.ring.peek(off, buf);
+                out.scratch.get(..got).unwrap_or(&[])
+            };
+            let seg = TcpRepr { payload, ..r };
+            (out.emit)(&seg)
+        };
+        if !ok {
+            return false;
+        }
+        if self.snd.max == self.snd.una
+            && now.saturating_duration_since(self.timers.last_send_at) > self.rtx.rtt.rto()
+        {
+            // RFC 5681 4.1: restart after idle.
+            self.cong.cc.on_idle(self.max_payload_base());
+        }
+        self.sent_ack(ctr, now);
+        let end = seq + n + usize::from(fin);
+        if seq.lt(self.snd.max) {
+            ctr.RetransSegs += 1;
+            self.rtx.total += 1;
+            // Karn: a retransmission covering the timed segment voids it.
+            if let Some((t, _)) = self.rtx.rtt_probe {
+                if t.ge(seq) && t.lt(end) {
+                    self.rtx.rtt_probe = None;
+                }
+            }
+        } else {
+            if self.rtx.rtt_probe.is_none() && !self.opt.ts && n > 0 {
+                self.rtx.rtt_probe = Some((seq, now));
+            }
+            self.rtx.scoreboard.push(seq, end, now);
+        }
+        self.snd.max = self.snd.max.max(end);
+        self.arm_rto(now);
+        true
+    }
+
+    fn blocked(&mut self, now: Instant) {
+        self.timers.tx_retry_at = Some(now + TX_RETRY);
+    }
+
+    /// A segment carrying our current ACK, window and options.
+    fn base_repr(&mut self, now: Instant, seq: SeqNum) -> TcpRepr<'static> {
+        let synchronized = !matches!(self.state(), State::SynSent);
+        let window = self.advertise_window(false);
+        TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq,
+            ack: if synchronized {
+                Some(self.rcv.nxt)
+            } else {
+                None
+            },
+            window,
+            timestamp: if self.opt.ts {
+                Some((self.ts_now(now), self.opt.ts_recent))
+            } else {
+                None
+            },
+            sack_ranges: self.sack_blocks(),
+            ..TcpRepr::default()
+        }
+    }
+
+    fn sent_ack(&mut self, ctr: &mut TcpCounters, now: Instant) {
+        self.ack.now = false;
+        self.ack.dsack = None;
+        self.ack.delay_at = None;
+        self.ack.unacked = 0;
+        self.ack.last_sent = self.rcv.nxt;
+        self.timers.last_send_at = now;
+        ctr.OutSegs += 1;
+    }
+
+    /// The window to advertise; records the right edge. RFC 1122 4.2.3.3:
+    /// "The suggested SWS avoidance algorithm for the receiver is to keep
+    /// RCV.NXT+RCV.WND fixed until the reduction satisfies: RCV.BUFF -
+    /// RCV.USER - RCV.WND >= min( Fr * RCV.BUFF, Eff.snd.MSS )".
+    fn advertise_window(&mut self, syn: bool) -> u16 {
+        let avail = self.rcv_wnd_available();
+        let cur = self.rcv_wnd();
+        let thresh = (self.rcv.queue.ring.capacity() / 2).min(usize::from(self.opt.adv_mss));
+        let mut win = if avail > cur && avail - cur < thresh {
+            cur
+        } else {
+            avail
+        };
+        // Never shrink the window (RFC 9293 3.8.6.2.2 "SHOULD NOT shrink").
+        win = win.max(cur);
+        if syn {
+            // RFC 7323 2.2: "The window field in a segment where the SYN bit
+            // is set MUST NOT be scaled".
+            let w = win.min(0xffff);
+            self.rcv.adv = self.rcv.nxt + w;
+            return w as u16;
+        }
+        let shift = if self.opt.ws { self.opt.rcv_wscale } else { 0 };
+        // Round up so the advertised edge never moves left (Linux does too).
+        let field = win.div_ceil(1usize << shift).min(0xffff);
+        let w = field << shift;
+        if self.rcv.nxt.gt(self.rcv.adv) || (self.rcv.nxt + w).gt(self.rcv.adv) {
+            self.rcv.adv = self.rcv.nxt + w;
+        }
+        field as u16
+    }
+
+    fn sack_blocks(&self) -> [Option<(SeqNum, SeqNum)>; 4] {
+        if !self.opt.sack {
+            return [None; 4];
+        }
+        let max = if self.opt.ts { 3 } else { 4 };
+        let Some(d) = self.ack.dsack else {
+            if self.rcv.queue.has_out_of_order() {
+                return self.rcv.queue.sack_blocks(self.rcv.nxt, max);
+            }
+            return [None; 4];
+        };
+        // RFC 2883 4: "If the D-SACK block reports a duplicate contiguous
+        // sequence from a (possibly larger) block of data in the
+        // receiver's data queue above the cumulative acknowledgement, then
+        // the second SACK block ... SHOULD specify this (possibly larger)
+        // block"; the D-SACK block itself goes first.
+        let mut out = [None; 4];
+        let rest = if self.rcv.queue.has_out_of_order() {
+            self.rcv.queue.sack_blocks(self.rcv.nxt, max - 1)
+        } else {
+            [None; 4]
+        };
+        let mut blocks = core::iter::once(Some(d)).chain(rest);
+        for o in out.iter_mut() {
+            *o = blocks.next().flatten();
+        }
+        out
+    }
+
+    fn max_payload(&self) -> usize {
+        let n = self.sack_blocks().iter().flatten().count();
+        let sack = if n > 0 { 4 + 8 * n } else { 0 };
+        self.max_payload_base().saturating_sub(sack).max(1)
+    }
+
+    /// Largest payload given the negotiated MSS and our timestamp option.
+    pub(super) fn max_payload_base(&self) -> usize {
+        let ts = if self.opt.ts { 12 } else { 0 };
+        self.opt.smss.saturating_sub(ts).max(1)
+    }
+
+    pub(super) fn ts_now(&self, now: Instant) -> u32 {
+        (now.total_millis() as u32).wrapping_add(self.opt.ts_offset)
+    }
+}

@@ -1,0 +1,212 @@
+//! Timers: when the connection next needs `dispatch` ([`Connection::poll_at`],
+//! O(1) when nothing is due), running the expired ones (delayed ACK, RTO,
+//! RACK, TLP, persist, keep-alive, TIME-WAIT, FIN-WAIT-2), giving up.
+
+use super::conn::{Connection, Phase};
+use super::{KeepAlive, State, TcpCounters, TcpError};
+use crate::time::Instant;
+
+/// Other timers and the idle clock.
+#[derive(Debug)]
+pub(super) struct Timers {
+    pub(super) persist_at: Option<Instant>,
+    pub(super) persist_backoff: u32,
+    /// Persist timer expiry with an open window: send despite SWS
+    /// avoidance (RFC 1122 4.2.3.4 (4)).
+    pub(super) force_send: bool,
+    /// A zero-window or keep-alive probe is due.
+    pub(super) probe_pending: bool,
+    /// Persist probes in a row that got no ACK.
+    pub(super) probes_out: u32,
+    pub(super) keepalive: Option<KeepAlive>,
+    pub(super) ka_probes: u32,
+    pub(super) last_rcv_at: Instant,
+    pub(super) last_send_at: Instant,
+    /// `emit` refused a segment: try again then.
+    pub(super) tx_retry_at: Option<Instant>,
+}
+
+impl Connection {
+    /// When `dispatch` must next be called; `Instant::ZERO` means now.
+    /// Called after every touch of a connection, so its cost does not
+    /// depend on how much is in flight: the scoreboard keeps RFC 6675's
+    /// pipe and the lost segments' count as they change (`sack.rs`), the
+    /// receive queue's SACK blocks are at most 32 ranges.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut min = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        if self.has_immediate_work() {
+            min(Some(self.timers.tx_retry_at.unwrap_or(Instant::ZERO)));
+        }
+        if !matches!(self.state(), State::Closed | State::Listen) {
+            min(self.rtx.rto_at);
+            min(self.rtx.rack_at);
+            min(self.tlp.at);
+            min(self.timers.persist_at);
+            min(self.ack.delay_at);
+            min(self.st.deadline());
+            min(self.keepalive_at());
+        }
+        t
+    }
+
+    fn has_immediate_work(&self) -> bool {
+        if self.rst.reply.is_some() {
+            return true;
+        }
+        if matches!(self.state(), State::Closed | State::Listen) {
+            return false;
+        }
+        self.rst.pending
+            || self.ack.now
+            || self.timers.probe_pending
+            || self.syn_needed()
+            || self.tlp.pending
+            || self.rtx_due()
+            || self.next_segment(self.timers.force_send, false).is_some()
+            // An application `send` into a closed window: `dispatch` must
+            // run to arm the persist timer.
+            || self.persist_needed()
+    }
+
+    /// Unsent data, nothing in flight, no timer running and the window (or
+    /// SWS avoidance) holds the data back: the persist timer must be armed.
+    /// RFC 9293 3.8.6.1: "The sending TCP must regularly transmit at least
+    /// one octet of new data (if available), or retransmit to the receiving
+    /// TCP even if the send window is zero, in order to "probe" the window.
+    /// This retransmission is essential to guarantee that when either TCP
+    /// has a zero window the reopening of the window will be reliably
+    /// reported to the other." RFC 1122 4.2.2.17: "A TCP MAY keep its
+    /// offered receive window closed indefinitely. As long as the receiving
+    /// TCP continues to send acknowledgments in response to the probe
+    /// segments, the sending TCP MUST allow the connection to stay open."
+    pub(super) fn persist_needed(&self) -> bool {
+        self.timers.persist_at.is_none()
+            && self.rtx.rto_at.is_none()
+            && self.snd.max == self.snd.una
+            && self.has_unsent()
+            && self.next_segment(false, false).is_none()
+    }
+
+    fn keepalive_at(&self) -> Option<Instant> {
+        let ka = self.timers.keepalive?;
+        if !matches!(self.state(), State::Established | State::CloseWait) {
+            return None;
+        }
+        Some(self.timers.last_rcv_at + ka.idle + ka.interval.saturating_mul(self.timers.ka_probes))
+    }
+
+    pub(super) fn run_timers(&mut self, now: Instant, ctr: &mut TcpCounters) {
+        // The end of TIME-WAIT, or of an orphan's wait in FIN-WAIT-2.
+        if self.st.deadline().is_some_and(|t| now >= t) {
+            self.set_state(Phase::Closed, Some(ctr));
+            return;
+        }
+        if self.ack.delay_at.is_some_and(|t| now >= t) {
+            self.ack.delay_at = None;
+            ctr.DelayedACKs += 1;
+            self.ack.now = true;
+        }
+        if self.rtx.rto_at.is_some_and(|t| now >= t) {
+            self.rtx.rto_at = None;
+            self.on_rto(now, ctr);
+            if self.state() == State::Closed {
+                return;
+            }
+        }
+        if self.rtx.rack_at.is_some_and(|t| now >= t) {
+            // RFC 8985 6.3: "When the reordering timer expires: RACK_detect_loss()".
+            self.rtx.rack_at = None;
+            if self.can_send_data_state() {
+                self.rack_detect(now, ctr);
+            }
+        }
+        if self.tlp.at.is_some_and(|t| now >= t) {
+            self.tlp.at = None;
+            if self.recovery.is_none() && self.snd.una != self.snd.max {
+                self.tlp.pending = true;
+            }
+        }
+        if self.timers.persist_at.is_some_and(|t| now >= t) {
+            self.timers.persist_at = None;
+            self.timers.persist_backoff += 1;
+            self.timers.probes_out += 1;
+            // Like Linux, give up only after this many probes in a row got
+            // no ACK at all (an answered probe resets the count).
+            if self.timers.probes_out > self.cfg.max_retries.max(1) {
+                self.time_out(ctr);
+                return;
+            }
+            if self.snd.wnd == 0 {
+                // Zero-window probe (RFC 9293 3.8.6.1), Linux style: an old
+                // sequence number so the receiver answers with an ACK.
+                ctr.TCPWinProbe += 1;
+                self.timers.probe_pending = true;
+            } else {
+                // RFC 1122 4.2.3.4 (4): the override timeout.
+                self.timers.force_send = true;
+            }
+        }
+        if let (Some(at), Some(ka)) = (self.keepalive_at(), self.timers.keepalive) {
+            if now >= at {
+                if self.timers.ka_probes >= ka.count {
+                    self.app.error = Some(TcpError::TimedOut);
+                    ctr.TCPAbortOnTimeout += 1;
+                    self.rst.pending = true;
+                } else if self.snd.una == self.snd.max && self.snd.queue.ring.is_empty() {
+                    ctr.TCPKeepAlive += 1;
+                    self.timers.ka_probes += 1;
+                    self.timers.probe_pending = true;
+                } else {
+                    // Data outstanding: retransmissions cover liveness.
+                    self.timers.last_rcv_at = now;
+                }
+            }
+        }
+    }
+
+    pub(super) fn time_out(&mut self, ctr: &mut TcpCounters) {
+        ctr.TCPAbortOnTimeout += 1;
+        if matches!(self.state(), State::SynSent | State::SynReceived) {
+            ctr.AttemptFails += 1;
+        }
+        if matches!(self.state(), State::Established | State::CloseWait) {
+            ctr.EstabResets += 1;
+        }
+        let e = match self.app.soft_error {
+            Some(TcpError::HostUnreachable) => TcpError::HostUnreachable,
+            Some(TcpError::ConnectionRefused) if self.state() == State::SynSent => {
+                TcpError::ConnectionRefused
+            }
+            _ => TcpError::TimedOut,
+        };
+        self.app.error = Some(e);
+        self.set_state(Phase::Closed, Some(ctr));
+    }
+
+    pub(super) fn arm_rto(&mut self, now: Instant) {
+        if self.rtx.rto_at.is_none() {
+            self.rtx.rto_at = Some(now + self.rtx.rtt.rto());
+        }
+    }
+
+    pub(super) fn clear_timers(&mut self) {
+        self.rtx.rto_at = None;
+        self.timers.persist_at = None;
+        self.ack.delay_at = None;
+        self.ack.now = false;
+        self.rtx.rack_at = None;
+        self.tlp.at = None;
+        self.tlp.pending = false;
+        self.timers.probe_pending = false;
+    }
+
+    /// The last time we were told about (timers are set relative to it).
+    pub(super) fn now_hint(&self) -> Instant {
+        self.timers.last_rcv_at.max(self.timers.last_send_at)
+    }
+}
