@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
+use crate::netns::{in_ns, ip, Helper, Namespaces};
 use crate::setup::{self, Cidr, NetArgs};
 
 #[derive(Args, Debug)]
@@ -50,68 +51,6 @@ pub struct Row {
     pub unit: String,
     /// ustack / kernel.
     pub ratio: f64,
-}
-
-/// Namespaces deleted on drop.
-struct Namespaces(Vec<String>);
-
-impl Namespaces {
-    fn add(&mut self, name: &str) -> Result<()> {
-        ip(&["netns", "add", name]).context("cannot create a network namespace (need root)")?;
-        self.0.push(name.to_string());
-        ip(&["-n", name, "link", "set", "lo", "up"])
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
-    }
-}
-
-/// A helper process killed on drop.
-struct Helper(Child);
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("cannot run ip(8) (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, prog])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {prog} in {ns}"))?;
-    if !out.status.success() {
-        bail!(
-            "{prog} {} (in {ns}) failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Average RTT in µs from ping(8)'s summary line.
@@ -202,7 +141,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     let ns_u = format!("ubu{pid}");
     let ns_a = format!("uba{pid}");
     let ns_b = format!("ubb{pid}");
-    let mut nss = Namespaces(Vec::new());
+    let mut nss = Namespaces::default();
 
     // ustack side.
     nss.add(&ns_u)?;

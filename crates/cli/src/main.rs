@@ -10,6 +10,7 @@ mod bench;
 mod get;
 mod http;
 mod kernel;
+mod netns;
 mod ping;
 mod serve;
 mod server;
