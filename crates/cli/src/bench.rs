@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
-use crate::netns::{in_ns, ip, Helper, Namespaces};
+use crate::netns::{in_ns, veth_pair, Helper, Namespaces};
 use crate::setup::{self, Cidr, NetArgs};
 
 #[derive(Args, Debug)]
@@ -41,6 +41,8 @@ pub struct BenchArgs {
     /// Busy-poll ustack's device for this many microseconds after activity.
     #[arg(long, value_name = "US")]
     pub busy_poll: Option<u64>,
+    #[command(flatten)]
+    pub scale: crate::scale::ScaleArgs,
 }
 
 #[derive(Serialize, Debug)]
@@ -133,6 +135,9 @@ fn measure(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Meas
 }
 
 pub fn run(a: BenchArgs) -> Result<i32> {
+    if a.scale.scale {
+        return crate::scale::run(&a.scale, a.json);
+    }
     if !(0.1..=600.0).contains(&a.seconds) {
         bail!("--seconds must be between 0.1 and 600");
     }
@@ -171,14 +176,10 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     // Kernel side: veth between two namespaces.
     nss.add(&ns_a)?;
     nss.add(&ns_b)?;
-    ip(&[
-        "link", "add", "ubva", "netns", &ns_a, "type", "veth", "peer", "name", "ubvb", "netns",
-        &ns_b,
-    ])?;
-    ip(&["-n", &ns_a, "addr", "add", "10.79.0.1/24", "dev", "ubva"])?;
-    ip(&["-n", &ns_b, "addr", "add", "10.79.0.2/24", "dev", "ubvb"])?;
-    ip(&["-n", &ns_a, "link", "set", "ubva", "up"])?;
-    ip(&["-n", &ns_b, "link", "set", "ubvb", "up"])?;
+    veth_pair(
+        [&ns_a, "ubva", "10.79.0.1/24"],
+        [&ns_b, "ubvb", "10.79.0.2/24"],
+    )?;
     let mut child = Command::new("ip")
         .args(["netns", "exec", &ns_b])
         .arg(&exe)

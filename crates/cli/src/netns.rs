@@ -1,6 +1,6 @@
-//! Network namespaces the benchmarks create, with guards that remove them
-//! on drop (also on error and panic), and ways to run ip(8) and other
-//! programs inside them.
+//! Network namespaces and links the benchmarks create, with guards that
+//! remove them on drop (also on error and panic), and ways to run ip(8)
+//! and other programs inside them.
 
 use std::process::{Child, Command, Stdio};
 
@@ -30,6 +30,19 @@ impl Drop for Namespaces {
     }
 }
 
+/// An interface in the host's namespace, deleted on drop (a veth pair goes
+/// with either end; deleting an end that is already gone is harmless).
+pub struct Link(pub String);
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.0])
+            .stderr(Stdio::null())
+            .output();
+    }
+}
+
 /// A helper process killed on drop.
 pub struct Helper(pub Child);
 
@@ -56,6 +69,19 @@ pub fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// A veth pair between two namespaces; each end, [namespace, interface,
+/// address/prefix], gets its address and is brought up.
+pub fn veth_pair(a: [&str; 3], b: [&str; 3]) -> Result<()> {
+    ip(&[
+        "link", "add", a[1], "netns", a[0], "type", "veth", "peer", "name", b[1], "netns", b[0],
+    ])?;
+    for [ns, dev, addr] in [a, b] {
+        ip(&["-n", ns, "addr", "add", addr, "dev", dev])?;
+        ip(&["-n", ns, "link", "set", dev, "up"])?;
+    }
+    Ok(())
+}
+
 /// Run `prog args` in namespace `ns` to completion; its stdout.
 pub fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String> {
     let out = Command::new("ip")
@@ -73,4 +99,12 @@ pub fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Set a sysctl inside namespace `ns` (per-namespace keys such as
+/// `net.ipv4.ping_group_range`).
+pub fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
+    in_ns(ns, "sysctl", &["-q", "-w", &format!("{key}={value}")])
+        .with_context(|| format!("cannot set {key} in {ns} (is sysctl from procps installed?)"))
+        .map(drop)
 }
