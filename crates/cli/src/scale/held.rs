@@ -79,10 +79,16 @@ fn open_and_hold<T>(
             ready += 1;
         }
     }
-    let t0 = Instant::now();
+    let (t0, t0_ns) = (Instant::now(), sys::monotonic_ns());
     for p in &mut g.procs {
         p.send("go")?;
     }
+    // When the client says it reached a count (its clock is ours), else
+    // when its line arrived here.
+    let when = |v: &serde_json::Value, at: Instant| match v["t_ns"].as_u64() {
+        Some(ns) => ns.saturating_sub(t0_ns) as f64 / 1e9,
+        None => (at - t0).as_secs_f64(),
+    };
     let mut o = Opening {
         requested,
         step,
@@ -119,7 +125,9 @@ fn open_and_hold<T>(
         fails[l.proc] = v["failed"].as_u64().unwrap_or(0);
         let total: u64 = counts.iter().sum();
         while (reached.len() as u64 + 1) * step as u64 <= total {
-            reached.push((l.at - t0).as_secs_f64());
+            // Lines of different clients may arrive out of order.
+            let last = reached.last().copied().unwrap_or(0.0);
+            reached.push(when(&v, l.at).max(last));
         }
         if v["done"] == true {
             done[l.proc] = true;
@@ -130,7 +138,7 @@ fn open_and_hold<T>(
             if let Some(why) = v["gave_up"].as_str() {
                 o.gave_up.push(format!("client #{}: {why}", l.proc));
             }
-            o.seconds = (l.at - t0).as_secs_f64();
+            o.seconds = when(&v, l.at);
         }
     }
     o.opened = counts.iter().sum();

@@ -520,7 +520,8 @@ fn stdin_open(buf: &mut [u8]) -> bool {
 }
 
 /// Prints {"ready":true}, waits for "go" on stdin, opens --count
-/// connections (--window at a time) reporting {"opened","failed"} every
+/// connections (--window at a time) reporting {"opened","failed","t_ns"}
+/// (CLOCK_MONOTONIC) every
 /// --report-every, then {"done":true,...}; holds them until stdin closes
 /// (or --max-hold-seconds) and prints {"released":true,"alive","dropped"}.
 fn hold(a: &HoldArgs) -> Result<i32> {
@@ -619,7 +620,8 @@ fn hold(a: &HoldArgs) -> Result<i32> {
                     ep.modify(h.stream.as_raw_fd(), EV_IN | EV_RDHUP, tok)?;
                     opened += 1;
                     if opened % a.report_every.max(1) == 0 {
-                        emit(json!({"opened": opened, "failed": errors.total()}));
+                        emit(json!({"opened": opened, "failed": errors.total(),
+                                    "t_ns": sys::monotonic_ns()}));
                     }
                 }
             } else if peer_gone(&mut h.stream, ev, &mut buf) {
@@ -646,7 +648,7 @@ fn hold(a: &HoldArgs) -> Result<i32> {
     let open_seconds = t0.elapsed().as_secs_f64();
     emit(json!({
         "done": true, "opened": opened, "failed": errors.total(), "errors": errors,
-        "seconds": open_seconds, "gave_up": gave_up,
+        "seconds": open_seconds, "gave_up": gave_up, "t_ns": sys::monotonic_ns(),
     }));
 
     // Holding phase: idle connections; only the server closing one wakes us.

@@ -402,7 +402,7 @@ fn established_table(s: &mut String, e: &Established) {
                 .opening
                 .step_seconds
                 .iter()
-                .map(|t| format!("{t:.2}"))
+                .map(|&t| ustack_plot::fmt_tick(t))
                 .collect();
             let _ = writeln!(
                 s,
@@ -457,7 +457,7 @@ fn flows_table(s: &mut String, fl: &Flows) {
                 .opening
                 .step_seconds
                 .iter()
-                .map(|t| format!("{:.0}", t * 1000.0))
+                .map(|&t| ustack_plot::fmt_tick(t * 1000.0))
                 .collect();
             let _ = writeln!(s, "  {name} ms per {}: {}", x.opening.step, steps.join(" "));
             notes_of(s, name, &x.opening);
@@ -547,7 +547,7 @@ pub fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
                     e.connections
                 ),
                 x: Axis::linear("connections open"),
-                y: Axis::linear(format!("seconds per {step}")),
+                y: Axis::log(format!("seconds per {step} (log)")),
                 series: vec![
                     Series::new(
                         "ustack serve",
@@ -579,7 +579,7 @@ pub fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
             LinePlot {
                 title: format!("Flows opened one after another: time per {step}"),
                 x: Axis::linear("flows open"),
-                y: Axis::linear(format!("ms per {step}")),
+                y: Axis::log(format!("ms per {step} (log)")),
                 series: vec![
                     Series::new(
                         "ustack run",

@@ -83,6 +83,19 @@ pub fn raise_nofile() -> io::Result<u64> {
     Ok(r.rlim_cur)
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process on the
+/// machine (and inside `ip netns exec` and `ustack run`), so that the load
+/// generators can time-stamp their progress for the harness.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec the kernel fills in.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Resident set size of process `pid` in bytes (VmRSS).
 pub fn rss_bytes(pid: u32) -> io::Result<u64> {
     let s = fs::read_to_string(format!("/proc/{pid}/status"))?;
