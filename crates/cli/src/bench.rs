@@ -13,7 +13,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
+use crate::netns::{in_ns, veth_pair, Helper, Namespaces};
 use crate::setup::{self, Cidr, NetArgs};
 
 #[derive(Args, Debug)]
@@ -40,6 +41,8 @@ pub struct BenchArgs {
     /// Busy-poll ustack's device for this many microseconds after activity.
     #[arg(long, value_name = "US")]
     pub busy_poll: Option<u64>,
+    #[command(flatten)]
+    pub scale: crate::scale::ScaleArgs,
 }
 
 #[derive(Serialize, Debug)]
@@ -50,68 +53,6 @@ pub struct Row {
     pub unit: String,
     /// ustack / kernel.
     pub ratio: f64,
-}
-
-/// Namespaces deleted on drop.
-struct Namespaces(Vec<String>);
-
-impl Namespaces {
-    fn add(&mut self, name: &str) -> Result<()> {
-        ip(&["netns", "add", name]).context("cannot create a network namespace (need root)")?;
-        self.0.push(name.to_string());
-        ip(&["-n", name, "link", "set", "lo", "up"])
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
-    }
-}
-
-/// A helper process killed on drop.
-struct Helper(Child);
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("cannot run ip(8) (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, prog])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {prog} in {ns}"))?;
-    if !out.status.success() {
-        bail!(
-            "{prog} {} (in {ns}) failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Average RTT in µs from ping(8)'s summary line.
@@ -194,6 +135,9 @@ fn measure(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Meas
 }
 
 pub fn run(a: BenchArgs) -> Result<i32> {
+    if a.scale.scale {
+        return crate::scale::run(&a.scale, a.json);
+    }
     if !(0.1..=600.0).contains(&a.seconds) {
         bail!("--seconds must be between 0.1 and 600");
     }
@@ -202,7 +146,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     let ns_u = format!("ubu{pid}");
     let ns_a = format!("uba{pid}");
     let ns_b = format!("ubb{pid}");
-    let mut nss = Namespaces(Vec::new());
+    let mut nss = Namespaces::default();
 
     // ustack side.
     nss.add(&ns_u)?;
@@ -232,14 +176,10 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     // Kernel side: veth between two namespaces.
     nss.add(&ns_a)?;
     nss.add(&ns_b)?;
-    ip(&[
-        "link", "add", "ubva", "netns", &ns_a, "type", "veth", "peer", "name", "ubvb", "netns",
-        &ns_b,
-    ])?;
-    ip(&["-n", &ns_a, "addr", "add", "10.79.0.1/24", "dev", "ubva"])?;
-    ip(&["-n", &ns_b, "addr", "add", "10.79.0.2/24", "dev", "ubvb"])?;
-    ip(&["-n", &ns_a, "link", "set", "ubva", "up"])?;
-    ip(&["-n", &ns_b, "link", "set", "ubvb", "up"])?;
+    veth_pair(
+        [&ns_a, "ubva", "10.79.0.1/24"],
+        [&ns_b, "ubvb", "10.79.0.2/24"],
+    )?;
     let mut child = Command::new("ip")
         .args(["netns", "exec", &ns_b])
         .arg(&exe)

@@ -11,7 +11,9 @@ mod evloop;
 mod get;
 mod http;
 mod kernel;
+mod netns;
 mod ping;
+mod scale;
 mod serve;
 mod server;
 mod services;
@@ -40,7 +42,8 @@ enum Command {
     Ping(ping::PingArgs),
     /// Fetch a URL with HTTP/1.1 GET over ustack; throughput goes to stderr.
     Get(get::GetArgs),
-    /// Benchmark ustack over TAP against the kernel over veth (ICMP, TCP RR, bulk).
+    /// Benchmark ustack over TAP against the kernel over veth (ICMP, TCP RR, bulk;
+    /// --scale: pingers, connections and flows by the thousand).
     Bench(bench::BenchArgs),
     /// Run a command in its own network namespace, networked by ustack in user space.
     Run(ustack_relay::cli::RunArgs),
@@ -59,6 +62,15 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "0.0.0.0")]
         bind: Ipv4Addr,
+    },
+    /// (bench helper) Echo and discard on kernel sockets in one epoll loop.
+    #[command(hide = true)]
+    KserveEpoll(scale::kserver::KserveEpollArgs),
+    /// (bench helper) Load generators of `bench --scale`.
+    #[command(hide = true)]
+    ScaleClient {
+        #[command(subcommand)]
+        mode: scale::load::Mode,
     },
     /// (bench helper) Measure against services on the kernel's sockets.
     #[command(hide = true)]
@@ -109,6 +121,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             signals::block_termination()?;
             kernel::kserve(bind)
         }
+        Command::KserveEpoll(a) => scale::kserver::run(a),
+        Command::ScaleClient { mode } => scale::load::run(mode),
         Command::Kclient {
             test,
             host,

@@ -1281,20 +1281,16 @@ pub fn tables(rows: &[Row]) -> String {
 /// Render an SVG with two panels like the paper's figures: message round trips per
 /// mechanism (bars, log scale) and copy bandwidth against block size (lines, log-log).
 pub fn svg(rows: &[Row]) -> String {
-    let (w, h) = (900.0, 900.0);
-    let mut s = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n"
-    );
-    let colors = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-        "#bcbd22",
-    ];
-    // Panel 1: IPC2 and IPC1 bars.
-    s.push_str("<text x='450' y='20' text-anchor='middle' font-size='14'>IPC1 / IPC2 round trips per second (log scale)</text>\n");
     let bars: Vec<&Row> = rows
         .iter()
         .filter(|r| r.benchmark == "IPC2" || r.benchmark == "IPC1")
         .collect();
+    // The bars take 16 units each; the line panel below them 440.
+    let (w, h) = (900.0, 40.0 + 16.0 * bars.len() as f64 + 460.0);
+    let mut s = ustack_plot::svg_open(w, h);
+    let colors = ustack_plot::COLORS;
+    // Panel 1: IPC2 and IPC1 bars.
+    s.push_str("<text x='450' y='20' text-anchor='middle' font-size='14'>IPC1 / IPC2 round trips per second (log scale)</text>\n");
     let maxv = bars.iter().map(|r| r.value).fold(1.0f64, f64::max);
     let minv = bars
         .iter()
@@ -1332,72 +1328,43 @@ pub fn svg(rows: &[Row]) -> String {
         y += 16.0;
     }
     // Panel 2: copy bandwidth lines.
-    let top = y + 40.0;
-    let (py0, py1) = (top + 20.0, h - 60.0);
-    s.push_str(&format!("<text x='450' y='{top}' text-anchor='middle' font-size='14'>Copy bandwidth (MB/s) vs block size (log-log)</text>\n"));
     let copies: Vec<&Row> = rows
         .iter()
         .filter(|r| r.benchmark.starts_with("COPY"))
         .collect();
-    let (smin, smax) = copies.iter().fold((f64::MAX, 1.0f64), |(a, b), r| {
-        (a.min(r.size as f64), b.max(r.size as f64))
-    });
-    let vmax = copies.iter().map(|r| r.value).fold(1.0f64, f64::max);
-    let vmin = copies
-        .iter()
-        .map(|r| r.value)
-        .fold(f64::MAX, f64::min)
-        .max(1.0);
-    let px =
-        |sz: f64| x0 + (sz.log2() - smin.log2()) / (smax.log2() - smin.log2()).max(1.0) * (x1 - x0);
-    let py = |v: f64| {
-        py1 - (v.max(1.0).log10() - vmin.log10()) / (vmax.log10() - vmin.log10()).max(0.1)
-            * (py1 - py0)
-    };
-    s.push_str(&format!("<line x1='{x0}' y1='{py1}' x2='{x1}' y2='{py1}' stroke='black'/><line x1='{x0}' y1='{py0}' x2='{x0}' y2='{py1}' stroke='black'/>\n"));
-    let mut series: Vec<(String, String)> = vec![];
+    let mut series: Vec<ustack_plot::Series> = vec![];
     for r in &copies {
-        let k = (r.benchmark.clone(), r.mechanism.clone());
-        if !series.contains(&k) {
-            series.push(k);
-        }
-    }
-    for (i, (b, m)) in series.iter().enumerate() {
-        let pts: Vec<String> = copies
-            .iter()
-            .filter(|r| &r.benchmark == b && &r.mechanism == m)
-            .map(|r| format!("{:.1},{:.1}", px(r.size as f64), py(r.value)))
-            .collect();
-        let c = colors[i % colors.len()];
-        s.push_str(&format!(
-            "<polyline fill='none' stroke='{c}' stroke-width='2' points='{}'/>\n",
-            pts.join(" ")
-        ));
-        s.push_str(&format!(
-            "<text x='{}' y='{}' fill='{c}'>{b} {m}</text>\n",
-            x0 + 10.0,
-            py0 + 14.0 * i as f64
-        ));
+        let label = format!("{} {}", r.benchmark, r.mechanism);
+        let i = match series.iter().position(|s| s.label == label) {
+            Some(i) => i,
+            None => {
+                series.push(ustack_plot::Series::new(label, series.len(), vec![]));
+                series.len() - 1
+            }
+        };
+        series[i].points.push((r.size as f64, r.value));
     }
     let mut sizes: Vec<u64> = copies.iter().map(|r| r.size).collect();
     sizes.sort();
     sizes.dedup();
-    for sz in sizes {
-        s.push_str(&format!(
-            "<text x='{:.1}' y='{}' text-anchor='middle'>{}</text>\n",
-            px(sz as f64),
-            py1 + 15.0,
-            fmt_size(sz)
-        ));
-    }
-    for v in [vmin, (vmin * vmax).sqrt(), vmax] {
-        s.push_str(&format!(
-            "<text x='{}' y='{:.1}' text-anchor='end'>{v:.0}</text>\n",
-            x0 - 5.0,
-            py(v) + 4.0
-        ));
-    }
-    s.push_str("</svg>\n");
+    let plot = ustack_plot::LinePlot {
+        title: "Copy bandwidth (MB/s) vs block size (log-log)".into(),
+        x: ustack_plot::Axis::log("block size (bytes)")
+            .with_ticks(sizes.iter().map(|&z| (z as f64, fmt_size(z))).collect()),
+        y: ustack_plot::Axis::log("MB/s"),
+        series,
+    };
+    let top = y + 20.0;
+    plot.render(
+        &mut s,
+        ustack_plot::Rect {
+            x: 110.0,
+            y: top,
+            w: 730.0,
+            h: h - top - 10.0,
+        },
+    );
+    s.push_str(ustack_plot::SVG_CLOSE);
     s
 }
 

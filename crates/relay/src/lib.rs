@@ -23,7 +23,7 @@ pub mod limits;
 pub mod portfwd;
 mod relay;
 pub mod stats;
-mod sys;
+pub mod sys;
 pub mod testing;
 
 pub use core_guest::{CoreGuest, CoreGuestConfig};

@@ -1,4 +1,6 @@
-//! epoll and non-blocking host sockets (libc).
+//! epoll and non-blocking host sockets (libc). Public for the `ustack`
+//! binary's benchmark load generators, which drive kernel sockets the same
+//! way.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -47,6 +49,13 @@ impl Epoll {
         let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: `ev` is a valid epoll_event for the call.
         cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })
+            .map(|_| ())
+    }
+
+    pub fn modify(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, &mut ev) })
             .map(|_| ())
     }
 
@@ -303,6 +312,26 @@ pub fn set_linger_zero(fd: &OwnedFd) {
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
         )
     };
+}
+
+/// An integer socket option (`setsockopt(fd, level, name, &value)`).
+pub fn set_int_opt(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: valid option pointer and length.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
 }
 
 pub fn set_nodelay(fd: &OwnedFd) {
