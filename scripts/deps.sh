@@ -15,6 +15,7 @@ want iperf3 iperf3
 want tcpdump tcpdump
 want cc gcc
 want python3 python3
+want taskset util-linux
 want pasta passt
 want slirp4netns slirp4netns
 

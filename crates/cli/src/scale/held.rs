@@ -19,7 +19,7 @@ use serde::Serialize;
 use super::procs::{check_interrupted, Group};
 use super::sweeps::{outcome, ratio, split};
 use super::sys;
-use super::topo::{args, Ctx, HostVeth, KernelPeer, UstackPeer};
+use super::topo::{args, pinned, Ctx, HostVeth, KernelPeer, UstackPeer};
 use crate::netns::in_ns;
 
 /// Sockets one client process holds at most (the limit is 20,000 descriptors).
@@ -425,6 +425,10 @@ pub struct FlowsSide {
 #[derive(Serialize, Debug, Clone)]
 pub struct Flows {
     pub flows: usize,
+    /// Connections to one destination after which Linux's connect() slows
+    /// down on the client side: half the ephemeral port range (it tries
+    /// the even ports first and scans them all before an odd one).
+    pub port_cliff: usize,
     pub ustack: Option<FlowsSide>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ustack_error: Option<String>,
@@ -434,12 +438,11 @@ pub struct Flows {
 }
 
 /// Start kserve-epoll in the host's namespace on `bind`, any free port.
-fn host_server(ctx: &Ctx, bind: &str) -> Result<(Group, u16)> {
+/// The host's epoll echo server, pinned to CPU `cpu`.
+fn host_server(ctx: &Ctx, bind: &str, cpu: usize) -> Result<(Group, u16)> {
     let mut g = Group::default();
-    g.spawn(
-        "host echo server",
-        ctx.here(&args(&["kserve-epoll", "--bind", bind, "--echo-port", "0"])),
-    )?;
+    let cmd = ctx.here(&args(&["kserve-epoll", "--bind", bind, "--echo-port", "0"]));
+    g.spawn("host echo server", pinned(cpu, cmd))?;
     let l = g.next(
         Instant::now() + Duration::from_secs(20),
         "the host echo server",
@@ -494,6 +497,41 @@ fn flows_side(
     Ok(FlowsSide { opening, ..side })
 }
 
+/// Half the smaller of the host's ephemeral port range and the default one
+/// (new namespaces, the sandbox's among them, start with the default):
+/// past that many connections to one destination, Linux's connect() has
+/// used every even port and scans them all for each new one (measured here:
+/// with a 4,000-port range, 2.8 ms per 250 connects up to 2,000, then
+/// 24 ms). Both sides of the `run` measurement hit it.
+fn port_cliff() -> usize {
+    const DEFAULT: usize = 60999 - 32768 + 1;
+    let host = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| {
+            let mut it = t.split_whitespace().map(|v| v.parse::<usize>().ok());
+            match (it.next().flatten(), it.next().flatten()) {
+                (Some(lo), Some(hi)) if hi >= lo => Some(hi - lo + 1),
+                _ => None,
+            }
+        })
+        .unwrap_or(DEFAULT);
+    host.min(DEFAULT) / 2
+}
+
+/// The slowest step's time over the fastest's among the steps that end at
+/// or before `limit` connections (`None` with fewer than two such steps).
+pub fn flatness_before(o: &Opening, limit: usize) -> Option<f64> {
+    let n = (limit / o.step.max(1)).min(o.step_seconds.len());
+    let s = o.step_seconds.get(..n)?;
+    if s.len() < 2 {
+        return None;
+    }
+    let (lo, hi) = s
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+    ratio(Some(hi), Some(lo))
+}
+
 pub fn run_flows(ctx: &Ctx, n: usize, idle: Duration) -> Result<Flows> {
     if n == 0 || n > PER_PROC {
         bail!(
@@ -502,22 +540,29 @@ pub fn run_flows(ctx: &Ctx, n: usize, idle: Duration) -> Result<Flows> {
     }
     let mut res = Flows {
         flows: n,
+        port_cliff: port_cliff(),
         ustack: None,
         ustack_error: None,
         kernel: None,
         kernel_error: None,
     };
     let step = step_for(n, 1000);
+    // Placement: the client on CPU 1, everything else (the relay, the host
+    // server) on CPU 0, on both sides. Left to the scheduler, the relay and
+    // the client share a CPU in some steps and not in others, and a connect
+    // takes about 35 or 80 µs accordingly: the steps would differ by 2x for
+    // reasons that have nothing to do with the flows held.
     eprintln!("ustack run flows: {n} from the sandbox to a server on the host's loopback ...");
-    let u = host_server(ctx, "127.0.0.1").and_then(|(mut server, port)| {
+    let u = host_server(ctx, "127.0.0.1", 0).and_then(|(mut server, port)| {
         // The relay's flow limit and new-flow rate limit (1000/s) are lifted:
         // this times the stack, not the policy.
         let flows = (n + 64).to_string();
         let wrap = |a: &[String]| {
             let mut v = args(&["run", "--max-flows", &flows, "--flow-rate", "1000000", "--"]);
+            v.extend(args(&["taskset", "-c", "1"]));
             v.push(ctx.exe.to_string_lossy().into_owned());
             v.extend_from_slice(a);
-            ctx.here(&v)
+            pinned(0, ctx.here(&v))
         };
         let cmds = hold_cmds(n, &format!("10.0.2.2:{port}"), &[], 1, step, wrap);
         flows_side(n, idle, cmds, &mut server, true)
@@ -525,9 +570,11 @@ pub fn run_flows(ctx: &Ctx, n: usize, idle: Duration) -> Result<Flows> {
     (res.ustack, res.ustack_error) = outcome(u)?;
     eprintln!("kernel flows: {n} from a namespace to a server on the host side of a veth ...");
     let k = HostVeth::start(ctx).and_then(|veth| {
-        let (mut server, port) = host_server(ctx, &veth.host_addr.to_string())?;
+        let (mut server, port) = host_server(ctx, &veth.host_addr.to_string(), 0)?;
         let target = format!("{}:{port}", veth.host_addr);
-        let cmds = hold_cmds(n, &target, &[], 1, step, |a| ctx.in_ns(&veth.ns, a));
+        let cmds = hold_cmds(n, &target, &[], 1, step, |a| {
+            pinned(1, ctx.in_ns(&veth.ns, a))
+        });
         let r = flows_side(n, idle, cmds, &mut server, false);
         drop(server);
         drop(veth);

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use ustack_plot::{Axis, LinePlot, Series};
 
-use super::held::{Established, EstablishedSide, Flows, FlowsSide, Opening};
+use super::held::{flatness_before, Established, EstablishedSide, Flows, FlowsSide, Opening};
 use super::sweeps::{ratio, ConnPoint, ConnRow, PingPoint, PingRow, CONN_BYTES};
 
 #[derive(Serialize, Default, Debug)]
@@ -170,6 +170,18 @@ pub fn goals(r: &Report) -> Vec<Goal> {
             both(u, k, |s| s.opening.max_over_min),
             |x| x <= 1.5,
         ));
+        if fl.port_cliff < fl.flows {
+            let text = format!(
+                "the same over the steps up to {} flows (Linux's connect() port cliff)",
+                fl.port_cliff
+            );
+            g.push(goal(
+                "run",
+                text,
+                both(u, k, |s| flatness_before(&s.opening, fl.port_cliff)),
+                |x| x <= 1.5,
+            ));
+        }
         let text = "relay CPU with all flows idle, % of a core <= 1";
         let cpu = both(u, k, |s| {
             Some(s.relay_cpu_seconds? / s.idle_seconds * 100.0)

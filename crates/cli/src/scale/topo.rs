@@ -48,6 +48,21 @@ impl Ctx {
     }
 }
 
+/// `cmd` run on CPU `cpu` only (through taskset(1)), when the machine has
+/// more than one CPU; otherwise `cmd` as it is. Children inherit it.
+pub fn pinned(cpu: usize, cmd: Command) -> Command {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        return cmd;
+    }
+    let mut c = Command::new("taskset");
+    c.arg("-c")
+        .arg((cpu % cpus).to_string())
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    c
+}
+
 /// Arguments from string slices.
 pub fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
