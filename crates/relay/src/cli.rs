@@ -236,6 +236,8 @@ pub fn run_report_with<G: GuestStack>(
     };
     let mut sandbox =
         Sandbox::spawn(&cfg, &args.cmd).context("ustack run: cannot create the sandbox")?;
+    // After the fork: the command keeps the descriptor limit it was given.
+    check_descriptors("ustack run", args.relay.max_flows);
     let tap = sandbox
         .take_tap()
         .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
@@ -282,6 +284,26 @@ pub fn run_report_with<G: GuestStack>(
     Ok(RunReport { code, stats })
 }
 
+/// Descriptors the relay keeps besides one per flow (epoll, the TAP,
+/// listeners, the command's pipes, pcap).
+const FD_RESERVE: u64 = 64;
+
+/// Raise the descriptor limit to the hard limit, and say so if `--max-flows`
+/// still cannot be reached (flows beyond the limit would be refused, counted
+/// as errors, instead of by the flow limit).
+fn check_descriptors(who: &str, max_flows: usize) {
+    match crate::sys::raise_nofile() {
+        Ok(limit) if (max_flows as u64).saturating_add(FD_RESERVE) > limit => eprintln!(
+            "{who}: warning: --max-flows {max_flows} needs about {} descriptors but the limit \
+             is {limit} (ulimit -n); flows beyond ~{} will be refused",
+            max_flows as u64 + FD_RESERVE,
+            limit.saturating_sub(FD_RESERVE)
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("{who}: warning: cannot read the descriptor limit: {e}"),
+    }
+}
+
 /// `ustack attach`: serve an existing namespace/TAP until interrupted.
 pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
     attach_with(args, Box::new(default_guest), None)
@@ -293,6 +315,7 @@ pub fn attach_with<G: GuestStack>(
     make_guest: Box<GuestFactory<G>>,
     stop_fd: Option<std::os::fd::RawFd>,
 ) -> anyhow::Result<i32> {
+    check_descriptors("ustack attach", args.relay.max_flows);
     let tap = match &args.netns {
         Some(ns) => sb_attach::open_tap_in_netns(ns, &args.tap),
         None => sb_attach::open_tap(&args.tap),

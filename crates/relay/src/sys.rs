@@ -347,3 +347,21 @@ pub fn set_nodelay(fd: &OwnedFd) {
         )
     };
 }
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit; returns the new soft
+/// limit. A relay holds one descriptor per flow: the soft default (often
+/// 1024) would refuse flows long before `--max-flows`.
+pub fn raise_nofile() -> io::Result<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid rlimit the kernel fills in.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) })?;
+    if r.rlim_cur < r.rlim_max {
+        r.rlim_cur = r.rlim_max;
+        // SAFETY: `r` is a valid rlimit, only read by the kernel.
+        cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
+    }
+    Ok(r.rlim_cur)
+}

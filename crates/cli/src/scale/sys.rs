@@ -59,29 +59,8 @@ pub fn icmp_socket() -> io::Result<UdpSocket> {
     socket(libc::SOCK_DGRAM, libc::IPPROTO_ICMP).map(UdpSocket::from)
 }
 
-fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
-/// Raise the soft RLIMIT_NOFILE to the hard limit; returns the new limit.
-pub fn raise_nofile() -> io::Result<u64> {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `r` is a valid rlimit the kernel fills in.
-    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) })?;
-    if r.rlim_cur < r.rlim_max {
-        r.rlim_cur = r.rlim_max;
-        // SAFETY: `r` is a valid rlimit, only read by the kernel.
-        cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
-    }
-    Ok(r.rlim_cur)
-}
+/// Raise the soft RLIMIT_NOFILE to the hard limit (shared with the relay).
+pub use ustack_relay::sys::raise_nofile;
 
 /// CLOCK_MONOTONIC in nanoseconds: the same clock in every process on the
 /// machine (and inside `ip netns exec` and `ustack run`), so that the load
