@@ -6,7 +6,6 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
@@ -252,21 +251,6 @@ impl Up {
     }
 }
 
-fn run_ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("cannot run ip(8) (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
 /// Random bytes from getrandom(2), or a clock/pid mix if it fails.
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
@@ -331,7 +315,7 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
             tap.host()
                 .and_then(|h| h.move_to_netns_named(ns))
                 .with_context(|| format!("cannot move {name} into network namespace {ns}"))?;
-            run_ip(&[
+            crate::netns::ip(&[
                 "-n",
                 ns,
                 "addr",
@@ -340,7 +324,7 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
                 "dev",
                 &name,
             ])?;
-            run_ip(&["-n", ns, "link", "set", &name, "up"])?;
+            crate::netns::ip(&["-n", ns, "link", "set", &name, "up"])?;
         }
         None => {
             let h = tap

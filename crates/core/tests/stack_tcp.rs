@@ -9,8 +9,8 @@ use stack_util::*;
 use ustack_core::tcp::State;
 use ustack_core::time::Duration;
 use ustack_core::{ConnectError, TcpError, TcpHandle};
-use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
-use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
+use ustack_wire::ethernet::{EthernetFrame, EthernetRepr};
+use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
@@ -202,34 +202,7 @@ fn syn_frame(src: SocketAddrV4, dst_port: u16, seq: u32) -> Vec<u8> {
         max_seg_size: Some(1460),
         ..TcpRepr::default()
     };
-    let tcp_len = seg.buffer_len();
-    let mut f = vec![0u8; 14 + 20 + tcp_len];
-    EthernetRepr {
-        src: A_MAC,
-        dst: B_MAC,
-        ethertype: EtherType::Ipv4,
-    }
-    .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
-    let ip = Ipv4Repr {
-        src: *src.ip(),
-        dst: B_IP,
-        protocol: IpProtocol::Tcp,
-        payload_len: tcp_len,
-        ttl: 64,
-        dscp_ecn: 0,
-        ident: 0,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-    };
-    ip.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
-    seg.emit(
-        &mut TcpPacket::new_unchecked(&mut f[34..]),
-        *src.ip(),
-        B_IP,
-        true,
-    );
-    f
+    tcp_frame_to_b(*src.ip(), &seg)
 }
 
 #[test]
@@ -325,30 +298,7 @@ fn icmp_port_unreachable_refuses_a_connecting_socket() {
     let mut wrong = syn.clone();
     wrong[2] ^= 1;
     for (quote, expect_closed) in [(wrong, false), (syn, true)] {
-        let icmp = Icmpv4Repr::DstUnreachable {
-            reason: DstUnreachable::PortUnreachable,
-            next_hop_mtu: 0,
-            header: syn_ip,
-            data: &quote[..8],
-        };
-        let mut body = vec![0u8; icmp.buffer_len()];
-        icmp.emit(&mut Icmpv4Packet::new_unchecked(&mut body[..]));
-        let mut f = vec![0u8; 14 + 20 + body.len()];
-        EthernetRepr {
-            src: B_MAC,
-            dst: A_MAC,
-            ethertype: EtherType::Ipv4,
-        }
-        .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
-        let ip = Ipv4Repr {
-            src: B_IP,
-            dst: A_IP,
-            protocol: IpProtocol::Icmp,
-            payload_len: body.len(),
-            ..syn_ip
-        };
-        ip.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
-        f[34..].copy_from_slice(&body);
+        let f = icmp_unreachable_to_a(&syn_ip, DstUnreachable::PortUnreachable, 0, &quote[..8]);
         n.a.receive(n.now, &f, &mut |_| {});
         let st = n.a.tcp_status(c).unwrap();
         assert_eq!(st.state == State::Closed, expect_closed);

@@ -143,38 +143,7 @@ mod stack_util;
 
 /// A TCP segment A -> B as an Ethernet frame.
 fn frame_a_to_b(seg: &TcpRepr) -> Vec<u8> {
-    use stack_util::{A_IP, A_MAC, B_IP, B_MAC};
-    use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
-    use ustack_wire::ip::IpProtocol;
-    use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
-    let tcp_len = seg.buffer_len();
-    let mut f = vec![0u8; 14 + 20 + tcp_len];
-    EthernetRepr {
-        src: A_MAC,
-        dst: B_MAC,
-        ethertype: EtherType::Ipv4,
-    }
-    .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
-    let ip = Ipv4Repr {
-        src: A_IP,
-        dst: B_IP,
-        protocol: IpProtocol::Tcp,
-        payload_len: tcp_len,
-        ttl: 64,
-        dscp_ecn: 0,
-        ident: 0,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-    };
-    ip.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
-    seg.emit(
-        &mut TcpPacket::new_unchecked(&mut f[34..]),
-        A_IP,
-        B_IP,
-        true,
-    );
-    f
+    stack_util::tcp_frame_to_b(stack_util::A_IP, seg)
 }
 
 /// `n` established connections A -> B port 80; for each, A's port and the

@@ -9,39 +9,12 @@ use stack_util::*;
 use ustack_core::tcp::State;
 use ustack_core::time::Duration;
 use ustack_core::{Stack, TcpError, TcpHandle};
-use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
-use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
+use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::ip::IpProtocol;
-use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
+use ustack_wire::ipv4::Ipv4Repr;
 
-/// A frame B -> A: ICMP destination unreachable quoting `quote` (the first
-/// bytes of a TCP header) under the IP header `orig`.
 fn icmp_to_a(orig: &Ipv4Repr, reason: DstUnreachable, mtu: u16, quote: &[u8]) -> Vec<u8> {
-    let icmp = Icmpv4Repr::DstUnreachable {
-        reason,
-        next_hop_mtu: mtu,
-        header: *orig,
-        data: quote,
-    };
-    let mut body = vec![0u8; icmp.buffer_len()];
-    icmp.emit(&mut Icmpv4Packet::new_unchecked(&mut body[..]));
-    let mut f = vec![0u8; 14 + 20 + body.len()];
-    EthernetRepr {
-        src: B_MAC,
-        dst: A_MAC,
-        ethertype: EtherType::Ipv4,
-    }
-    .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
-    let ip = Ipv4Repr {
-        src: B_IP,
-        dst: A_IP,
-        protocol: IpProtocol::Icmp,
-        payload_len: body.len(),
-        ..*orig
-    };
-    ip.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
-    f[34..].copy_from_slice(&body);
-    f
+    icmp_unreachable_to_a(orig, reason, mtu, quote)
 }
 
 /// The first TCP segment A sent: its IP header and TCP bytes.

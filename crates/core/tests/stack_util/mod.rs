@@ -8,8 +8,10 @@ use ustack_core::tcp::TcpConfig;
 use ustack_core::time::{Duration, Instant};
 use ustack_core::{Config, Limits, Stack};
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
+use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr};
+use ustack_wire::tcp::{TcpPacket, TcpRepr};
 
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 pub const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -159,10 +161,16 @@ impl Net {
 /// An Ethernet frame A -> B carrying an IPv4 datagram (or fragment) with
 /// the given header fields and payload.
 pub fn ip_frame(repr: &Ipv4Repr, payload: &[u8]) -> Vec<u8> {
+    frame(A_MAC, B_MAC, repr, payload)
+}
+
+/// An Ethernet frame `src` -> `dst` carrying an IPv4 datagram with the
+/// header fields of `repr` (its length set to the payload's).
+pub fn frame(src: MacAddr, dst: MacAddr, repr: &Ipv4Repr, payload: &[u8]) -> Vec<u8> {
     let mut f = vec![0u8; 14 + 20 + payload.len()];
     EthernetRepr {
-        src: A_MAC,
-        dst: B_MAC,
+        src,
+        dst,
         ethertype: EtherType::Ipv4,
     }
     .emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
@@ -173,6 +181,44 @@ pub fn ip_frame(repr: &Ipv4Repr, payload: &[u8]) -> Vec<u8> {
     r.emit(&mut Ipv4Packet::new_unchecked(&mut f[14..34]), true);
     f[34..].copy_from_slice(payload);
     f
+}
+
+/// A TCP segment from `src` (any address) to B as an Ethernet frame from
+/// A's MAC (DF set, TTL 64, checksums filled).
+pub fn tcp_frame_to_b(src: Ipv4Addr, seg: &TcpRepr) -> Vec<u8> {
+    let mut tcp = vec![0u8; seg.buffer_len()];
+    seg.emit(&mut TcpPacket::new_unchecked(&mut tcp[..]), src, B_IP, true);
+    let ip = Ipv4Repr {
+        src,
+        dont_frag: true,
+        ..ip_repr(IpProtocol::Tcp, 0, 0, false)
+    };
+    ip_frame(&ip, &tcp)
+}
+
+/// A frame B -> A: ICMP destination unreachable quoting `quote` (the first
+/// bytes of the offending datagram's payload) under the IP header `orig`.
+pub fn icmp_unreachable_to_a(
+    orig: &Ipv4Repr,
+    reason: DstUnreachable,
+    mtu: u16,
+    quote: &[u8],
+) -> Vec<u8> {
+    let icmp = Icmpv4Repr::DstUnreachable {
+        reason,
+        next_hop_mtu: mtu,
+        header: *orig,
+        data: quote,
+    };
+    let mut body = vec![0u8; icmp.buffer_len()];
+    icmp.emit(&mut Icmpv4Packet::new_unchecked(&mut body[..]));
+    let ip = Ipv4Repr {
+        src: B_IP,
+        dst: A_IP,
+        protocol: IpProtocol::Icmp,
+        ..*orig
+    };
+    frame(B_MAC, A_MAC, &ip, &body)
 }
 
 pub fn ip_repr(protocol: IpProtocol, ident: u16, frag_offset: u16, more_frags: bool) -> Ipv4Repr {
