@@ -243,6 +243,44 @@ fn challenge_acks_are_rate_limited_per_connection() {
     assert_eq!(stack_util::counter(&n.b, "Tcp", "CurrEstab"), 1);
 }
 
+/// RFC 5961 5.2: a segment acknowledging data never sent is answered with
+/// an ACK, and that ACK is a challenge ACK too: throttled, so spoofed
+/// segments cannot make the stack answer each of them.
+#[test]
+fn acks_for_unsent_data_are_answered_at_the_challenge_rate() {
+    let mut n = stack_util::Net::new();
+    let pairs = established_pairs(&mut n, 1);
+    let (port, rcv_nxt) = pairs[0];
+    // B's SND.NXT: the sequence number after B's last segment.
+    let (_, last) = n
+        .log_ba
+        .iter()
+        .filter_map(|f| stack_util::parse_ip(f))
+        .filter(|(ip, _)| ip.protocol == ustack_wire::ip::IpProtocol::Tcp)
+        .last()
+        .expect("B sent TCP");
+    let b_seq = u32::from_be_bytes([last[4], last[5], last[6], last[7]]);
+    let from = n.log_ba.len();
+    for i in 0..30u32 {
+        let seg = TcpRepr {
+            src_port: port,
+            dst_port: 80,
+            seq: rcv_nxt,
+            // Ahead of anything B sent (SEG.ACK > SND.NXT).
+            ack: Some(SeqNum(b_seq.wrapping_add(100_000 + i))),
+            window: 1000,
+            ..TcpRepr::default()
+        };
+        n.inject_to_b(&frame_a_to_b(&seg));
+    }
+    assert_eq!(acks_from_b(&n, from), 1, "one answer per 500 ms");
+    assert_eq!(
+        stack_util::counter(&n.b, "Tcp", "TCPACKSkippedChallenge"),
+        29
+    );
+    assert_eq!(stack_util::counter(&n.b, "Tcp", "CurrEstab"), 1);
+}
+
 /// Then the stack-wide budget (Linux `tcp_challenge_ack_limit`, here
 /// `TcpConfig::challenge_ack_limit`): spoofed segments spread over many
 /// connections get at most limit*3/2 challenge ACKs a second in all (the

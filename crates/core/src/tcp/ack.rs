@@ -66,9 +66,14 @@ impl Connection {
         limit: &mut ChallengeAckLimit,
     ) -> bool {
         // "If the ACK acks something not yet sent (SEG.ACK > SND.NXT), then
-        // send an ACK, drop the segment, and return."
+        // send an ACK, drop the segment, and return." RFC 5961 5.2 makes
+        // this ACK one of its challenge ACKs (SEG.ACK outside "(SND.UNA -
+        // MAX.SND.WND) =< SEG.ACK =< SND.NXT" ... "MUST be discarded and an
+        // ACK sent back"), so it is throttled as they are (section 7): a
+        // spoofer cannot make us answer every forged segment. (Linux drops
+        // such segments without an answer.)
         if ack.gt(self.snd.max) {
-            self.ack.now = true;
+            self.challenge_ack(now, ctr, limit);
             return false;
         }
         // RFC 5961 5.2: an ACK older than SND.UNA - MAX.SND.WND is bogus:
