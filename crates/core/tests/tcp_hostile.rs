@@ -255,9 +255,9 @@ fn acks_for_unsent_data_are_answered_at_the_challenge_rate() {
     let (_, last) = n
         .log_ba
         .iter()
+        .rev()
         .filter_map(|f| stack_util::parse_ip(f))
-        .filter(|(ip, _)| ip.protocol == ustack_wire::ip::IpProtocol::Tcp)
-        .last()
+        .find(|(ip, _)| ip.protocol == ustack_wire::ip::IpProtocol::Tcp)
         .expect("B sent TCP");
     let b_seq = u32::from_be_bytes([last[4], last[5], last[6], last[7]]);
     let from = n.log_ba.len();
