@@ -40,6 +40,15 @@ fn the_command_keeps_its_descriptor_limit() {
 }
 
 #[test]
+fn the_default_flow_limit_fits_the_descriptor_limit_silently() {
+    // Hard limit 1000: the default 16,384 flows cannot fit; it is lowered
+    // without a word (only an explicit --max-flows is worth a warning).
+    let (stdout, stderr) = run_under("-n 1000", &[]);
+    assert_eq!(stdout, "1000");
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+#[test]
 fn a_flow_limit_beyond_the_descriptor_limit_is_reported() {
     // Soft and hard limit 1000: --max-flows 4096 cannot be reached.
     let (stdout, stderr) = run_under("-n 1000", &["--max-flows", "4096"]);

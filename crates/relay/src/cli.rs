@@ -63,9 +63,10 @@ pub struct RelayArgs {
     /// Forward a host port to the guest: [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp] (repeatable).
     #[arg(short = 'p', long = "publish", value_name = "SPEC")]
     pub publish: Vec<PortForward>,
-    /// Maximum concurrent flows.
-    #[arg(long, default_value_t = Limits::default().max_flows)]
-    pub max_flows: usize,
+    /// Maximum concurrent flows [default: 16384, or fewer if the descriptor
+    /// limit (ulimit -n) cannot hold that many host sockets].
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<usize>,
     /// Maximum half-open TCP connections (host connect pending).
     #[arg(long, default_value_t = Limits::default().max_half_open)]
     pub max_half_open: usize,
@@ -93,6 +94,11 @@ pub struct RelayArgs {
 }
 
 impl RelayArgs {
+    /// `--max-flows`, or the default.
+    pub fn max_flows(&self) -> usize {
+        self.max_flows.unwrap_or(Limits::default().max_flows)
+    }
+
     /// The relay configuration these options describe.
     pub fn relay_config(&self) -> RelayConfig {
         RelayConfig {
@@ -102,7 +108,7 @@ impl RelayArgs {
             dns: Some(self.dns),
             host_dns: self.dns_upstream.unwrap_or_else(dns::host_resolver),
             limits: Limits {
-                max_flows: self.max_flows,
+                max_flows: self.max_flows(),
                 max_half_open: self.max_half_open,
                 flow_buffer: self.flow_buffer,
                 total_buffer: self.total_buffer,
@@ -171,7 +177,12 @@ pub fn default_guest(
     args: &RelayArgs,
     mtu: usize,
 ) -> io::Result<CoreGuest> {
-    let cfg = CoreGuestConfig::new(args.addr.addr, args.gateway, args.addr.prefix_len, mtu);
+    let mut cfg = CoreGuestConfig::new(args.addr.addr, args.gateway, args.addr.prefix_len, mtu);
+    // Room for every flow plus connections still closing (TIME-WAIT).
+    cfg.limits.max_tcp_sockets = cfg
+        .limits
+        .max_tcp_sockets
+        .max(args.max_flows().saturating_add(16_384));
     CoreGuest::new(dev, cfg)
 }
 
@@ -237,7 +248,8 @@ pub fn run_report_with<G: GuestStack>(
     let mut sandbox =
         Sandbox::spawn(&cfg, &args.cmd).context("ustack run: cannot create the sandbox")?;
     // After the fork: the command keeps the descriptor limit it was given.
-    check_descriptors("ustack run", args.relay.max_flows);
+    let mut args = args;
+    check_descriptors("ustack run", &mut args.relay);
     let tap = sandbox
         .take_tap()
         .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
@@ -288,19 +300,35 @@ pub fn run_report_with<G: GuestStack>(
 /// listeners, the command's pipes, pcap).
 const FD_RESERVE: u64 = 64;
 
-/// Raise the descriptor limit to the hard limit, and say so if `--max-flows`
-/// still cannot be reached (flows beyond the limit would be refused, counted
-/// as errors, instead of by the flow limit).
-fn check_descriptors(who: &str, max_flows: usize) {
-    match crate::sys::raise_nofile() {
-        Ok(limit) if (max_flows as u64).saturating_add(FD_RESERVE) > limit => eprintln!(
+/// Raise the descriptor limit to the hard limit. If the flow limit still
+/// cannot be reached (flows beyond the descriptors would fail as socket
+/// errors instead of being refused by the flow limit): a default flow limit
+/// is lowered to fit, a `--max-flows` given explicitly is kept with a
+/// warning.
+fn check_descriptors(who: &str, relay: &mut RelayArgs) {
+    let max_flows = relay.max_flows();
+    let limit = match crate::sys::raise_nofile() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{who}: warning: cannot read the descriptor limit: {e}");
+            return;
+        }
+    };
+    if (max_flows as u64).saturating_add(FD_RESERVE) <= limit {
+        return;
+    }
+    let fits = usize::try_from(limit.saturating_sub(FD_RESERVE))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if relay.max_flows.is_some() {
+        eprintln!(
             "{who}: warning: --max-flows {max_flows} needs about {} descriptors but the limit \
-             is {limit} (ulimit -n); flows beyond ~{} will be refused",
+             is {limit} (ulimit -n); flows beyond ~{fits} will be refused",
             max_flows as u64 + FD_RESERVE,
-            limit.saturating_sub(FD_RESERVE)
-        ),
-        Ok(_) => {}
-        Err(e) => eprintln!("{who}: warning: cannot read the descriptor limit: {e}"),
+        );
+    } else {
+        tracing::debug!("descriptor limit {limit}: at most {fits} flows");
+        relay.max_flows = Some(fits);
     }
 }
 
@@ -315,7 +343,8 @@ pub fn attach_with<G: GuestStack>(
     make_guest: Box<GuestFactory<G>>,
     stop_fd: Option<std::os::fd::RawFd>,
 ) -> anyhow::Result<i32> {
-    check_descriptors("ustack attach", args.relay.max_flows);
+    let mut args = args;
+    check_descriptors("ustack attach", &mut args.relay);
     let tap = match &args.netns {
         Some(ns) => sb_attach::open_tap_in_netns(ns, &args.tap),
         None => sb_attach::open_tap(&args.tap),
@@ -384,7 +413,7 @@ mod tests {
                 prefix_len: 24
             }
         );
-        assert_eq!(r.relay.max_flows, 4096);
+        assert_eq!(r.relay.max_flows(), 16_384);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 /// new flow (TCP: RST; UDP/ICMP: dropped) and is counted in [`crate::Stats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Concurrent flows (TCP + UDP + ICMP). Default 4096.
+    /// Concurrent flows (TCP + UDP + ICMP). Default 16384.
     pub max_flows: usize,
     /// TCP connections whose host-side connect (or guest-side handshake for
     /// inbound forwards) has not completed. Default 256.
@@ -15,18 +15,18 @@ pub struct Limits {
     pub flow_buffer: usize,
     /// Bytes buffered in all flows together. Default 64 MiB.
     pub total_buffer: usize,
-    /// New flows per second (token bucket, burst of the same size). Default 1000.
+    /// New flows per second (token bucket, burst of the same size). Default 10,000.
     pub new_flows_per_sec: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_flows: 4096,
+            max_flows: 16_384,
             max_half_open: 256,
             flow_buffer: 256 * 1024,
             total_buffer: 64 * 1024 * 1024,
-            new_flows_per_sec: 1000,
+            new_flows_per_sec: 10_000,
         }
     }
 }
