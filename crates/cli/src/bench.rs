@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// Busy-poll ustack's device for this many microseconds after activity.
     #[arg(long, value_name = "US")]
     pub busy_poll: Option<u64>,
+    /// Measure ustack with its TAP opened without the virtio-net header
+    /// (no checksum offload, no TSO/GSO: one MTU per frame).
+    #[arg(long)]
+    pub no_offload: bool,
     #[command(flatten)]
     pub scale: crate::scale::ScaleArgs,
 }
@@ -165,6 +169,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         netns: Some(ns_u.clone()),
         pcap: None,
         busy_poll: a.busy_poll,
+        no_offload: a.no_offload,
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;

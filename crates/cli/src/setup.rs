@@ -92,6 +92,11 @@ pub struct NetArgs {
     /// (lower latency, more CPU).
     #[arg(long, value_name = "US")]
     pub busy_poll: Option<u64>,
+    /// Open the TAP without the virtio-net header: no checksum offload and
+    /// no TSO/GSO, every frame at most one MTU both ways (by default the
+    /// kernel and ustack exchange 64 KB TCP super-frames whatever the MTU).
+    #[arg(long)]
+    pub no_offload: bool,
     #[command(flatten)]
     pub impair: ImpairArgs,
 }
@@ -217,6 +222,9 @@ impl<D: Device> Device for SharedDev<D> {
     fn poll_deferred(&mut self) -> io::Result<()> {
         self.with(|d| d.poll_deferred())
     }
+    fn offloads(&self) -> ustack_net::dev::Offloads {
+        self.with(|d| d.offloads())
+    }
 }
 
 /// The device chain with a capture on top (shared so `finish` can flush it).
@@ -305,7 +313,8 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
             bail!("network namespace '{ns}' does not exist (create it with `ip netns add {ns}`)");
         }
     }
-    let mut tap = Tap::create(&name).with_context(|| format!("cannot create TAP device {name}"))?;
+    let mut tap = Tap::create_with(&name, !args.no_offload)
+        .with_context(|| format!("cannot create TAP device {name}"))?;
     let name = tap.name().to_string();
     tap.set_mtu(usize::from(args.mtu))
         .with_context(|| format!("cannot set the MTU of {name}"))?;

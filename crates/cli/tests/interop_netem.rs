@@ -173,7 +173,10 @@ fn ustack_get_under_impairment() {
         .args(["get", "--tap", &tap, "--netns", &ns.name])
         // With a capture too: the capture wrapper must pass the impairment
         // timers through (delayed frames would otherwise wait for traffic).
-        .args(["--impair", &impair_arg(3), "--pcap"])
+        // Offloads off: every frame is one MTU, so the impairments hit
+        // segments one by one (`transfers_under_impairment` runs with the
+        // offloads on, where a lost GSO super-frame is a burst of losses).
+        .args(["--no-offload", "--impair", &impair_arg(3), "--pcap"])
         .arg(dir.join("get.pcap"))
         .arg("-o")
         .arg(&outfile)

@@ -56,6 +56,11 @@ counter_group!(
     ArpInRequests, ArpInReplies, ArpOutRequests, ArpOutReplies, ArpInvalid,
     ArpConflicts, ArpResolved, ArpFailed, ArpQueueDrops, ArpUnresolvedDiscards,
     ArpCacheFull, ArpContradictions, ArpRevalidations,
+    /// Virtio-net headers refused (malformed, or an offload never
+    /// negotiated): the frame is dropped.
+    InVnetErrors,
+    /// GSO super-frames received (each stands for many segments) and sent.
+    InGsoFrames, OutGsoFrames,
 });
 
 counter_group!(

@@ -6,10 +6,12 @@ use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr, ARP_LEN};
+use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, ETHERNET_HEADER_LEN};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN};
 use ustack_wire::tcp::{TcpPacket, TcpRepr};
+use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
 use crate::arp::{ArpCache, Lookup};
 use crate::counters::{IpCounters, LinkCounters};
@@ -75,6 +77,39 @@ impl TokenBucket {
     }
 }
 
+/// What the link does with our frames (`Stack::set_link_offload`): a
+/// device opened with a virtio-net header (a TAP with `IFF_VNET_HDR`) takes
+/// partial checksums and TCP/IPv4 GSO super-frames, and gives them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkOffload {
+    /// Every frame, both ways, starts with a virtio-net header.
+    pub vnet_hdr: bool,
+    /// We may send TCP/IPv4 GSO super-frames (up to 64 KB) for the other
+    /// side to segment (needs `vnet_hdr` and `tx_csum`).
+    pub tso4: bool,
+    /// We may leave TCP checksums partial (the pseudo-header sum) for the
+    /// other side to complete (needs `vnet_hdr`).
+    pub tx_csum: bool,
+}
+
+impl LinkOffload {
+    /// Whether TCP segments larger than the MTU may be sent as GSO frames.
+    pub fn tso(&self) -> bool {
+        self.vnet_hdr && self.tso4 && self.tx_csum
+    }
+    fn partial_csum(&self) -> bool {
+        self.vnet_hdr && self.tx_csum
+    }
+    /// Bytes in front of each frame.
+    pub(crate) fn hdr_len(&self) -> usize {
+        if self.vnet_hdr {
+            VNET_HDR_LEN
+        } else {
+            0
+        }
+    }
+}
+
 pub(crate) struct Iface {
     pub mac: MacAddr,
     pub cidr: Ipv4Cidr,
@@ -86,10 +121,12 @@ pub(crate) struct Iface {
     /// is on-link.
     pub transparent: bool,
     /// Scratch buffer for the frame being built; only grows. The frame is
-    /// `frame[..frame_len]`.
+    /// `frame[..frame_len]` (behind its virtio-net header, if the link has
+    /// one).
     frame: Vec<u8>,
     frame_len: usize,
     ident: u16,
+    pub(crate) offload: LinkOffload,
 }
 
 impl Iface {
@@ -114,6 +151,7 @@ impl Iface {
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             frame_len: 0,
             ident,
+            offload: LinkOffload::default(),
         }
     }
 
@@ -182,7 +220,8 @@ impl Iface {
     fn start_frame(&mut self, ip_len: usize) {
         self.start_frame_overwritten(ip_len);
         let len = self.frame_len;
-        if let Some(rest) = self.frame.get_mut(ETHERNET_HEADER_LEN..len) {
+        let ip_at = self.offload.hdr_len() + ETHERNET_HEADER_LEN;
+        if let Some(rest) = self.frame.get_mut(ip_at..len) {
             rest.fill(0);
         }
     }
@@ -193,20 +232,25 @@ impl Iface {
     /// frame (IPv4 `emit` sets every header field; TCP `emit` every header
     /// field, pads the options with EOL and copies the whole payload).
     fn start_frame_overwritten(&mut self, ip_len: usize) {
-        let len = ETHERNET_HEADER_LEN + ip_len;
+        let hdr = self.offload.hdr_len();
+        let len = hdr + ETHERNET_HEADER_LEN + ip_len;
         if self.frame.len() < len {
             self.frame.resize(len, 0);
         }
         self.frame_len = len;
+        if hdr > 0 {
+            // A plain frame until the TCP output says otherwise.
+            VnetRepr::NONE.emit(self.frame_mut());
+        }
         let eth = EthernetRepr {
             src: self.mac,
             dst: MacAddr::BROADCAST,
             ethertype: EtherType::Ipv4,
         };
-        eth.emit(&mut EthernetFrame::new_unchecked(self.frame_mut()));
+        eth.emit(&mut EthernetFrame::new_unchecked(self.eth_mut()));
     }
 
-    /// The frame being built.
+    /// The frame being built, with its virtio-net header if any.
     fn frame(&self) -> &[u8] {
         self.frame.get(..self.frame_len).unwrap_or(&[])
     }
@@ -216,9 +260,15 @@ impl Iface {
         self.frame.get_mut(..len).unwrap_or(&mut [])
     }
 
+    /// The Ethernet frame being built (after the virtio-net header).
+    fn eth_mut(&mut self) -> &mut [u8] {
+        let hdr = self.offload.hdr_len();
+        self.frame_mut().get_mut(hdr..).unwrap_or(&mut [])
+    }
+
     /// The IP part of the frame being built.
     fn ip_buf(&mut self) -> &mut [u8] {
-        self.frame_mut()
+        self.eth_mut()
             .get_mut(ETHERNET_HEADER_LEN..)
             .unwrap_or(&mut [])
     }
@@ -308,7 +358,12 @@ impl Iface {
     }
 
     /// Send a TCP segment (DF set; the MSS keeps it within the MTU) from
-    /// `src` (our address, or any address in transparent mode).
+    /// `src` (our address, or any address in transparent mode). A segment
+    /// larger than the MTU goes out as one TCP/IPv4 GSO super-frame if the
+    /// link takes them, to be cut into segments of at most `smss` bytes
+    /// (the connection's send MSS: options included, as RFC 6691 counts).
+    /// With checksum offload the TCP checksum is left partial (the
+    /// pseudo-header sum, `NEEDS_CSUM`) for the other side to complete.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_tcp_from(
         &mut self,
@@ -318,6 +373,7 @@ impl Iface {
         src: Ipv4Addr,
         dst: Ipv4Addr,
         seg: &TcpRepr,
+        smss: usize,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
         ip.OutRequests += 1;
@@ -326,7 +382,18 @@ impl Iface {
             return Err(TxError::NoRoute);
         };
         let tcp_len = seg.buffer_len();
-        if IPV4_HEADER_LEN + tcp_len > self.mtu {
+        let tcp_hdr = seg.header_len();
+        // Payload per wire segment: within the MTU and the peer's MSS.
+        let gso_size = self
+            .mtu
+            .saturating_sub(IPV4_HEADER_LEN + tcp_hdr)
+            .min(smss.saturating_sub(tcp_hdr.saturating_sub(20)));
+        let gso = IPV4_HEADER_LEN + tcp_len > self.mtu;
+        if gso
+            && (!self.offload.tso()
+                || gso_size == 0
+                || IPV4_HEADER_LEN + tcp_len > usize::from(u16::MAX))
+        {
             ip.FragFails += 1;
             return Err(TxError::TooLarge);
         }
@@ -343,10 +410,47 @@ impl Iface {
             frag_offset: 0,
         };
         self.start_frame_overwritten(IPV4_HEADER_LEN + tcp_len);
+        let partial = self.offload.partial_csum();
         let ip_buf = self.ip_buf();
         let (hdr, body) = ip_buf.split_at_mut(IPV4_HEADER_LEN);
         repr.emit(&mut Ipv4Packet::new_unchecked(&mut hdr[..]), true);
-        seg.emit(&mut TcpPacket::new_unchecked(&mut body[..]), src, dst, true);
+        seg.emit(
+            &mut TcpPacket::new_unchecked(&mut body[..]),
+            src,
+            dst,
+            !partial,
+        );
+        if partial {
+            // CHECKSUM_PARTIAL: the field holds the pseudo-header sum (not
+            // complemented); the one's-complement sum of the TCP header and
+            // data is added by whoever completes it.
+            let pseudo = checksum::pseudo_header_v4(
+                src,
+                dst,
+                IpProtocol::Tcp.into(),
+                u16::try_from(tcp_len).unwrap_or(u16::MAX),
+            );
+            TcpPacket::new_unchecked(&mut body[..]).set_checksum(checksum::fold(pseudo));
+            let vnet = VnetRepr {
+                csum: Csum::Partial {
+                    start: (ETHERNET_HEADER_LEN + IPV4_HEADER_LEN) as u16,
+                    offset: 16,
+                },
+                gso: if gso {
+                    Gso::TcpV4 {
+                        size: u16::try_from(gso_size).unwrap_or(u16::MAX),
+                        ecn: false,
+                    }
+                } else {
+                    Gso::None
+                },
+                hdr_len: (ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + tcp_hdr) as u16,
+            };
+            vnet.emit(self.frame_mut());
+            if gso {
+                link.OutGsoFrames += 1;
+            }
+        }
         self.transmit(now, hop, link, tx);
         Ok(())
     }
@@ -380,7 +484,7 @@ impl Iface {
                 }
             },
         };
-        EthernetFrame::new_unchecked(self.frame_mut()).set_dst_addr(target);
+        EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
         link.OutFrames += 1;
         tx(self.frame());
     }
@@ -393,9 +497,10 @@ impl Iface {
         link: &mut LinkCounters,
         tx: &mut dyn FnMut(&[u8]),
     ) {
+        let hdr = self.offload.hdr_len();
         for mut f in queue {
-            if f.len() >= ETHERNET_HEADER_LEN {
-                EthernetFrame::new_unchecked(&mut f[..]).set_dst_addr(mac);
+            if let Some(eth) = f.get_mut(hdr..).filter(|e| e.len() >= ETHERNET_HEADER_LEN) {
+                EthernetFrame::new_unchecked(eth).set_dst_addr(mac);
                 link.OutFrames += 1;
                 tx(&f);
             }
@@ -429,14 +534,19 @@ impl Iface {
         link: &mut LinkCounters,
         tx: &mut dyn FnMut(&[u8]),
     ) {
-        // 14 + 28 = 42; pad to the 60-byte Ethernet minimum as Linux does.
-        let mut buf = [0u8; 60];
+        // 14 + 28 = 42; pad to the 60-byte Ethernet minimum as Linux does
+        // (behind a virtio-net header, all zero: nothing to offload).
+        let mut whole = [0u8; VNET_HDR_LEN + 60];
+        let hdr = self.offload.hdr_len();
+        let Some(buf) = whole.get_mut(VNET_HDR_LEN - hdr..) else {
+            return;
+        };
         let eth = EthernetRepr {
             src: self.mac,
             dst: eth_dst,
             ethertype: EtherType::Arp,
         };
-        eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
+        eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[hdr..]));
         let arp = ArpRepr {
             operation: op,
             sender_mac: self.mac,
@@ -445,12 +555,12 @@ impl Iface {
             target_ip,
         };
         arp.emit(&mut ArpPacket::new_unchecked(
-            &mut buf[ETHERNET_HEADER_LEN..ETHERNET_HEADER_LEN + ARP_LEN],
+            &mut buf[hdr + ETHERNET_HEADER_LEN..hdr + ETHERNET_HEADER_LEN + ARP_LEN],
         ));
         if op == ArpOperation::Reply {
             link.ArpOutReplies += 1;
         }
         link.OutFrames += 1;
-        tx(&buf);
+        tx(buf);
     }
 }

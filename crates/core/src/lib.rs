@@ -35,6 +35,7 @@ pub use arp::ArpLimits;
 pub use counters::Counters;
 pub use error::{BindError, ConnectError, IcmpError, UdpError};
 pub use frag::ReasmLimits;
+pub use iface::LinkOffload;
 pub use stack::{Config, EchoReply, Limits, Stack};
 pub use tcp::TcpError;
 pub use tcp_api::SocketEvent;

@@ -33,8 +33,8 @@ fn emitter<'a>(
     counters: &'a mut Counters,
     now: Instant,
     tx: &'a mut dyn FnMut(&[u8]),
-) -> impl FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr) -> bool + 'a {
-    move |local: SocketAddrV4, remote: SocketAddrV4, seg: &TcpRepr| {
+) -> impl FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr, usize) -> bool + 'a {
+    move |local: SocketAddrV4, remote: SocketAddrV4, seg: &TcpRepr, smss: usize| {
         iface
             .send_tcp_from(
                 now,
@@ -43,6 +43,7 @@ fn emitter<'a>(
                 *local.ip(),
                 *remote.ip(),
                 seg,
+                smss,
                 tx,
             )
             .is_ok()
@@ -62,7 +63,7 @@ impl Stack {
             return;
         };
         self.counters.tcp.InSegs += 1;
-        let seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, true) {
+        let seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, !self.rx_csum_ok) {
             Ok(s) => s,
             Err(WireError::Checksum) => {
                 self.counters.tcp.InCsumErrors += 1;
@@ -100,7 +101,7 @@ impl Stack {
                 if let Some(rst) = rst_for_unmatched(&seg) {
                     let (ipc, link) = (&mut counters.ip, &mut counters.link);
                     if iface
-                        .send_tcp_from(now, ipc, link, ip.dst, ip.src, &rst, tx)
+                        .send_tcp_from(now, ipc, link, ip.dst, ip.src, &rst, 0, tx)
                         .is_ok()
                     {
                         counters.tcp.OutSegs += 1;

@@ -852,14 +852,16 @@ impl TcpTable {
         idx: usize,
         now: Instant,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr) -> bool,
+        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr, usize) -> bool,
     ) {
         self.now = self.now.max(now);
         self.dispatches += 1;
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
             let (local, remote) = (c.local, c.remote);
+            // The send MSS, for cutting a TSO super-segment on the wire.
+            let smss = c.conn.mss();
             c.conn.dispatch(now, ctr, &mut self.shared, &mut |seg| {
-                emit(local, remote, seg)
+                emit(local, remote, seg, smss)
             });
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
@@ -1037,7 +1039,7 @@ impl TcpTable {
         now: Instant,
         budget: usize,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr) -> bool,
+        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr, usize) -> bool,
     ) {
         self.now = self.now.max(now);
         // Bounded: a mass expiry is spread over several calls (`poll_at`
@@ -1100,6 +1102,13 @@ impl TcpTable {
             return Some(now_hint.min(self.now));
         }
         self.timers.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Whether the link takes TCP/IPv4 GSO super-frames: connections then
+    /// send up to 64 KB per segment (the link cuts them into MSS-sized ones).
+    pub(crate) fn set_tso(&mut self, on: bool) {
+        // An IPv4 datagram's largest payload, less the largest TCP header.
+        self.shared.tso_max = if on { 65_535 - 20 - 60 } else { 0 };
     }
 
     /// The scheduler's state (diagnostics and tests).

@@ -574,6 +574,7 @@ impl Stack {
                     *h.local.ip(),
                     *h.remote.ip(),
                     &rst,
+                    0,
                     &mut |f| q.push(now, f),
                 );
                 if r.is_ok() {

@@ -72,6 +72,11 @@ macro_rules! forward_device {
             $inner.poll_deferred()
         }
     };
+    (@one $self:ident, $inner:expr, offloads) => {
+        fn offloads(&$self) -> $crate::Offloads {
+            $inner.offloads()
+        }
+    };
 }
 
 pub mod batch;
@@ -87,6 +92,24 @@ pub use batch::FrameBatch;
 /// Length of an Ethernet header (destination, source, ethertype).
 pub const ETHERNET_HEADER_LEN: usize = 14;
 
+/// Length of the virtio-net header (`struct virtio_net_hdr`) in front of
+/// each frame of a device with [`Offloads::vnet_hdr`].
+pub const VNET_HDR_LEN: usize = 10;
+
+/// What a device's frames carry and what it does with them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offloads {
+    /// Every frame, both ways, starts with a virtio-net header
+    /// ([`VNET_HDR_LEN`] bytes; the format is `ustack_wire::virtio_net`).
+    /// Received frames may then be GSO super-frames (up to 64 KB standing
+    /// for many segments) with partial checksums.
+    pub vnet_hdr: bool,
+    /// Frames sent may be TCP/IPv4 GSO super-frames: the other side
+    /// segments them (a TAP: the kernel, or a guest that takes them whole).
+    pub tso4: bool,
+    /// Frames sent may carry partial checksums (`NEEDS_CSUM`).
+    pub tx_csum: bool,
+}
 /// A network device that carries Ethernet frames.
 ///
 /// All operations are non-blocking: the runtime waits for readiness on
@@ -169,14 +192,24 @@ pub trait Device {
     fn poll_deferred(&mut self) -> io::Result<()> {
         Ok(())
     }
+
+    /// What the device's frames carry (a virtio-net header?) and which
+    /// offloads it accepts on send. The default: plain Ethernet frames,
+    /// nothing offloaded. A wrapper must forward it (`forward_device!`):
+    /// frames with a header read as plain ones are garbage.
+    fn offloads(&self) -> Offloads {
+        Offloads::default()
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
     forward_device!(self => (**self);
-        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred);
+        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred,
+        offloads);
 }
 
 impl<D: Device + ?Sized> Device for &mut D {
     forward_device!(self => (**self);
-        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred);
+        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred,
+        offloads);
 }

@@ -654,7 +654,7 @@ impl<D: Device> Device for Netem<D> {
         Ok(())
     }
 
-    forward_device!(self => self.inner; mtu, mac, raw_fd);
+    forward_device!(self => self.inner; mtu, mac, raw_fd, offloads);
 
     fn next_deadline(&self) -> Option<Instant> {
         let tx = self

@@ -192,8 +192,17 @@ impl<D: Device, W: Write> Capture<D, W> {
         self.inner
     }
 
+    /// Record `frame` (as the device carries it: without its virtio-net
+    /// header, if the device has one, which is not part of the Ethernet
+    /// frame a pcap reader expects).
     fn record(&mut self, frame: &[u8]) {
+        let skip = if self.inner.offloads().vnet_hdr {
+            crate::VNET_HDR_LEN
+        } else {
+            0
+        };
         let ts = (self.clock)();
+        let frame = frame.get(skip..).unwrap_or(&[]);
         if self.pcap.write_frame(ts, frame).is_err() {
             self.write_errors += 1;
         }
@@ -205,10 +214,7 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
         let r = self.inner.recv(buf)?;
         if let Some(n) = r {
             let n = n.min(buf.len());
-            let ts = (self.clock)();
-            if self.pcap.write_frame(ts, &buf[..n]).is_err() {
-                self.write_errors += 1;
-            }
+            self.record(&buf[..n]);
         }
         Ok(r)
     }
@@ -222,11 +228,8 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
     fn recv_batch(&mut self, batch: &mut FrameBatch) -> io::Result<usize> {
         let n = self.inner.recv_batch(batch)?;
         for i in 0..n {
-            let ts = (self.clock)();
             if let Some(f) = batch.get(i) {
-                if self.pcap.write_frame(ts, f).is_err() {
-                    self.write_errors += 1;
-                }
+                self.record(f);
             }
         }
         Ok(n)
@@ -240,7 +243,7 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
         Ok(n)
     }
 
-    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred);
+    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred, offloads);
 }
 
 #[cfg(test)]

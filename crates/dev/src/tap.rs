@@ -14,6 +14,11 @@ use crate::Device;
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+/// `TUN_F_CSUM | TUN_F_TSO4`: we accept partial checksums and TCP/IPv4 GSO
+/// super-frames from the kernel.
+const TUN_OFFLOADS: libc::c_ulong = 0x01 | 0x02;
 
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
@@ -160,12 +165,21 @@ pub struct Tap {
     fd: OwnedFd,
     name: String,
     mtu: usize,
+    vnet: bool,
 }
 
 impl Tap {
     /// Create (or attach to) the TAP interface `name`. An empty name lets the
     /// kernel pick one (`tap0`, ...); a name with `%d` is a template.
     pub fn create(name: &str) -> io::Result<Tap> {
+        Self::create_with(name, false)
+    }
+
+    /// [`Tap::create`]; with `vnet`, every frame carries a virtio-net
+    /// header (`IFF_VNET_HDR`) and the kernel side gets checksum offload
+    /// and TSO/GSO (`TUNSETOFFLOAD`): it then sends 64 KB super-frames with
+    /// partial checksums, and takes them (see [`crate::Offloads`]).
+    pub fn create_with(name: &str, vnet: bool) -> io::Result<Tap> {
         check_name(name)?;
         let path = CString::new("/dev/net/tun").map_err(io::Error::other)?;
         // SAFETY: `path` is a valid NUL-terminated string; open has no other
@@ -193,7 +207,8 @@ impl Tap {
         // SAFETY: `raw` is a freshly opened descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut req = IfReq::new(name);
-        req.set_short(IFF_TAP | IFF_NO_PI);
+        let vnet_flag = if vnet { IFF_VNET_HDR } else { 0 };
+        req.set_short(IFF_TAP | IFF_NO_PI | vnet_flag);
         if let Err(e) = ifreq_ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req) {
             return Err(match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => io::Error::new(
@@ -214,8 +229,24 @@ impl Tap {
             });
         }
         let name = req.name();
+        if vnet {
+            // SAFETY: TUNSETOFFLOAD takes its argument by value; `fd` is ours.
+            let r = unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD as _, TUN_OFFLOADS) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot set offloads on TAP {name}: {e}"),
+                ));
+            }
+        }
         let mtu = HostSide::new(&name).and_then(|h| h.mtu()).unwrap_or(1500);
-        Ok(Tap { fd, name, mtu })
+        Ok(Tap {
+            fd,
+            name,
+            mtu,
+            vnet,
+        })
     }
 
     /// The interface name the kernel gave the device.
@@ -265,6 +296,14 @@ impl Device for Tap {
 
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn offloads(&self) -> crate::Offloads {
+        crate::Offloads {
+            vnet_hdr: self.vnet,
+            tso4: self.vnet,
+            tx_csum: self.vnet,
+        }
     }
 }
 

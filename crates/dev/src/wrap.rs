@@ -136,7 +136,7 @@ impl<D: Device> Device for Tracing<D> {
         r
     }
 
-    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred);
+    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred, offloads);
 }
 
 /// Fault probabilities for [`FaultInject`].
@@ -247,7 +247,7 @@ impl<D: Device> Device for FaultInject<D> {
         self.inner.send(frame)
     }
 
-    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred);
+    forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred, offloads);
 }
 
 #[cfg(test)]

@@ -63,7 +63,7 @@ use std::time::Duration;
 use ustack_core::tcp::State;
 use ustack_core::time::Instant;
 use ustack_core::{
-    Config, Counters, EchoReply, Readiness, SocketEvent, Stack, TcpHandle, UdpHandle,
+    Config, Counters, EchoReply, LinkOffload, Readiness, SocketEvent, Stack, TcpHandle, UdpHandle,
 };
 use ustack_dev::Device;
 
@@ -1116,7 +1116,20 @@ impl Net {
         }
 
         let epoch = std::time::Instant::now();
-        let stack = Stack::new(config, Instant::ZERO);
+        let mut stack = Stack::new(config, Instant::ZERO);
+        let off = device.offloads();
+        stack.set_link_offload(LinkOffload {
+            vnet_hdr: off.vnet_hdr,
+            tso4: off.tso4,
+            tx_csum: off.tx_csum,
+        });
+        let mut opts = opts;
+        if off.vnet_hdr {
+            // GSO super-frames are up to 64 KB whatever the MTU.
+            opts.frame_size = opts
+                .frame_size
+                .max(ustack_dev::VNET_HDR_LEN + ustack_dev::ETHERNET_HEADER_LEN + 65_535);
+        }
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 stack,

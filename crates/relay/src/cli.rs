@@ -88,6 +88,11 @@ pub struct RelayArgs {
     /// Print a summary of the relay's counters on exit (stderr).
     #[arg(long)]
     pub stats: bool,
+    /// Open the TAP without the virtio-net header: no checksum offload and
+    /// no TSO/GSO, so every frame is at most one MTU both ways (by default
+    /// the guest's kernel hands over 64 KB segments whatever the MTU).
+    #[arg(long)]
+    pub no_offload: bool,
     /// Capture the guest side to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -244,6 +249,7 @@ pub fn run_report_with<G: GuestStack>(
         } else {
             UserNs::Auto
         },
+        offload: !args.relay.no_offload,
     };
     let mut sandbox =
         Sandbox::spawn(&cfg, &args.cmd).context("ustack run: cannot create the sandbox")?;
@@ -346,8 +352,8 @@ pub fn attach_with<G: GuestStack>(
     let mut args = args;
     check_descriptors("ustack attach", &mut args.relay);
     let tap = match &args.netns {
-        Some(ns) => sb_attach::open_tap_in_netns(ns, &args.tap),
-        None => sb_attach::open_tap(&args.tap),
+        Some(ns) => sb_attach::open_tap_in_netns(ns, &args.tap, !args.relay.no_offload),
+        None => sb_attach::open_tap(&args.tap, !args.relay.no_offload),
     }
     .with_context(|| format!("ustack attach: cannot open TAP {}", args.tap))?;
     let mtu = tap.mtu();

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use ustack_core::tcp::{State, TcpConfig};
 use ustack_core::time::Instant as CoreInstant;
 use ustack_core::{
-    Config, Limits, PendingSynId, Refuse, SocketEvent, Stack, TcpError, TcpHandle,
+    Config, Limits, LinkOffload, PendingSynId, Refuse, SocketEvent, Stack, TcpError, TcpHandle,
     TransparentConfig, UdpAnyHandle,
 };
 use ustack_dev::Device;
@@ -152,7 +152,19 @@ impl CoreGuest {
         let udp = stack
             .udp_bind_any()
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
-        let rx = vec![0u8; (cfg.mtu + 14).max(1514)];
+        let off = dev.offloads();
+        stack.set_link_offload(LinkOffload {
+            vnet_hdr: off.vnet_hdr,
+            tso4: off.tso4,
+            tx_csum: off.tx_csum,
+        });
+        // A GSO super-frame from the guest is up to 64 KB whatever the MTU.
+        let rx_len = if off.vnet_hdr {
+            ustack_dev::VNET_HDR_LEN + 14 + 65_535
+        } else {
+            (cfg.mtu + 14).max(1514)
+        };
+        let rx = vec![0u8; rx_len];
         Ok(CoreGuest {
             stack,
             dev,

@@ -20,6 +20,17 @@ use ustack_relay::Limits;
 mod common;
 use common::{args, body_byte, dns_server, http_server, Helper, TempFile};
 
+/// Held by the tests that load the machine (iperf3, the floods, hundreds
+/// of flows) and by the one that times connects, so that the timing is not
+/// taken while another test of this file saturates the CPUs.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn ustack_run(v: &[&str]) -> RunReport {
     match run_report(args(v)) {
         Ok(r) => r,
@@ -78,6 +89,7 @@ fn iperf_bps(path: &str) -> (f64, f64) {
 
 #[test]
 fn iperf3_both_directions_through_the_relay() {
+    let _heavy = heavy();
     let port = free_port();
     let server = Proc(
         Command::new("iperf3")
@@ -223,6 +235,7 @@ print("ok", n)
 
 #[test]
 fn five_hundred_concurrent_flows_and_the_501st_is_refused() {
+    let _heavy = heavy();
     const N: usize = 500;
     let (port, _srv) = echo_server();
     let script = TempFile::new("many.py");
@@ -307,6 +320,7 @@ print("flood", syns, "syns", dgrams, "datagrams", file=sys.stderr)
 
 #[test]
 fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
+    let _heavy = heavy();
     const LEN: usize = 8 << 20;
     const FLOOD_SECS: f64 = 6.0;
     // Flood targets on the host's loopback that we own, so the flood never
@@ -535,6 +549,7 @@ fn holding_server() -> (u16, Helper) {
 /// last 1,000 must stay within 3x that of the first 1,000 (same run).
 #[test]
 fn held_flows_connect_at_a_flat_cost() {
+    let _heavy = heavy();
     const N: usize = 3000;
     let (port, _srv) = holding_server();
     let script = TempFile::new("held.py");

@@ -12,6 +12,12 @@ use crate::sys::cvt;
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+/// `TUN_F_CSUM | TUN_F_TSO4`: we take partial checksums and TCP/IPv4 GSO
+/// super-frames, so the interface offers checksum offload, TSO and GSO to
+/// the guest's kernel.
+const TUN_OFFLOADS: libc::c_ulong = 0x01 | 0x02;
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
 const SIOCSIFADDR: libc::c_ulong = 0x8916;
@@ -106,9 +112,11 @@ pub(crate) fn set_up(ctl: RawFd, name: &[u8; 16]) -> io::Result<()> {
     ioctl_ifreq(ctl, SIOCSIFFLAGS, &mut req)
 }
 
-/// Open `/dev/net/tun` and attach/create the TAP `name` (`IFF_TAP|IFF_NO_PI`),
-/// non-blocking and close-on-exec. `path` must be `b"/dev/net/tun\0"`.
-pub(crate) fn open_tap(name: &[u8; 16]) -> io::Result<RawFd> {
+/// Open `/dev/net/tun` and attach/create the TAP `name` (`IFF_TAP|IFF_NO_PI`,
+/// and with `vnet` `IFF_VNET_HDR` plus checksum and TSO offloads),
+/// non-blocking and close-on-exec. Only system calls: safe between `fork`
+/// and `exec`.
+pub(crate) fn open_tap(name: &[u8; 16], vnet: bool) -> io::Result<RawFd> {
     const PATH: &[u8] = b"/dev/net/tun\0";
     // SAFETY: PATH is NUL-terminated; the result is checked.
     let fd = cvt(unsafe {
@@ -118,11 +126,22 @@ pub(crate) fn open_tap(name: &[u8; 16]) -> io::Result<RawFd> {
         )
     })?;
     let mut req = IfReq::new(name);
-    req.set_short(IFF_TAP | IFF_NO_PI);
+    let vnet_flag = if vnet { IFF_VNET_HDR } else { 0 };
+    req.set_short(IFF_TAP | IFF_NO_PI | vnet_flag);
     if let Err(e) = ioctl_ifreq(fd, TUNSETIFF, &mut req) {
         // SAFETY: `fd` was opened above and is not used after this.
         unsafe { libc::close(fd) };
         return Err(e);
+    }
+    if vnet {
+        // SAFETY: TUNSETOFFLOAD takes its argument by value; `fd` is ours.
+        let r = unsafe { libc::ioctl(fd, TUNSETOFFLOAD as _, TUN_OFFLOADS) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: `fd` was opened above and is not used after this.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
     }
     Ok(fd)
 }

@@ -4,21 +4,24 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use ustack_dev::{tap, Device};
+use ustack_dev::{tap, Device, Offloads};
 
 /// A non-blocking `IFF_TAP | IFF_NO_PI` descriptor: one read/write = one
-/// Ethernet frame. Dropping it closes the fd, which removes a non-persistent
-/// TAP interface from its namespace.
+/// Ethernet frame (with `vnet`, behind a virtio-net header). Dropping it
+/// closes the fd, which removes a non-persistent TAP interface from its
+/// namespace.
 #[derive(Debug)]
 pub struct TapFd {
     fd: OwnedFd,
     name: String,
     mtu: usize,
+    vnet: bool,
 }
 
 impl TapFd {
-    /// Wrap an already attached TAP descriptor. It is made non-blocking.
-    pub fn new(fd: OwnedFd, name: &str, mtu: usize) -> io::Result<TapFd> {
+    /// Wrap an already attached TAP descriptor (opened with `IFF_VNET_HDR`
+    /// and the offloads if `vnet`). It is made non-blocking.
+    pub fn new(fd: OwnedFd, name: &str, mtu: usize, vnet: bool) -> io::Result<TapFd> {
         // SAFETY: fcntl on a descriptor we own, integer arguments only.
         let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
         if flags < 0 {
@@ -32,6 +35,7 @@ impl TapFd {
             fd,
             name: name.to_string(),
             mtu,
+            vnet,
         })
     }
 
@@ -71,5 +75,13 @@ impl Device for TapFd {
 
     fn raw_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn offloads(&self) -> Offloads {
+        Offloads {
+            vnet_hdr: self.vnet,
+            tso4: self.vnet,
+            tx_csum: self.vnet,
+        }
     }
 }

@@ -55,9 +55,18 @@ fn guest_frames_reach_the_tap_holder_and_cleanup_leaves_nothing() {
         };
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut pfd, 1, 100) };
+        // Frames come behind a virtio-net header when the TAP has one.
+        let h = if tap.offloads().vnet_hdr {
+            ustack_dev::VNET_HDR_LEN
+        } else {
+            0
+        };
         while let Ok(Some(n)) = tap.recv(&mut buf) {
             // Ethertype 0x0806 = ARP, target IP at bytes 38..42.
-            if n >= 42 && buf[12..14] == [0x08, 0x06] && buf[38..42] == [10, 0, 2, 2] {
+            if n >= h + 42
+                && buf[h + 12..h + 14] == [0x08, 0x06]
+                && buf[h + 38..h + 42] == [10, 0, 2, 2]
+            {
                 arp_seen = true;
             }
         }

@@ -50,6 +50,7 @@ fn flags_override_address_mtu_and_name() {
         gateway: Some(Ipv4Addr::new(192, 168, 0, 1)),
         dns: None,
         userns: UserNs::Auto,
+        offload: true,
     };
     let script = format!(
         "ip -4 -o addr show dev {n} | grep -q 'inet 192.168.77.9/16' || exit 1; \
@@ -130,8 +131,10 @@ fn attach_opens_a_tap_inside_an_existing_namespace() {
     }
     let path = std::path::PathBuf::from(format!("/proc/{}/ns/net", sb.pid()));
     let name = format!("at{}", std::process::id() % 100000);
-    let tap = attach::open_tap_in_netns(&path, &name);
+    let tap = attach::open_tap_in_netns(&path, &name, true);
     assert!(tap.is_ok(), "{:?}", tap.err());
+    // With the virtio-net header and the offloads.
+    assert!(tap.as_ref().is_ok_and(|t| t.offloads().vnet_hdr));
     // It exists inside the namespace, not in ours.
     let here = std::path::Path::new("/sys/class/net").join(&name).exists();
     assert!(!here, "TAP must not appear in the host namespace");

@@ -15,7 +15,7 @@ fn frames_to_a_down_interface_are_dropped_not_errors() {
         let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
         assert_eq!(rc, 0, "unshare (need root): {}", io::Error::last_os_error());
         let name = format!("ustk-f{}", std::process::id());
-        let mut tap = open_tap(&name).expect("open TAP");
+        let mut tap = open_tap(&name, false).expect("open TAP");
         assert_eq!(tap.name(), name);
         // Freshly created, the interface is down: the kernel answers EIO,
         // which TapFd treats as a frame lost on the wire.

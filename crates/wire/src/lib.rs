@@ -13,5 +13,6 @@ pub mod ip;
 pub mod ipv4;
 pub mod tcp;
 pub mod udp;
+pub mod virtio_net;
 
 pub use error::{Error, Result};

@@ -22,6 +22,8 @@ const TX_RETRY: Duration = Duration::from_millis(10);
 struct Sink<'a> {
     emit: &'a mut dyn FnMut(&TcpRepr) -> bool,
     scratch: &'a mut Vec<u8>,
+    /// Largest TSO super-segment payload (0: one MSS per segment).
+    tso_max: usize,
 }
 
 impl Connection {
@@ -40,6 +42,7 @@ impl Connection {
         let mut out = Sink {
             emit,
             scratch: &mut shared.scratch,
+            tso_max: shared.tso_max,
         };
         let out = &mut out;
         self.sync_estab(ctr);
@@ -171,7 +174,7 @@ impl Connection {
         if self.tlp.pending {
             self.tlp.pending = false;
             if self.can_send_data_state() && self.snd.una != self.snd.max {
-                let sent = if let Some((seq, n, fin)) = self.next_segment(true, true) {
+                let sent = if let Some((seq, n, fin)) = self.next_segment(true, true, 0) {
                     if !self.send_segment(now, ctr, out, seq, n, fin) {
                         self.tlp.pending = true;
                         return self.blocked(now);
@@ -199,7 +202,7 @@ impl Connection {
         let mut sent_new = false;
         for _ in 0..MAX_BURST {
             let force = self.timers.force_send;
-            let Some((seq, n, fin)) = self.next_segment(force, false) else {
+            let Some((seq, n, fin)) = self.next_segment(force, false, out.tso_max) else {
                 break;
             };
             self.timers.force_send = false;
@@ -280,7 +283,15 @@ impl Connection {
 
     /// The next segment of new data (or the FIN) to send now: (seq, len,
     /// fin). `probe`: a tail loss probe, which ignores cwnd (RFC 8985 7.3).
-    pub(super) fn next_segment(&self, force: bool, probe: bool) -> Option<(SeqNum, usize, bool)> {
+    /// `tso_max`: with a link that segments TCP itself (TSO), one segment
+    /// may carry up to that many bytes, in whole MSS-sized pieces but for
+    /// the last (0: one MSS).
+    pub(super) fn next_segment(
+        &self,
+        force: bool,
+        probe: bool,
+        tso_max: usize,
+    ) -> Option<(SeqNum, usize, bool)> {
         if !self.can_send_data_state() {
             return None;
         }
@@ -306,7 +317,13 @@ impl Connection {
             self.cong.cc.cwnd().saturating_sub(self.pipe())
         };
         let maxp = self.max_payload();
-        let n = avail.min(maxp).min(wnd_room).min(cwnd_room);
+        // A TSO super-segment: several MSS at once, cut by the link.
+        let seg_max = if tso_max > maxp {
+            tso_max / maxp * maxp
+        } else {
+            maxp
+        };
+        let n = avail.min(seg_max).min(wnd_room).min(cwnd_room);
         // RFC 9293: the FIN occupies one sequence number inside the window.
         let fin = fin_pending && n == avail && (n < wnd_room || force) && cwnd_room > 0;
         if n == 0 && !fin {

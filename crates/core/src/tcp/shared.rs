@@ -1,6 +1,7 @@
 //! What the connections of one socket table share, passed to each
 //! connection as it runs (rather than kept, once per connection, in each):
-//! the stack-wide challenge ACK budget and a scratch buffer.
+//! the stack-wide challenge ACK budget, a scratch buffer and the link's TSO
+//! size.
 
 use crate::hash::keyed_hash;
 use crate::time::Instant;
@@ -19,6 +20,10 @@ pub struct TcpShared {
     /// of the send ring. One per table instead of one (of the route MSS,
     /// up to 64 KB) per connection; it grows to the largest segment sent.
     pub(crate) scratch: Vec<u8>,
+    /// Largest payload of one TSO super-segment when the link takes TCP
+    /// GSO frames (cut into MSS-sized segments by the other side); 0 = one
+    /// segment per MSS.
+    pub(crate) tso_max: usize,
 }
 
 impl TcpShared {
@@ -27,6 +32,7 @@ impl TcpShared {
         TcpShared {
             challenge: ChallengeAckLimit::new(cfg.challenge_ack_limit, secret),
             scratch: Vec::new(),
+            tso_max: 0,
         }
     }
 }

@@ -67,7 +67,7 @@ impl Connection {
             || self.syn_needed()
             || self.tlp.pending
             || self.rtx_due()
-            || self.next_segment(self.timers.force_send, false).is_some()
+            || self.next_segment(self.timers.force_send, false, 0).is_some()
             // An application `send` into a closed window: `dispatch` must
             // run to arm the persist timer.
             || self.persist_needed()
@@ -89,7 +89,7 @@ impl Connection {
             && self.rtx.rto_at.is_none()
             && self.snd.max == self.snd.una
             && self.has_unsent()
-            && self.next_segment(false, false).is_none()
+            && self.next_segment(false, false, 0).is_none()
     }
 
     fn keepalive_at(&self) -> Option<Instant> {
