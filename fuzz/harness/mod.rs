@@ -18,5 +18,6 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("icmpv4", parsers::icmpv4),
     ("udp", parsers::udp),
     ("tcp", parsers::tcp),
+    ("virtio_net", parsers::virtio_net),
     ("stack_receive", stack::run),
 ];

@@ -7,6 +7,7 @@ use ustack_wire::icmpv4::{Icmpv4Packet, Icmpv4Repr};
 use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr};
 use ustack_wire::tcp::{TcpPacket, TcpRepr};
 use ustack_wire::udp::{UdpPacket, UdpRepr};
+use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
 const SRC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const DST: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -209,4 +210,26 @@ pub fn tcp(data: &[u8]) {
         (back.syn, back.fin, back.rst, back.psh, back.window),
         (repr.syn, repr.fin, repr.rst, repr.psh, repr.window)
     );
+}
+
+/// The virtio-net header: parse; whatever it accepts points inside the
+/// frame; re-emit and re-parse to the same value.
+pub fn virtio_net(data: &[u8]) {
+    let Ok((v, frame)) = VnetRepr::parse(data) else {
+        return;
+    };
+    assert_eq!(frame.len(), data.len() - VNET_HDR_LEN);
+    if let Csum::Partial { start, offset } = v.csum {
+        assert!(usize::from(start) + usize::from(offset) + 2 <= frame.len());
+    }
+    match v.gso {
+        Gso::None => {}
+        Gso::TcpV4 { size, .. } | Gso::TcpV6 { size, .. } => {
+            assert!(size > 0 && usize::from(size) <= frame.len());
+        }
+    }
+    assert!(usize::from(v.hdr_len) <= frame.len());
+    let mut out = data.to_vec();
+    v.emit(&mut out);
+    assert_eq!(VnetRepr::parse(&out).map(|(r, _)| r), Ok(v));
 }

@@ -30,7 +30,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ustack_core::tcp::{State, TcpConfig};
 use ustack_core::time::{Duration, Instant};
-use ustack_core::{ArpLimits, Config, Limits, ReasmLimits, Stack, TcpHandle, UdpHandle};
+use ustack_core::{
+    ArpLimits, Config, Limits, LinkOffload, ReasmLimits, Stack, TcpHandle, UdpHandle,
+};
 use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr, ARP_LEN};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, ETHERNET_HEADER_LEN};
@@ -39,6 +41,7 @@ use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN};
 use ustack_wire::tcp::{flags, SeqNum, TcpPacket, TcpRepr, TCP_HEADER_LEN};
 use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
+use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
 pub const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 pub const OUR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
@@ -190,6 +193,46 @@ fn is_single_host(a: Ipv4Addr) -> bool {
 /// Check one frame emitted by the stack; panics on a violated invariant.
 pub fn check_frame(f: &[u8], mtu: usize) {
     let _ = check(f, mtu);
+}
+
+/// Check one frame emitted by a stack whose link has the virtio-net
+/// header: the header is sound, a GSO frame is TCP/IPv4 with a partial
+/// checksum and segments that fit the MTU, and a partial checksum is right
+/// once completed; then the frame as [`check`] would.
+fn check_vnet(f: &[u8], mtu: usize) -> Emitted {
+    let (v, eth) = VnetRepr::parse(f).expect("emitted frame: virtio-net header");
+    let mut frame = eth.to_vec();
+    if let Csum::Partial { start, offset } = v.csum {
+        let (start, offset) = (usize::from(start), usize::from(offset));
+        let c = !checksum::fold(checksum::sum(&frame[start..], 0));
+        frame[start + offset..start + offset + 2].copy_from_slice(&c.to_be_bytes());
+    }
+    match v.gso {
+        Gso::None => check(&frame, mtu),
+        Gso::TcpV4 { size, ecn } => {
+            assert!(!ecn, "emitted GSO with ECN");
+            assert!(
+                matches!(v.csum, Csum::Partial { .. }),
+                "emitted GSO without a partial checksum"
+            );
+            let hdr = usize::from(v.hdr_len);
+            assert!(
+                hdr - ETHERNET_HEADER_LEN + usize::from(size) <= mtu,
+                "emitted GSO segments larger than the MTU"
+            );
+            assert!(
+                frame.len() > ETHERNET_HEADER_LEN + mtu,
+                "needless GSO frame"
+            );
+            assert!(
+                frame.len() <= ETHERNET_HEADER_LEN + 65_535,
+                "GSO frame over 64 KB"
+            );
+            // The super-frame as a frame of its own size.
+            check(&frame, frame.len() - ETHERNET_HEADER_LEN)
+        }
+        Gso::TcpV6 { .. } => panic!("emitted TCP/IPv6 GSO"),
+    }
 }
 
 fn check(f: &[u8], mtu: usize) -> Emitted {
@@ -354,6 +397,8 @@ pub struct Harness {
     now: Instant,
     mtu: usize,
     limits: Limits,
+    /// The link has the virtio-net header (partial checksums, TSO).
+    vnet: bool,
     auto_arp: bool,
     arp_wanted: bool,
     flows: Vec<Flow>,
@@ -368,7 +413,8 @@ pub struct Harness {
 impl Harness {
     /// Build the stack and drive the scripted setup; `cfg` bits select the
     /// configuration (small limits, MTU 576, no TCP options, no automatic
-    /// ARP replies, Nagle off, tiny buffers).
+    /// ARP replies, Nagle off, tiny buffers, a virtio-net header on the
+    /// link with TSO and partial checksums).
     pub fn new(cfg: u8) -> Harness {
         let mut limits = Limits::default();
         if cfg & 1 != 0 {
@@ -423,6 +469,14 @@ impl Harness {
         };
         let now = Instant::from_secs(1000);
         let mut stack = Stack::new(config, now);
+        let vnet = cfg & 64 != 0;
+        if vnet {
+            stack.set_link_offload(LinkOffload {
+                vnet_hdr: true,
+                tso4: true,
+                tx_csum: true,
+            });
+        }
         let listener = stack
             .tcp_listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, LISTEN_PORT), 16)
             .expect("setup: listen");
@@ -434,6 +488,7 @@ impl Harness {
             now,
             mtu,
             limits,
+            vnet,
             auto_arp: cfg & 8 == 0,
             arp_wanted: false,
             flows: Vec::new(),
@@ -508,7 +563,12 @@ impl Harness {
         );
         let out = std::mem::take(&mut self.out);
         for f in &out {
-            match check(f, self.mtu) {
+            let emitted = if self.vnet {
+                check_vnet(f, self.mtu)
+            } else {
+                check(f, self.mtu)
+            };
+            match emitted {
                 Emitted::ArpRequest(ip) => {
                     if ip == PEER_IP {
                         self.arp_wanted = true;
@@ -560,7 +620,21 @@ impl Harness {
         }
     }
 
+    /// Deliver a frame the harness built (behind a plain virtio-net header
+    /// when the link has one).
     fn receive(&mut self, frame: &[u8]) {
+        if self.vnet {
+            let mut f = vec![0u8; VNET_HDR_LEN + frame.len()];
+            VnetRepr::NONE.emit(&mut f);
+            f[VNET_HDR_LEN..].copy_from_slice(frame);
+            self.receive_raw(&f);
+        } else {
+            self.receive_raw(frame);
+        }
+    }
+
+    /// Deliver bytes as they are (with offloads, the fuzzer's own header).
+    fn receive_raw(&mut self, frame: &[u8]) {
         let mut out = std::mem::take(&mut self.out);
         self.stack
             .receive(self.now, frame, &mut |f| out.push(f.to_vec()));
@@ -588,7 +662,7 @@ impl Harness {
             if !(self.auto_arp && std::mem::take(&mut self.arp_wanted)) {
                 return;
             }
-            let frame = arp_frame(
+            let mut frame = arp_frame(
                 ArpOperation::Reply,
                 PEER_MAC,
                 PEER_IP,
@@ -596,6 +670,9 @@ impl Harness {
                 OUR_IP,
                 OUR_MAC,
             );
+            if self.vnet {
+                frame.splice(0..0, [0u8; VNET_HDR_LEN]);
+            }
             let mut out = std::mem::take(&mut self.out);
             self.stack
                 .receive(self.now, &frame, &mut |f| out.push(f.to_vec()));
@@ -947,7 +1024,8 @@ impl Harness {
             Op::Raw => {
                 let len = inp.len(MAX_FRAME);
                 let f = inp.bytes(len).to_vec();
-                self.receive(&f);
+                // With offloads the fuzzer writes the virtio-net header too.
+                self.receive_raw(&f);
             }
             Op::RawFixed => {
                 let fl = inp.u8();

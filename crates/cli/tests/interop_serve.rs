@@ -95,6 +95,46 @@ fn echo_100mb_random_data() {
         "echo 100 MiB: {secs:.2} s ({:.0} Mbit/s each way)",
         838.9 / secs
     );
+    // The offloads were in use (the default): GSO super-frames both ways.
+    let page = status_page(&ns);
+    assert!(counter_on(&page, "LinkOutGsoFrames") > 0, "{page}");
+    assert!(counter_on(&page, "LinkInGsoFrames") > 0, "{page}");
+    assert_eq!(counter_on(&page, "LinkInVnetErrors"), 0, "{page}");
+    srv.stop_clean();
+}
+
+/// The status page's counters (`curl http://ustack/`).
+fn status_page(ns: &NetNs) -> String {
+    let out = ns.sh(&format!("curl -s http://{USTACK_IP}/"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A counter from the status page (only non-zero ones are listed: 0 if absent).
+fn counter_on(page: &str, name: &str) -> u64 {
+    page.lines()
+        .filter_map(|l| l.trim().strip_prefix(name))
+        .find_map(|rest| rest.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The same 100 MB transfers with the TAP opened without the virtio-net
+/// header: every frame one MTU, checksums computed in software both ways.
+#[test]
+fn transfers_without_offloads_are_byte_exact_too() {
+    let _heavy = heavy();
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &["--no-offload"]);
+    let secs = curl_bytes(&ns, 104_857_600, 240);
+    eprintln!("no offloads: curl 100 MB: {secs:.2} s");
+    let addr = SocketAddrV4::new(USTACK_IP, 7);
+    let secs = ns
+        .spawn(move || echo_transfer(addr, 100 << 20, 0x0ff))
+        .join()
+        .expect("echo client");
+    eprintln!("no offloads: echo 100 MiB: {secs:.2} s");
+    let page = status_page(&ns);
+    assert_eq!(counter_on(&page, "LinkOutGsoFrames"), 0, "{page}");
+    assert_eq!(counter_on(&page, "LinkInGsoFrames"), 0, "{page}");
     srv.stop_clean();
 }
 

@@ -75,6 +75,7 @@ fn check_udp(b: &[u8]) {
 
 /// Run every parser on `b` and on each of its suffixes at layer offsets.
 fn check_all(b: &[u8]) {
+    parsers::virtio_net(b);
     check_ethernet(b);
     parsers::arp(b);
     check_ipv4(b);
