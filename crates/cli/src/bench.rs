@@ -114,11 +114,35 @@ fn kclient(exe: &Path, ns: &str, test: &str, host: Ipv4Addr, a: &BenchArgs) -> R
         .with_context(|| format!("kclient output: {out}"))
 }
 
+#[derive(Default)]
 struct Measured {
     icmp_us: f64,
     rr_us: f64,
     to_mbps: f64,
     from_mbps: f64,
+    /// CPU time of this process (ustack's threads, when ustack runs in it)
+    /// per GB moved, in each bulk direction.
+    to_cpu_s_per_gb: f64,
+    from_cpu_s_per_gb: f64,
+}
+
+/// User + system CPU time of this process so far.
+fn process_cpu() -> f64 {
+    // SAFETY: getrusage fills the struct we pass; zeroed is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// One bulk transfer: (Mbit/s, this process's CPU seconds per GB moved).
+fn bulk(exe: &Path, ns: &str, test: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<(f64, f64)> {
+    let c0 = process_cpu();
+    let mbps = kclient(exe, ns, test, target, a)?;
+    let cpu = process_cpu() - c0;
+    let gb = mbps * a.seconds / 8000.0;
+    Ok((mbps, if gb > 0.0 { cpu / gb } else { f64::NAN }))
 }
 
 fn measure(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Measured> {
@@ -126,15 +150,23 @@ fn measure(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Meas
     let icmp_us = ping_avg_us(ns, target, a.pings)?;
     eprintln!("  TCP 1-byte request/response x{} ...", a.round_trips);
     let rr_us = kclient(exe, ns, "rr", target, a)?;
+    let mut m = measure_bulk(exe, ns, target, a)?;
+    m.icmp_us = icmp_us;
+    m.rr_us = rr_us;
+    Ok(m)
+}
+
+fn measure_bulk(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Measured> {
     eprintln!("  TCP bulk to the stack, {} s ...", a.seconds);
-    let to_mbps = kclient(exe, ns, "send", target, a)?;
+    let (to_mbps, to_cpu_s_per_gb) = bulk(exe, ns, "send", target, a)?;
     eprintln!("  TCP bulk from the stack, {} s ...", a.seconds);
-    let from_mbps = kclient(exe, ns, "recv", target, a)?;
+    let (from_mbps, from_cpu_s_per_gb) = bulk(exe, ns, "recv", target, a)?;
     Ok(Measured {
-        icmp_us,
-        rr_us,
         to_mbps,
         from_mbps,
+        to_cpu_s_per_gb,
+        from_cpu_s_per_gb,
+        ..Measured::default()
     })
 }
 
@@ -177,6 +209,26 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
     let u = measure(&exe, &ns_u, args.addr.addr, &a)?;
     up.finish();
+    // The same bulk transfers without the TAP's offloads (one MTU per
+    // frame, checksums in software): what the offloads are worth.
+    let plain = if a.no_offload {
+        None
+    } else {
+        let ns_p = format!("ubp{pid}");
+        nss.add(&ns_p)?;
+        let args = NetArgs {
+            tap: Some(format!("ubq{pid}")),
+            netns: Some(ns_p.clone()),
+            no_offload: true,
+            ..args
+        };
+        let up = setup::bring_up(&args, "")?;
+        crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
+        eprintln!("ustack over TAP {} without offloads:", up.tap);
+        let p = measure_bulk(&exe, &ns_p, args.addr.addr, &a)?;
+        up.finish();
+        Some(p)
+    };
 
     // Kernel side: veth between two namespaces.
     nss.add(&ns_a)?;
@@ -217,28 +269,64 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         unit: unit.to_string(),
         ratio: if kv > 0.0 { us / kv } else { f64::NAN },
     };
-    let rows = vec![
+    let mut rows = vec![
         row("icmp_echo_rtt", u.icmp_us, k.icmp_us, "us"),
         row("tcp_rr_1byte", u.rr_us, k.rr_us, "us"),
         row("tcp_bulk_to_stack", u.to_mbps, k.to_mbps, "Mbit/s"),
         row("tcp_bulk_from_stack", u.from_mbps, k.from_mbps, "Mbit/s"),
     ];
+    // ustack's CPU time per GB; the kernel's work is not a process's, so
+    // the kernel column holds ustack's figure without offloads (ratio =
+    // with / without: the saving).
+    if let Some(p) = &plain {
+        rows.extend([
+            row(
+                "tcp_bulk_to_stack_no_offload",
+                p.to_mbps,
+                k.to_mbps,
+                "Mbit/s",
+            ),
+            row(
+                "tcp_bulk_from_stack_no_offload",
+                p.from_mbps,
+                k.from_mbps,
+                "Mbit/s",
+            ),
+            row(
+                "cpu_per_gb_to_stack",
+                u.to_cpu_s_per_gb,
+                p.to_cpu_s_per_gb,
+                "s/GB",
+            ),
+            row(
+                "cpu_per_gb_from_stack",
+                u.from_cpu_s_per_gb,
+                p.from_cpu_s_per_gb,
+                "s/GB",
+            ),
+        ]);
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!(
-            "{:<22} {:>12} {:>12} {:<7} {:>8}",
+            "{:<30} {:>12} {:>12} {:<7} {:>8}",
             "test", "ustack", "kernel", "unit", "ratio"
         );
         for r in &rows {
             println!(
-                "{:<22} {:>12.1} {:>12.1} {:<7} {:>8.2}",
+                "{:<30} {:>12.1} {:>12.1} {:<7} {:>8.2}",
                 r.test, r.ustack, r.kernel, r.unit, r.ratio
             );
         }
         println!(
             "(ustack: TAP, peer = kernel in a namespace; kernel: veth between two namespaces; ratio = ustack/kernel)"
         );
+        if plain.is_some() {
+            println!(
+                "(cpu_per_gb rows: ustack's CPU seconds per GB with offloads | without them | ratio)"
+            );
+        }
     }
     Ok(0)
 }
