@@ -23,7 +23,10 @@ pub struct Limits {
     /// Bytes buffered in all flows together ([`crate::Relay::buffered`]).
     /// Default 64 MiB. Reached, new flows are refused and host sockets are
     /// not read until it frees up; the guest's data still drains to the
-    /// host.
+    /// host. What the guest itself sends is bounded by the windows it was
+    /// offered (`flow_buffer` per flow, `max_flows` flows), not by this, so
+    /// a guest writing to hosts that do not read can take `buffered` past
+    /// it by up to that much.
     pub total_buffer: usize,
     /// New flows per second (token bucket, burst of the same size). Default 10,000.
     pub new_flows_per_sec: u32,
