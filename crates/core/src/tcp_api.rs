@@ -225,6 +225,57 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.recv(buf))?
     }
 
+    /// Queue data written in place, without a staging buffer: `f` is lent
+    /// up to `max` bytes of the send buffer's free space as two slices (the
+    /// second non-empty only where the space wraps around the ring), fills
+    /// a prefix of the first then the second, and returns how many bytes it
+    /// wrote (clamped to what it was lent). Returns that count; `Ok(0)`
+    /// without calling `f` when the buffer is full or `max` is 0; the errors
+    /// of [`Stack::tcp_send`]. The same side effects as `tcp_send` (the
+    /// connection is scheduled to transmit, its readiness updated).
+    ///
+    /// The buffer's storage grows as it is used: `f` may be lent less than
+    /// `max` although there is room (a caller writing more comes back for
+    /// the rest), so a 100-byte write into a large lend does not allocate
+    /// the whole buffer. `f` runs inside the stack: it must not call back
+    /// into it. A relay lends the space straight to `recv(2)` on its host
+    /// socket, so each byte is copied once between the socket and the wire.
+    pub fn tcp_send_with(
+        &mut self,
+        h: TcpHandle,
+        max: usize,
+        f: impl FnOnce(&mut [u8], &mut [u8]) -> usize,
+    ) -> Result<usize, TcpError> {
+        self.tcp.with_conn(h, |c| c.send_with(max, f))?
+    }
+
+    /// Read received data in place, without a staging buffer: `f` is lent
+    /// the readable bytes as two slices (the second non-empty only where
+    /// they wrap around the ring), consumes a prefix (of the first, then the
+    /// second) and returns its length (clamped to what it was lent); those
+    /// bytes leave the buffer and the window opens as after
+    /// [`Stack::tcp_recv`]. Returns what `f` consumed, which may be 0.
+    /// Without readable data `f` is not called and the result is that of
+    /// `tcp_recv`: `Ok(0)` at end of stream, `WouldBlock`, or the error.
+    /// `f` runs inside the stack: it must not call back into it. A relay
+    /// lends the data straight to `send(2)`/`writev(2)` on its host socket
+    /// and consumes what the kernel took.
+    pub fn tcp_recv_with(
+        &mut self,
+        h: TcpHandle,
+        f: impl FnOnce(&[u8], &[u8]) -> usize,
+    ) -> Result<usize, TcpError> {
+        self.tcp.with_conn(h, |c| c.recv_with(f))?
+    }
+
+    /// Bytes held in the buffers of every TCP connection (listeners'
+    /// children and released connections still finishing included): data
+    /// queued and not yet acknowledged plus data received in order and not
+    /// yet read. Kept up to date as connections change, O(1).
+    pub fn tcp_buffered(&self) -> usize {
+        self.tcp.buffered()
+    }
+
     /// Send FIN after the queued data (`shutdown(SHUT_WR)`).
     pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), TcpError> {
         self.tcp.with_conn(h, |c| c.shutdown())

@@ -226,6 +226,8 @@ struct Conn {
     /// raised for flags gained and for new data).
     ev_bits: Readiness,
     ev_recv: usize,
+    /// Send plus receive queue when last looked at (the table's `buffered`).
+    held: usize,
 }
 
 impl Conn {
@@ -248,6 +250,7 @@ impl Conn {
             ev_queued: false,
             ev_bits: Readiness::NONE,
             ev_recv: 0,
+            held: 0,
         }
     }
 }
@@ -307,6 +310,8 @@ pub(crate) struct TcpTable {
     /// Local ports held by active opens (for `listen` conflicts).
     active_ports: HashMap<u16, u32, KeyedState>,
     live: usize,
+    /// Sum of every connection's `held` (`Stack::tcp_buffered`).
+    buffered: usize,
     isn: Isn,
     cfg: TcpConfig,
     route_mss: u16,
@@ -350,6 +355,7 @@ impl TcpTable {
             listeners: HashMap::with_hasher(hasher),
             active_ports: HashMap::with_hasher(hasher),
             live: 0,
+            buffered: 0,
             isn: Isn::new(secret),
             cfg,
             route_mss,
@@ -371,6 +377,11 @@ impl TcpTable {
     /// Sockets of all kinds in the table (listeners, connections, orphans).
     pub(crate) fn len(&self) -> usize {
         self.live
+    }
+
+    /// Bytes queued or received and unread in every connection.
+    pub(crate) fn buffered(&self) -> usize {
+        self.buffered
     }
 
     fn alloc(&mut self, sock: Sock) -> Option<TcpHandle> {
@@ -407,6 +418,7 @@ impl TcpTable {
                 self.listeners.remove(&l.local.port());
             }
             Sock::Conn(c) => {
+                self.buffered = self.buffered.saturating_sub(c.held);
                 if c.in_map {
                     self.conns.remove(&(c.local, c.remote));
                 }
@@ -966,6 +978,11 @@ impl TcpTable {
         let Some(Sock::Conn(c)) = slot.sock.as_mut() else {
             return;
         };
+        // Every change to a connection's queues ends here (segment input,
+        // dispatch, socket calls): keep the table's total in step.
+        let held = c.conn.send_queue() + c.conn.recv_queue();
+        self.buffered = (self.buffered + held).saturating_sub(c.held);
+        c.held = held;
         file(
             c,
             (idx as u32, generation),

@@ -455,6 +455,115 @@ impl TcpStream {
         Ok(self.clone())
     }
 
+    /// Read without a staging buffer: `f` is lent the received bytes as two
+    /// slices (the second non-empty only where they wrap around the
+    /// connection's receive ring), consumes a prefix (of the first, then the
+    /// second) and returns its length; those bytes leave the buffer and the
+    /// window opens as after [`Read::read`]. Returns what `f` consumed
+    /// (clamped to what it was lent).
+    ///
+    /// Blocks like `read` until data or the end of stream is there (in
+    /// non-blocking mode: `WouldBlock`; after the read timeout:
+    /// `WouldBlock`). `Ok(0)` at end of stream, without calling `f`; `f`
+    /// consuming nothing also gives `Ok(0)` (the data stays for the next
+    /// read), so a caller whose `f` may take nothing tells the two apart by
+    /// whether `f` ran. `f` is called at most once.
+    ///
+    /// `f` runs with the stack's lock held: it must not block (no blocking
+    /// I/O, no waiting on another thread that uses this `Net`) and must not
+    /// call into this `Net` (that would deadlock); every other socket of
+    /// the `Net` waits while it runs. Writing the bytes to a file or a
+    /// non-blocking descriptor, hashing or parsing them are what it is for:
+    /// each byte is then copied once between the wire and its destination.
+    pub fn read_with<F>(&self, f: F) -> io::Result<usize>
+    where
+        F: FnOnce(&[u8], &[u8]) -> usize,
+    {
+        let s = &self.inner;
+        if s.released.load(Ordering::Acquire) {
+            return Err(io::ErrorKind::NotConnected.into());
+        }
+        let h = s.handle;
+        let nonblocking = s.nonblocking.load(Ordering::Relaxed);
+        let timeout = lock_opt(&s.read_timeout);
+        let mut f = Some(f);
+        s.net.shared().block_on(
+            Interest::TcpRead(h),
+            nonblocking,
+            timeout,
+            io::ErrorKind::WouldBlock,
+            |g, _| {
+                if s.read_shut.load(Ordering::Acquire) || s.released.load(Ordering::Acquire) {
+                    return Poll::Ready(Ok(0));
+                }
+                match g
+                    .stack
+                    .tcp_recv_with(h, |a, b| f.take().map_or(0, |f| f(a, b)))
+                {
+                    Ok(n) => Poll::Ready(Ok(n)),
+                    Err(TcpError::WouldBlock) => Poll::Pending,
+                    Err(e) => Poll::Ready(Err(e.into_io())),
+                }
+            },
+        )
+    }
+
+    /// Write without a staging buffer: `f` is lent up to `max` bytes of free
+    /// space in the connection's send buffer as two slices (the second
+    /// non-empty only where the space wraps around the ring), fills a prefix
+    /// of the first then the second and returns how many bytes it wrote;
+    /// they are sent as if passed to [`Write::write`]. Returns that count
+    /// (clamped to what was lent).
+    ///
+    /// Blocks until there is send space (in non-blocking mode:
+    /// `WouldBlock`; after the write timeout: `WouldBlock`), then calls `f`
+    /// once: like a short `write`, it may be lent less than `max` although
+    /// more would fit later (the buffer's storage grows as it is used), so
+    /// a writer of more calls again. `Ok(0)` without calling `f` when `max`
+    /// is 0. Errors as `write` (`BrokenPipe` after `shutdown(Write)`, the
+    /// connection's error).
+    ///
+    /// `f` runs with the stack's lock held: it must not block and must not
+    /// call into this `Net` (see [`TcpStream::read_with`]). Reading from a
+    /// file or a non-blocking descriptor into the lent space, or producing
+    /// the bytes there, copies each byte once on its way to the wire.
+    pub fn write_with<F>(&self, max: usize, f: F) -> io::Result<usize>
+    where
+        F: FnOnce(&mut [u8], &mut [u8]) -> usize,
+    {
+        let s = &self.inner;
+        if max == 0 {
+            return Ok(0);
+        }
+        if s.released.load(Ordering::Acquire) {
+            return Err(io::ErrorKind::NotConnected.into());
+        }
+        let h = s.handle;
+        let nonblocking = s.nonblocking.load(Ordering::Relaxed);
+        let timeout = lock_opt(&s.write_timeout);
+        let mut f = Some(f);
+        s.net.shared().block_on(
+            Interest::TcpWrite(h),
+            nonblocking,
+            timeout,
+            io::ErrorKind::WouldBlock,
+            |g, _| {
+                if s.released.load(Ordering::Acquire) {
+                    return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+                }
+                let r = g
+                    .stack
+                    .tcp_send_with(h, max, |a, b| f.take().map_or(0, |f| f(a, b)));
+                match r {
+                    // `f` ran (it is taken when called): done, whatever it wrote.
+                    Ok(n) if f.is_none() => Poll::Ready(Ok(n)),
+                    Ok(_) | Err(TcpError::WouldBlock) => Poll::Pending,
+                    Err(e) => Poll::Ready(Err(e.into_io())),
+                }
+            },
+        )
+    }
+
     fn do_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let s = &self.inner;
         if buf.is_empty() {

@@ -70,7 +70,8 @@ pub struct RelayArgs {
     /// Maximum half-open TCP connections (host connect pending).
     #[arg(long, default_value_t = Limits::default().max_half_open)]
     pub max_half_open: usize,
-    /// Bytes buffered per flow and direction.
+    /// Bytes buffered per flow and direction (the guest-side TCP send and
+    /// receive buffer sizes).
     #[arg(long, default_value_t = Limits::default().flow_buffer)]
     pub flow_buffer: usize,
     /// Bytes buffered in all flows together.
@@ -183,6 +184,13 @@ pub fn default_guest(
     mtu: usize,
 ) -> io::Result<CoreGuest> {
     let mut cfg = CoreGuestConfig::new(args.addr.addr, args.gateway, args.addr.prefix_len, mtu);
+    // The relay keeps no queues: what a flow buffers per direction is the
+    // guest-side connection's receive buffer (guest -> host) and send
+    // buffer (host -> guest). Their size is the per-flow limit, so that the
+    // stack's own readiness (send space after full) is what wakes a flow
+    // held back by it.
+    cfg.tcp.snd_buf = args.flow_buffer.max(1);
+    cfg.tcp.rcv_buf = args.flow_buffer.max(1);
     // Room for every flow plus connections still closing (TIME-WAIT).
     cfg.limits.max_tcp_sockets = cfg
         .limits

@@ -98,6 +98,8 @@ pub struct CoreGuest {
     by_handle: HashMap<TcpHandle, u64>,
     next_id: u64,
     rx: Vec<u8>,
+    /// The configured send buffer per connection (for `send_space`).
+    snd_buf: usize,
     /// Frames the device refused (full or failing).
     pub tx_drops: u64,
 }
@@ -129,6 +131,7 @@ impl CoreGuest {
         let addr = Ipv4Cidr::new(cfg.gateway, cfg.prefix_len).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "bad gateway prefix length")
         })?;
+        let snd_buf = cfg.tcp.snd_buf.max(1);
         let mut secret = [0u8; 16];
         random_bytes(&mut secret);
         let mut seed = [0u8; 8];
@@ -175,6 +178,7 @@ impl CoreGuest {
             by_handle: HashMap::new(),
             next_id: 1,
             rx,
+            snd_buf,
             tx_drops: 0,
         })
     }
@@ -337,6 +341,7 @@ impl GuestStack for CoreGuest {
             established: false,
             closed: true,
             error: Some(ConnError::Reset),
+            ..ConnState::default()
         };
         let Some(h) = self.conns.get(&c.0) else {
             return gone;
@@ -359,11 +364,45 @@ impl GuestStack for CoreGuest {
         );
         // Finished on the guest side once nothing is left to read.
         let closed = matches!(st.state, State::Closed | State::TimeWait) && st.recv_queue == 0;
+        let send_space = if st.can_send && st.pending_error.is_none() {
+            self.snd_buf.saturating_sub(st.send_queue)
+        } else {
+            0
+        };
         ConnState {
             established,
             closed,
             error,
+            send_queue: st.send_queue,
+            send_space,
         }
+    }
+
+    fn tcp_send_with(
+        &mut self,
+        c: ConnId,
+        max: usize,
+        f: &mut dyn FnMut(&mut [u8], &mut [u8]) -> usize,
+    ) -> io::Result<usize> {
+        let h = self.handle(c)?;
+        match self.stack.tcp_send_with(h, max, |a, b| f(a, b)) {
+            Ok(n) => Ok(n),
+            Err(TcpError::WouldBlock) => Ok(0),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
+    fn tcp_recv_with(
+        &mut self,
+        c: ConnId,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> usize,
+    ) -> io::Result<usize> {
+        let h = self.handle(c)?;
+        self.stack.tcp_recv_with(h, |a, b| f(a, b)).map_err(io_err)
+    }
+
+    fn tcp_buffered(&self) -> usize {
+        self.stack.tcp_buffered()
     }
 
     fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize> {

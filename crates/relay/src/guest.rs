@@ -63,6 +63,11 @@ pub struct ConnState {
     pub closed: bool,
     /// Abnormal end.
     pub error: Option<ConnError>,
+    /// Bytes queued for the guest and not yet acknowledged by it.
+    pub send_queue: usize,
+    /// Bytes a send would take now (free send-buffer space; 0 when the
+    /// connection cannot send).
+    pub send_space: usize,
 }
 
 /// A datagram the guest sent to anywhere outside.
@@ -123,10 +128,65 @@ pub trait GuestStack {
         let _ = out;
         false
     }
-    /// Queue bytes for the guest; `Ok(0)` = its send buffer is full.
-    fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize>;
-    /// Bytes from the guest; `Ok(0)` = the guest sent FIN; `WouldBlock` = nothing yet.
-    fn tcp_recv(&mut self, c: ConnId, buf: &mut [u8]) -> io::Result<usize>;
+    /// Queue bytes for the guest written in place: `f` is lent up to `max`
+    /// bytes of the connection's free send-buffer space as two slices (the
+    /// second non-empty only where the space wraps around a ring), fills a
+    /// prefix of the first then the second and returns how many bytes it
+    /// wrote. Returns that count; `Ok(0)` without calling `f` when the
+    /// buffer is full (or `max` is 0). `f` may be lent less than `max`
+    /// although there is room; it must not call back into the guest.
+    ///
+    /// This is how the relay moves host bytes to the guest with one copy:
+    /// `f` is `recv(2)` on the host socket straight into the buffer.
+    fn tcp_send_with(
+        &mut self,
+        c: ConnId,
+        max: usize,
+        f: &mut dyn FnMut(&mut [u8], &mut [u8]) -> usize,
+    ) -> io::Result<usize>;
+    /// Take bytes from the guest in place: `f` is lent the bytes received
+    /// and not yet taken as two slices (the second non-empty only where
+    /// they wrap), consumes a prefix (of the first, then the second) and
+    /// returns its length. Returns that count (`f` may take 0). Without
+    /// data `f` is not called: `Ok(0)` = the guest sent FIN, `WouldBlock` =
+    /// nothing yet, or the connection's error. `f` must not call back into
+    /// the guest.
+    ///
+    /// The relay lends the bytes straight to `send(2)` on the host socket
+    /// and consumes what the kernel took.
+    fn tcp_recv_with(
+        &mut self,
+        c: ConnId,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> usize,
+    ) -> io::Result<usize>;
+    /// Queue bytes for the guest; `Ok(0)` = its send buffer is full. (A
+    /// copy through [`GuestStack::tcp_send_with`].)
+    fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize> {
+        let mut done = 0;
+        while done < data.len() {
+            let rest = data.get(done..).unwrap_or_default();
+            match self.tcp_send_with(c, rest.len(), &mut |a, b| copy_into(rest, a, b)) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+    /// Bytes from the guest; `Ok(0)` = the guest sent FIN; `WouldBlock` =
+    /// nothing yet. (A copy through [`GuestStack::tcp_recv_with`].)
+    fn tcp_recv(&mut self, c: ConnId, buf: &mut [u8]) -> io::Result<usize> {
+        self.tcp_recv_with(c, &mut |a, b| copy_from(a, b, buf))
+    }
+    /// Bytes held in the guest-side TCP buffers of every connection
+    /// (released ones still finishing included): received from the guest
+    /// and not yet taken, plus queued for the guest and not yet
+    /// acknowledged. What the relay's flows hold; cheap (the relay asks on
+    /// every pump). Default: 0, a guest that holds nothing.
+    fn tcp_buffered(&self) -> usize {
+        0
+    }
     /// Send FIN after queued data.
     fn tcp_shutdown(&mut self, c: ConnId);
     /// Send RST and release the handle.
@@ -165,4 +225,32 @@ pub trait GuestStack {
         data: &[u8],
         how: Unreachable,
     );
+}
+
+/// Copy a prefix of `src` into `a` then `b`; the count.
+pub(crate) fn copy_into(src: &[u8], a: &mut [u8], b: &mut [u8]) -> usize {
+    let mut n = 0;
+    for dst in [a, b] {
+        let rest = src.get(n..).unwrap_or_default();
+        let k = dst.len().min(rest.len());
+        if let (Some(d), Some(s)) = (dst.get_mut(..k), rest.get(..k)) {
+            d.copy_from_slice(s);
+        }
+        n += k;
+    }
+    n
+}
+
+/// Copy `a` then `b` into a prefix of `dst`, as far as it goes; the count.
+pub(crate) fn copy_from(a: &[u8], b: &[u8], dst: &mut [u8]) -> usize {
+    let mut n = 0;
+    for src in [a, b] {
+        let Some(rest) = dst.get_mut(n..) else { break };
+        let k = src.len().min(rest.len());
+        if let (Some(d), Some(s)) = (rest.get_mut(..k), src.get(..k)) {
+            d.copy_from_slice(s);
+        }
+        n += k;
+    }
+    n
 }

@@ -11,9 +11,22 @@ pub struct Limits {
     /// TCP connections whose host-side connect (or guest-side handshake for
     /// inbound forwards) has not completed. Default 256.
     pub max_half_open: usize,
-    /// Bytes buffered per flow and direction. Default 256 KiB.
+    /// Bytes buffered per flow and direction. Default 256 KiB. The relay
+    /// keeps no queues of its own: the bytes sit in the guest stack's TCP
+    /// buffers. The relay stops reading a host socket while the guest holds
+    /// this much for the flow unacknowledged; the other direction is the
+    /// guest connection's receive buffer. `ustack run` sizes the guest's
+    /// send and receive buffers to this (a guest send buffer larger than it
+    /// works too, but the flow is then re-pumped on every iteration while
+    /// at the limit, since only a full buffer is reported by the guest).
     pub flow_buffer: usize,
-    /// Bytes buffered in all flows together. Default 64 MiB.
+    /// Bytes buffered in all flows together ([`crate::Relay::buffered`]).
+    /// Default 64 MiB. Reached, new flows are refused and host sockets are
+    /// not read until it frees up; the guest's data still drains to the
+    /// host. What the guest itself sends is bounded by the windows it was
+    /// offered (`flow_buffer` per flow, `max_flows` flows), not by this, so
+    /// a guest writing to hosts that do not read can take `buffered` past
+    /// it by up to that much.
     pub total_buffer: usize,
     /// New flows per second (token bucket, burst of the same size). Default 10,000.
     pub new_flows_per_sec: u32,

@@ -2,7 +2,7 @@
 //! through ordinary host sockets driven by one epoll loop.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -58,21 +58,6 @@ const SCRATCH: usize = 64 * 1024;
 /// other flows get their turn (the flow stays dirty if it could go on).
 const PUMP_PASSES: usize = 8;
 
-/// A bounded byte queue.
-#[derive(Debug, Default)]
-struct ByteBuf {
-    q: VecDeque<u8>,
-}
-
-impl ByteBuf {
-    fn len(&self) -> usize {
-        self.q.len()
-    }
-    fn is_empty(&self) -> bool {
-        self.q.is_empty()
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TcpPhase {
     /// Guest SYN held; host connect in progress.
@@ -82,12 +67,13 @@ enum TcpPhase {
     Established,
 }
 
+/// A TCP flow holds no bytes of its own: guest to host, the guest stack's
+/// receive buffer is lent to `send(2)` on the host socket; host to guest,
+/// its send buffer is lent to `recv(2)` (see [`Relay::pump_tcp`]).
 #[derive(Debug)]
 struct TcpFlow {
     phase: TcpPhase,
     conn: Option<ConnId>,
-    g2h: ByteBuf,
-    h2g: ByteBuf,
     readable: bool,
     writable: bool,
     guest_eof: bool,
@@ -96,7 +82,8 @@ struct TcpFlow {
     guest_shut: bool,
     /// Queued in the relay's dirty list (to be pumped this iteration).
     dirty: bool,
-    /// Waiting for the global buffer budget to free up.
+    /// Waiting for the buffer budget (global, or the flow's own below the
+    /// guest's send buffer) to free up.
     cap_blocked: bool,
 }
 
@@ -105,8 +92,6 @@ impl TcpFlow {
         TcpFlow {
             phase,
             conn,
-            g2h: ByteBuf::default(),
-            h2g: ByteBuf::default(),
             readable: host_ready,
             writable: host_ready,
             guest_eof: false,
@@ -177,7 +162,6 @@ pub struct Relay<G: GuestStack> {
     listeners: Vec<Listener>,
     stats: Stats,
     bucket: TokenBucket,
-    buffered: usize,
     half_open: usize,
     next_id: u64,
     scratch: Vec<u8>,
@@ -189,7 +173,7 @@ pub struct Relay<G: GuestStack> {
     conn_flow: HashMap<ConnId, u64>,
     /// TCP flows to pump in this iteration (each flagged `dirty`).
     dirty: Vec<u64>,
-    /// TCP flows waiting for the global buffer budget (flagged `cap_blocked`).
+    /// TCP flows waiting for the buffer budget (flagged `cap_blocked`).
     cap_blocked: Vec<u64>,
     /// Scratch for the guest's events.
     conn_events: Vec<ConnId>,
@@ -247,7 +231,6 @@ impl<G: GuestStack> Relay<G> {
             listeners,
             stats: Stats::default(),
             bucket,
-            buffered: 0,
             half_open: 0,
             next_id: FIRST_FLOW,
             scratch: vec![0; SCRATCH],
@@ -276,9 +259,13 @@ impl<G: GuestStack> Relay<G> {
     pub fn flow_count(&self) -> usize {
         self.flows.len()
     }
-    /// Bytes currently buffered in all flows.
+    /// Bytes the flows hold: what the guest sent and the host socket has
+    /// not taken yet, plus what the host sent and the guest has not
+    /// acknowledged yet — all of it in the guest stack's TCP buffers (the
+    /// relay keeps no queues of its own), as [`GuestStack::tcp_buffered`]
+    /// reports it.
     pub fn buffered(&self) -> usize {
-        self.buffered
+        self.guest.tcp_buffered()
     }
     /// Local addresses of the port-forward listeners (useful with port 0).
     pub fn listener_addrs(&self) -> Vec<SocketAddrV4> {
@@ -444,7 +431,7 @@ impl<G: GuestStack> Relay<G> {
             }
         }
         self.conn_events = evs;
-        if !self.cap_blocked.is_empty() && self.buffered < self.cfg.limits.total_buffer {
+        if !self.cap_blocked.is_empty() && self.buffered() < self.cfg.limits.total_buffer {
             for id in std::mem::take(&mut self.cap_blocked) {
                 if let Some(Flow {
                     kind: Kind::Tcp(t), ..
@@ -472,7 +459,7 @@ impl<G: GuestStack> Relay<G> {
         // iteration (the guest descriptor stays readable, so it comes at once).
         self.guest.flush(now)?;
         self.stats.peak_flows = self.stats.peak_flows.max(self.flows.len() as u64);
-        self.stats.peak_buffered = self.stats.peak_buffered.max(self.buffered as u64);
+        self.stats.peak_buffered = self.stats.peak_buffered.max(self.buffered() as u64);
         Ok(())
     }
 
@@ -501,7 +488,9 @@ impl<G: GuestStack> Relay<G> {
     fn guest_side_finished(&self) -> bool {
         self.flows.values().all(|f| match &f.kind {
             Kind::Tcp(t) => match t.phase {
-                TcpPhase::Established => t.guest_eof && t.g2h.is_empty(),
+                // The guest's EOF is seen once everything before it was
+                // taken by the host socket.
+                TcpPhase::Established => t.guest_eof,
                 TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting => true,
             },
             _ => true,
@@ -515,7 +504,7 @@ impl<G: GuestStack> Relay<G> {
         let ids: Vec<u64> = self.flows.keys().copied().collect();
         for id in ids {
             let graceful = self.flows.get(&id).is_some_and(|f| match &f.kind {
-                Kind::Tcp(t) => t.host_wr_shut && t.g2h.is_empty(),
+                Kind::Tcp(t) => t.host_wr_shut,
                 _ => false,
             });
             if graceful {
@@ -549,7 +538,7 @@ impl<G: GuestStack> Relay<G> {
             self.stats.limit_half_open += 1;
             return false;
         }
-        if self.buffered >= l.total_buffer {
+        if self.buffered() >= l.total_buffer {
             self.stats.limit_buffer += 1;
             return false;
         }
@@ -813,6 +802,15 @@ impl<G: GuestStack> Relay<G> {
     /// until neither side makes progress (bounded: a flow that still could
     /// stays dirty for the next iteration), since the sides will not report
     /// again what they reported already.
+    ///
+    /// Each byte is copied once in user space: guest to host, the guest
+    /// stack lends the data in its receive buffer to `send(2)` (two slices
+    /// when the ring wraps: `sendmsg`) and drops what the kernel took; host
+    /// to guest, it lends free space in its send buffer to `recv(2)`
+    /// (`recvmsg`), which the stack then sends from. Back-pressure is the
+    /// buffers themselves: a full receive buffer closes the guest's window,
+    /// a full send buffer (or the flow's or the global budget) stops reads
+    /// from the host socket.
     fn pump_tcp(&mut self, now: Instant, id: u64) {
         let flow_cap = self.cfg.limits.flow_buffer;
         let total_cap = self.cfg.limits.total_buffer;
@@ -850,108 +848,122 @@ impl<G: GuestStack> Relay<G> {
         let mut host_reset = false;
         let mut cap_blocked = false;
         let mut again = false;
-        let scratch = &mut self.scratch;
+        // What the guest's send buffer holds for this flow and the room it
+        // has left: during the pump they change only by what is queued here
+        // (acknowledgements come in with the guest's `poll`).
+        let mut queued = st.send_queue;
+        let mut space = st.send_space;
 
         for pass in 0..PUMP_PASSES {
             let mut progress = false;
-            // guest -> host
-            loop {
-                let global = total_cap.saturating_sub(self.buffered);
-                let room = flow_cap
-                    .saturating_sub(t.g2h.len())
-                    .min(global)
-                    .min(scratch.len());
-                if t.guest_eof {
-                    break;
-                }
-                if room == 0 {
-                    cap_blocked |= global == 0;
-                    break;
-                }
-                let Some(buf) = scratch.get_mut(..room) else {
-                    break;
-                };
-                match self.guest.tcp_recv(conn, buf) {
-                    Ok(0) => {
+            // guest -> host: the guest's receive buffer straight to send(2).
+            while !t.guest_eof && !host_reset {
+                let writable = t.writable;
+                let mut called = false;
+                let mut err = None;
+                let r = self.guest.tcp_recv_with(conn, &mut |a, b| {
+                    called = true;
+                    // Not writable: take nothing (no system call), but the
+                    // call still tells the end of stream apart.
+                    if !writable {
+                        return 0;
+                    }
+                    match sys::send2(sock, a, b) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            err = Some(e);
+                            0
+                        }
+                    }
+                });
+                match r {
+                    // No data and the closure not called: the guest's FIN.
+                    Ok(0) if !called => {
                         t.guest_eof = true;
                         progress = true;
                     }
                     Ok(n) => {
-                        // Extending from a slice is specialised to a memcpy; an
-                        // iterator (iter().take(n)) is copied element by element.
-                        let data = buf.get(..n).unwrap_or_default();
-                        t.g2h.q.extend(data);
-                        self.buffered += data.len();
-                        progress = true;
+                        if n > 0 {
+                            self.stats.bytes_guest_to_host += n as u64;
+                            moved = true;
+                            progress = true;
+                        }
+                        match err.map(|e| e.kind()) {
+                            None if n > 0 => {}
+                            // Not writable.
+                            None => break,
+                            Some(io::ErrorKind::WouldBlock) => {
+                                t.writable = false;
+                                break;
+                            }
+                            Some(io::ErrorKind::Interrupted) => {}
+                            Some(_) => host_reset = true,
+                        }
                     }
+                    // Nothing yet (or an error `tcp_state` reports next time).
                     Err(_) => break,
                 }
             }
-            while !t.g2h.is_empty() && t.writable {
-                let (a, _) = t.g2h.q.as_slices();
-                match sys::send(sock, a) {
-                    Ok(n) => {
-                        t.g2h.q.drain(..n.min(a.len()));
-                        self.buffered = self.buffered.saturating_sub(n);
-                        self.stats.bytes_guest_to_host += n as u64;
-                        moved = true;
-                        progress = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.writable = false,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => {
-                        host_reset = true;
-                        break;
-                    }
-                }
-            }
-            if t.guest_eof && t.g2h.is_empty() && !t.host_wr_shut && !host_reset {
+            if t.guest_eof && !t.host_wr_shut && !host_reset {
                 // guest FIN -> shutdown(SHUT_WR) on the host socket.
                 let _ = sys::shutdown_write(sock);
                 t.host_wr_shut = true;
             }
 
-            // host -> guest
+            // host -> guest: recv(2) straight into the guest's send buffer.
             while t.readable && !t.host_eof && !host_reset {
-                let global = total_cap.saturating_sub(self.buffered);
-                let room = flow_cap
-                    .saturating_sub(t.h2g.len())
-                    .min(global)
-                    .min(scratch.len());
+                let global = total_cap.saturating_sub(self.guest.tcp_buffered());
+                let room = flow_cap.saturating_sub(queued).min(global).min(space);
                 if room == 0 {
-                    cap_blocked |= global == 0;
+                    // A full send buffer is reported by the guest when it
+                    // has room again; the budgets are not: wait for them in
+                    // the cap-blocked list.
+                    cap_blocked |= space > 0;
                     break;
                 }
-                let Some(buf) = scratch.get_mut(..room) else {
-                    break;
-                };
-                match sys::recv(sock, buf) {
-                    Ok(0) => {
-                        t.host_eof = true;
-                        progress = true;
+                let mut called = false;
+                let mut eof = false;
+                let mut err = None;
+                let r = self.guest.tcp_send_with(conn, room, &mut |a, b| {
+                    called = true;
+                    match sys::recv2(sock, a, b) {
+                        Ok(0) => {
+                            eof = true;
+                            0
+                        }
+                        Ok(n) => n,
+                        Err(e) => {
+                            err = Some(e);
+                            0
+                        }
                     }
-                    Ok(n) => {
-                        let data = buf.get(..n).unwrap_or_default();
-                        t.h2g.q.extend(data);
-                        self.buffered += data.len();
-                        progress = true;
+                });
+                match r {
+                    Ok(n) if called => {
+                        queued += n;
+                        space = space.saturating_sub(n);
+                        if n > 0 {
+                            self.stats.bytes_host_to_guest += n as u64;
+                            moved = true;
+                            progress = true;
+                        }
+                        if eof {
+                            t.host_eof = true;
+                            progress = true;
+                        }
+                        match err.map(|e| e.kind()) {
+                            None | Some(io::ErrorKind::Interrupted) => {}
+                            Some(io::ErrorKind::WouldBlock) => t.readable = false,
+                            Some(_) => host_reset = true,
+                        }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => t.readable = false,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => host_reset = true,
-                }
-            }
-            while !t.h2g.is_empty() {
-                let (a, _) = t.h2g.q.as_slices();
-                match self.guest.tcp_send(conn, a) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        t.h2g.q.drain(..n.min(a.len()));
-                        self.buffered = self.buffered.saturating_sub(n);
-                        self.stats.bytes_host_to_guest += n as u64;
-                        moved = true;
-                        progress = true;
+                    // The guest's send buffer is full after all.
+                    Ok(_) => {
+                        space = 0;
+                        break;
                     }
+                    // It cannot take data (its state says why next time).
+                    Err(_) => break,
                 }
             }
             if host_reset || !progress {
@@ -967,7 +979,7 @@ impl<G: GuestStack> Relay<G> {
             self.abort_flow(now, id, false);
             return;
         }
-        if t.host_eof && t.h2g.is_empty() && !t.guest_shut {
+        if t.host_eof && !t.guest_shut {
             // host FIN -> FIN to the guest after the queued data.
             self.guest.tcp_shutdown(conn);
             t.guest_shut = true;
@@ -975,12 +987,7 @@ impl<G: GuestStack> Relay<G> {
         if moved {
             flow.last_active = now;
         }
-        let done = t.guest_eof
-            && t.host_eof
-            && t.host_wr_shut
-            && t.guest_shut
-            && t.g2h.is_empty()
-            && t.h2g.is_empty();
+        let done = t.guest_eof && t.host_eof && t.host_wr_shut && t.guest_shut;
         if done || st.closed {
             self.guest.tcp_close(conn);
             self.stats.tcp_closed += 1;
@@ -1032,7 +1039,6 @@ impl<G: GuestStack> Relay<G> {
                 if let Some(c) = t.conn {
                     self.conn_flow.remove(&c);
                 }
-                self.buffered = self.buffered.saturating_sub(t.g2h.len() + t.h2g.len());
                 if matches!(
                     t.phase,
                     TcpPhase::HostConnecting(_) | TcpPhase::GuestConnecting

@@ -246,6 +246,62 @@ pub fn send(fd: &OwnedFd, data: &[u8]) -> io::Result<usize> {
     })
 }
 
+/// `send(2)` of `a` then `b` in one call (`sendmsg` with two iovecs when
+/// `b` is not empty): the two halves of a wrapped ring buffer.
+pub fn send2(fd: &OwnedFd, a: &[u8], b: &[u8]) -> io::Result<usize> {
+    if b.is_empty() {
+        return send(fd, a);
+    }
+    let mut iov = [
+        libc::iovec {
+            iov_base: a.as_ptr().cast_mut().cast(),
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_ptr().cast_mut().cast(),
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: zeroed msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` points at two iovecs over `a` and `b`, valid for reads
+    // for the call (sendmsg does not write through them).
+    cvt_size(unsafe {
+        libc::sendmsg(
+            fd.as_raw_fd(),
+            &msg,
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    })
+}
+
+/// `recv(2)` into `a` then `b` in one call (`recvmsg` with two iovecs when
+/// `b` is not empty): the two halves of a ring buffer's wrapped free space.
+pub fn recv2(fd: &OwnedFd, a: &mut [u8], b: &mut [u8]) -> io::Result<usize> {
+    if b.is_empty() {
+        return recv(fd, a);
+    }
+    let mut iov = [
+        libc::iovec {
+            iov_base: a.as_mut_ptr().cast(),
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: zeroed msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` points at two iovecs over `a` and `b`, valid for
+    // writes for the call.
+    cvt_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) })
+}
+
 pub fn send_to(fd: &OwnedFd, data: &[u8], to: SocketAddrV4) -> io::Result<usize> {
     let sa = sockaddr(to);
     // SAFETY: `data` valid for reads; `sa` a valid sockaddr_in.

@@ -19,8 +19,12 @@ pub struct FakeConn {
     pub from: Option<SocketAddrV4>,
     pub to: Option<SocketAddrV4>,
     pub established: bool,
-    /// Bytes the relay delivered to the guest.
+    /// Bytes the relay delivered to the guest (taken by its application).
     pub received: Vec<u8>,
+    /// Bytes the relay queued that the guest's application has not taken
+    /// yet because its `window` is used up: the fake's send buffer (at most
+    /// [`FakeGuest::send_buf`]), counted in `tcp_buffered`.
+    pub queued: VecDeque<u8>,
     /// Bytes the guest app has written, not yet taken by the relay.
     pub outgoing: VecDeque<u8>,
     /// The guest sent FIN (after `outgoing`).
@@ -35,6 +39,17 @@ pub struct FakeConn {
     pub guest_reset: bool,
     /// Max bytes the guest will accept in total before the test drains it.
     pub window: usize,
+}
+
+impl FakeConn {
+    /// Hand queued bytes to the guest's application as far as `window` allows.
+    fn deliver(&mut self) {
+        let n = self
+            .window
+            .saturating_sub(self.received.len())
+            .min(self.queued.len());
+        self.received.extend(self.queued.drain(..n));
+    }
 }
 
 /// The fake guest stack.
@@ -52,6 +67,9 @@ pub struct FakeGuest {
     pub unreachables: Vec<(EchoRequest, Unreachable)>,
     /// Inbound connects are established at once unless this is false.
     pub refuse_inbound: bool,
+    /// Send buffer per connection (bytes queued for the guest and not yet
+    /// taken by it). Default 256 KiB, as the real stack's.
+    pub send_buf: usize,
     pub polls: u64,
     /// Things to keep alive as long as the guest (e.g. the TAP device).
     pub keep: Vec<Box<dyn std::any::Any + Send>>,
@@ -61,6 +79,7 @@ impl FakeGuest {
     pub fn new() -> FakeGuest {
         FakeGuest {
             next: 1,
+            send_buf: 256 * 1024,
             ..FakeGuest::default()
         }
     }
@@ -100,10 +119,11 @@ impl FakeGuest {
         }
     }
 
-    /// Let the guest accept `more` bytes.
+    /// Let the guest accept `more` bytes (queued ones are taken at once).
     pub fn open_window(&mut self, c: ConnId, more: usize) {
         if let Some(k) = self.conns.get_mut(&c) {
-            k.window += more;
+            k.window = k.window.saturating_add(more);
+            k.deliver();
         }
     }
 
@@ -154,6 +174,9 @@ impl GuestStack for FakeGuest {
     }
     fn poll(&mut self, _now: Instant) -> io::Result<()> {
         self.polls += 1;
+        for k in self.conns.values_mut() {
+            k.deliver();
+        }
         Ok(())
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -201,24 +224,52 @@ impl GuestStack for FakeGuest {
                 } else {
                     None
                 },
+                send_queue: k.queued.len(),
+                send_space: if k.relay_fin || k.released || k.guest_reset {
+                    0
+                } else {
+                    self.send_buf.saturating_sub(k.queued.len())
+                },
             },
             None => ConnState {
                 established: false,
                 closed: true,
                 error: Some(ConnError::Reset),
+                ..ConnState::default()
             },
         }
     }
-    fn tcp_send(&mut self, c: ConnId, data: &[u8]) -> io::Result<usize> {
+    /// Lends a scratch buffer (the fake copies), split in two slices when
+    /// it can be, as a wrapped ring would lend it.
+    fn tcp_send_with(
+        &mut self,
+        c: ConnId,
+        max: usize,
+        f: &mut dyn FnMut(&mut [u8], &mut [u8]) -> usize,
+    ) -> io::Result<usize> {
+        let send_buf = self.send_buf;
         let k = self.conns.get_mut(&c).ok_or(io::ErrorKind::NotConnected)?;
         if k.relay_fin {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
-        let n = data.len().min(k.window.saturating_sub(k.received.len()));
-        k.received.extend_from_slice(data.get(..n).unwrap_or(&[]));
-        Ok(n)
+        let n = max.min(send_buf.saturating_sub(k.queued.len()));
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut space = vec![0u8; n];
+        let (a, b) = space.split_at_mut(n - n / 3);
+        let written = f(a, b).min(n);
+        k.queued.extend(space.get(..written).unwrap_or_default());
+        k.deliver();
+        Ok(written)
     }
-    fn tcp_recv(&mut self, c: ConnId, buf: &mut [u8]) -> io::Result<usize> {
+    /// Lends the bytes the guest wrote, split in two slices when it can
+    /// be, as a wrapped ring would lend them.
+    fn tcp_recv_with(
+        &mut self,
+        c: ConnId,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> usize,
+    ) -> io::Result<usize> {
         let k = self.conns.get_mut(&c).ok_or(io::ErrorKind::NotConnected)?;
         if k.outgoing.is_empty() {
             return if k.guest_fin {
@@ -227,17 +278,22 @@ impl GuestStack for FakeGuest {
                 Err(io::ErrorKind::WouldBlock.into())
             };
         }
-        let mut n = 0;
-        for slot in buf.iter_mut() {
-            match k.outgoing.pop_front() {
-                Some(b) => {
-                    *slot = b;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
+        let (x, y) = k.outgoing.as_slices();
+        let (a, b) = if y.is_empty() {
+            x.split_at(x.len() - x.len() / 3)
+        } else {
+            (x, y)
+        };
+        let n = f(a, b).min(k.outgoing.len());
+        k.outgoing.drain(..n);
         Ok(n)
+    }
+    fn tcp_buffered(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|k| !k.aborted)
+            .map(|k| k.outgoing.len() + k.queued.len())
+            .sum()
     }
     fn tcp_shutdown(&mut self, c: ConnId) {
         if let Some(k) = self.conns.get_mut(&c) {

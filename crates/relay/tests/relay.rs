@@ -237,6 +237,155 @@ fn back_pressure_bounds_buffering_and_delivers_everything_in_order() {
     assert!(r.stats().peak_buffered <= 64 * 1024);
 }
 
+/// Two flows from host senders into a guest that takes nothing: the relay
+/// keeps no bytes of its own, so what the flows hold is what the guest's
+/// send buffers hold, bounded per flow by `flow_buffer` and together by
+/// `total_buffer`. A flow held back by the total resumes (from the
+/// cap-blocked list) when the other drains, and every byte arrives in order.
+#[test]
+fn flow_and_total_budgets_bound_what_the_guest_holds() {
+    const FLOW: usize = 64 * 1024;
+    const TOTAL: usize = 96 * 1024;
+    let (l, port) = listener();
+    let cfg = RelayConfig {
+        limits: Limits {
+            flow_buffer: FLOW,
+            total_buffer: TOTAL,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let syns = [40060, 40061].map(|p| {
+        r.guest_mut()
+            .syn(guest_port(p), SocketAddrV4::new(GW, port))
+    });
+    assert!(spin(&mut r, |r| syns
+        .iter()
+        .all(|s| r.guest().conn_of(*s).is_some())));
+    let conns = syns.map(|s| r.guest().conn_of(s).unwrap_or_else(|| panic!("conn")));
+    let mut hosts: Vec<TcpStream> = (0..2)
+        .map(|_| l.accept().unwrap_or_else(|e| panic!("accept: {e}")).0)
+        .collect();
+    for c in conns {
+        if let Some(k) = r.guest_mut().conns.get_mut(&c) {
+            k.window = 0;
+        }
+    }
+    // More than loopback's socket buffers absorb, so the hosts block.
+    let total = 24 * 1024 * 1024;
+    let data: Vec<Vec<u8>> = (0..2u8)
+        .map(|f| (0..total).map(|i| (i * 7 % 251) as u8 ^ f).collect())
+        .collect();
+    let mut off = [0usize; 2];
+    for h in &hosts {
+        h.set_nonblocking(true).ok();
+    }
+    let write_some = |hosts: &mut Vec<TcpStream>, off: &mut [usize; 2]| {
+        for (i, h) in hosts.iter_mut().enumerate() {
+            if off[i] < total {
+                if let Ok(n) = h.write(&data[i][off[i]..]) {
+                    off[i] += n;
+                }
+            }
+        }
+    };
+    for _ in 0..300 {
+        write_some(&mut hosts, &mut off);
+        let _ = r.step(Some(Duration::from_millis(1)));
+        assert!(r.buffered() <= TOTAL, "buffered {} > total", r.buffered());
+        for c in conns {
+            let q = r.guest().conn(c).map_or(0, |k| k.queued.len());
+            assert!(q <= FLOW, "flow holds {q} > per-flow limit");
+        }
+    }
+    // Both guest buffers are as full as the budgets allow, and the relay
+    // held nothing beyond them.
+    assert_eq!(r.buffered(), TOTAL, "the total budget is used up");
+    assert_eq!(r.stats().peak_buffered, TOTAL as u64);
+    assert!(
+        off.iter().all(|&o| o < total),
+        "back-pressure reached both hosts"
+    );
+    // Which flows have bytes delivered depends on the host sockets' order;
+    // open the windows one at a time and everything arrives in order.
+    for (i, c) in conns.iter().enumerate() {
+        r.guest_mut().open_window(*c, usize::MAX);
+        for _ in 0..4000 {
+            write_some(&mut hosts, &mut off);
+            let _ = r.step(Some(Duration::from_millis(1)));
+            assert!(r.buffered() <= TOTAL);
+            if r.guest()
+                .conn(*c)
+                .is_some_and(|k| k.received.len() == total)
+            {
+                break;
+            }
+        }
+        let got = r
+            .guest()
+            .conn(*c)
+            .map(|k| k.received.clone())
+            .unwrap_or_default();
+        assert_eq!(got.len(), total, "flow {i}");
+        assert!(
+            got == data[0] || got == data[1],
+            "flow {i}: bytes in order and intact"
+        );
+    }
+    let [a, b] = conns.map(|c| r.guest().conn(c).map(|k| k.received.clone()));
+    assert!(a != b, "each flow carried its own host's bytes");
+    assert!(r.stats().peak_buffered <= TOTAL as u64);
+}
+
+/// Guest to host in bulk while the host reads nothing for a while: the
+/// guest's bytes wait in its own buffer (the relay takes only what the
+/// host socket accepts), then arrive byte-exact with the FIN.
+#[test]
+fn guest_to_host_bulk_is_byte_exact_after_host_back_pressure() {
+    let (l, port) = listener();
+    let mut r = relay(RelayConfig::default());
+    let syn = r
+        .guest_mut()
+        .syn(guest_port(40070), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| r.guest().conn_of(syn).is_some()));
+    let c = r.guest().conn_of(syn).unwrap_or_else(|| panic!("conn"));
+    let (mut host, _) = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+    let total = 32 * 1024 * 1024;
+    let data: Vec<u8> = (0..total).map(|i| (i * 13 % 251) as u8).collect();
+    r.guest_mut().write(c, &data);
+    r.guest_mut().fin(c);
+    for _ in 0..50 {
+        let _ = r.step(Some(Duration::from_millis(1)));
+    }
+    let held = r.buffered();
+    assert!(
+        held > 0 && held < total,
+        "the host socket took part ({held} bytes left in the guest)"
+    );
+    assert_eq!(r.stats().bytes_guest_to_host, (total - held) as u64);
+    assert_eq!(r.flow_count(), 1);
+    // The host reads everything; the relay delivers the rest, then the FIN.
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::with_capacity(total);
+        host.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        let r = host.read_to_end(&mut got);
+        (r.map(|_| ()).map_err(|e| e.to_string()), got)
+    });
+    for _ in 0..20_000 {
+        let _ = r.step(Some(Duration::from_millis(1)));
+        if reader.is_finished() {
+            break;
+        }
+    }
+    let (res, got) = reader.join().unwrap_or_else(|_| panic!("reader"));
+    assert_eq!(res, Ok(()));
+    assert_eq!(got.len(), total);
+    assert!(got == data, "bytes in order and intact");
+    assert_eq!(r.stats().bytes_guest_to_host, total as u64);
+    assert_eq!(r.buffered(), 0);
+}
+
 #[test]
 fn flow_and_rate_limits_refuse_cleanly_and_are_counted() {
     let (_l, port) = listener();

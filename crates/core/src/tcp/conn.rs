@@ -601,6 +601,29 @@ impl Connection {
 
     /// Queue data; `Ok(0)` when the buffer is full.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, TcpError> {
+        self.check_send()?;
+        Ok(self.snd.queue.ring.push(data))
+    }
+
+    /// Queue data written in place: `f` is lent up to `max` bytes of free
+    /// send-buffer space as two slices (the second non-empty only where the
+    /// space wraps around the ring), fills a prefix of the first then the
+    /// second, and returns how many bytes it wrote; they are queued as if
+    /// passed to [`Connection::send`]. `Ok(0)` without calling `f` when the
+    /// buffer is full or `max` is 0. The buffer's storage grows as it is
+    /// used (see `Ring::write_with`), so `f` may be lent less than `max`
+    /// although there is room: call again for the rest.
+    pub fn send_with(
+        &mut self,
+        max: usize,
+        f: impl FnOnce(&mut [u8], &mut [u8]) -> usize,
+    ) -> Result<usize, TcpError> {
+        self.check_send()?;
+        Ok(self.snd.queue.ring.write_with(max, f))
+    }
+
+    /// Whether the application may queue data now (the errors of `send`).
+    fn check_send(&self) -> Result<(), TcpError> {
         if let Some(e) = self.app.error {
             return Err(e);
         }
@@ -608,9 +631,7 @@ impl Connection {
             return Err(TcpError::BrokenPipe);
         }
         match self.state() {
-            State::SynSent | State::SynReceived | State::Established | State::CloseWait => {
-                Ok(self.snd.queue.ring.push(data))
-            }
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait => Ok(()),
             State::Closed | State::Listen => Err(TcpError::NotConnected),
             _ => Err(TcpError::BrokenPipe),
         }
@@ -618,9 +639,31 @@ impl Connection {
 
     /// Read in-order data; `Ok(0)` at end of stream; `WouldBlock` when empty.
     pub fn recv(&mut self, buf: &mut [u8]) -> Result<usize, TcpError> {
+        self.recv_with(|a, b| {
+            let mut n = 0;
+            for src in [a, b] {
+                let Some(rest) = buf.get_mut(n..) else { break };
+                let k = src.len().min(rest.len());
+                if let (Some(dst), Some(src)) = (rest.get_mut(..k), src.get(..k)) {
+                    dst.copy_from_slice(src);
+                }
+                n += k;
+            }
+            n
+        })
+    }
+
+    /// Read in-order data in place: `f` is lent the readable bytes as two
+    /// slices (the second non-empty only where they wrap around the ring),
+    /// consumes a prefix (of the first, then the second) and returns its
+    /// length; those bytes are dropped from the buffer and the window opens
+    /// as after [`Connection::recv`]. Returns what `f` consumed (it may be
+    /// 0). Without readable data `f` is not called: `Ok(0)` at end of
+    /// stream, else `WouldBlock` or the connection's error, as `recv`.
+    pub fn recv_with(&mut self, f: impl FnOnce(&[u8], &[u8]) -> usize) -> Result<usize, TcpError> {
         if !self.rcv.queue.ring.is_empty() {
             let before = self.rcv_wnd_available();
-            let n = self.rcv.queue.ring.pop(buf);
+            let n = self.rcv.queue.ring.read_with(f);
             self.maybe_window_update(before);
             return Ok(n);
         }
