@@ -10,6 +10,11 @@
 //!   `run-bench --rr-client`, the same for all three) against an echo
 //!   server on the host's loopback, N-byte messages, one at a time.
 //!
+//! Each at every guest MTU asked for (`--mtus`, default 65520 and 1500: a
+//! container or VM with a 1500-byte MTU must not pay full price), and next
+//! to the kernel itself as the no-isolation ceiling: the same commands in a
+//! namespace joined to the host by a veth pair (servers on the host end).
+//!
 //! Needs root (`ip netns`), `iperf3`, `pasta` and `slirp4netns`. Every
 //! namespace and process it creates is removed on exit or error.
 
@@ -40,21 +45,27 @@ pub struct RunBenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "ustack,pasta,slirp4netns"
+        default_value = "ustack,pasta,slirp4netns,kernel"
     )]
     pub tools: Vec<Tool>,
+    /// Guest MTUs to measure each tool at (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "65520,1500",
+          value_parser = clap::value_parser!(u32).range(1280..=65520))]
+    pub mtus: Vec<u32>,
     /// (internal) Run the ping-pong client against IP:PORT and print JSON.
     #[arg(long, hide = true, value_name = "IP:PORT")]
     pub rr_client: Option<SocketAddrV4>,
 }
 
-/// A user-mode networking tool under test.
+/// A user-mode networking tool under test (and the kernel as the ceiling).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tool {
     Ustack,
     Pasta,
     #[value(name = "slirp4netns")]
     Slirp4netns,
+    /// No user-mode networking: a veth pair to the host (no isolation).
+    Kernel,
 }
 
 impl Tool {
@@ -63,7 +74,39 @@ impl Tool {
             Tool::Ustack => "ustack",
             Tool::Pasta => "pasta",
             Tool::Slirp4netns => "slirp4netns",
+            Tool::Kernel => "kernel",
         }
+    }
+}
+
+/// The host-side servers the sandboxed clients talk to.
+struct Servers {
+    iperf_port: u16,
+    rr_port: u16,
+    _iperf: Reaped,
+    _rr: Stopper,
+}
+
+impl Servers {
+    /// iperf3 and the echo server, both bound to `addr`.
+    fn start(addr: Ipv4Addr, msg_size: usize) -> anyhow::Result<Servers> {
+        let iperf_port = free_port()?;
+        let iperf = Reaped(
+            Command::new("iperf3")
+                .args(["-s", "-B", &addr.to_string(), "-p", &iperf_port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("cannot start iperf3 -s (is iperf3 installed?)")?,
+        );
+        wait_listening_on(addr, iperf_port)?;
+        let (rr_port, rr) = rr_server(addr, msg_size)?;
+        Ok(Servers {
+            iperf_port,
+            rr_port,
+            _iperf: iperf,
+            _rr: rr,
+        })
     }
 }
 
@@ -77,35 +120,28 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
         bail!("run-bench needs root (it creates network namespaces for pasta and slirp4netns)");
     }
     let exe = std::env::current_exe().context("cannot find the ustack binary")?;
-    let iperf_port = free_port()?;
-    let _iperf = Reaped(
-        Command::new("iperf3")
-            .args(["-s", "-B", "127.0.0.1", "-p", &iperf_port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start iperf3 -s (is iperf3 installed?)")?,
-    );
-    wait_listening(iperf_port)?;
-    let (rr_port, _rr) = rr_server(args.msg_size)?;
+    let loopback = Servers::start(Ipv4Addr::LOCALHOST, args.msg_size)?;
 
-    let mut results: Vec<(Tool, Result<Figures, String>)> = Vec::new();
-    for &tool in &args.tools {
-        if !args.json {
-            eprintln!("measuring {} ...", tool.name());
+    let mut all = true;
+    for (i, &mtu) in args.mtus.iter().enumerate() {
+        let mut results: Vec<(Tool, Result<Figures, String>)> = Vec::new();
+        for &tool in &args.tools {
+            if !args.json {
+                eprintln!("measuring {} at MTU {mtu} ...", tool.name());
+            }
+            let r = measure(tool, mtu, &exe, &args, &loopback).map_err(|e| format!("{e:#}"));
+            if let Err(e) = &r {
+                eprintln!("{}: {e}", tool.name());
+            }
+            results.push((tool, r));
         }
-        let r = measure(tool, &exe, &args, iperf_port, rr_port).map_err(|e| format!("{e:#}"));
-        if let Err(e) = &r {
-            eprintln!("{}: {e}", tool.name());
+        if i > 0 && !args.json {
+            println!();
         }
-        results.push((tool, r));
+        print_results(&args, mtu, &results);
+        all &= results.iter().all(|(_, r)| r.is_ok());
     }
-    print_results(&args, &results);
-    Ok(if results.iter().all(|(_, r)| r.is_ok()) {
-        0
-    } else {
-        1
-    })
+    Ok(if all { 0 } else { 1 })
 }
 
 /// What one tool achieved.
@@ -119,8 +155,8 @@ struct Figures {
 
 /// Runs commands inside one tool's sandbox.
 enum Sandbox {
-    /// `ustack run -- CMD` per command.
-    Ustack { exe: PathBuf },
+    /// `ustack run --mtu M -- CMD` per command.
+    Ustack { exe: PathBuf, mtu: u32 },
     /// `ip netns exec NAME CMD` in a namespace served by a running tool.
     /// (The tool is stopped before its namespace is deleted: fields drop in order.)
     Netns {
@@ -128,20 +164,59 @@ enum Sandbox {
         ns: Netns,
         gateway: Ipv4Addr,
     },
+    /// `ip netns exec NAME CMD` in a namespace joined to the host by a veth
+    /// pair: the kernel with no user-mode networking. Its servers listen
+    /// on the host end (the host's loopback is not reachable over veth).
+    Kernel {
+        ns: Netns,
+        servers: Servers,
+        host_end: Ipv4Addr,
+    },
 }
 
 impl Sandbox {
-    fn start(tool: Tool, exe: &std::path::Path) -> anyhow::Result<Sandbox> {
+    fn start(
+        tool: Tool,
+        mtu: u32,
+        exe: &std::path::Path,
+        msg_size: usize,
+    ) -> anyhow::Result<Sandbox> {
         let pid = std::process::id();
+        let mtu_s = mtu.to_string();
         match tool {
             Tool::Ustack => Ok(Sandbox::Ustack {
                 exe: exe.to_path_buf(),
+                mtu,
             }),
+            Tool::Kernel => {
+                let ns = Netns::add(format!("ustk-bench-kern-{pid}"))?;
+                let (host, guest) = (format!("ukh{pid}"), format!("ukg{pid}"));
+                let host_end = Ipv4Addr::new(10, 231, 0, 1);
+                ip(&[
+                    "link", "add", &host, "mtu", &mtu_s, "type", "veth", "peer", "name", &guest,
+                ])?;
+                // Deleting the namespace takes the peer and so the pair with it.
+                ip(&["link", "set", &guest, "netns", &ns.0])?;
+                ip(&["addr", "add", "10.231.0.1/24", "dev", &host])?;
+                ip(&["link", "set", &host, "up"])?;
+                ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
+                ip(&["-n", &ns.0, "link", "set", &guest, "mtu", &mtu_s])?;
+                ip(&["-n", &ns.0, "addr", "add", "10.231.0.2/24", "dev", &guest])?;
+                ip(&["-n", &ns.0, "link", "set", &guest, "up"])?;
+                ip(&["-n", &ns.0, "route", "add", "default", "via", "10.231.0.1"])?;
+                let servers = Servers::start(host_end, msg_size)?;
+                Ok(Sandbox::Kernel {
+                    ns,
+                    servers,
+                    host_end,
+                })
+            }
             Tool::Pasta => {
                 let ns = Netns::add(format!("ustk-bench-pasta-{pid}"))?;
                 let server = Reaped(
                     Command::new("pasta")
-                        .args(["--config-net", "--netns", &ns.path(), "-f", "--runas", "0"])
+                        .args(["--config-net", "--mtu", &mtu_s, "--netns", &ns.path()])
+                        .args(["-f", "--runas", "0"])
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .spawn()
@@ -158,7 +233,14 @@ impl Sandbox {
                 let ns = Netns::add(format!("ustk-bench-slirp-{pid}"))?;
                 let server = Reaped(
                     Command::new("slirp4netns")
-                        .args(["--configure", "--netns-type=path", &ns.path(), "tap0"])
+                        .args([
+                            "--configure",
+                            "--mtu",
+                            &mtu_s,
+                            "--netns-type=path",
+                            &ns.path(),
+                        ])
+                        .arg("tap0")
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .spawn()
@@ -174,20 +256,27 @@ impl Sandbox {
         }
     }
 
-    /// The address inside that reaches the host's 127.0.0.1.
+    /// The address inside that reaches the host-side servers (the host's
+    /// 127.0.0.1 for the user-mode tools).
     fn gateway(&self) -> Ipv4Addr {
         match self {
             Sandbox::Ustack { .. } => Ipv4Addr::new(10, 0, 2, 2),
             Sandbox::Netns { gateway, .. } => *gateway,
+            Sandbox::Kernel { host_end, .. } => *host_end,
         }
     }
 
     /// Run `cmd` inside; its stdout, bounded to `limit`.
     fn output(&mut self, cmd: &[String], limit: Duration) -> anyhow::Result<String> {
         let mut c = match self {
-            Sandbox::Ustack { exe } => {
+            Sandbox::Ustack { exe, mtu } => {
                 let mut c = Command::new(exe);
-                c.args(["run", "--"]).args(cmd);
+                c.args(["run", "--mtu", &mtu.to_string(), "--"]).args(cmd);
+                c
+            }
+            Sandbox::Kernel { ns, .. } => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.0]).args(cmd);
                 c
             }
             Sandbox::Netns { server, ns, .. } => {
@@ -233,12 +322,16 @@ impl Sandbox {
 
 fn measure(
     tool: Tool,
+    mtu: u32,
     exe: &std::path::Path,
     args: &RunBenchArgs,
-    iperf_port: u16,
-    rr_port: u16,
+    loopback: &Servers,
 ) -> anyhow::Result<Figures> {
-    let mut sb = Sandbox::start(tool, exe)?;
+    let mut sb = Sandbox::start(tool, mtu, exe, args.msg_size)?;
+    let (iperf_port, rr_port) = match &sb {
+        Sandbox::Kernel { servers, .. } => (servers.iperf_port, servers.rr_port),
+        _ => (loopback.iperf_port, loopback.rr_port),
+    };
     let gw = sb.gateway().to_string();
     let secs = args.seconds.max(1);
     let limit = Duration::from_secs(secs + 30);
@@ -338,7 +431,7 @@ const ROWS: [Row; 4] = [
     },
 ];
 
-fn print_results(args: &RunBenchArgs, results: &[(Tool, Result<Figures, String>)]) {
+fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Figures, String>)]) {
     let value = |tool: Tool, row: &Row| -> Option<f64> {
         results
             .iter()
@@ -355,6 +448,7 @@ fn print_results(args: &RunBenchArgs, results: &[(Tool, Result<Figures, String>)
         for row in &ROWS {
             let mut m = serde_json::Map::new();
             m.insert("metric".into(), row.key.into());
+            m.insert("mtu".into(), mtu.into());
             m.insert("unit".into(), row.unit.into());
             let better = if row.higher_is_better {
                 "higher"
@@ -368,7 +462,7 @@ fn print_results(args: &RunBenchArgs, results: &[(Tool, Result<Figures, String>)
                 let v = value(*tool, row).map_or(serde_json::Value::Null, |v| v.into());
                 m.insert(tool.name().into(), v);
             }
-            for other in [Tool::Pasta, Tool::Slirp4netns] {
+            for other in [Tool::Pasta, Tool::Slirp4netns, Tool::Kernel] {
                 let v = ratio(row, other).map_or(serde_json::Value::Null, |v| v.into());
                 m.insert(format!("ustack_over_{}", other.name()), v);
             }
@@ -381,25 +475,36 @@ fn print_results(args: &RunBenchArgs, results: &[(Tool, Result<Figures, String>)
         Some(v) => format!("{v:.2}"),
         None => "n/a".to_string(),
     };
+    println!("guest MTU {mtu}");
     println!(
-        "{:<34} {:>7} {:>9} {:>9} {:>11} {:>13} {:>18}",
-        "job", "unit", "ustack", "pasta", "slirp4netns", "ustack/pasta", "ustack/slirp4netns"
+        "{:<34} {:>7} {:>9} {:>9} {:>11} {:>9} {:>13} {:>18} {:>14}",
+        "job",
+        "unit",
+        "ustack",
+        "pasta",
+        "slirp4netns",
+        "kernel",
+        "ustack/pasta",
+        "ustack/slirp4netns",
+        "ustack/kernel"
     );
     for row in &ROWS {
         println!(
-            "{:<34} {:>7} {:>9} {:>9} {:>11} {:>13} {:>18}",
+            "{:<34} {:>7} {:>9} {:>9} {:>11} {:>9} {:>13} {:>18} {:>14}",
             row.label,
             row.unit,
             fmt(value(Tool::Ustack, row), row.unit),
             fmt(value(Tool::Pasta, row), row.unit),
             fmt(value(Tool::Slirp4netns, row), row.unit),
+            fmt(value(Tool::Kernel, row), row.unit),
             fmt(ratio(row, Tool::Pasta), ""),
             fmt(ratio(row, Tool::Slirp4netns), ""),
+            fmt(ratio(row, Tool::Kernel), ""),
         );
     }
     println!(
         "(throughput: ratio > 1 = ustack faster; latency: ratio < 1 = ustack faster; \
-         {} s per run, {}-byte messages; MTU: ustack 65520, pasta 65520, slirp4netns 1500 - each tool's default)",
+         {} s per run, {}-byte messages; kernel = a veth pair to the host, no isolation)",
         args.seconds, args.msg_size
     );
 }
@@ -457,9 +562,9 @@ fn rr_client(server: SocketAddrV4, seconds: u64, size: usize) -> anyhow::Result<
 
 /// Echo server on 127.0.0.1 for the ping-pong client: messages of `size`
 /// bytes, one thread per connection. Stops when the guard is dropped.
-fn rr_server(size: usize) -> anyhow::Result<(u16, Stopper)> {
+fn rr_server(addr: Ipv4Addr, size: usize) -> anyhow::Result<(u16, Stopper)> {
     let size = size.clamp(1, 65536);
-    let l = TcpListener::bind("127.0.0.1:0").context("bind the echo server")?;
+    let l = TcpListener::bind(SocketAddrV4::new(addr, 0)).context("bind the echo server")?;
     l.set_nonblocking(true)?;
     let port = l.local_addr()?.port();
     let stop = Arc::new(AtomicBool::new(false));
@@ -585,9 +690,12 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// Wait (10 s at most) until something listens on 127.0.0.1:`port`.
-fn wait_listening(port: u16) -> anyhow::Result<()> {
-    let needle = format!("0100007F:{port:04X} 00000000:0000 0A");
+/// Wait (10 s at most) until something listens on `addr`:`port` (from
+/// `/proc/net/tcp`, where an IPv4 address is written as the hex of its
+/// in-memory (network order) bytes read as a native integer).
+fn wait_listening_on(addr: Ipv4Addr, port: u16) -> anyhow::Result<()> {
+    let hex = u32::from_ne_bytes(addr.octets());
+    let needle = format!("{hex:08X}:{port:04X} 00000000:0000 0A");
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| t.contains(&needle)) {
@@ -595,7 +703,23 @@ fn wait_listening(port: u16) -> anyhow::Result<()> {
         }
         thread::sleep(Duration::from_millis(20));
     }
-    bail!("iperf3 -s is not listening on 127.0.0.1:{port} after 10 s")
+    bail!("iperf3 -s is not listening on {addr}:{port} after 10 s")
+}
+
+/// Run ip(8); its stderr becomes the error.
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("cannot run ip(8) (install iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
