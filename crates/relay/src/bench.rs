@@ -737,7 +737,7 @@ mod tests {
 
     #[test]
     fn ping_pong_client_against_the_echo_server() {
-        let (port, _srv) = rr_server(14).unwrap_or_else(|e| panic!("{e}"));
+        let (port, _srv) = rr_server(Ipv4Addr::LOCALHOST, 14).unwrap_or_else(|e| panic!("{e}"));
         let r = rr_client(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), 1, 14);
         assert_eq!(r.ok(), Some(0));
     }
