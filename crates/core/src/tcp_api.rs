@@ -11,7 +11,7 @@ use crate::counters::Counters;
 use crate::error::{BindError, ConnectError};
 use crate::iface::Iface;
 use crate::stack::Stack;
-use crate::tcp::{rst_for_unmatched, IcmpUnreachable, TcpError};
+use crate::tcp::{rst_for_unmatched, IcmpUnreachable, TcpConnInfo, TcpError};
 use crate::tcp_table::{Demux, Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus};
 use crate::udp::UdpHandle;
 
@@ -106,6 +106,16 @@ impl Stack {
                         counters.tcp.OutSegs += 1;
                         counters.tcp.OutRsts += 1;
                     }
+                }
+            }
+            Demux::Reply(reply) => {
+                // A SYN-ACK carrying a SYN cookie: no connection behind it.
+                let (ipc, link) = (&mut counters.ip, &mut counters.link);
+                if iface
+                    .send_tcp_from(now, ipc, link, ip.dst, ip.src, &reply, tx)
+                    .is_ok()
+                {
+                    counters.tcp.OutSegs += 1;
                 }
             }
             Demux::Dropped => {}
@@ -258,6 +268,13 @@ impl Stack {
 
     pub fn tcp_status(&self, h: TcpHandle) -> Result<TcpStatus, TcpError> {
         self.tcp.status(h)
+    }
+
+    /// A connection's TCP details, like Linux's `TCP_INFO`: state,
+    /// negotiated options (MSS, window scales, SACK, timestamps), windows,
+    /// RTT and RTO. `InvalidState` for a listener.
+    pub fn tcp_conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
+        self.tcp.conn_info(h)
     }
 
     /// The readiness of a TCP socket now (see [`Readiness`]).

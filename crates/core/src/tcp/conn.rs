@@ -244,12 +244,25 @@ pub struct NeighbourAdvice {
 /// setup, TCP implementations MUST assume a default send MSS of 536".
 pub(super) const DEFAULT_MSS: usize = 536;
 
-fn window_shift_for(buf: usize) -> u8 {
+/// The window shift we offer for a receive buffer of `buf` bytes.
+pub(super) fn window_shift_for(buf: usize) -> u8 {
     let mut s = 0u8;
     while s < MAX_WINDOW_SHIFT && (buf >> s) > 0xffff {
         s += 1;
     }
     s
+}
+
+/// The MSS we advertise on a route whose MSS is `route_mss`.
+pub(super) fn adv_mss_for(cfg: &TcpConfig, route_mss: u16) -> u16 {
+    cfg.mss.min(route_mss.max(64)).max(64)
+}
+
+/// The offset added to our TSvals (RFC 7323 5.4), derived from the ISS so
+/// that a SYN cookie's connection (`syncookie.rs`) finds again the offset
+/// its stateless SYN-ACK used.
+pub(super) fn ts_offset_for(iss: SeqNum) -> u32 {
+    iss.0.rotate_left(13) ^ 0x5a5a_5a5a
 }
 
 impl Connection {
@@ -262,8 +275,8 @@ impl Connection {
         now: Instant,
         st: Phase,
     ) -> Connection {
+        let adv_mss = adv_mss_for(cfg, route_mss);
         let route_mss = usize::from(route_mss.max(64));
-        let adv_mss = cfg.mss.min(route_mss as u16).max(64);
         let smss = DEFAULT_MSS.min(route_mss);
         Connection {
             cfg: Params::new(cfg),
@@ -300,7 +313,7 @@ impl Connection {
                 rcv_wscale: 0,
                 ts: false,
                 sack: false,
-                ts_offset: iss.0.rotate_left(13) ^ 0x5a5a_5a5a,
+                ts_offset: ts_offset_for(iss),
                 ts_recent: 0,
                 ts_recent_at: now,
             },

@@ -20,6 +20,7 @@
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
 //! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
+//! | `syncookie.rs` | SYN cookies (RFC 4987), Linux's encoding; a connection from a cookie |
 //! | `shared.rs` | what a table's connections share ([`TcpShared`]) |
 //! | `ring.rs` | the byte ring both buffers are built on |
 //!
@@ -47,6 +48,7 @@ mod rtt;
 mod sack;
 mod send;
 mod shared;
+mod syncookie;
 mod timers;
 
 use core::fmt;
@@ -61,6 +63,8 @@ pub use input::IcmpUnreachable;
 pub use isn::Isn;
 pub use rtt::RttEstimator;
 pub use shared::TcpShared;
+pub use syncookie::SynCookies;
+pub(crate) use syncookie::{restore as restore_cookie, CookieJar, SYNCOOKIE_VALID};
 
 /// TCP states (RFC 9293 3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -240,6 +244,9 @@ pub struct TcpConfig {
     /// 1000 as a bound on what a flood of spoofed segments over many
     /// connections can make the stack send.
     pub challenge_ack_limit: u32,
+    /// SYN cookies (RFC 4987; Linux `tcp_syncookies`, default 1 = when
+    /// the listener's SYN queue is full). See [`SynCookies`].
+    pub syncookies: SynCookies,
 }
 
 impl Default for TcpConfig {
@@ -265,6 +272,7 @@ impl Default for TcpConfig {
             initial_cwnd: 10,
             fin_wait2_timeout: Duration::from_secs(60),
             challenge_ack_limit: 1000,
+            syncookies: SynCookies::WhenNeeded,
         }
     }
 }
