@@ -13,6 +13,7 @@ use ustack_wire::tcp::{TcpPacket, TcpRepr};
 
 use crate::arp::{ArpCache, Lookup};
 use crate::counters::{IpCounters, LinkCounters};
+use crate::pmtu::PmtuCache;
 use crate::time::Instant;
 
 /// Default TTL (Linux `ip_default_ttl`).
@@ -82,6 +83,8 @@ pub(crate) struct Iface {
     /// IP MTU.
     pub mtu: usize,
     pub arp: ArpCache,
+    /// Path MTUs learned per destination (`pmtu.rs`).
+    pub pmtu: PmtuCache,
     /// Transparent mode (see `transparent.rs`): every unicast destination
     /// is on-link.
     pub transparent: bool,
@@ -99,6 +102,7 @@ impl Iface {
         gateway: Option<Ipv4Addr>,
         mtu: usize,
         arp: ArpCache,
+        pmtu: PmtuCache,
         ident: u16,
     ) -> Self {
         // RFC 791: "Every internet module must be able to forward a datagram
@@ -110,6 +114,7 @@ impl Iface {
             gateway,
             mtu,
             arp,
+            pmtu,
             transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             frame_len: 0,
@@ -177,6 +182,12 @@ impl Iface {
     /// Largest TCP MSS for this interface (MTU - 40).
     pub(crate) fn route_mss(&self) -> u16 {
         u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)
+    }
+
+    /// The MSS a new TCP connection to `dst` starts with: the interface's,
+    /// or less if the path MTU cache knows better (RFC 1191).
+    pub(crate) fn route_mss_to(&self, now: Instant, dst: Ipv4Addr) -> u16 {
+        self.pmtu.mss(now, dst, self.route_mss())
     }
 
     fn start_frame(&mut self, ip_len: usize) {
@@ -307,8 +318,13 @@ impl Iface {
         body.copy_from_slice(payload);
     }
 
-    /// Send a TCP segment (DF set; the MSS keeps it within the MTU) from
-    /// `src` (our address, or any address in transparent mode).
+    /// Send a TCP segment from `src` (our address, or any address in
+    /// transparent mode). RFC 1191 3: "the source host ... [sets] the DF
+    /// bit in the IP header" of every datagram, so that a router too
+    /// small for it answers with "fragmentation needed"; the MSS keeps
+    /// segments within the MTU. Except, as Linux, towards a destination
+    /// whose path MTU is below 552 (a locked entry, `pmtu.rs`): there the
+    /// routers may fragment.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_tcp_from(
         &mut self,
@@ -338,7 +354,7 @@ impl Iface {
             ttl: DEFAULT_TTL,
             dscp_ecn: 0,
             ident: self.next_ident(),
-            dont_frag: true,
+            dont_frag: !self.pmtu.locked(now, dst),
             more_frags: false,
             frag_offset: 0,
         };

@@ -86,7 +86,8 @@ impl Stack {
             ..
         } = self;
         let ctr = &mut counters.tcp;
-        match tcp.input(now, local, remote, &seg, ctr, &mut counters.tcp_ext) {
+        let ext = &mut counters.tcp_ext;
+        match tcp.input(now, local, remote, &seg, ctr, ext, &iface.pmtu) {
             Demux::Conn(idx) => {
                 let mut tctr = std::mem::take(&mut counters.tcp);
                 tcp.dispatch(idx, now, &mut tctr, &mut emitter(iface, counters, now, tx));
@@ -166,9 +167,19 @@ impl Stack {
             _ => IcmpUnreachable::Other,
         };
         let ctr = &mut self.counters.tcp;
+        let mut valid = false;
         self.tcp.icmp(local, remote, |c| {
-            c.on_icmp_unreachable(now, kind, seq, ctr)
+            valid = c.on_icmp_unreachable(now, kind, seq, ctr);
         });
+        // RFC 1191 / RFC 5927 4.1: a report the connection validated (it
+        // quotes a segment in flight) teaches the path MTU to every new
+        // connection to this destination, for `Limits::pmtu_expires`.
+        if valid && reason == DstUnreachable::FragRequired {
+            let link_mtu = self.iface.mtu;
+            self.iface
+                .pmtu
+                .update(now, *remote.ip(), next_hop_mtu, link_mtu);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -221,7 +232,8 @@ impl Stack {
             Some(_) => return Err(ConnectError::InvalidAddress),
         };
         self.last_now = self.last_now.max(now);
-        self.tcp.connect(now, local, remote)
+        let route_mss = self.iface.route_mss_to(now, r);
+        self.tcp.connect(now, local, remote, route_mss)
     }
 
     /// Queue data; returns how much was taken (0 = send buffer full).

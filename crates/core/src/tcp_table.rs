@@ -39,6 +39,7 @@ use ustack_wire::tcp::TcpRepr;
 
 use crate::counters::TcpStackCounters;
 use crate::hash::{keyed_hash, KeyedState};
+use crate::pmtu::PmtuCache;
 use crate::tcp::{restore_cookie, CookieJar, SynCookies, TcpShared, SYNCOOKIE_VALID};
 use crate::tcp::{
     Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpConnInfo, TcpCounters, TcpError,
@@ -320,6 +321,7 @@ pub(crate) struct TcpTable {
     /// SYN cookies' keyed hashes.
     cookies: CookieJar,
     cfg: TcpConfig,
+    /// The interface's MSS (a destination's may be lower, `PmtuCache`).
     route_mss: u16,
     max_sockets: usize,
     max_syn_backlog: usize,
@@ -537,11 +539,14 @@ impl TcpTable {
     /// `offset = F(local_IP, remote_IP, remote_port, secret_key)`,
     /// `port = min_ephemeral + (offset + next_ephemeral + i) % num_ephemeral`,
     /// probing until the 4-tuple is free.
+    /// `route_mss`: the MSS of the path to `remote` (RFC 1191: what the
+    /// path MTU cache knows, else the interface's).
     pub(crate) fn connect(
         &mut self,
         now: Instant,
         local: SocketAddrV4,
         remote: SocketAddrV4,
+        route_mss: u16,
     ) -> Result<TcpHandle, ConnectError> {
         if self.live >= self.max_sockets {
             return Err(ConnectError::Exhausted);
@@ -576,7 +581,7 @@ impl TcpTable {
         };
         let local = SocketAddrV4::new(*local.ip(), port);
         let iss = self.isn.generate(local, remote, now);
-        let conn = Connection::connect(&self.cfg, local, remote, iss, self.route_mss, now);
+        let conn = Connection::connect(&self.cfg, local, remote, iss, route_mss, now);
         let c = Conn::new(conn, local, remote, Owner::App, true);
         let h = self
             .alloc(Sock::Conn(Box::new(c)))
@@ -710,7 +715,9 @@ impl TcpTable {
     // ------------------------------------------------------------------
 
     /// Find the connection for `seg` (creating a child for a SYN to a
-    /// listener) and let it process the segment.
+    /// listener) and let it process the segment. `pmtu`: the path MTUs
+    /// known, for the MSS of a connection created.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn input(
         &mut self,
         now: Instant,
@@ -719,6 +726,7 @@ impl TcpTable {
         seg: &TcpRepr,
         ctr: &mut TcpCounters,
         ext: &mut TcpStackCounters,
+        pmtu: &PmtuCache,
     ) -> Demux {
         self.now = self.now.max(now);
         if let Some(&idx) = self.conns.get(&(local, remote)) {
@@ -761,7 +769,8 @@ impl TcpTable {
             if seg.syn {
                 return Demux::Unmatched;
             }
-            return self.cookie_ack(now, lidx as usize, local, remote, seg, ctr, ext);
+            let route_mss = pmtu.mss(now, *remote.ip(), self.route_mss);
+            return self.cookie_ack(now, lidx as usize, local, remote, seg, route_mss, ctr, ext);
         }
         if !seg.syn {
             // "fourth other data or control ... drop the segment and return".
@@ -802,10 +811,11 @@ impl TcpTable {
             ext.ListenDrops += 1;
             return Demux::Dropped;
         }
+        let route_mss = pmtu.mss(now, *remote.ip(), self.route_mss);
         if want_cookie {
             let reply = self
                 .cookies
-                .syn_ack(&self.cfg, local, remote, seg, self.route_mss, now);
+                .syn_ack(&self.cfg, local, remote, seg, route_mss, now);
             if let Ok(Sock::Listener(l)) = self.sock_mut(lh) {
                 l.last_cookie_at = Some(now);
             }
@@ -813,7 +823,7 @@ impl TcpTable {
             return Demux::Reply(reply);
         }
         let iss = self.isn.generate(local, remote, now);
-        let conn = Connection::accept(&self.cfg, local, remote, seg, iss, self.route_mss, now);
+        let conn = Connection::accept(&self.cfg, local, remote, seg, iss, route_mss, now);
         let owner = Owner::Listener {
             listener: lh,
             queued: false,
@@ -867,6 +877,7 @@ impl TcpTable {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         seg: &TcpRepr,
+        route_mss: u16,
         ctr: &mut TcpCounters,
         ext: &mut TcpStackCounters,
     ) -> Demux {
@@ -908,16 +919,8 @@ impl TcpTable {
             ext.ListenDrops += 1;
             return Demux::Dropped;
         }
-        let conn = Connection::from_cookie(
-            &self.cfg,
-            local,
-            remote,
-            seg,
-            restored,
-            self.route_mss,
-            now,
-            ctr,
-        );
+        let conn =
+            Connection::from_cookie(&self.cfg, local, remote, seg, restored, route_mss, now, ctr);
         let owner = Owner::Listener {
             listener: lh,
             queued: true,
@@ -1352,12 +1355,13 @@ impl TcpTable {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         syn: &TcpRepr,
+        route_mss: u16,
     ) -> Result<TcpHandle, TcpError> {
         if self.live >= self.max_sockets || self.conns.contains_key(&(local, remote)) {
             return Err(TcpError::InvalidState);
         }
         let iss = self.isn.generate(local, remote, now);
-        let conn = Connection::accept(&self.cfg, local, remote, syn, iss, self.route_mss, now);
+        let conn = Connection::accept(&self.cfg, local, remote, syn, iss, route_mss, now);
         let c = Conn::new(conn, local, remote, Owner::App, false);
         let h = self
             .alloc(Sock::Conn(Box::new(c)))

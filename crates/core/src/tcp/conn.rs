@@ -183,7 +183,13 @@ impl Params {
 #[derive(Debug)]
 pub(super) struct Negotiated {
     pub(super) adv_mss: u16,
+    /// The MSS the path allows: the route's at first, lowered by ICMP
+    /// "fragmentation needed" (RFC 1191, `mtu.rs`). Path MTU = this + 40.
     pub(super) route_mss: usize,
+    /// The MSS the peer announced (536 without the option).
+    pub(super) peer_mss: usize,
+    /// The effective send MSS: the smaller of the two (and of the probing
+    /// search's floor, `mtu.rs`). Payload = this less TCP options.
     pub(super) smss: usize,
     pub(super) ws: bool,
     pub(super) snd_wscale: u8,
@@ -307,6 +313,7 @@ impl Connection {
             opt: Negotiated {
                 adv_mss,
                 route_mss,
+                peer_mss: DEFAULT_MSS,
                 smss,
                 ws: false,
                 snd_wscale: 0,
@@ -419,6 +426,7 @@ impl Connection {
         // MSS: "the TCP sender MUST use ... the minimum of the received MSS
         // option ... and the path MTU-derived value".
         let peer = syn.max_seg_size.map_or(DEFAULT_MSS, usize::from).max(64);
+        self.opt.peer_mss = peer;
         self.opt.smss = peer.min(self.opt.route_mss);
         // RFC 7323 2.2: "If a TCP receives a <SYN> segment containing a
         // Window Scale option, it SHOULD send its own Window Scale option

@@ -21,6 +21,7 @@
 //! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
 //! | `syncookie.rs` | SYN cookies (RFC 4987), Linux's encoding; a connection from a cookie |
+//! | `mtu.rs` | the path MTU: ICMP "fragmentation needed" (RFC 1191), retransmitting what was too large, the effective MSS |
 //! | `shared.rs` | what a table's connections share ([`TcpShared`]) |
 //! | `ring.rs` | the byte ring both buffers are built on |
 //!
@@ -39,6 +40,7 @@ mod cc;
 mod conn;
 mod input;
 mod isn;
+mod mtu;
 mod output;
 mod rack;
 mod recovery;
