@@ -8,7 +8,7 @@ mod stack_util;
 use std::net::SocketAddrV4;
 
 use stack_util::*;
-use ustack_core::tcp::State;
+use ustack_core::tcp::{MtuProbing, State, TcpConfig};
 use ustack_core::time::Duration;
 use ustack_core::{TcpError, TcpHandle};
 use ustack_wire::icmpv4::DstUnreachable;
@@ -247,4 +247,110 @@ fn forged_frag_needed_is_not_remembered() {
     n.a.receive(n.now, &f, &mut |_| {});
     assert_eq!(n.a.path_mtu(n.now, B_IP), Some(576));
     assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 536);
+}
+
+/// A client whose MTU probing mode is `probing` (SACK on or off), and B.
+fn net_probing(probing: MtuProbing, sack: bool) -> Net {
+    let mut ca = config(A_MAC, A_IP, 1);
+    ca.tcp.mtu_probing = probing;
+    ca.tcp.sack = sack;
+    let mut n = Net::with_configs(ca, config(B_MAC, B_IP, 2));
+    n.keep_log = false;
+    n
+}
+
+/// RFC 2923 2.1 / RFC 4821: a path that drops datagrams above 1280 bytes
+/// and sends no ICMP. The first full-sized segments vanish; after R1 (3)
+/// retransmission timeouts in a row the sender suspects a black hole
+/// (Linux `tcp_mtu_probing` = 1) and falls back to MSS 1024,
+/// then probes upward: 1282 is lost (TCPMTUPFail, without a congestion
+/// response), 1172, 1226, 1253, 1267 and 1274 get through
+/// (TCPMTUPSuccess) and the search stops within `probe_threshold` (8
+/// bytes) of 1281: MSS 1234. With or without SACK (a lost probe is found
+/// by SACKs or by three duplicate ACKs).
+#[test]
+fn black_hole_is_found_by_probing_and_the_mss_settles() {
+    for sack in [true, false] {
+        let mut n = net_probing(MtuProbing::OnBlackHole, sack);
+        let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+        let (c, s) = connect(&mut n, l);
+        n.router_ab = Some(Router::new(1280, false));
+        assert!(
+            transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)),
+            "sack {sack}"
+        );
+        let i = n.a.tcp_conn_info(c).unwrap();
+        assert_eq!(i.smss, 1234, "sack {sack}: settled 6 bytes below the path");
+        assert_eq!(a_counter(&n, "TCPTimeouts"), 4, "sack {sack}");
+        assert_eq!(a_counter(&n, "TCPMTUPFail"), 1, "sack {sack}");
+        assert_eq!(a_counter(&n, "TCPMTUPSuccess"), 5, "sack {sack}");
+        assert_eq!(
+            a_counter(&n, "TCPFastRetrans"),
+            0,
+            "sack {sack}: no congestion"
+        );
+        // Nothing but the black hole's victims was ever lost.
+        let r = n.router_ab.unwrap();
+        assert_eq!(r.icmp_sent, 0);
+        assert!(r.dropped >= 10, "sack {sack}");
+        // More data: no more drops, no more timeouts.
+        let before = r.dropped;
+        assert!(transfer(&mut n, c, s, 500_000, Duration::from_secs(10)));
+        assert_eq!(n.router_ab.unwrap().dropped, before, "sack {sack}");
+        assert_eq!(a_counter(&n, "TCPTimeouts"), 4, "sack {sack}");
+    }
+}
+
+/// The control: without probing (Linux's default 0, ours) the same
+/// connection retransmits its full-sized segments into the hole until it
+/// gives up.
+#[test]
+fn black_hole_without_probing_stalls() {
+    assert_eq!(TcpConfig::default().mtu_probing, MtuProbing::Off);
+    let mut n = net_probing(MtuProbing::Off, true);
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let (c, s) = connect(&mut n, l);
+    n.router_ab = Some(Router::new(1280, false));
+    assert!(!transfer(&mut n, c, s, 100_000, Duration::from_secs(60)));
+    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1460);
+    assert!(a_counter(&n, "TCPTimeouts") >= 6);
+}
+
+/// Linux `tcp_mtu_probing` = 2: probing from the first segment, from
+/// `base_mss` (1024) up; on a path that carries 1500 bytes the search
+/// ends within 8 bytes of it (MTU 1493, MSS 1453).
+#[test]
+fn probing_always_climbs_from_base_mss() {
+    let mut n = net_probing(MtuProbing::Always, true);
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let (c, s) = connect(&mut n, l);
+    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1024);
+    assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
+    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1453);
+    assert_eq!(a_counter(&n, "TCPMTUPSuccess"), 6);
+    assert_eq!(a_counter(&n, "TCPMTUPFail"), 0);
+    assert_eq!(a_counter(&n, "TCPTimeouts"), 0);
+}
+
+/// Linux `tcp_probe_interval`: a finished search starts again 10 minutes
+/// later, from the MSS in use: the path now carries 1500 bytes (the
+/// router is gone) and the MSS climbs back.
+#[test]
+fn finished_search_probes_again_after_the_interval() {
+    let mut n = net_probing(MtuProbing::OnBlackHole, true);
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let (c, s) = connect(&mut n, l);
+    n.router_ab = Some(Router::new(1280, false));
+    assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
+    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1234);
+    n.router_ab = None;
+    // Within the interval: no probe, the MSS stays.
+    assert!(transfer(&mut n, c, s, 1_000_000, Duration::from_secs(10)));
+    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1234);
+    let successes = a_counter(&n, "TCPMTUPSuccess");
+    n.advance(Duration::from_secs(600));
+    assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
+    let smss = n.a.tcp_conn_info(c).unwrap().smss;
+    assert!(smss > 1450, "climbed back: {smss}");
+    assert!(a_counter(&n, "TCPMTUPSuccess") > successes);
 }

@@ -10,6 +10,7 @@ use ustack_wire::tcp::{SeqNum, TcpRepr, MAX_WINDOW_SHIFT};
 use super::ack::{Cong, Snd};
 use super::cc::{CongestionControl, NewReno};
 use super::input::{AckState, Rcv};
+use super::mtu::Mtup;
 use super::rack::Rack;
 use super::recovery::{Recovery, Rtx, Tlp};
 use super::recv::RecvQueue;
@@ -79,6 +80,9 @@ pub struct Connection {
     pub(super) recovery: Option<Recovery>,
     /// Persist, keep-alive, idle clock (`timers.rs`).
     pub(super) timers: Timers,
+    /// Path MTU probing, once on (`mtu.rs`): boxed, as few connections
+    /// ever need it.
+    pub(super) mtup: Option<Box<Mtup>>,
     pub(super) app: App,
     pub(super) rst: Rst,
     pub(super) report: Report,
@@ -158,6 +162,9 @@ pub(super) struct Params {
     pub(super) window_scale: bool,
     pub(super) timestamps: bool,
     pub(super) sack: bool,
+    pub(super) mtu_probing: super::MtuProbing,
+    pub(super) base_mss: u16,
+    pub(super) mtu_probe_floor: u16,
 }
 
 impl Params {
@@ -175,6 +182,9 @@ impl Params {
             window_scale: cfg.window_scale,
             timestamps: cfg.timestamps,
             sack: cfg.sack,
+            mtu_probing: cfg.mtu_probing,
+            base_mss: cfg.base_mss,
+            mtu_probe_floor: cfg.mtu_probe_floor,
         }
     }
 }
@@ -185,12 +195,13 @@ pub(super) struct Negotiated {
     pub(super) adv_mss: u16,
     /// The MSS the path allows: the route's at first, lowered by ICMP
     /// "fragmentation needed" (RFC 1191, `mtu.rs`). Path MTU = this + 40.
-    pub(super) route_mss: usize,
+    /// (u16s: a connection's footprint is budgeted, see `mtu.rs`.)
+    pub(super) route_mss: u16,
     /// The MSS the peer announced (536 without the option).
-    pub(super) peer_mss: usize,
+    pub(super) peer_mss: u16,
     /// The effective send MSS: the smaller of the two (and of the probing
     /// search's floor, `mtu.rs`). Payload = this less TCP options.
-    pub(super) smss: usize,
+    pub(super) smss: u16,
     pub(super) ws: bool,
     pub(super) snd_wscale: u8,
     pub(super) rcv_wscale: u8,
@@ -282,8 +293,8 @@ impl Connection {
         st: Phase,
     ) -> Connection {
         let adv_mss = adv_mss_for(cfg, route_mss);
-        let route_mss = usize::from(route_mss.max(64));
-        let smss = DEFAULT_MSS.min(route_mss);
+        let route_mss = route_mss.max(64);
+        let smss = (DEFAULT_MSS as u16).min(route_mss);
         Connection {
             cfg: Params::new(cfg),
             // A connection starts in SYN-RECEIVED only from a listener.
@@ -313,7 +324,7 @@ impl Connection {
             opt: Negotiated {
                 adv_mss,
                 route_mss,
-                peer_mss: DEFAULT_MSS,
+                peer_mss: DEFAULT_MSS as u16,
                 smss,
                 ws: false,
                 snd_wscale: 0,
@@ -349,7 +360,7 @@ impl Connection {
             },
             tlp: Tlp::default(),
             cong: Cong {
-                cc: Box::new(NewReno::new(cfg.initial_cwnd, smss)),
+                cc: Box::new(NewReno::new(cfg.initial_cwnd, usize::from(smss))),
                 limited: false,
                 max_flight: 0,
                 usage_seq: None,
@@ -367,6 +378,7 @@ impl Connection {
                 last_send_at: now,
                 tx_retry_at: None,
             },
+            mtup: None,
             app: App {
                 error: None,
                 soft_error: None,
@@ -425,9 +437,16 @@ impl Connection {
     pub(super) fn negotiate(&mut self, syn: &TcpRepr, now: Instant) {
         // MSS: "the TCP sender MUST use ... the minimum of the received MSS
         // option ... and the path MTU-derived value".
-        let peer = syn.max_seg_size.map_or(DEFAULT_MSS, usize::from).max(64);
+        let peer = syn.max_seg_size.unwrap_or(DEFAULT_MSS as u16).max(64);
         self.opt.peer_mss = peer;
-        self.opt.smss = peer.min(self.opt.route_mss);
+        if self.cfg.mtu_probing == super::MtuProbing::Always {
+            self.mtup = Some(Box::new(Mtup::new(
+                self.cfg.base_mss,
+                self.path_ceiling(),
+                now,
+            )));
+        }
+        self.sync_mss();
         // RFC 7323 2.2: "If a TCP receives a <SYN> segment containing a
         // Window Scale option, it SHOULD send its own Window Scale option
         // in the <SYN,ACK> segment"; scaling is on only if both sent one.
@@ -551,7 +570,7 @@ impl Connection {
 
     /// The effective send MSS.
     pub fn mss(&self) -> usize {
-        self.opt.smss
+        usize::from(self.opt.smss)
     }
 
     pub fn nodelay(&self) -> bool {
@@ -578,7 +597,7 @@ impl Connection {
             rto: self.rtx.rtt.rto(),
             cwnd: self.cong.cc.cwnd(),
             ssthresh: self.cong.cc.ssthresh(),
-            smss: self.opt.smss,
+            smss: usize::from(self.opt.smss),
             snd_wnd: self.snd.wnd,
             rcv_wnd: self.rcv_wnd(),
             snd_wscale: self.opt.snd_wscale,

@@ -77,6 +77,7 @@ impl Connection {
     ) {
         self.sync_estab(ctr);
         self.process_inner(now, seg, ctr, &mut shared.challenge);
+        self.mtu_probe_acked(ctr);
         self.sync_estab(ctr);
     }
 

@@ -1,9 +1,10 @@
 //! What the connections of one socket table share, passed to each
 //! connection as it runs (rather than kept, once per connection, in each):
-//! the stack-wide challenge ACK budget and a scratch buffer.
+//! the stack-wide challenge ACK budget, a scratch buffer and the path MTU
+//! search's tunables.
 
 use crate::hash::keyed_hash;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 
 use super::TcpConfig;
 
@@ -19,6 +20,16 @@ pub struct TcpShared {
     /// of the send ring. One per table instead of one (of the route MSS,
     /// up to 64 KB) per connection; it grows to the largest segment sent.
     pub(crate) scratch: Vec<u8>,
+    /// The path MTU search's tunables (`TcpConfig::probe_threshold`,
+    /// `probe_interval`), read only when a probe may be sent.
+    pub(crate) probe: ProbeTunables,
+}
+
+/// See [`TcpShared::probe`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProbeTunables {
+    pub(crate) threshold: usize,
+    pub(crate) interval: Duration,
 }
 
 impl TcpShared {
@@ -27,6 +38,10 @@ impl TcpShared {
         TcpShared {
             challenge: ChallengeAckLimit::new(cfg.challenge_ack_limit, secret),
             scratch: Vec::new(),
+            probe: ProbeTunables {
+                threshold: usize::from(cfg.probe_threshold),
+                interval: cfg.probe_interval,
+            },
         }
     }
 }
