@@ -439,6 +439,8 @@ impl Harness {
                 echo_reply_queue: 2,
                 poll_budget: 2,
                 tx_queue_bytes: 4096,
+                pmtu_cache: 2,
+                pmtu_expires: Duration::from_secs(600),
             };
         }
         let mtu = if cfg & 2 != 0 { 576 } else { 1500 };

@@ -47,8 +47,9 @@ fn parse_max_connections(s: &str) -> std::result::Result<usize, String> {
 pub fn serve_limits(max_connections: usize) -> Limits {
     Limits {
         max_tcp_sockets: max_connections.saturating_add(65_536),
-        // A full accept backlog can arrive at once (Linux has SYN cookies
-        // for that; we keep the half-open ones, bounded by the table).
+        // A full accept backlog can arrive at once: keep that many
+        // half-open ones (bounded by the table); SYN cookies answer the
+        // SYNs beyond them, as Linux's do.
         max_syn_backlog: BACKLOG,
         ..Limits::default()
     }

@@ -67,6 +67,16 @@ counter_group!(
     /// Listener counters kept by the socket table (`TcpExt:` in `/proc/net/netstat`).
     TcpStackCounters, "TcpExt", {
     ListenOverflows, ListenDrops, TCPReqQFullDrop,
+    /// A SYN found the SYN queue full (or cookies are always on) and is
+    /// answered with a SYN cookie (counted with `SyncookiesSent`).
+    TCPReqQFullDoCookies,
+    /// SYN-ACKs carrying a SYN cookie.
+    SyncookiesSent,
+    /// Final ACKs whose cookie was valid.
+    SyncookiesRecv,
+    /// ACKs to a listener that recently sent cookies, whose cookie was not
+    /// valid (forged, or older than two minutes); answered with RST.
+    SyncookiesFailed,
 });
 
 /// All counters of one stack.

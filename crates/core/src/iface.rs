@@ -15,6 +15,7 @@ use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
 use crate::arp::{ArpCache, Lookup};
 use crate::counters::{IpCounters, LinkCounters};
+use crate::pmtu::PmtuCache;
 use crate::time::Instant;
 
 /// Default TTL (Linux `ip_default_ttl`).
@@ -117,6 +118,8 @@ pub(crate) struct Iface {
     /// IP MTU.
     pub mtu: usize,
     pub arp: ArpCache,
+    /// Path MTUs learned per destination (`pmtu.rs`).
+    pub pmtu: PmtuCache,
     /// Transparent mode (see `transparent.rs`): every unicast destination
     /// is on-link.
     pub transparent: bool,
@@ -136,6 +139,7 @@ impl Iface {
         gateway: Option<Ipv4Addr>,
         mtu: usize,
         arp: ArpCache,
+        pmtu: PmtuCache,
         ident: u16,
     ) -> Self {
         // RFC 791: "Every internet module must be able to forward a datagram
@@ -147,6 +151,7 @@ impl Iface {
             gateway,
             mtu,
             arp,
+            pmtu,
             transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             frame_len: 0,
@@ -215,6 +220,12 @@ impl Iface {
     /// Largest TCP MSS for this interface (MTU - 40).
     pub(crate) fn route_mss(&self) -> u16 {
         u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)
+    }
+
+    /// The MSS a new TCP connection to `dst` starts with: the interface's,
+    /// or less if the path MTU cache knows better (RFC 1191).
+    pub(crate) fn route_mss_to(&self, now: Instant, dst: Ipv4Addr) -> u16 {
+        self.pmtu.mss(now, dst, self.route_mss())
     }
 
     fn start_frame(&mut self, ip_len: usize) {
@@ -357,13 +368,20 @@ impl Iface {
         body.copy_from_slice(payload);
     }
 
-    /// Send a TCP segment (DF set; the MSS keeps it within the MTU) from
-    /// `src` (our address, or any address in transparent mode). A segment
-    /// larger than the MTU goes out as one TCP/IPv4 GSO super-frame if the
-    /// link takes them, to be cut into segments of at most `smss` bytes
-    /// (the connection's send MSS: options included, as RFC 6691 counts).
-    /// With checksum offload the TCP checksum is left partial (the
-    /// pseudo-header sum, `NEEDS_CSUM`) for the other side to complete.
+    /// Send a TCP segment from `src` (our address, or any address in
+    /// transparent mode). RFC 1191 3: "the source host ... [sets] the DF
+    /// bit in the IP header" of every datagram, so that a router too
+    /// small for it answers with "fragmentation needed"; the MSS keeps
+    /// segments within the MTU. Except, as Linux, towards a destination
+    /// whose path MTU is below 552 (a locked entry, `pmtu.rs`): there the
+    /// routers may fragment.
+    ///
+    /// A segment larger than the MTU goes out as one TCP/IPv4 GSO
+    /// super-frame if the link takes them, to be cut into segments of at
+    /// most `smss` bytes (the connection's send MSS: options included, as
+    /// RFC 6691 counts). With checksum offload the TCP checksum is left
+    /// partial (the pseudo-header sum, `NEEDS_CSUM`) for the other side to
+    /// complete.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_tcp_from(
         &mut self,
@@ -405,7 +423,7 @@ impl Iface {
             ttl: DEFAULT_TTL,
             dscp_ecn: 0,
             ident: self.next_ident(),
-            dont_frag: true,
+            dont_frag: !self.pmtu.locked(now, dst),
             more_frags: false,
             frag_offset: 0,
         };

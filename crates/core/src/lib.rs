@@ -9,6 +9,7 @@
 //! | `tcp_api` / `tcp_table` | TCP demux, listeners, socket API |
 //! | `tcp` | the per-connection TCP engine |
 //! | `iface` | routing, IPv4 output and fragmentation, framing |
+//! | `pmtu` | the path MTU cache (RFC 1191) |
 //! | `arp` | the neighbour cache |
 //! | `frag` | IPv4 reassembly |
 //! | `udp` | the UDP socket table |
@@ -25,6 +26,7 @@ mod error;
 mod frag;
 mod hash;
 mod iface;
+mod pmtu;
 mod stack;
 mod tcp_api;
 mod tcp_table;

@@ -21,9 +21,10 @@ use crate::error::{IcmpError, UdpError};
 use crate::frag::{Expired, Reasm, ReasmLimits, Reassembler};
 use crate::hash::{KeyedState, SplitMix};
 use crate::iface::{Iface, IpOut, LinkOffload, TokenBucket, TxError};
+use crate::pmtu::PmtuCache;
 use crate::tcp::TcpConfig;
 use crate::tcp_table::TcpTable;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::transparent::Transparent;
 use crate::udp::{Deliver, UdpHandle, UdpStatus, UdpTable};
 use crate::BindError;
@@ -54,6 +55,12 @@ pub struct Limits {
     /// Bytes of frames from UDP/ICMP socket calls waiting for the next
     /// `poll` (beyond it sends fail with ENOBUFS).
     pub tx_queue_bytes: usize,
+    /// Destinations whose path MTU an ICMP "fragmentation needed" taught
+    /// us (RFC 1191; Linux keeps them as route exceptions).
+    pub pmtu_cache: usize,
+    /// How long a learned path MTU is kept (Linux `ip_rt_mtu_expires`,
+    /// 10 minutes); new connections then start with the link MTU again.
+    pub pmtu_expires: Duration,
 }
 
 impl Default for Limits {
@@ -71,6 +78,8 @@ impl Default for Limits {
             echo_reply_queue: 1024,
             poll_budget: 256,
             tx_queue_bytes: 1 << 20,
+            pmtu_cache: 4096,
+            pmtu_expires: Duration::from_secs(600),
         }
     }
 }
@@ -161,6 +170,11 @@ impl Stack {
             config.gateway,
             config.mtu,
             arp,
+            PmtuCache::new(
+                config.limits.pmtu_cache,
+                config.limits.pmtu_expires,
+                KeyedState::new(&secret, 5),
+            ),
             rng.next_u64() as u16,
         );
         let l = &config.limits;
@@ -214,6 +228,13 @@ impl Stack {
     /// Bytes currently held by IPv4 reassembly (diagnostics).
     pub fn reassembly_memory(&self) -> usize {
         self.reasm.mem()
+    }
+
+    /// The path MTU to `dst` learned from ICMP "fragmentation needed"
+    /// (RFC 1191) and still in force at `now`, if any (diagnostics): what
+    /// new TCP connections to `dst` start with instead of the link MTU.
+    pub fn path_mtu(&self, now: Instant, dst: Ipv4Addr) -> Option<usize> {
+        self.iface.pmtu.get(now, dst)
     }
 
     /// Datagrams being reassembled (diagnostics).

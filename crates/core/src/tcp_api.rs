@@ -11,7 +11,7 @@ use crate::counters::Counters;
 use crate::error::{BindError, ConnectError};
 use crate::iface::Iface;
 use crate::stack::Stack;
-use crate::tcp::{rst_for_unmatched, IcmpUnreachable, TcpError};
+use crate::tcp::{rst_for_unmatched, IcmpUnreachable, TcpConnInfo, TcpError};
 use crate::tcp_table::{Demux, Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus};
 use crate::udp::UdpHandle;
 
@@ -87,7 +87,8 @@ impl Stack {
             ..
         } = self;
         let ctr = &mut counters.tcp;
-        match tcp.input(now, local, remote, &seg, ctr, &mut counters.tcp_ext) {
+        let ext = &mut counters.tcp_ext;
+        match tcp.input(now, local, remote, &seg, ctr, ext, &iface.pmtu) {
             Demux::Conn(idx) => {
                 let mut tctr = std::mem::take(&mut counters.tcp);
                 tcp.dispatch(idx, now, &mut tctr, &mut emitter(iface, counters, now, tx));
@@ -107,6 +108,16 @@ impl Stack {
                         counters.tcp.OutSegs += 1;
                         counters.tcp.OutRsts += 1;
                     }
+                }
+            }
+            Demux::Reply(reply) => {
+                // A SYN-ACK carrying a SYN cookie: no connection behind it.
+                let (ipc, link) = (&mut counters.ip, &mut counters.link);
+                if iface
+                    .send_tcp_from(now, ipc, link, ip.dst, ip.src, &reply, 0, tx)
+                    .is_ok()
+                {
+                    counters.tcp.OutSegs += 1;
                 }
             }
             Demux::Dropped => {}
@@ -157,9 +168,19 @@ impl Stack {
             _ => IcmpUnreachable::Other,
         };
         let ctr = &mut self.counters.tcp;
+        let mut valid = false;
         self.tcp.icmp(local, remote, |c| {
-            c.on_icmp_unreachable(now, kind, seq, ctr)
+            valid = c.on_icmp_unreachable(now, kind, seq, ctr);
         });
+        // RFC 1191 / RFC 5927 4.1: a report the connection validated (it
+        // quotes a segment in flight) teaches the path MTU to every new
+        // connection to this destination, for `Limits::pmtu_expires`.
+        if valid && reason == DstUnreachable::FragRequired {
+            let link_mtu = self.iface.mtu;
+            self.iface
+                .pmtu
+                .update(now, *remote.ip(), next_hop_mtu, link_mtu);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -212,7 +233,8 @@ impl Stack {
             Some(_) => return Err(ConnectError::InvalidAddress),
         };
         self.last_now = self.last_now.max(now);
-        self.tcp.connect(now, local, remote)
+        let route_mss = self.iface.route_mss_to(now, r);
+        self.tcp.connect(now, local, remote, route_mss)
     }
 
     /// Queue data; returns how much was taken (0 = send buffer full).
@@ -310,6 +332,13 @@ impl Stack {
 
     pub fn tcp_status(&self, h: TcpHandle) -> Result<TcpStatus, TcpError> {
         self.tcp.status(h)
+    }
+
+    /// A connection's TCP details, like Linux's `TCP_INFO`: state,
+    /// negotiated options (MSS, window scales, SACK, timestamps), windows,
+    /// RTT and RTO. `InvalidState` for a listener.
+    pub fn tcp_conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
+        self.tcp.conn_info(h)
     }
 
     /// The readiness of a TCP socket now (see [`Readiness`]).

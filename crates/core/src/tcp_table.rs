@@ -39,8 +39,11 @@ use ustack_wire::tcp::TcpRepr;
 
 use crate::counters::TcpStackCounters;
 use crate::hash::{keyed_hash, KeyedState};
-use crate::tcp::TcpShared;
-use crate::tcp::{Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpCounters, TcpError};
+use crate::pmtu::PmtuCache;
+use crate::tcp::{restore_cookie, CookieJar, SynCookies, TcpShared, SYNCOOKIE_VALID};
+use crate::tcp::{
+    Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpConnInfo, TcpCounters, TcpError,
+};
 use crate::time::Instant;
 use crate::udp::{EPHEMERAL_FIRST, EPHEMERAL_LAST};
 use crate::{BindError, ConnectError};
@@ -205,6 +208,10 @@ struct Listener {
     embryos: Vec<TcpHandle>,
     /// Queued in the table's event list.
     ev_queued: bool,
+    /// When this listener last answered a SYN with a cookie (Linux keeps
+    /// it in the listener's `ts_recent_stamp`): only then, and for two
+    /// minutes, are unmatched ACKs checked as cookies.
+    last_cookie_at: Option<Instant>,
 }
 
 struct Conn {
@@ -298,6 +305,9 @@ pub(crate) enum Demux {
     Conn(usize),
     /// No socket: answer with this RST (if any).
     Unmatched,
+    /// Answer with this segment from the table itself (a SYN-ACK carrying
+    /// a SYN cookie).
+    Reply(TcpRepr<'static>),
     /// Dropped (listener overflow, RST to a listener ...).
     Dropped,
 }
@@ -313,7 +323,10 @@ pub(crate) struct TcpTable {
     /// Sum of every connection's `held` (`Stack::tcp_buffered`).
     buffered: usize,
     isn: Isn,
+    /// SYN cookies' keyed hashes.
+    cookies: CookieJar,
     cfg: TcpConfig,
+    /// The interface's MSS (a destination's may be lower, `PmtuCache`).
     route_mss: u16,
     max_sockets: usize,
     max_syn_backlog: usize,
@@ -357,6 +370,7 @@ impl TcpTable {
             live: 0,
             buffered: 0,
             isn: Isn::new(secret),
+            cookies: CookieJar::new(secret),
             cfg,
             route_mss,
             max_sockets,
@@ -498,6 +512,7 @@ impl TcpTable {
             accept: VecDeque::new(),
             embryos: Vec::new(),
             ev_queued: false,
+            last_cookie_at: None,
         };
         let h = self.alloc(Sock::Listener(l)).ok_or(BindError::Exhausted)?;
         self.listeners.insert(port, h.index);
@@ -536,11 +551,14 @@ impl TcpTable {
     /// `offset = F(local_IP, remote_IP, remote_port, secret_key)`,
     /// `port = min_ephemeral + (offset + next_ephemeral + i) % num_ephemeral`,
     /// probing until the 4-tuple is free.
+    /// `route_mss`: the MSS of the path to `remote` (RFC 1191: what the
+    /// path MTU cache knows, else the interface's).
     pub(crate) fn connect(
         &mut self,
         now: Instant,
         local: SocketAddrV4,
         remote: SocketAddrV4,
+        route_mss: u16,
     ) -> Result<TcpHandle, ConnectError> {
         if self.live >= self.max_sockets {
             return Err(ConnectError::Exhausted);
@@ -575,7 +593,7 @@ impl TcpTable {
         };
         let local = SocketAddrV4::new(*local.ip(), port);
         let iss = self.isn.generate(local, remote, now);
-        let conn = Connection::connect(&self.cfg, local, remote, iss, self.route_mss, now);
+        let conn = Connection::connect(&self.cfg, local, remote, iss, route_mss, now);
         let c = Conn::new(conn, local, remote, Owner::App, true);
         let h = self
             .alloc(Sock::Conn(Box::new(c)))
@@ -662,6 +680,15 @@ impl TcpTable {
         }
     }
 
+    /// The connection's details (`TCP_INFO`): application-held only.
+    pub(crate) fn conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
+        match self.sock(h)? {
+            Sock::Conn(c) if c.owner == Owner::App => Ok(c.conn.info()),
+            Sock::Conn(_) => Err(TcpError::InvalidHandle),
+            Sock::Listener(_) => Err(TcpError::InvalidState),
+        }
+    }
+
     pub(crate) fn sockets(&self) -> Vec<TcpInfo> {
         let mut v = Vec::with_capacity(self.live);
         for slot in &self.slots {
@@ -700,7 +727,9 @@ impl TcpTable {
     // ------------------------------------------------------------------
 
     /// Find the connection for `seg` (creating a child for a SYN to a
-    /// listener) and let it process the segment.
+    /// listener) and let it process the segment. `pmtu`: the path MTUs
+    /// known, for the MSS of a connection created.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn input(
         &mut self,
         now: Instant,
@@ -709,6 +738,7 @@ impl TcpTable {
         seg: &TcpRepr,
         ctr: &mut TcpCounters,
         ext: &mut TcpStackCounters,
+        pmtu: &PmtuCache,
     ) -> Demux {
         self.now = self.now.max(now);
         if let Some(&idx) = self.conns.get(&(local, remote)) {
@@ -748,7 +778,11 @@ impl TcpTable {
             return Demux::Dropped;
         }
         if seg.ack.is_some() {
-            return Demux::Unmatched;
+            if seg.syn {
+                return Demux::Unmatched;
+            }
+            let route_mss = pmtu.mss(now, *remote.ip(), self.route_mss);
+            return self.cookie_ack(now, lidx as usize, local, remote, seg, route_mss, ctr, ext);
         }
         if !seg.syn {
             // "fourth other data or control ... drop the segment and return".
@@ -761,22 +795,47 @@ impl TcpTable {
             Ok(Sock::Listener(l)) => (l.syn_queue, l.accept.len(), l.backlog),
             _ => return Demux::Unmatched,
         };
-        // Bounded backlog, as Linux without syncookies: a full SYN queue
-        // (half-open connections, at most min(backlog, tcp_max_syn_backlog))
-        // drops the SYN (TCPReqQFullDrop), so does a full accept queue
-        // (ListenOverflows); both count ListenDrops.
-        if syn_queue >= backlog.min(self.max_syn_backlog) || self.live >= self.max_sockets {
+        // Bounded backlog, as Linux (`tcp_conn_request`): a full SYN queue
+        // (half-open connections, at most min(backlog, tcp_max_syn_backlog),
+        // or a full socket table) is answered with a SYN cookie when
+        // cookies are on (TCPReqQFullDoCookies), else the SYN is dropped
+        // (TCPReqQFullDrop). RFC 4987 3.6: "SYN cookies ... [allow] the
+        // server to avoid the need to store any state ... until the
+        // three-way handshake is completed." A full accept queue drops
+        // the SYN either way (ListenOverflows), as Linux does: a cookie's
+        // connection would find it full too. Drops count ListenDrops.
+        let full = syn_queue >= backlog.min(self.max_syn_backlog) || self.live >= self.max_sockets;
+        let want_cookie = match self.cfg.syncookies {
+            SynCookies::Off => false,
+            SynCookies::WhenNeeded => full,
+            SynCookies::Always => true,
+        };
+        if full && !want_cookie {
             ext.TCPReqQFullDrop += 1;
             ext.ListenDrops += 1;
             return Demux::Dropped;
+        }
+        if want_cookie {
+            ext.TCPReqQFullDoCookies += 1;
         }
         if accept_len >= backlog {
             ext.ListenOverflows += 1;
             ext.ListenDrops += 1;
             return Demux::Dropped;
         }
+        let route_mss = pmtu.mss(now, *remote.ip(), self.route_mss);
+        if want_cookie {
+            let reply = self
+                .cookies
+                .syn_ack(&self.cfg, local, remote, seg, route_mss, now);
+            if let Ok(Sock::Listener(l)) = self.sock_mut(lh) {
+                l.last_cookie_at = Some(now);
+            }
+            ext.SyncookiesSent += 1;
+            return Demux::Reply(reply);
+        }
         let iss = self.isn.generate(local, remote, now);
-        let conn = Connection::accept(&self.cfg, local, remote, seg, iss, self.route_mss, now);
+        let conn = Connection::accept(&self.cfg, local, remote, seg, iss, route_mss, now);
         let owner = Owner::Listener {
             listener: lh,
             queued: false,
@@ -808,6 +867,96 @@ impl TcpTable {
                     l.embryos = keep;
                 }
             }
+        }
+        Demux::Conn(h.index as usize)
+    }
+
+    /// An ACK (without SYN or RST) to listener `lidx` that matched no
+    /// connection: the final ACK of a handshake answered with a SYN cookie?
+    /// As Linux's `cookie_v4_check`: checked only while the listener has
+    /// sent cookies in the last two minutes (else, and when the options it
+    /// restores contradict ours, RST as RFC 9293 3.10.7.2 says for an ACK
+    /// in LISTEN); an invalid cookie counts SyncookiesFailed and is
+    /// answered with RST; a valid one creates the connection in
+    /// ESTABLISHED, straight into the accept queue, unless that queue is
+    /// full (ListenOverflows: dropped without an answer, as Linux does; the
+    /// peer's next segment carries the same cookie).
+    #[allow(clippy::too_many_arguments)]
+    fn cookie_ack(
+        &mut self,
+        now: Instant,
+        lidx: usize,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &TcpRepr,
+        route_mss: u16,
+        ctr: &mut TcpCounters,
+        ext: &mut TcpStackCounters,
+    ) -> Demux {
+        let Some(lh) = self.handle_of(lidx) else {
+            return Demux::Unmatched;
+        };
+        let (recent, accept_len, backlog) = match self.sock(lh) {
+            Ok(Sock::Listener(l)) => (
+                l.last_cookie_at
+                    .is_some_and(|t| now.saturating_duration_since(t) < SYNCOOKIE_VALID),
+                l.accept.len(),
+                l.backlog,
+            ),
+            _ => return Demux::Unmatched,
+        };
+        let Some(ack) = seg.ack else {
+            return Demux::Unmatched;
+        };
+        if self.cfg.syncookies == SynCookies::Off || !recent {
+            return Demux::Unmatched;
+        }
+        let Some(mss) = self
+            .cookies
+            .check(local, remote, seg.seq - 1usize, ack - 1usize, now)
+        else {
+            ext.SyncookiesFailed += 1;
+            return Demux::Unmatched;
+        };
+        ext.SyncookiesRecv += 1;
+        let Some(restored) = restore_cookie(&self.cfg, seg, mss) else {
+            return Demux::Unmatched;
+        };
+        if accept_len >= backlog {
+            ext.ListenOverflows += 1;
+            ext.ListenDrops += 1;
+            return Demux::Dropped;
+        }
+        if self.live >= self.max_sockets {
+            ext.ListenDrops += 1;
+            return Demux::Dropped;
+        }
+        let conn =
+            Connection::from_cookie(&self.cfg, local, remote, seg, restored, route_mss, now, ctr);
+        let owner = Owner::Listener {
+            listener: lh,
+            queued: true,
+        };
+        let c = Conn::new(conn, local, remote, owner, false);
+        let Some(h) = self.alloc(Sock::Conn(Box::new(c))) else {
+            ext.ListenDrops += 1;
+            return Demux::Dropped;
+        };
+        self.conns.insert((local, remote), h.index);
+        if let Ok(Sock::Listener(l)) = self.sock_mut(lh) {
+            l.accept.push_back(h);
+            if !l.ev_queued {
+                l.ev_queued = true;
+                self.events.push(lh);
+            }
+        }
+        // The ACK may carry data or a FIN: the connection takes it now.
+        if let Some(Some(Sock::Conn(c))) = self
+            .slots
+            .get_mut(h.index as usize)
+            .map(|s| s.sock.as_mut())
+        {
+            c.conn.process(now, seg, ctr, &mut self.shared);
         }
         Demux::Conn(h.index as usize)
     }
@@ -1232,12 +1381,13 @@ impl TcpTable {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         syn: &TcpRepr,
+        route_mss: u16,
     ) -> Result<TcpHandle, TcpError> {
         if self.live >= self.max_sockets || self.conns.contains_key(&(local, remote)) {
             return Err(TcpError::InvalidState);
         }
         let iss = self.isn.generate(local, remote, now);
-        let conn = Connection::accept(&self.cfg, local, remote, syn, iss, self.route_mss, now);
+        let conn = Connection::accept(&self.cfg, local, remote, syn, iss, route_mss, now);
         let c = Conn::new(conn, local, remote, Owner::App, false);
         let h = self
             .alloc(Sock::Conn(Box::new(c)))

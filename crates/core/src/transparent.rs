@@ -544,7 +544,9 @@ impl Stack {
         let h = t.remove(id.0).ok_or(TcpError::InvalidHandle)?;
         t.counters.syns_accepted += 1;
         self.last_now = self.last_now.max(now);
-        self.tcp.adopt_syn(now, h.local, h.remote, &h.syn)
+        let route_mss = self.iface.route_mss_to(now, *h.remote.ip());
+        self.tcp
+            .adopt_syn(now, h.local, h.remote, &h.syn, route_mss)
     }
 
     /// Refuse a held SYN: RST|ACK (RFC 9293 3.10.7.1: "If the ACK bit is

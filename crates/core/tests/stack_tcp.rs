@@ -6,7 +6,7 @@ mod stack_util;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use stack_util::*;
-use ustack_core::tcp::State;
+use ustack_core::tcp::{State, SynCookies};
 use ustack_core::time::Duration;
 use ustack_core::{ConnectError, TcpError, TcpHandle};
 use ustack_wire::ethernet::{EthernetFrame, EthernetRepr};
@@ -155,9 +155,18 @@ fn ephemeral_ports_are_distinct_and_in_range() {
     }
 }
 
+/// Two stacks where B, the server, has SYN cookies off (Linux
+/// `tcp_syncookies = 0`): a full SYN queue drops SYNs. With cookies (the
+/// default) the same floods are answered with cookies: `stack_syncookies.rs`.
+fn net_without_cookies() -> Net {
+    let mut cb = config(B_MAC, B_IP, 2);
+    cb.tcp.syncookies = SynCookies::Off;
+    Net::with_configs(config(A_MAC, A_IP, 1), cb)
+}
+
 #[test]
 fn listen_backlog_overflow_drops_syns() {
-    let mut n = Net::new();
+    let mut n = net_without_cookies();
     let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 2).unwrap();
     let clients: Vec<_> = (0..5)
         .map(|_| {
@@ -223,7 +232,7 @@ fn syn_flood_to_closed_port_answers_rst_without_state() {
 
 #[test]
 fn syn_flood_to_listener_is_bounded_and_drains() {
-    let mut n = Net::new();
+    let mut n = net_without_cookies();
     n.keep_log = false;
     n.pump();
     let l =

@@ -10,6 +10,7 @@ use ustack_wire::tcp::{SeqNum, TcpRepr, MAX_WINDOW_SHIFT};
 use super::ack::{Cong, Snd};
 use super::cc::{CongestionControl, NewReno};
 use super::input::{AckState, Rcv};
+use super::mtu::Mtup;
 use super::rack::Rack;
 use super::recovery::{Recovery, Rtx, Tlp};
 use super::recv::RecvQueue;
@@ -79,6 +80,9 @@ pub struct Connection {
     pub(super) recovery: Option<Recovery>,
     /// Persist, keep-alive, idle clock (`timers.rs`).
     pub(super) timers: Timers,
+    /// Path MTU probing, once on (`mtu.rs`): boxed, as few connections
+    /// ever need it.
+    pub(super) mtup: Option<Box<Mtup>>,
     pub(super) app: App,
     pub(super) rst: Rst,
     pub(super) report: Report,
@@ -158,6 +162,9 @@ pub(super) struct Params {
     pub(super) window_scale: bool,
     pub(super) timestamps: bool,
     pub(super) sack: bool,
+    pub(super) mtu_probing: super::MtuProbing,
+    pub(super) base_mss: u16,
+    pub(super) mtu_probe_floor: u16,
 }
 
 impl Params {
@@ -175,6 +182,9 @@ impl Params {
             window_scale: cfg.window_scale,
             timestamps: cfg.timestamps,
             sack: cfg.sack,
+            mtu_probing: cfg.mtu_probing,
+            base_mss: cfg.base_mss,
+            mtu_probe_floor: cfg.mtu_probe_floor,
         }
     }
 }
@@ -183,8 +193,15 @@ impl Params {
 #[derive(Debug)]
 pub(super) struct Negotiated {
     pub(super) adv_mss: u16,
-    pub(super) route_mss: usize,
-    pub(super) smss: usize,
+    /// The MSS the path allows: the route's at first, lowered by ICMP
+    /// "fragmentation needed" (RFC 1191, `mtu.rs`). Path MTU = this + 40.
+    /// (u16s: a connection's footprint is budgeted, see `mtu.rs`.)
+    pub(super) route_mss: u16,
+    /// The MSS the peer announced (536 without the option).
+    pub(super) peer_mss: u16,
+    /// The effective send MSS: the smaller of the two (and of the probing
+    /// search's floor, `mtu.rs`). Payload = this less TCP options.
+    pub(super) smss: u16,
     pub(super) ws: bool,
     pub(super) snd_wscale: u8,
     pub(super) rcv_wscale: u8,
@@ -244,12 +261,25 @@ pub struct NeighbourAdvice {
 /// setup, TCP implementations MUST assume a default send MSS of 536".
 pub(super) const DEFAULT_MSS: usize = 536;
 
-fn window_shift_for(buf: usize) -> u8 {
+/// The window shift we offer for a receive buffer of `buf` bytes.
+pub(super) fn window_shift_for(buf: usize) -> u8 {
     let mut s = 0u8;
     while s < MAX_WINDOW_SHIFT && (buf >> s) > 0xffff {
         s += 1;
     }
     s
+}
+
+/// The MSS we advertise on a route whose MSS is `route_mss`.
+pub(super) fn adv_mss_for(cfg: &TcpConfig, route_mss: u16) -> u16 {
+    cfg.mss.min(route_mss.max(64)).max(64)
+}
+
+/// The offset added to our TSvals (RFC 7323 5.4), derived from the ISS so
+/// that a SYN cookie's connection (`syncookie.rs`) finds again the offset
+/// its stateless SYN-ACK used.
+pub(super) fn ts_offset_for(iss: SeqNum) -> u32 {
+    iss.0.rotate_left(13) ^ 0x5a5a_5a5a
 }
 
 impl Connection {
@@ -262,9 +292,9 @@ impl Connection {
         now: Instant,
         st: Phase,
     ) -> Connection {
-        let route_mss = usize::from(route_mss.max(64));
-        let adv_mss = cfg.mss.min(route_mss as u16).max(64);
-        let smss = DEFAULT_MSS.min(route_mss);
+        let adv_mss = adv_mss_for(cfg, route_mss);
+        let route_mss = route_mss.max(64);
+        let smss = (DEFAULT_MSS as u16).min(route_mss);
         Connection {
             cfg: Params::new(cfg),
             // A connection starts in SYN-RECEIVED only from a listener.
@@ -294,13 +324,14 @@ impl Connection {
             opt: Negotiated {
                 adv_mss,
                 route_mss,
+                peer_mss: DEFAULT_MSS as u16,
                 smss,
                 ws: false,
                 snd_wscale: 0,
                 rcv_wscale: 0,
                 ts: false,
                 sack: false,
-                ts_offset: iss.0.rotate_left(13) ^ 0x5a5a_5a5a,
+                ts_offset: ts_offset_for(iss),
                 ts_recent: 0,
                 ts_recent_at: now,
             },
@@ -329,7 +360,7 @@ impl Connection {
             },
             tlp: Tlp::default(),
             cong: Cong {
-                cc: Box::new(NewReno::new(cfg.initial_cwnd, smss)),
+                cc: Box::new(NewReno::new(cfg.initial_cwnd, usize::from(smss))),
                 limited: false,
                 max_flight: 0,
                 usage_seq: None,
@@ -347,6 +378,7 @@ impl Connection {
                 last_send_at: now,
                 tx_retry_at: None,
             },
+            mtup: None,
             app: App {
                 error: None,
                 soft_error: None,
@@ -405,8 +437,16 @@ impl Connection {
     pub(super) fn negotiate(&mut self, syn: &TcpRepr, now: Instant) {
         // MSS: "the TCP sender MUST use ... the minimum of the received MSS
         // option ... and the path MTU-derived value".
-        let peer = syn.max_seg_size.map_or(DEFAULT_MSS, usize::from).max(64);
-        self.opt.smss = peer.min(self.opt.route_mss);
+        let peer = syn.max_seg_size.unwrap_or(DEFAULT_MSS as u16).max(64);
+        self.opt.peer_mss = peer;
+        if self.cfg.mtu_probing == super::MtuProbing::Always {
+            self.mtup = Some(Box::new(Mtup::new(
+                self.cfg.base_mss,
+                self.path_ceiling(),
+                now,
+            )));
+        }
+        self.sync_mss();
         // RFC 7323 2.2: "If a TCP receives a <SYN> segment containing a
         // Window Scale option, it SHOULD send its own Window Scale option
         // in the <SYN,ACK> segment"; scaling is on only if both sent one.
@@ -530,7 +570,7 @@ impl Connection {
 
     /// The effective send MSS.
     pub fn mss(&self) -> usize {
-        self.opt.smss
+        usize::from(self.opt.smss)
     }
 
     pub fn nodelay(&self) -> bool {
@@ -557,7 +597,7 @@ impl Connection {
             rto: self.rtx.rtt.rto(),
             cwnd: self.cong.cc.cwnd(),
             ssthresh: self.cong.cc.ssthresh(),
-            smss: self.opt.smss,
+            smss: usize::from(self.opt.smss),
             snd_wnd: self.snd.wnd,
             rcv_wnd: self.rcv_wnd(),
             snd_wscale: self.opt.snd_wscale,

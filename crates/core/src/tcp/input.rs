@@ -5,7 +5,7 @@
 
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
-use super::conn::{Connection, Phase, DEFAULT_MSS};
+use super::conn::{Connection, Phase};
 use super::recv::RecvQueue;
 use super::shared::ChallengeAckLimit;
 use super::{State, TcpCounters, TcpError, TcpShared};
@@ -77,6 +77,7 @@ impl Connection {
     ) {
         self.sync_estab(ctr);
         self.process_inner(now, seg, ctr, &mut shared.challenge);
+        self.mtu_probe_acked(ctr);
         self.sync_estab(ctr);
     }
 
@@ -587,14 +588,16 @@ impl Connection {
     /// sequence number is `seq`. RFC 1122 4.2.3.9: soft errors (net/host
     /// unreachable) "MUST NOT" abort; like Linux, port/protocol
     /// unreachable is a hard error only while the connection is being
-    /// opened.
+    /// opened; "fragmentation needed" lowers the MSS (`mtu.rs`). Returns
+    /// whether the error passed the sequence number check (only then may
+    /// the Stack remember a path MTU it reports).
     pub fn on_icmp_unreachable(
         &mut self,
         _now: Instant,
         kind: IcmpUnreachable,
         seq: SeqNum,
         ctr: &mut TcpCounters,
-    ) {
+    ) -> bool {
         self.sync_estab(ctr);
         // RFC 5927 4.1: "TCP SHOULD check that the TCP sequence number
         // contained in the payload of the ICMP error message is within the
@@ -606,7 +609,7 @@ impl Connection {
         // or to lower its MSS (RFC 5927 5, 7).
         if !seq.in_range(self.snd.una, self.snd.max) {
             ctr.OutOfWindowIcmps += 1;
-            return;
+            return false;
         }
         match kind {
             IcmpUnreachable::PortUnreachable | IcmpUnreachable::ProtoUnreachable => {
@@ -623,15 +626,9 @@ impl Connection {
             | IcmpUnreachable::HostUnreachable
             | IcmpUnreachable::AdminProhibited
             | IcmpUnreachable::Other => self.app.soft_error = Some(TcpError::HostUnreachable),
-            IcmpUnreachable::FragRequired { mtu } => {
-                // RFC 1191: lower the MSS to fit the reported MTU.
-                let m = usize::from(mtu).saturating_sub(40);
-                if m >= DEFAULT_MSS && m < self.opt.smss {
-                    self.opt.smss = m;
-                    self.opt.route_mss = m;
-                }
-            }
+            IcmpUnreachable::FragRequired { mtu } => self.on_frag_needed(mtu),
         }
+        true
     }
 
     pub(super) fn rcv_wnd(&self) -> usize {

@@ -20,6 +20,8 @@
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
 //! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
+//! | `syncookie.rs` | SYN cookies (RFC 4987), Linux's encoding; a connection from a cookie |
+//! | `mtu.rs` | the path MTU: ICMP "fragmentation needed" (RFC 1191), retransmitting what was too large, black-hole detection and probing (RFC 4821), the effective MSS |
 //! | `shared.rs` | what a table's connections share ([`TcpShared`]) |
 //! | `ring.rs` | the byte ring both buffers are built on |
 //!
@@ -38,6 +40,7 @@ mod cc;
 mod conn;
 mod input;
 mod isn;
+mod mtu;
 mod output;
 mod rack;
 mod recovery;
@@ -47,6 +50,7 @@ mod rtt;
 mod sack;
 mod send;
 mod shared;
+mod syncookie;
 mod timers;
 
 use core::fmt;
@@ -59,8 +63,11 @@ pub use cc::{CongestionControl, NewReno};
 pub use conn::{Connection, NeighbourAdvice, TcpConnInfo};
 pub use input::IcmpUnreachable;
 pub use isn::Isn;
+pub use mtu::MtuProbing;
 pub use rtt::RttEstimator;
 pub use shared::TcpShared;
+pub use syncookie::SynCookies;
+pub(crate) use syncookie::{restore as restore_cookie, CookieJar, SYNCOOKIE_VALID};
 
 /// TCP states (RFC 9293 3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -240,6 +247,25 @@ pub struct TcpConfig {
     /// 1000 as a bound on what a flood of spoofed segments over many
     /// connections can make the stack send.
     pub challenge_ack_limit: u32,
+    /// SYN cookies (RFC 4987; Linux `tcp_syncookies`, default 1 = when
+    /// the listener's SYN queue is full). See [`SynCookies`].
+    pub syncookies: SynCookies,
+    /// Packetization-layer path MTU discovery (RFC 4821; Linux
+    /// `tcp_mtu_probing`). Default off, as Linux's (see [`MtuProbing`]
+    /// for why not "on black-hole detection").
+    pub mtu_probing: MtuProbing,
+    /// Where probing starts, and the MSS a suspected black hole falls
+    /// back to (Linux `tcp_base_mss`: 1024).
+    pub base_mss: u16,
+    /// Smallest MSS black-hole detection may fall to (Linux
+    /// `tcp_mtu_probe_floor`: 48).
+    pub mtu_probe_floor: u16,
+    /// Probing stops when the search range is narrower than this many
+    /// bytes (Linux `tcp_probe_threshold`: 8).
+    pub probe_threshold: u16,
+    /// A finished search starts again after this long (Linux
+    /// `tcp_probe_interval`: 600 s).
+    pub probe_interval: Duration,
 }
 
 impl Default for TcpConfig {
@@ -265,6 +291,12 @@ impl Default for TcpConfig {
             initial_cwnd: 10,
             fin_wait2_timeout: Duration::from_secs(60),
             challenge_ack_limit: 1000,
+            syncookies: SynCookies::WhenNeeded,
+            mtu_probing: MtuProbing::Off,
+            base_mss: 1024,
+            mtu_probe_floor: 48,
+            probe_threshold: 8,
+            probe_interval: Duration::from_secs(600),
         }
     }
 }
@@ -323,6 +355,8 @@ counters!(
     TCPKeepAlive,
     OutOfWindowIcmps,
     TCPACKSkippedChallenge,
+    TCPMTUPFail,
+    TCPMTUPSuccess,
 );
 
 /// The RST to answer a segment that matched no connection, if any

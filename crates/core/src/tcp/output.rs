@@ -39,6 +39,7 @@ impl Connection {
         shared: &mut TcpShared,
         emit: &mut dyn FnMut(&TcpRepr) -> bool,
     ) {
+        let probe = shared.probe;
         let mut out = Sink {
             emit,
             scratch: &mut shared.scratch,
@@ -200,6 +201,15 @@ impl Connection {
         }
 
         let mut sent_new = false;
+        // RFC 4821: a path MTU probe, ahead of the new data (`mtu.rs`).
+        if let Some((seq, n)) = self.mtu_probe_due(now, probe) {
+            if !self.send_segment(now, ctr, out, seq, n, false) {
+                return self.blocked(now);
+            }
+            self.snd.nxt = self.snd.max;
+            self.mtu_probe_sent(seq, n);
+            sent_new = true;
+        }
         for _ in 0..MAX_BURST {
             let force = self.timers.force_send;
             let Some((seq, n, fin)) = self.next_segment(force, false, out.tso_max) else {
@@ -568,7 +578,7 @@ impl Connection {
     /// Largest payload given the negotiated MSS and our timestamp option.
     pub(super) fn max_payload_base(&self) -> usize {
         let ts = if self.opt.ts { 12 } else { 0 };
-        self.opt.smss.saturating_sub(ts).max(1)
+        usize::from(self.opt.smss).saturating_sub(ts).max(1)
     }
 
     pub(super) fn ts_now(&self, now: Instant) -> u32 {

@@ -85,6 +85,9 @@ impl Connection {
     /// Loss detected outside recovery: reduce the window once for this
     /// episode (RFC 6675 5 step 4, RFC 8985 "enter fast recovery").
     pub(super) fn enter_recovery(&mut self, ctr: &mut TcpCounters) {
+        if self.mtu_probe_lost(ctr) {
+            return; // a path MTU probe was lost, not congestion (`mtu.rs`)
+        }
         let mss = self.max_payload_base();
         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
         let undo = Undo {
@@ -213,6 +216,8 @@ impl Connection {
             return;
         }
         ctr.TCPTimeouts += 1;
+        // Black-hole detection (`mtu.rs`).
+        self.mtu_on_rto(now, ctr);
         // Negative advice (Linux tcp_write_timeout -> dst_negative_advice):
         // the neighbour mapping may be wrong, have it re-validated.
         self.report.advice.suspect = true;

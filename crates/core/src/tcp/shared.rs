@@ -1,10 +1,10 @@
 //! What the connections of one socket table share, passed to each
 //! connection as it runs (rather than kept, once per connection, in each):
-//! the stack-wide challenge ACK budget, a scratch buffer and the link's TSO
-//! size.
+//! the stack-wide challenge ACK budget, a scratch buffer, the link's TSO
+//! size and the path MTU search's tunables.
 
 use crate::hash::keyed_hash;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 
 use super::TcpConfig;
 
@@ -24,6 +24,16 @@ pub struct TcpShared {
     /// GSO frames (cut into MSS-sized segments by the other side); 0 = one
     /// segment per MSS.
     pub(crate) tso_max: usize,
+    /// The path MTU search's tunables (`TcpConfig::probe_threshold`,
+    /// `probe_interval`), read only when a probe may be sent.
+    pub(crate) probe: ProbeTunables,
+}
+
+/// See [`TcpShared::probe`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProbeTunables {
+    pub(crate) threshold: usize,
+    pub(crate) interval: Duration,
 }
 
 impl TcpShared {
@@ -33,6 +43,10 @@ impl TcpShared {
             challenge: ChallengeAckLimit::new(cfg.challenge_ack_limit, secret),
             scratch: Vec::new(),
             tso_max: 0,
+            probe: ProbeTunables {
+                threshold: usize::from(cfg.probe_threshold),
+                interval: cfg.probe_interval,
+            },
         }
     }
 }

@@ -37,6 +37,49 @@ pub fn config(mac: MacAddr, ip: Ipv4Addr, seed: u64) -> Config {
 /// Decides the fate of a frame in flight: `true` = deliver.
 pub type Filter = Box<dyn FnMut(&[u8]) -> bool>;
 
+/// A router on the path from A to B whose MTU is `mtu`: an IPv4 datagram
+/// longer than that with DF set does not reach B; with `icmp` the router
+/// answers it with ICMP "fragmentation needed" carrying its MTU (RFC
+/// 1191), without it the path is a black hole (RFC 2923). Datagrams
+/// without DF pass (as if fragmented and reassembled on the way).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Router {
+    pub mtu: usize,
+    pub icmp: bool,
+    /// Datagrams dropped for their size.
+    pub dropped: u64,
+    pub icmp_sent: u64,
+}
+
+impl Router {
+    pub fn new(mtu: usize, icmp: bool) -> Router {
+        Router {
+            mtu,
+            icmp,
+            ..Router::default()
+        }
+    }
+
+    /// Whether `frame` passes; the ICMP error for A if it does not.
+    fn forward(&mut self, frame: &[u8]) -> (bool, Option<Vec<u8>>) {
+        let Some((ip, payload)) = parse_ip(frame) else {
+            return (true, None);
+        };
+        if !ip.dont_frag || 20 + payload.len() <= self.mtu {
+            return (true, None);
+        }
+        self.dropped += 1;
+        if !self.icmp {
+            return (false, None);
+        }
+        self.icmp_sent += 1;
+        let quote = &payload[..payload.len().min(8)];
+        let mtu = u16::try_from(self.mtu).unwrap_or(u16::MAX);
+        let icmp = icmp_unreachable_to_a(&ip, DstUnreachable::FragRequired, mtu, quote);
+        (false, Some(icmp))
+    }
+}
+
 pub struct Net {
     pub a: Stack,
     pub b: Stack,
@@ -46,6 +89,8 @@ pub struct Net {
     pub log_ba: Vec<Vec<u8>>,
     pub filter_ab: Option<Filter>,
     pub filter_ba: Option<Filter>,
+    /// A router with a smaller MTU on the path A -> B.
+    pub router_ab: Option<Router>,
     q_ab: Vec<Vec<u8>>,
     q_ba: Vec<Vec<u8>>,
     pub keep_log: bool,
@@ -66,6 +111,7 @@ impl Net {
             log_ba: Vec::new(),
             filter_ab: None,
             filter_ba: None,
+            router_ab: None,
             q_ab: Vec::new(),
             q_ba: Vec::new(),
             keep_log: true,
@@ -92,6 +138,16 @@ impl Net {
             for f in q_ab {
                 if self.keep_log {
                     self.log_ab.push(f.clone());
+                }
+                if let Some(r) = self.router_ab.as_mut() {
+                    let (pass, icmp) = r.forward(&f);
+                    if let Some(icmp) = icmp {
+                        self.a
+                            .receive(now, &icmp, &mut |r| next_ab.push(r.to_vec()));
+                    }
+                    if !pass {
+                        continue;
+                    }
                 }
                 if self.filter_ab.as_mut().is_none_or(|p| p(&f)) {
                     self.b.receive(now, &f, &mut |r| next_ba.push(r.to_vec()));

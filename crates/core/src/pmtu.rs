@@ -1,0 +1,238 @@
+//! The path MTU cache (RFC 1191): what ICMP "fragmentation needed"
+//! messages taught us about each destination, so that new connections to
+//! it start with a segment size that fits, as Linux keeps it in its route
+//! exceptions (`fib_nh_exception`, `__ip_rt_update_pmtu`).
+//!
+//! RFC 1191 5: "A host MUST never reduce its estimate of the Path MTU
+//! below 68 octets"; Linux goes further and never below `ip_rt_min_pmtu`
+//! (552): a smaller report (or none, a next-hop MTU of 0 from an old
+//! router) is taken as 552 and the entry is *locked*, which clears DF on
+//! the datagrams to that destination so that the routers of such a path
+//! fragment them (`ip_dont_fragment`). We do the same.
+//!
+//! RFC 1191 6.3: "the PMTU value ... should be aged ... [a host] should
+//! periodically reset the estimated PMTU to the first-hop MTU"; entries
+//! expire after `Limits::pmtu_expires` (Linux `ip_rt_mtu_expires`, 10
+//! minutes). The cache holds at most `Limits::pmtu_cache` destinations,
+//! the entry that expires first goes when it is full. Only reports a
+//! connection has validated (the quoted sequence number is in flight, RFC
+//! 5927 4.1) reach it.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+use crate::hash::KeyedState;
+use crate::time::{Duration, Instant};
+
+/// Linux `ip_rt_min_pmtu`: 512 + 20 + 20 (MSS 512).
+pub(crate) const MIN_PMTU: usize = 552;
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    mtu: usize,
+    /// Below `MIN_PMTU`: send without DF.
+    locked: bool,
+    until: Instant,
+}
+
+pub(crate) struct PmtuCache {
+    map: HashMap<Ipv4Addr, Entry, KeyedState>,
+    /// `(until, dst)` in the order entries were (re)written; `until` only
+    /// grows, so the front expires first. Stale pairs (the entry was
+    /// rewritten or removed) are skipped.
+    order: VecDeque<(Instant, Ipv4Addr)>,
+    max: usize,
+    expires: Duration,
+    /// Locked entries in the map (expired ones included): when zero,
+    /// nothing needs looking up to decide DF.
+    locked: usize,
+}
+
+impl PmtuCache {
+    pub(crate) fn new(max: usize, expires: Duration, hasher: KeyedState) -> PmtuCache {
+        PmtuCache {
+            map: HashMap::with_hasher(hasher),
+            order: VecDeque::new(),
+            max,
+            expires,
+            locked: 0,
+        }
+    }
+
+    fn live(&self, now: Instant, dst: Ipv4Addr) -> Option<Entry> {
+        self.map.get(&dst).copied().filter(|e| e.until > now)
+    }
+
+    /// The path MTU to `dst` if a report about it is still valid.
+    pub(crate) fn get(&self, now: Instant, dst: Ipv4Addr) -> Option<usize> {
+        self.live(now, dst).map(|e| e.mtu)
+    }
+
+    /// Whether datagrams to `dst` must go without DF (a path below 552).
+    pub(crate) fn locked(&self, now: Instant, dst: Ipv4Addr) -> bool {
+        self.locked > 0 && self.live(now, dst).is_some_and(|e| e.locked)
+    }
+
+    /// The MSS for a connection to `dst` on a link whose MSS is `link_mss`.
+    pub(crate) fn mss(&self, now: Instant, dst: Ipv4Addr, link_mss: u16) -> u16 {
+        match self.get(now, dst) {
+            Some(mtu) => link_mss.min(u16::try_from(mtu.saturating_sub(40)).unwrap_or(u16::MAX)),
+            None => link_mss,
+        }
+    }
+
+    /// Destinations held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// A validated "fragmentation needed" says the path to `dst` carries
+    /// `reported` bytes (0: unknown); `link_mtu` is our interface's.
+    /// Linux `__ip_rt_update_pmtu`: a locked entry stays as it is; a
+    /// report larger than what we use is ignored; one below 552 becomes
+    /// 552, locked. Returns the path MTU now in force.
+    pub(crate) fn update(
+        &mut self,
+        now: Instant,
+        dst: Ipv4Addr,
+        reported: u16,
+        link_mtu: usize,
+    ) -> usize {
+        let old = self.live(now, dst);
+        if let Some(e) = old.filter(|e| e.locked) {
+            return e.mtu;
+        }
+        let current = old.map_or(link_mtu, |e| e.mtu);
+        let mut mtu = usize::from(reported);
+        if current < mtu {
+            return current;
+        }
+        let mut locked = false;
+        if mtu < MIN_PMTU {
+            locked = true;
+            mtu = current.min(MIN_PMTU);
+        }
+        if mtu >= link_mtu && !locked {
+            return current;
+        }
+        self.insert(
+            now,
+            dst,
+            Entry {
+                mtu,
+                locked,
+                until: now + self.expires,
+            },
+        );
+        mtu
+    }
+
+    fn insert(&mut self, now: Instant, dst: Ipv4Addr, e: Entry) {
+        if self.max == 0 {
+            return;
+        }
+        // Drop what has expired, then the entry expiring first if full.
+        while let Some(&(until, d)) = self.order.front() {
+            let current = self.map.get(&d).is_some_and(|x| x.until == until);
+            if !current {
+                self.order.pop_front();
+                continue;
+            }
+            if until > now && (self.map.len() < self.max || self.map.contains_key(&dst)) {
+                break;
+            }
+            self.order.pop_front();
+            self.remove(d);
+        }
+        if let Some(old) = self.map.insert(dst, e) {
+            if old.locked {
+                self.locked -= 1;
+            }
+        }
+        if e.locked {
+            self.locked += 1;
+        }
+        self.order.push_back((e.until, dst));
+        // Rewrites leave stale pairs behind: compact once they dominate.
+        if self.order.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.order
+                .retain(|(u, d)| map.get(d).is_some_and(|x| x.until == *u));
+        }
+    }
+
+    fn remove(&mut self, dst: Ipv4Addr) {
+        if let Some(old) = self.map.remove(&dst) {
+            if old.locked {
+                self.locked -= 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(max: usize) -> PmtuCache {
+        PmtuCache::new(max, Duration::from_secs(600), KeyedState::new(&[1; 16], 9))
+    }
+
+    const D: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+    #[test]
+    fn lowers_only_and_expires() {
+        let mut c = cache(16);
+        let t = Instant::from_secs(10);
+        assert_eq!(c.update(t, D, 1400, 1500), 1400);
+        assert_eq!(c.get(t, D), Some(1400));
+        assert_eq!(c.mss(t, D, 1460), 1360);
+        // A larger report is stale (RFC 1191: the PMTU only decreases).
+        assert_eq!(c.update(t, D, 1450, 1500), 1400);
+        assert_eq!(c.update(t, D, 1280, 1500), 1280);
+        // Not above the link either.
+        assert_eq!(c.update(t, Ipv4Addr::new(192, 0, 2, 2), 9000, 1500), 1500);
+        assert_eq!(c.len(), 1);
+        assert!(!c.locked(t, D));
+        let later = t + Duration::from_secs(600);
+        assert_eq!(c.get(later, D), None, "10 minutes later");
+        assert_eq!(c.mss(later, D, 1460), 1460);
+    }
+
+    #[test]
+    fn tiny_or_unknown_mtu_is_552_locked() {
+        let mut c = cache(16);
+        let t = Instant::from_secs(10);
+        assert_eq!(c.update(t, D, 0, 1500), 552);
+        assert!(c.locked(t, D));
+        assert_eq!(c.mss(t, D, 1460), 512);
+        // Locked: later reports change nothing until it expires.
+        assert_eq!(c.update(t, D, 300, 1500), 552);
+        assert!(!c.locked(t + Duration::from_secs(601), D));
+        let e = Ipv4Addr::new(192, 0, 2, 9);
+        assert_eq!(c.update(t, e, 300, 1500), 552);
+        assert!(c.locked(t, e));
+    }
+
+    #[test]
+    fn bounded_oldest_goes_first() {
+        let mut c = cache(4);
+        for i in 0..10u8 {
+            let t = Instant::from_secs(u64::from(i));
+            c.update(t, Ipv4Addr::new(10, 9, 0, i), 1400, 1500);
+            assert!(c.len() <= 4);
+        }
+        let t = Instant::from_secs(10);
+        assert_eq!(c.get(t, Ipv4Addr::new(10, 9, 0, 9)), Some(1400));
+        assert_eq!(c.get(t, Ipv4Addr::new(10, 9, 0, 5)), None);
+        assert_eq!(c.get(t, Ipv4Addr::new(10, 9, 0, 6)), Some(1400));
+        // Rewriting one entry many times keeps the queue small.
+        for k in 0..1000u64 {
+            let t = Instant::from_secs(20 + k);
+            c.update(t, D, 1400 - (k % 100) as u16, 1500);
+        }
+        assert!(c.order.len() <= 2 * c.map.len() + 64);
+        assert!(c.len() <= 4);
+    }
+}
