@@ -40,7 +40,9 @@ use ustack_wire::tcp::TcpRepr;
 use crate::counters::TcpStackCounters;
 use crate::hash::{keyed_hash, KeyedState};
 use crate::tcp::TcpShared;
-use crate::tcp::{Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpCounters, TcpError};
+use crate::tcp::{
+    Connection, Isn, NeighbourAdvice, State, TcpConfig, TcpConnInfo, TcpCounters, TcpError,
+};
 use crate::time::Instant;
 use crate::udp::{EPHEMERAL_FIRST, EPHEMERAL_LAST};
 use crate::{BindError, ConnectError};
@@ -616,6 +618,15 @@ impl TcpTable {
                 c.owner = Owner::Released;
                 self.touched(h.index as usize);
             }
+        }
+    }
+
+    /// The connection's own view (`ss -i`, Linux `TCP_INFO`).
+    pub(crate) fn conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
+        match self.sock(h)? {
+            Sock::Conn(c) if c.owner == Owner::App => Ok(c.conn.info()),
+            Sock::Conn(_) => Err(TcpError::InvalidHandle),
+            Sock::Listener(_) => Err(TcpError::InvalidState),
         }
     }
 
