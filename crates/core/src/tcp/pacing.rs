@@ -126,7 +126,10 @@ impl Pacer {
     /// The burst sent at `now` is over: the next may leave when its bytes
     /// have had their time at `rate`. Like Linux
     /// (`tcp_update_skb_after_send`), a burst that left late gets up to
-    /// half its time back: "take into account OS jitter".
+    /// half its time back: "take into account OS jitter". With the
+    /// runtime's millisecond timers (`epoll_wait`) and bursts of a
+    /// millisecond's data, that keeps ~96% of the rate: a wait rounded up
+    /// to the next millisecond is mostly given back to the next burst.
     pub(crate) fn end_burst(&mut self, now: Instant, rate: Option<u64>) {
         let (bytes, segs) = (self.burst_bytes, self.burst_segs);
         self.burst_bytes = 0;
