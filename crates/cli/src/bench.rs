@@ -43,6 +43,8 @@ pub struct BenchArgs {
     pub busy_poll: Option<u64>,
     #[command(flatten)]
     pub scale: crate::scale::ScaleArgs,
+    #[command(flatten)]
+    pub cc: crate::bench_cc::CcArgs,
 }
 
 #[derive(Serialize, Debug)]
@@ -137,6 +139,9 @@ fn measure(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Meas
 pub fn run(a: BenchArgs) -> Result<i32> {
     if a.scale.scale {
         return crate::scale::run(&a.scale, a.json);
+    }
+    if a.cc.cc {
+        return crate::bench_cc::run(&a.cc, a.json);
     }
     if !(0.1..=600.0).contains(&a.seconds) {
         bail!("--seconds must be between 0.1 and 600");
