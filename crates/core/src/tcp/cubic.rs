@@ -19,7 +19,8 @@ use super::cc::{AckSample, CcAlgorithm, CcSnapshot, CongestionControl, INITIAL_S
 use super::hystart::{HyStart, Verdict};
 use crate::time::{Duration, Instant};
 
-/// RFC 9438 4.2: "C ... SHOULD be set to 0.4", as C_NUM / C_DEN.
+/// RFC 9438's C, "the aggressiveness of window increase", 0.4 segments
+/// per second cubed, as C_NUM / C_DEN.
 const C_NUM: i128 = 2;
 const C_DEN: i128 = 5;
 /// RFC 9438 4.6: "The parameter beta_cubic SHOULD be set to 0.7".
