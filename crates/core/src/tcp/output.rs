@@ -226,9 +226,15 @@ impl Connection {
             sent_new = true;
         }
         self.timers.force_send = false;
-        let paced = self.cong.pacer.budget(now, rate, mss) == 0
-            && (self.rtx_due() || self.next_segment(false, false).is_some());
-        self.cong.pacer.end_burst(now, rate);
+        // The burst ends when its budget is spent or nothing more may go;
+        // one cut short by MAX_BURST goes on at the next dispatch (now:
+        // the connection still has work), not after a pacing gap.
+        let spent = self.cong.pacer.budget(now, rate, mss) == 0;
+        let more = self.rtx_due() || self.next_segment(false, false).is_some();
+        let paced = spent && more;
+        if spent || !more {
+            self.cong.pacer.end_burst(now, rate);
+        }
         if self.can_send_data_state() && self.snd.una != self.snd.max {
             self.cwnd_validate(paced);
         }

@@ -5,11 +5,17 @@
 //!
 //! The rate is a gain times cwnd / SRTT: 200% in slow start (while cwnd <
 //! ssthresh / 2, so slow start can still double cwnd each round) and 120%
-//! after. Segments leave in bursts of about 1 ms of data at that rate, at
-//! least two segments and at most 64 KB (Linux's TSO autosizing,
-//! `tcp_tso_autosize` with `sk_pacing_shift` 10), so a connection needs
-//! one timer per burst, not per segment; the next burst may leave once the
-//! previous one's bytes have had their time at the rate. The first ten
+//! after. Segments leave in bursts of about 1 ms of data at that rate and
+//! at least two segments (Linux's TSO autosizing, `tcp_tso_autosize` with
+//! `sk_pacing_shift` 10), so a connection needs one timer per burst, not
+//! per segment; the next burst may leave once the previous one's bytes
+//! have had their time at the rate. Unlike Linux, bursts are not capped at
+//! 64 KB (a GSO segment's limit, which our MSS-sized segments do not
+//! have): the runtime's timers have millisecond resolution, so a burst
+//! must carry at least a millisecond's data, or a fast sender (above ~500
+//! Mbit/s) would be held to 64 KB per timer tick. Where a millisecond's
+//! data exceeds cwnd (RTTs below ~1.2 ms: a LAN, a TAP) pacing never holds
+//! anything back. The first ten
 //! segments go unpaced (as `sch_fq` does not pace a flow's first ten), and
 //! with no RTT measured yet, or an RTT of zero, nothing is paced.
 
@@ -23,8 +29,6 @@ pub(crate) const CA_GAIN_PCT: u128 = 120;
 pub(crate) const BURST_TIME: Duration = Duration::from_millis(1);
 /// Bursts carry at least this many segments (Linux `tcp_min_tso_segs`).
 pub(crate) const MIN_BURST_SEGS: usize = 2;
-/// ... and at most this many bytes (a GSO segment).
-pub(crate) const MAX_BURST_BYTES: usize = 64 * 1024;
 /// Data segments sent before pacing starts.
 pub(crate) const UNPACED_SEGS: u32 = 10;
 
@@ -89,10 +93,7 @@ impl Pacer {
     pub(crate) fn burst(rate: u64, mss: usize) -> usize {
         let per_burst = u128::from(rate) * BURST_TIME.as_micros() / 1_000_000;
         let min = MIN_BURST_SEGS * mss.max(1);
-        usize::try_from(per_burst)
-            .unwrap_or(usize::MAX)
-            .min(MAX_BURST_BYTES)
-            .max(min)
+        usize::try_from(per_burst).unwrap_or(usize::MAX).max(min)
     }
 
     /// Is the connection past its unpaced start and paced at all?
@@ -178,11 +179,12 @@ mod tests {
     }
 
     #[test]
-    fn bursts_are_a_millisecond_within_two_segments_and_64k() {
+    fn bursts_are_a_millisecond_and_at_least_two_segments() {
         // 100 Mbit/s: 12.5 KB per ms.
         assert_eq!(Pacer::burst(12_500_000, MSS), 12_500);
         assert_eq!(Pacer::burst(100_000, MSS), 2 * MSS);
-        assert_eq!(Pacer::burst(10_000_000_000, MSS), 64 * 1024);
+        // 10 Gbit/s: 1.25 MB (no 64 KB cap: one timer tick's worth).
+        assert_eq!(Pacer::burst(1_250_000_000, MSS), 1_250_000);
     }
 
     /// After ten unpaced segments, bursts leave one burst time apart at
