@@ -35,12 +35,15 @@ pub(crate) const UNPACED_SEGS: u32 = 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Pacer {
     pub(crate) enabled: bool,
-    /// The earliest time the next burst may leave (Linux `tcp_wstamp_ns`).
-    next_at: Option<Instant>,
+    /// `next` holds: the earliest time the next burst may leave (Linux
+    /// `tcp_wstamp_ns`). A flag and a plain Instant, not an Option: every
+    /// connection carries this (`Connection` stays within 1 KB).
+    gated: bool,
+    next: Instant,
     /// Data segments sent so far (saturating).
     segs_out: u32,
-    /// The burst being sent by the current `dispatch`.
-    burst_bytes: usize,
+    /// The burst being sent (bytes, segments).
+    burst_bytes: u32,
     burst_segs: u32,
 }
 
@@ -48,7 +51,8 @@ impl Pacer {
     pub(crate) fn new(enabled: bool) -> Pacer {
         Pacer {
             enabled,
-            next_at: None,
+            gated: false,
+            next: Instant::ZERO,
             segs_out: 0,
             burst_bytes: 0,
             burst_segs: 0,
@@ -58,8 +62,17 @@ impl Pacer {
     pub(crate) fn set_enabled(&mut self, on: bool) {
         self.enabled = on;
         if !on {
-            self.next_at = None;
+            self.gated = false;
         }
+    }
+
+    fn next_at(&self) -> Option<Instant> {
+        self.gated.then_some(self.next)
+    }
+
+    fn set_next_at(&mut self, at: Option<Instant>) {
+        self.gated = at.is_some();
+        self.next = at.unwrap_or(Instant::ZERO);
     }
 
     /// The pacing rate in bytes per second for `cwnd` (and `flight`: Linux
@@ -103,7 +116,7 @@ impl Pacer {
 
     /// When data may leave next, if pacing holds it until then.
     pub(crate) fn gate(&self) -> Option<Instant> {
-        self.next_at.filter(|_| self.active())
+        self.next_at().filter(|_| self.active())
     }
 
     /// The bytes this `dispatch` may send at `now` (`usize::MAX`: no
@@ -112,14 +125,15 @@ impl Pacer {
         let Some(rate) = rate.filter(|_| self.active()) else {
             return usize::MAX;
         };
-        if self.next_at.is_some_and(|t| now < t) && self.burst_segs == 0 {
+        if self.next_at().is_some_and(|t| now < t) && self.burst_segs == 0 {
             return 0;
         }
-        Pacer::burst(rate, mss).saturating_sub(self.burst_bytes)
+        Pacer::burst(rate, mss).saturating_sub(self.burst_bytes as usize)
     }
 
     /// A data segment (or a FIN) of `len` sequence numbers went out.
     pub(crate) fn on_sent(&mut self, len: usize) {
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
         self.burst_bytes = self.burst_bytes.saturating_add(len);
         self.burst_segs = self.burst_segs.saturating_add(1);
     }
@@ -141,16 +155,16 @@ impl Pacer {
         let was_active = self.active();
         self.segs_out = self.segs_out.saturating_add(segs);
         let Some(rate) = rate.filter(|_| was_active) else {
-            self.next_at = None;
+            self.set_next_at(None);
             return;
         };
         let len_us =
             u64::try_from(bytes as u128 * 1_000_000 / u128::from(rate)).unwrap_or(u64::MAX);
-        let prior = self.next_at.unwrap_or(now);
+        let prior = self.next_at().unwrap_or(now);
         let start = prior.max(now);
         let credit = start.saturating_duration_since(prior).as_micros();
         let credit = u64::try_from(credit).unwrap_or(u64::MAX).min(len_us / 2);
-        self.next_at = Some(start + Duration::from_micros(len_us - credit));
+        self.set_next_at(Some(start + Duration::from_micros(len_us - credit)));
     }
 }
 
