@@ -47,6 +47,8 @@ pub struct BenchArgs {
     pub no_offload: bool,
     #[command(flatten)]
     pub scale: crate::scale::ScaleArgs,
+    #[command(flatten)]
+    pub cc: crate::bench_cc::CcArgs,
 }
 
 #[derive(Serialize, Debug)]
@@ -173,6 +175,9 @@ fn measure_bulk(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result
 pub fn run(a: BenchArgs) -> Result<i32> {
     if a.scale.scale {
         return crate::scale::run(&a.scale, a.json);
+    }
+    if a.cc.cc {
+        return crate::bench_cc::run(&a.cc, a.json);
     }
     if !(0.1..=600.0).contains(&a.seconds) {
         bail!("--seconds must be between 0.1 and 600");

@@ -39,7 +39,7 @@ pub use error::{BindError, ConnectError, IcmpError, UdpError};
 pub use frag::ReasmLimits;
 pub use iface::LinkOffload;
 pub use stack::{Config, EchoReply, Limits, Stack};
-pub use tcp::TcpError;
+pub use tcp::{CcAlgorithm, TcpError};
 pub use tcp_api::SocketEvent;
 pub use tcp_table::{Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus};
 pub use transparent::{

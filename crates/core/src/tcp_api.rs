@@ -11,7 +11,7 @@ use crate::counters::Counters;
 use crate::error::{BindError, ConnectError};
 use crate::iface::Iface;
 use crate::stack::Stack;
-use crate::tcp::{rst_for_unmatched, IcmpUnreachable, TcpConnInfo, TcpError};
+use crate::tcp::{rst_for_unmatched, CcAlgorithm, IcmpUnreachable, TcpConnInfo, TcpError};
 use crate::tcp_table::{Demux, Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus};
 use crate::udp::UdpHandle;
 
@@ -330,14 +330,35 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.set_linger_zero(on))
     }
 
+    /// Congestion control algorithm of one connection from now on (Linux
+    /// `TCP_CONGESTION`; new connections use [`TcpConfig::congestion_control`]).
+    ///
+    /// [`TcpConfig::congestion_control`]: crate::tcp::TcpConfig::congestion_control
+    pub fn tcp_set_congestion_control(
+        &mut self,
+        h: TcpHandle,
+        alg: CcAlgorithm,
+    ) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_congestion_algorithm(alg))
+    }
+
+    /// Pace one connection's data segments or not (default:
+    /// [`TcpConfig::pacing`]).
+    ///
+    /// [`TcpConfig::pacing`]: crate::tcp::TcpConfig::pacing
+    pub fn tcp_set_pacing(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_pacing(on))
+    }
+
     pub fn tcp_status(&self, h: TcpHandle) -> Result<TcpStatus, TcpError> {
         self.tcp.status(h)
     }
 
-    /// A connection's TCP details, like Linux's `TCP_INFO`: state,
-    /// negotiated options (MSS, window scales, SACK, timestamps), windows,
-    /// RTT and RTO. `InvalidState` for a listener.
-    pub fn tcp_conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
+    /// A connection's TCP details, like Linux's `TCP_INFO` (and `ss -i`):
+    /// state, negotiated options (MSS, window scales, SACK, timestamps),
+    /// windows, RTT and RTO, congestion control and pacing.
+    /// `InvalidState` for a listener.
+    pub fn tcp_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
         self.tcp.conn_info(h)
     }
 

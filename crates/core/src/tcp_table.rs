@@ -649,6 +649,15 @@ impl TcpTable {
         }
     }
 
+    /// The connection's own view (`ss -i`, Linux `TCP_INFO`).
+    pub(crate) fn conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
+        match self.sock(h)? {
+            Sock::Conn(c) if c.owner == Owner::App => Ok(c.conn.info()),
+            Sock::Conn(_) => Err(TcpError::InvalidHandle),
+            Sock::Listener(_) => Err(TcpError::InvalidState),
+        }
+    }
+
     pub(crate) fn status(&self, h: TcpHandle) -> Result<TcpStatus, TcpError> {
         match self.sock(h)? {
             Sock::Listener(l) => Ok(TcpStatus {
@@ -677,15 +686,6 @@ impl TcpTable {
                 })
             }
             Sock::Conn(_) => Err(TcpError::InvalidHandle),
-        }
-    }
-
-    /// The connection's details (`TCP_INFO`): application-held only.
-    pub(crate) fn conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
-        match self.sock(h)? {
-            Sock::Conn(c) if c.owner == Owner::App => Ok(c.conn.info()),
-            Sock::Conn(_) => Err(TcpError::InvalidHandle),
-            Sock::Listener(_) => Err(TcpError::InvalidState),
         }
     }
 

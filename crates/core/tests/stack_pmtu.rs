@@ -90,7 +90,7 @@ fn frag_needed_adapts(sack: bool) {
     n.router_ab = Some(Router::new(1280, true));
     n.log_ab.clear();
     let start = n.now;
-    let cwnd0 = n.a.tcp_conn_info(c).unwrap().cwnd;
+    let cwnd0 = n.a.tcp_info(c).unwrap().cwnd;
     // The first flight: 10 full-sized segments, all too big.
     assert_eq!(n.a.tcp_send(c, &[0u8; 30_000]), Ok(30_000));
     n.pump();
@@ -105,7 +105,7 @@ fn frag_needed_adapts(sack: bool) {
     // 1228-byte pieces, at the very instant of the ICMP errors.
     assert_eq!(n.now, start);
     assert!(got >= 14_480, "sack {sack}: {got} bytes resent at once");
-    let cwnd = n.a.tcp_conn_info(c).unwrap().cwnd;
+    let cwnd = n.a.tcp_info(c).unwrap().cwnd;
     assert!(
         cwnd >= cwnd0,
         "sack {sack}: no congestion response ({cwnd})"
@@ -121,7 +121,7 @@ fn frag_needed_adapts(sack: bool) {
         assert_eq!(a_counter(&n, name), 0, "sack {sack}: {name}");
     }
     assert!(a_counter(&n, "RetransSegs") >= 10);
-    let i = n.a.tcp_conn_info(c).unwrap();
+    let i = n.a.tcp_info(c).unwrap();
     assert_eq!(i.smss, 1240, "MSS = MTU - 40");
     let sent = tcp_from_a(&n);
     assert!(sent.iter().all(|&(_, df)| df), "DF on every TCP datagram");
@@ -130,15 +130,15 @@ fn frag_needed_adapts(sack: bool) {
     assert!(sent[dropped_at + 1..].iter().all(|&(len, _)| len <= 1280));
     assert_eq!(n.a.path_mtu(n.now, B_IP), Some(1280));
     assert_eq!(
-        n.b.tcp_conn_info(s).unwrap().smss,
+        n.b.tcp_info(s).unwrap().smss,
         1460,
         "B's path is not smaller"
     );
 
     // A new connection to B starts with the path MTU: nothing dropped.
     let (c2, s2) = connect(&mut n, l);
-    assert_eq!(n.a.tcp_conn_info(c2).unwrap().smss, 1240);
-    assert_eq!(n.b.tcp_conn_info(s2).unwrap().smss, 1240, "A advertised it");
+    assert_eq!(n.a.tcp_info(c2).unwrap().smss, 1240);
+    assert_eq!(n.b.tcp_info(s2).unwrap().smss, 1240, "A advertised it");
     let before = n.router_ab.unwrap().dropped;
     assert!(transfer(&mut n, c2, s2, 100_000, Duration::from_secs(10)));
     assert_eq!(n.router_ab.unwrap().dropped, before);
@@ -149,13 +149,13 @@ fn frag_needed_adapts(sack: bool) {
     n.advance(Duration::from_secs(601));
     assert_eq!(n.a.path_mtu(n.now, B_IP), None);
     let (c3, s3) = connect(&mut n, l);
-    assert_eq!(n.a.tcp_conn_info(c3).unwrap().smss, 1460);
+    assert_eq!(n.a.tcp_info(c3).unwrap().smss, 1460);
     assert!(transfer(&mut n, c3, s3, 100_000, Duration::from_secs(10)));
     assert!(
         n.router_ab.unwrap().dropped > before,
         "probed the path again"
     );
-    assert_eq!(n.a.tcp_conn_info(c3).unwrap().smss, 1240);
+    assert_eq!(n.a.tcp_info(c3).unwrap().smss, 1240);
     for name in ["TCPTimeouts", "TCPLossProbes", "TCPFastRetrans"] {
         assert_eq!(a_counter(&n, name), 0, "sack {sack}: {name}");
     }
@@ -203,7 +203,7 @@ fn frag_needed_below_552_is_552_without_df() {
             "reported {reported}"
         );
         assert_eq!(a_counter(&n, "TCPTimeouts"), 0, "reported {reported}");
-        assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 512);
+        assert_eq!(n.a.tcp_info(c).unwrap().smss, 512);
         assert_eq!(n.a.path_mtu(n.now, B_IP), Some(552));
         let sent = tcp_from_a(&n);
         let last_big = sent.iter().rposition(|&(len, df)| len > 552 && df).unwrap();
@@ -241,12 +241,12 @@ fn forged_frag_needed_is_not_remembered() {
     n.a.receive(n.now, &f, &mut |_| {});
     assert_eq!(a_counter(&n, "OutOfWindowIcmps"), 1);
     assert_eq!(n.a.path_mtu(n.now, B_IP), None);
-    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1460);
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 1460);
     // The genuine one is.
     let f = icmp_unreachable_to_a(&ip, DstUnreachable::FragRequired, 576, &tcp[..8]);
     n.a.receive(n.now, &f, &mut |_| {});
     assert_eq!(n.a.path_mtu(n.now, B_IP), Some(576));
-    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 536);
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 536);
 }
 
 /// A client whose MTU probing mode is `probing` (SACK on or off), and B.
@@ -279,7 +279,7 @@ fn black_hole_is_found_by_probing_and_the_mss_settles() {
             transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)),
             "sack {sack}"
         );
-        let i = n.a.tcp_conn_info(c).unwrap();
+        let i = n.a.tcp_info(c).unwrap();
         assert_eq!(i.smss, 1234, "sack {sack}: settled 6 bytes below the path");
         assert_eq!(a_counter(&n, "TCPTimeouts"), 4, "sack {sack}");
         assert_eq!(a_counter(&n, "TCPMTUPFail"), 1, "sack {sack}");
@@ -312,7 +312,7 @@ fn black_hole_without_probing_stalls() {
     let (c, s) = connect(&mut n, l);
     n.router_ab = Some(Router::new(1280, false));
     assert!(!transfer(&mut n, c, s, 100_000, Duration::from_secs(60)));
-    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1460);
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 1460);
     assert!(a_counter(&n, "TCPTimeouts") >= 6);
 }
 
@@ -324,9 +324,9 @@ fn probing_always_climbs_from_base_mss() {
     let mut n = net_probing(MtuProbing::Always, true);
     let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
     let (c, s) = connect(&mut n, l);
-    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1024);
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 1024);
     assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
-    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1453);
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 1453);
     assert_eq!(a_counter(&n, "TCPMTUPSuccess"), 6);
     assert_eq!(a_counter(&n, "TCPMTUPFail"), 0);
     assert_eq!(a_counter(&n, "TCPTimeouts"), 0);
@@ -342,15 +342,15 @@ fn finished_search_probes_again_after_the_interval() {
     let (c, s) = connect(&mut n, l);
     n.router_ab = Some(Router::new(1280, false));
     assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
-    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1234);
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 1234);
     n.router_ab = None;
     // Within the interval: no probe, the MSS stays.
     assert!(transfer(&mut n, c, s, 1_000_000, Duration::from_secs(10)));
-    assert_eq!(n.a.tcp_conn_info(c).unwrap().smss, 1234);
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 1234);
     let successes = a_counter(&n, "TCPMTUPSuccess");
     n.advance(Duration::from_secs(600));
     assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
-    let smss = n.a.tcp_conn_info(c).unwrap().smss;
+    let smss = n.a.tcp_info(c).unwrap().smss;
     assert!(smss > 1450, "climbed back: {smss}");
     assert!(a_counter(&n, "TCPMTUPSuccess") > successes);
 }

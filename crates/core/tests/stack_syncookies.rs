@@ -179,8 +179,8 @@ fn syn_flood_with_full_backlog_is_answered_by_cookies() {
         assert_eq!(n.a.tcp_status(c).unwrap().state, State::Established);
     }
     // The options went through the timestamp: window scaling, SACK.
-    let a = n.a.tcp_conn_info(clients[0]).unwrap();
-    let i = n.b.tcp_conn_info(servers[0]).unwrap();
+    let a = n.a.tcp_info(clients[0]).unwrap();
+    let i = n.b.tcp_info(servers[0]).unwrap();
     assert_eq!(i.state, State::Established);
     assert!(i.timestamps && i.sack && a.sack);
     assert_eq!((i.smss, a.smss), (1460, 1460));
@@ -488,7 +488,7 @@ fn mss_wscale_and_sack_survive_through_the_timestamp() {
         to_b(&mut n, &final_ack(&s, &r, &[]));
         let h = accept_all(&mut n, l);
         assert_eq!(h.len(), 1, "case {k}");
-        let i = n.b.tcp_conn_info(h[0]).unwrap();
+        let i = n.b.tcp_info(h[0]).unwrap();
         let ts_len = if c.ts { 12 } else { 0 };
         assert_eq!(i.smss, c.want_mss, "case {k}: MSS");
         assert_eq!(i.timestamps, c.ts, "case {k}");

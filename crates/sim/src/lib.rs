@@ -3,10 +3,11 @@
 //!
 //! A run is fully determined by a [`Family`] and a seed ([`Scenario::generate`]):
 //! link impairments per direction (loss, reordering, duplication, corruption,
-//! delay, jitter, rate limit, tail drop), TCP settings of each host, and a set
-//! of concurrent connections whose applications write seeded byte streams in
-//! random-sized chunks, read in random-sized chunks, pause, half-close with
-//! `tcp_shutdown` or close directly. [`run`] checks that
+//! delay, jitter, rate limit, tail drop), TCP settings of each host (congestion
+//! control and pacing included), and a set of concurrent connections whose
+//! applications write seeded byte streams in random-sized chunks, read in
+//! random-sized chunks, pause, half-close with `tcp_shutdown` or close
+//! directly. [`run`] checks that
 //!
 //! - every byte arrives exactly once and in order (each stream byte is a keyed
 //!   hash of its offset), and EOF comes exactly after the last byte;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ustack_core::tcp::TcpConfig;
+use ustack_core::tcp::{CcAlgorithm, TcpConfig};
 use ustack_dev::memlink::Impairments;
 
 /// Kinds of link trouble a scenario draws from.
@@ -217,8 +217,22 @@ impl Scenario {
         } else {
             impairments(&mut rng, family)
         };
-        let tcp_a = tcp_config(&mut rng);
-        let tcp_b = tcp_config(&mut rng);
+        let mut tcp_a = tcp_config(&mut rng);
+        let mut tcp_b = tcp_config(&mut rng);
+        // Congestion control and pacing of each host: a quarter of the
+        // hosts run NewReno, a quarter do not pace. Drawn from a hash of the
+        // seed, not from `rng`, so every other choice a seed made before
+        // these options existed stays the same.
+        let draw = crate::stream::mix(seed ^ (family as u64) ^ 0x6363_7061_6365);
+        for (i, t) in [&mut tcp_a, &mut tcp_b].into_iter().enumerate() {
+            let bits = draw >> (8 * i);
+            t.congestion_control = if bits & 3 == 0 {
+                CcAlgorithm::NewReno
+            } else {
+                CcAlgorithm::Cubic
+            };
+            t.pacing = (bits >> 2) & 3 != 0;
+        }
         let mtu = pick(&mut rng, &[576, 1280, 1500, 1500, 1500]);
         let n = rng.gen_range(1..=4);
         let big = family == Family::Clean;

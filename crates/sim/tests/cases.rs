@@ -77,3 +77,48 @@ fn zero_window_with_lost_window_update_recovers() {
     sc.conns[0].server.max_read = 100;
     run(&sc).unwrap_or_else(|f| panic!("{f}"));
 }
+
+/// Pacing must not slow a transfer where it is not needed: on a clean
+/// path (the bulk transfer above) and on a 100 Mbit/s bottleneck with a
+/// queue of about one bandwidth-delay product, the paced transfer takes at
+/// most 5% more virtual time than the unpaced one, with either algorithm.
+#[test]
+fn pacing_costs_bulk_transfers_little() {
+    use ustack_core::tcp::CcAlgorithm;
+    let bottleneck = Impairments {
+        delay: Duration::from_millis(10),
+        rate_bps: Some(100_000_000),
+        // 83 frames in propagation at 100 Mbit/s, and a queue of ~170.
+        queue_limit: 250,
+        ..Impairments::none()
+    };
+    for (path, link, buf) in [
+        ("5 ms", None, 256 * 1024),
+        ("100 Mbit/s, 10 ms", Some(bottleneck), 4 << 20),
+    ] {
+        for alg in CcAlgorithm::ALL {
+            let time = |pacing: bool| {
+                let mut sc = one_conn(4_000_000, 0);
+                if let Some(l) = &link {
+                    sc.ab = l.clone();
+                    sc.ba = l.clone();
+                }
+                for t in [&mut sc.tcp_a, &mut sc.tcp_b] {
+                    t.congestion_control = alg;
+                    t.pacing = pacing;
+                    t.rcv_buf = buf;
+                    t.snd_buf = buf;
+                }
+                let r = run(&sc).unwrap_or_else(|f| panic!("{f}"));
+                assert_eq!(r.bytes_delivered, 4_000_000);
+                r.apps_done_at.as_secs_f64()
+            };
+            let (paced, unpaced) = (time(true), time(false));
+            eprintln!("{path}, {alg}: paced {paced:.3} s, unpaced {unpaced:.3} s");
+            assert!(
+                paced <= unpaced * 1.05,
+                "{path}, {alg}: paced {paced:.3} s, unpaced {unpaced:.3} s"
+            );
+        }
+    }
+}

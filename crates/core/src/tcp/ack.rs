@@ -5,8 +5,9 @@
 
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
-use super::cc::CongestionControl;
+use super::cc::{AckSample, CongestionControl};
 use super::conn::{Connection, Phase};
+use super::pacing::Pacer;
 use super::send::SendQueue;
 use super::shared::ChallengeAckLimit;
 use super::{State, TcpCounters};
@@ -43,6 +44,8 @@ pub(super) struct Cong {
     /// End of the current window for the two above (Linux
     /// `cwnd_usage_seq`); None once SND.UNA has reached it.
     pub(super) usage_seq: Option<SeqNum>,
+    /// Pacing (`pacing.rs`, `output.rs`).
+    pub(super) pacer: Pacer,
 }
 
 /// Our TSval at `t` (RFC 7323 timestamps in milliseconds plus an offset).
@@ -90,6 +93,19 @@ impl Connection {
         };
         let una_before = self.snd.una;
         let off = self.opt.ts_offset;
+        // RFC 6937 "DeliveredData = change_in(snd.una) + change_in(SACKd)":
+        // the SACKed bytes and duplicate ACKs before this ACK.
+        let sacked_before = self.rtx.scoreboard.sacked_bytes();
+        let dupacks_before = self.rtx.dupacks;
+        // The RTT of the most recently sent never-retransmitted segment
+        // this ACK delivers (HyStart++'s per-ACK sample).
+        let mut ack_rtt: Option<Duration> = None;
+        let mut sample = |s: &super::sack::Seg| {
+            if !s.rtx {
+                let r = now.saturating_duration_since(s.xmit);
+                ack_rtt = Some(ack_rtt.map_or(r, |m: Duration| m.min(r)));
+            }
+        };
         // SACK information (RFC 2018) before the cumulative ACK moves.
         let mut dsack = false;
         if self.opt.sack {
@@ -106,6 +122,7 @@ impl Connection {
                 }
                 self.rtx.scoreboard.sack(l, r, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
+                    sample(s);
                 });
             }
         }
@@ -113,6 +130,7 @@ impl Connection {
             ctr.TCPDSACKRecv += 1;
             self.rtx.rack.on_dsack(self.snd.una, self.snd.max);
         }
+        let mut newly_lost = false;
         if ack.gt(self.snd.una) {
             // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
             self.report.advice.confirm = true;
@@ -130,6 +148,7 @@ impl Connection {
                 let rack = &mut self.rtx.rack;
                 self.rtx.scoreboard.ack(ack, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
+                    sample(s);
                 });
                 rack.on_ack(ack);
             }
@@ -159,15 +178,15 @@ impl Connection {
             self.rtx.rtt.reset_backoff();
             self.timers.persist_backoff = 0;
             let mss = self.max_payload_base();
-            self.try_undo(ecr, ctr);
-            match self.recovery {
+            self.try_undo(now, ecr, ctr);
+            match self.recovery.as_deref().copied() {
                 Some(r) if ack.ge(r.recover) => {
                     // Full acknowledgment: leave recovery.
                     if r.in_loss {
-                        self.grow_cwnd(acked_seq, mss);
+                        self.grow_cwnd(now, acked_seq, ack_rtt);
                     } else {
                         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
-                        self.cong.cc.on_exit_recovery(flight, mss);
+                        self.cong.cc.on_exit_recovery(now, flight, mss);
                     }
                     self.recovery = None;
                     self.rtx.last_recover = Some(r.recover);
@@ -176,17 +195,18 @@ impl Connection {
                     if r.in_loss {
                         // After an RTO the window slow-starts again
                         // (RFC 5681 3.1) while the lost segments go out.
-                        self.grow_cwnd(acked_seq, mss);
+                        self.grow_cwnd(now, acked_seq, ack_rtt);
                     } else if !self.opt.sack {
                         // RFC 6582 3.2 (5) partial ACK: "retransmit the
                         // first unacknowledged segment".
                         self.rtx.scoreboard.mark_head_lost();
+                        newly_lost = true;
                         if let Some(r) = self.recovery.as_mut() {
                             r.rtx_head_now = true;
                         }
                     }
                 }
-                None => self.grow_cwnd(acked_seq, mss),
+                None => self.grow_cwnd(now, acked_seq, ack_rtt),
             }
             if self.cong.usage_seq.is_some_and(|s| self.snd.una.ge(s)) {
                 self.cong.usage_seq = None;
@@ -224,7 +244,8 @@ impl Connection {
                 && self.rtx.last_recover.is_none_or(|r| ack.gt(r))
             {
                 self.rtx.scoreboard.mark_head_lost();
-                self.enter_recovery(ctr);
+                newly_lost = true;
+                self.enter_recovery(now, ctr);
             }
         }
         // RFC 8985 7.4: was the tail loss probe repairing a loss?
@@ -237,7 +258,7 @@ impl Connection {
                     if self.recovery.is_none() {
                         let mss = self.max_payload_base();
                         let cwnd = self.cong.cc.cwnd();
-                        self.cong.cc.on_enter_recovery(cwnd, mss);
+                        self.cong.cc.on_enter_recovery(now, cwnd, mss);
                     }
                 }
                 self.tlp.end = None;
@@ -248,9 +269,27 @@ impl Connection {
         }
         // RFC 8985 6.2 step 5: time-based loss detection.
         if self.can_send_data_state() && !self.rtx.scoreboard.is_empty() {
-            self.rack_detect(now, ctr);
+            newly_lost |= self.rack_detect(now, ctr);
         } else {
             self.rtx.rack_at = None;
+        }
+        // RFC 6937: what fast recovery may send in answer to this ACK.
+        if self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) {
+            let advanced = self.snd.una.wrapping_sub(una_before) as usize;
+            let delivered = if self.opt.sack {
+                // "DeliveredData = change_in(snd.una) + change_in(SACKd)"
+                (advanced + self.rtx.scoreboard.sacked_bytes()).saturating_sub(sacked_before)
+            } else if advanced == 0 {
+                // "In recovery without SACK, DeliveredData is estimated to
+                // be 1 SMSS on duplicate acknowledgement, and on a
+                // subsequent partial or full ACK, DeliveredData is
+                // estimated to be the change in snd.una, minus 1 SMSS for
+                // each preceding duplicate ACK."
+                usize::from(self.rtx.dupacks > dupacks_before) * self.max_payload_base()
+            } else {
+                advanced.saturating_sub(dupacks_before as usize * self.max_payload_base())
+            };
+            self.prr_on_ack(delivered, advanced > 0, newly_lost);
         }
         if ack.gt(una_before) {
             // 7.2: "start or restart a loss probe PTO timer ... upon
@@ -322,20 +361,32 @@ impl Connection {
     /// cwnd may also grow up to twice the most that was in flight in the
     /// last window, so it keeps ahead of an application that ramps up.
     /// Without this an application-limited sender grew cwnd without bound.
-    fn grow_cwnd(&mut self, acked: usize, mss: usize) {
+    fn grow_cwnd(&mut self, now: Instant, acked: usize, rtt: Option<Duration>) {
         let cwnd = self.cong.cc.cwnd();
         let limited = self.cong.limited
             || (cwnd < self.cong.cc.ssthresh() && cwnd < self.cong.max_flight.saturating_mul(2));
-        if limited {
-            self.cong.cc.on_ack(acked, mss);
-        }
+        let sample = AckSample {
+            now,
+            acked,
+            mss: self.max_payload_base(),
+            una: self.snd.una,
+            snd_nxt: self.snd.max,
+            rtt,
+            srtt: self.rtx.rtt.srtt(),
+            cwnd_limited: limited,
+        };
+        self.cong.cc.on_ack(&sample);
     }
 
     /// After a transmission attempt: record whether cwnd was the limit and
     /// the most in flight, per window of data (Linux `tcp_cwnd_validate`).
-    pub(super) fn cwnd_validate(&mut self) {
+    /// `paced`: pacing held back data that cwnd allowed. That sender is
+    /// limited by cwnd too (the pacing rate is cwnd / SRTT): only the
+    /// application's own pauses must keep cwnd from growing.
+    pub(super) fn cwnd_validate(&mut self, paced: bool) {
         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
-        let limited = self.cong.cc.cwnd().saturating_sub(self.pipe()) < self.max_payload_base();
+        let limited =
+            paced || self.send_cwnd().saturating_sub(self.pipe()) < self.max_payload_base();
         if self.cong.usage_seq.is_none()
             || limited
             || (!self.cong.limited && flight > self.cong.max_flight)

@@ -1,26 +1,176 @@
-//! Congestion control behind a trait; NewReno (RFC 5681, RFC 6582).
+//! Congestion control behind a trait: CUBIC (RFC 9438, with HyStart++,
+//! RFC 9406, in `cubic.rs` and `hystart.rs`), the default, and NewReno
+//! (RFC 5681, RFC 6582), selectable per stack ([`TcpConfig`]) and per
+//! connection ([`Connection::set_congestion_algorithm`]).
+//!
+//! The controller owns cwnd and ssthresh outside loss recovery. During fast
+//! recovery the connection paces what it sends by PRR (RFC 6937, `prr.rs`)
+//! towards the ssthresh the controller chose; the controller is told when
+//! recovery starts, ends, or turns out spurious.
+//!
+//! [`TcpConfig`]: super::TcpConfig
+//! [`Connection::set_congestion_algorithm`]: super::Connection::set_congestion_algorithm
 
-use core::fmt::Debug;
+use core::fmt::{self, Debug};
+use core::str::FromStr;
+
+use ustack_wire::tcp::SeqNum;
+
+use super::cubic::{Cubic, CubicPrior};
+use crate::time::{Duration, Instant};
+
+/// RFC 5681 3.1: "The initial value of ssthresh SHOULD be set arbitrarily
+/// high (e.g., to the size of the largest possible advertised window)".
+pub(crate) const INITIAL_SSTHRESH: usize = usize::MAX / 2;
+
+/// The congestion control algorithms built in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CcAlgorithm {
+    /// CUBIC (RFC 9438) with HyStart++ (RFC 9406): Linux's default.
+    #[default]
+    Cubic,
+    /// NewReno (RFC 5681 and RFC 6582; Linux's `reno`).
+    NewReno,
+}
+
+impl CcAlgorithm {
+    pub const ALL: [CcAlgorithm; 2] = [CcAlgorithm::Cubic, CcAlgorithm::NewReno];
+
+    /// The name Linux gives it (`ss -i`, `TCP_CONGESTION`), NewReno aside.
+    pub fn name(self) -> &'static str {
+        match self {
+            CcAlgorithm::Cubic => "cubic",
+            CcAlgorithm::NewReno => "newreno",
+        }
+    }
+
+    /// A controller in its initial state: cwnd = `initial_segments` *
+    /// `mss` (at least one segment), ssthresh arbitrarily high. `paced`:
+    /// the connection paces its sends (HyStart++ then lets slow start
+    /// grow by every acknowledged byte, RFC 9406 4.3).
+    pub fn build(
+        self,
+        initial_segments: u32,
+        mss: usize,
+        paced: bool,
+    ) -> Box<dyn CongestionControl> {
+        match self {
+            CcAlgorithm::Cubic => Box::new(Cubic::new(initial_segments, mss, paced)),
+            CcAlgorithm::NewReno => Box::new(NewReno::new(initial_segments, mss)),
+        }
+    }
+}
+
+impl fmt::Display for CcAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown algorithm name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownAlgorithm(pub String);
+
+impl fmt::Display for UnknownAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown congestion control '{}' (known: cubic, newreno)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownAlgorithm {}
+
+impl FromStr for CcAlgorithm {
+    type Err = UnknownAlgorithm;
+    /// `cubic`, `newreno` (or Linux's `reno`), any case.
+    fn from_str(s: &str) -> Result<CcAlgorithm, UnknownAlgorithm> {
+        match s.to_ascii_lowercase().as_str() {
+            "cubic" => Ok(CcAlgorithm::Cubic),
+            "newreno" | "reno" => Ok(CcAlgorithm::NewReno),
+            _ => Err(UnknownAlgorithm(s.to_string())),
+        }
+    }
+}
+
+/// What one ACK that acknowledged new data tells the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckSample {
+    pub now: Instant,
+    /// Bytes newly acknowledged cumulatively (RFC 5681 "N").
+    pub acked: usize,
+    /// The sender MSS (payload bytes of a full segment).
+    pub mss: usize,
+    /// SND.UNA after this ACK.
+    pub una: SeqNum,
+    /// The highest sequence number sent so far (SND.NXT in RFC 9406's
+    /// rounds; SND.MAX here, as SND.NXT rewinds on a timeout).
+    pub snd_nxt: SeqNum,
+    /// The round-trip time of the most recently sent, never retransmitted
+    /// segment this ACK delivered (cumulatively or by SACK), if any.
+    pub rtt: Option<Duration>,
+    /// The smoothed RTT (RFC 6298), once measured.
+    pub srtt: Option<Duration>,
+    /// Was cwnd what limited the sender in the current window of data
+    /// (RFC 7661)? An application-limited sender must not grow cwnd
+    /// (RFC 5681 3.1, RFC 9438 5.8).
+    pub cwnd_limited: bool,
+}
+
+/// A controller's state before a window reduction, to restore if the
+/// reduction turns out spurious (RFC 3708, RFC 9438 4.9). `cwnd` and
+/// `ssthresh` are every controller's; CUBIC adds its own variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CcSnapshot {
+    pub cwnd: usize,
+    pub ssthresh: usize,
+    pub(crate) cubic: Option<CubicPrior>,
+}
+
+impl CcSnapshot {
+    pub fn new(cwnd: usize, ssthresh: usize) -> CcSnapshot {
+        CcSnapshot {
+            cwnd,
+            ssthresh,
+            cubic: None,
+        }
+    }
+}
 
 /// A congestion controller. Sizes are in bytes; `mss` is the sender MSS.
+/// Time comes in as arguments (the engine never reads a clock).
 pub trait CongestionControl: Debug + Send {
+    /// A short name (`cubic`, `newreno`) for diagnostics.
+    fn name(&self) -> &'static str;
     fn cwnd(&self) -> usize;
     fn ssthresh(&self) -> usize;
-    /// New data was cumulatively acknowledged outside recovery.
-    fn on_ack(&mut self, acked: usize, mss: usize);
-    /// Loss detected (RACK, or three duplicate ACKs without SACK):
-    /// entering fast recovery with `flight` bytes out. During recovery the
-    /// sender keeps RFC 6675's pipe below cwnd.
-    fn on_enter_recovery(&mut self, flight: usize, mss: usize);
-    /// The reduction was spurious (RFC 3708 / Eifel, DSACK): restore the
-    /// state from before it.
-    fn on_undo(&mut self, prior_cwnd: usize, prior_ssthresh: usize);
-    /// A full ACK ends recovery; `flight` is what remains outstanding.
-    fn on_exit_recovery(&mut self, flight: usize, mss: usize);
-    /// The retransmission timer expired with `flight` bytes out.
-    fn on_timeout(&mut self, flight: usize, mss: usize);
+    /// New data was cumulatively acknowledged outside fast recovery (in
+    /// slow start, congestion avoidance, or the slow start after an RTO).
+    fn on_ack(&mut self, ack: &AckSample);
+    /// The state to restore should the next reduction prove spurious.
+    fn snapshot(&self) -> CcSnapshot;
+    /// Loss detected (RACK, three duplicate ACKs without SACK, a repaired
+    /// tail loss): reduce ssthresh and cwnd for this episode; `flight` is
+    /// the bytes outstanding (RFC 5681 FlightSize). During fast recovery
+    /// the sender follows PRR (RFC 6937) towards the new ssthresh.
+    fn on_enter_recovery(&mut self, now: Instant, flight: usize, mss: usize);
+    /// The reduction was spurious (RFC 3708 / Eifel, DSACK): restore what
+    /// `prior` holds, as far as the algorithm wants.
+    fn on_undo(&mut self, now: Instant, prior: &CcSnapshot);
+    /// A full ACK ends fast recovery; `flight` is what remains outstanding.
+    fn on_exit_recovery(&mut self, now: Instant, flight: usize, mss: usize);
+    /// The retransmission timer expired with `flight` bytes out;
+    /// `repeated`: it expired again for a segment it already resent (RFC
+    /// 5681 3.1: then "the value of ssthresh is held constant").
+    fn on_timeout(&mut self, now: Instant, flight: usize, mss: usize, repeated: bool);
     /// Restart after an idle period longer than an RTO (RFC 5681 4.1).
-    fn on_idle(&mut self, mss: usize);
+    fn on_idle(&mut self, now: Instant, mss: usize);
+    /// Take over another controller's window when a live connection
+    /// switches algorithms (as Linux's `TCP_CONGESTION` keeps `snd_cwnd`
+    /// and `snd_ssthresh`).
+    fn set_window(&mut self, cwnd: usize, ssthresh: usize);
 }
 
 /// NewReno.
@@ -40,7 +190,7 @@ impl NewReno {
         let initial_segments = (initial_segments as usize).max(1);
         NewReno {
             cwnd: initial_segments * mss,
-            ssthresh: usize::MAX / 2,
+            ssthresh: INITIAL_SSTHRESH,
             ca_acked: 0,
             initial_segments,
         }
@@ -48,6 +198,10 @@ impl NewReno {
 }
 
 impl CongestionControl for NewReno {
+    fn name(&self) -> &'static str {
+        CcAlgorithm::NewReno.name()
+    }
+
     fn cwnd(&self) -> usize {
         self.cwnd
     }
@@ -56,7 +210,11 @@ impl CongestionControl for NewReno {
         self.ssthresh
     }
 
-    fn on_ack(&mut self, acked: usize, mss: usize) {
+    fn on_ack(&mut self, ack: &AckSample) {
+        if !ack.cwnd_limited {
+            return;
+        }
+        let (acked, mss) = (ack.acked, ack.mss);
         if self.cwnd < self.ssthresh {
             // RFC 5681 3.1 slow start, with Appropriate Byte Counting
             // (RFC 3465, L = 2*SMSS): "cwnd += min (N, SMSS)" generalised.
@@ -72,7 +230,11 @@ impl CongestionControl for NewReno {
         }
     }
 
-    fn on_enter_recovery(&mut self, flight: usize, mss: usize) {
+    fn snapshot(&self) -> CcSnapshot {
+        CcSnapshot::new(self.cwnd, self.ssthresh)
+    }
+
+    fn on_enter_recovery(&mut self, _now: Instant, flight: usize, mss: usize) {
         // RFC 6675 5 (4.2): "ssthresh = cwnd = (FlightSize / 2)" (with
         // RFC 5681's floor of 2*SMSS). No window inflation: the pipe
         // estimate accounts for what left the network.
@@ -81,29 +243,37 @@ impl CongestionControl for NewReno {
         self.ca_acked = 0;
     }
 
-    fn on_undo(&mut self, prior_cwnd: usize, prior_ssthresh: usize) {
+    fn on_undo(&mut self, _now: Instant, prior: &CcSnapshot) {
         // RFC 3708 / Linux tcp_undo_cwnd_reduction: back to where we were.
-        self.cwnd = self.cwnd.max(prior_cwnd);
-        self.ssthresh = self.ssthresh.max(prior_ssthresh);
+        self.cwnd = self.cwnd.max(prior.cwnd);
+        self.ssthresh = self.ssthresh.max(prior.ssthresh);
     }
 
-    fn on_exit_recovery(&mut self, flight: usize, mss: usize) {
+    fn on_exit_recovery(&mut self, _now: Instant, flight: usize, mss: usize) {
         // RFC 6582 3.2 (3) option (1): "Set cwnd to min (ssthresh,
         // max(FlightSize, SMSS) + SMSS)".
         self.cwnd = self.ssthresh.min(flight.max(mss) + mss);
     }
 
-    fn on_timeout(&mut self, flight: usize, mss: usize) {
+    fn on_timeout(&mut self, _now: Instant, flight: usize, mss: usize, repeated: bool) {
         // RFC 5681 3.1 (4): "ssthresh = max (FlightSize / 2, 2*SMSS)" and
         // "the congestion window ... MUST be set to ... 1 full-sized segment".
-        self.ssthresh = (flight / 2).max(2 * mss);
+        if !repeated {
+            self.ssthresh = (flight / 2).max(2 * mss);
+        }
         self.cwnd = mss;
         self.ca_acked = 0;
     }
 
-    fn on_idle(&mut self, mss: usize) {
+    fn on_idle(&mut self, _now: Instant, mss: usize) {
         // RFC 5681 4.1: "cwnd = min(RW, cwnd)" with RW = min(IW, cwnd).
         self.cwnd = self.cwnd.min(self.initial_segments * mss);
+    }
+
+    fn set_window(&mut self, cwnd: usize, ssthresh: usize) {
+        self.cwnd = cwnd.max(1);
+        self.ssthresh = ssthresh.max(1);
+        self.ca_acked = 0;
     }
 }
 
@@ -111,22 +281,47 @@ impl CongestionControl for NewReno {
 mod tests {
     use super::*;
 
+    pub(crate) fn ack(acked: usize, mss: usize) -> AckSample {
+        AckSample {
+            now: Instant::ZERO,
+            acked,
+            mss,
+            una: SeqNum(0),
+            snd_nxt: SeqNum(0),
+            rtt: None,
+            srtt: None,
+            cwnd_limited: true,
+        }
+    }
+
     #[test]
     fn slow_start_then_avoidance() {
         let mss = 1000;
+        let t = Instant::ZERO;
         let mut c = NewReno::new(10, mss);
         assert_eq!(c.cwnd(), 10_000);
-        c.on_ack(1000, mss);
+        c.on_ack(&ack(1000, mss));
         assert_eq!(c.cwnd(), 11_000);
-        c.on_timeout(20_000, mss);
+        c.on_timeout(t, 20_000, mss, false);
+        assert_eq!((c.cwnd(), c.ssthresh()), (1000, 10_000));
+        // A repeated timeout holds ssthresh (RFC 5681 3.1).
+        c.on_timeout(t, 4_000, mss, true);
         assert_eq!((c.cwnd(), c.ssthresh()), (1000, 10_000));
         for _ in 0..9 {
-            c.on_ack(1000, mss);
+            c.on_ack(&ack(1000, mss));
         }
         assert_eq!(c.cwnd(), 10_000);
         // Congestion avoidance: one MSS per cwnd of acked bytes.
         for _ in 0..10 {
-            c.on_ack(1000, mss);
+            c.on_ack(&ack(1000, mss));
+        }
+        assert_eq!(c.cwnd(), 11_000);
+        // Application-limited ACKs do not grow it.
+        for _ in 0..100 {
+            c.on_ack(&AckSample {
+                cwnd_limited: false,
+                ..ack(1000, mss)
+            });
         }
         assert_eq!(c.cwnd(), 11_000);
     }
@@ -134,12 +329,29 @@ mod tests {
     #[test]
     fn fast_recovery_and_undo() {
         let mss = 1000;
+        let t = Instant::ZERO;
         let mut c = NewReno::new(10, mss);
-        c.on_enter_recovery(10_000, mss);
+        let prior = c.snapshot();
+        c.on_enter_recovery(t, 10_000, mss);
         assert_eq!((c.ssthresh(), c.cwnd()), (5000, 5000));
-        c.on_exit_recovery(2000, mss);
+        c.on_exit_recovery(t, 2000, mss);
         assert_eq!(c.cwnd(), 3000);
-        c.on_undo(10_000, usize::MAX / 2);
-        assert_eq!((c.cwnd(), c.ssthresh()), (10_000, usize::MAX / 2));
+        c.on_undo(t, &prior);
+        assert_eq!((c.cwnd(), c.ssthresh()), (10_000, INITIAL_SSTHRESH));
+    }
+
+    #[test]
+    fn algorithm_names_parse_and_build() {
+        assert_eq!(CcAlgorithm::default(), CcAlgorithm::Cubic);
+        for a in CcAlgorithm::ALL {
+            assert_eq!(a.name().parse::<CcAlgorithm>(), Ok(a));
+            let c = a.build(10, 1460, true);
+            assert_eq!(c.name(), a.name());
+            assert_eq!(c.cwnd(), 14_600);
+            assert_eq!(c.ssthresh(), INITIAL_SSTHRESH);
+        }
+        assert_eq!("Reno".parse::<CcAlgorithm>(), Ok(CcAlgorithm::NewReno));
+        let e = "bbr".parse::<CcAlgorithm>().unwrap_err();
+        assert!(e.to_string().contains("'bbr'"), "{e}");
     }
 }

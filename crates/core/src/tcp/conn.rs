@@ -8,9 +8,10 @@ use std::net::SocketAddrV4;
 use ustack_wire::tcp::{SeqNum, TcpRepr, MAX_WINDOW_SHIFT};
 
 use super::ack::{Cong, Snd};
-use super::cc::{CongestionControl, NewReno};
+use super::cc::{CcAlgorithm, CongestionControl};
 use super::input::{AckState, Rcv};
 use super::mtu::Mtup;
+use super::pacing::Pacer;
 use super::rack::Rack;
 use super::recovery::{Recovery, Rtx, Tlp};
 use super::recv::RecvQueue;
@@ -35,8 +36,16 @@ pub struct TcpConnInfo {
     pub srtt: Option<Duration>,
     pub rttvar: Duration,
     pub rto: Duration,
+    /// The congestion window the sender obeys now (during fast recovery
+    /// PRR's: pipe plus what the last ACK allowed).
     pub cwnd: usize,
     pub ssthresh: usize,
+    /// The congestion control algorithm (`cubic`, `newreno`).
+    pub congestion_control: &'static str,
+    /// In fast recovery (or the recovery after a retransmission timeout).
+    pub in_recovery: bool,
+    /// Pacing rate in bytes per second; None when not pacing.
+    pub pacing_rate: Option<u64>,
     pub smss: usize,
     pub snd_wnd: usize,
     pub rcv_wnd: usize,
@@ -76,8 +85,9 @@ pub struct Connection {
     pub(super) tlp: Tlp,
     /// Congestion control (`ack.rs`).
     pub(super) cong: Cong,
-    /// The loss recovery episode going on, if any (`recovery.rs`).
-    pub(super) recovery: Option<Recovery>,
+    /// The loss recovery episode going on, if any (`recovery.rs`); boxed,
+    /// as an idle connection has none.
+    pub(super) recovery: Option<Box<Recovery>>,
     /// Persist, keep-alive, idle clock (`timers.rs`).
     pub(super) timers: Timers,
     /// Path MTU probing, once on (`mtu.rs`): boxed, as few connections
@@ -156,6 +166,8 @@ pub(super) struct Params {
     pub(super) max_rto: Duration,
     pub(super) ooo_limit: usize,
     pub(super) initial_cwnd: u32,
+    pub(super) congestion_control: CcAlgorithm,
+    pub(super) pacing: bool,
     pub(super) max_retries: u32,
     pub(super) syn_retries: u32,
     pub(super) synack_retries: u32,
@@ -176,6 +188,8 @@ impl Params {
             max_rto: cfg.max_rto,
             ooo_limit: cfg.ooo_limit,
             initial_cwnd: cfg.initial_cwnd,
+            congestion_control: cfg.congestion_control,
+            pacing: cfg.pacing,
             max_retries: cfg.max_retries,
             syn_retries: cfg.syn_retries,
             synack_retries: cfg.synack_retries,
@@ -360,10 +374,13 @@ impl Connection {
             },
             tlp: Tlp::default(),
             cong: Cong {
-                cc: Box::new(NewReno::new(cfg.initial_cwnd, usize::from(smss))),
+                cc: cfg
+                    .congestion_control
+                    .build(cfg.initial_cwnd, usize::from(smss), cfg.pacing),
                 limited: false,
                 max_flight: 0,
                 usage_seq: None,
+                pacer: Pacer::new(cfg.pacing),
             },
             recovery: None,
             timers: Timers {
@@ -472,7 +489,11 @@ impl Connection {
             }
             _ => self.opt.ts = false,
         }
-        self.cong.cc = Box::new(NewReno::new(self.cfg.initial_cwnd, self.max_payload_base()));
+        self.cong.cc = self.cfg.congestion_control.build(
+            self.cfg.initial_cwnd,
+            self.max_payload_base(),
+            self.cfg.pacing,
+        );
     }
 
     pub fn state(&self) -> State {
@@ -564,8 +585,34 @@ impl Connection {
         self.rtx.rtt.rto()
     }
 
+    /// The congestion window the sender obeys now: the controller's, or
+    /// during fast recovery PRR's (RFC 6937).
     pub fn cwnd(&self) -> usize {
-        self.cong.cc.cwnd()
+        self.send_cwnd()
+    }
+
+    pub fn ssthresh(&self) -> usize {
+        self.cong.cc.ssthresh()
+    }
+
+    /// The congestion control algorithm's name (`cubic`, `newreno`).
+    pub fn congestion_algorithm(&self) -> &'static str {
+        self.cong.cc.name()
+    }
+
+    /// Pacing rate in bytes per second now; None when not pacing (off, or
+    /// no RTT measured yet).
+    pub fn pacing_rate(&self) -> Option<u64> {
+        if !self.cong.pacer.enabled {
+            return None;
+        }
+        let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
+        super::pacing::Pacer::rate(
+            self.send_cwnd(),
+            self.cong.cc.ssthresh(),
+            flight,
+            self.rtx.rtt.srtt(),
+        )
     }
 
     /// The effective send MSS.
@@ -595,8 +642,11 @@ impl Connection {
             srtt: self.rtx.rtt.srtt(),
             rttvar: self.rtx.rtt.rttvar(),
             rto: self.rtx.rtt.rto(),
-            cwnd: self.cong.cc.cwnd(),
+            cwnd: self.send_cwnd(),
             ssthresh: self.cong.cc.ssthresh(),
+            congestion_control: self.cong.cc.name(),
+            in_recovery: self.recovery.is_some(),
+            pacing_rate: self.pacing_rate(),
             smss: usize::from(self.opt.smss),
             snd_wnd: self.snd.wnd,
             rcv_wnd: self.rcv_wnd(),
@@ -634,9 +684,34 @@ impl Connection {
         self.app.linger_zero = on;
     }
 
-    /// Replace the congestion controller (e.g. for experiments).
+    /// Replace the congestion controller (e.g. for experiments). Before
+    /// the handshake completes, the configured algorithm replaces it again
+    /// (the MSS is known only then); use
+    /// [`Connection::set_congestion_algorithm`] for a built-in one.
     pub fn set_congestion_control(&mut self, cc: Box<dyn CongestionControl>) {
         self.cong.cc = cc;
+    }
+
+    /// Use `alg` from now on (Linux `TCP_CONGESTION`). Before the
+    /// handshake completes the controller starts afresh; on a live
+    /// connection the new one takes over cwnd and ssthresh.
+    pub fn set_congestion_algorithm(&mut self, alg: CcAlgorithm) {
+        self.cfg.congestion_control = alg;
+        let mut cc = alg.build(
+            self.cfg.initial_cwnd,
+            self.max_payload_base(),
+            self.cfg.pacing,
+        );
+        if self.is_synchronized() {
+            cc.set_window(self.cong.cc.cwnd(), self.cong.cc.ssthresh());
+        }
+        self.cong.cc = cc;
+    }
+
+    /// Pace data segments (see [`TcpConfig::pacing`]) or not.
+    pub fn set_pacing(&mut self, on: bool) {
+        self.cfg.pacing = on;
+        self.cong.pacer.set_enabled(on);
     }
 
     /// Queue data; `Ok(0)` when the buffer is full.

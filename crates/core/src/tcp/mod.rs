@@ -9,16 +9,20 @@
 //! | --- | --- |
 //! | `conn.rs` | the connection: fields by concern, per-state data, constructors, getters, settings, the application's calls, `set_state` |
 //! | `input.rs` | segment arrival (RFC 9293 3.10.7): acceptability, PAWS, RST/SYN checks (RFC 5961), SYN-SENT, text, FIN; the receive window; ICMP |
-//! | `ack.rs` | an ACK for the sender: SACK, SND.UNA, RTT samples, the send window update, our FIN acknowledged; cwnd growth and validation |
-//! | `recovery.rs` | loss recovery: fast recovery, undo (RFC 3708), RACK detection, tail loss probes, the retransmission timeout |
+//! | `ack.rs` | an ACK for the sender: SACK, SND.UNA, RTT samples, delivered data, the send window update, our FIN acknowledged; cwnd growth and validation |
+//! | `recovery.rs` | loss recovery: fast recovery with PRR, undo (RFC 3708), RACK detection, tail loss probes, the retransmission timeout |
 //! | `timers.rs` | `poll_at`, running expired timers (delayed ACK, persist, keep-alive, TIME-WAIT, FIN-WAIT-2), giving up |
-//! | `output.rs` | `dispatch`: SYN, RST, retransmissions, probes, data and FIN within the windows, ACKs; building segments |
+//! | `output.rs` | `dispatch`: SYN, RST, retransmissions, probes, data and FIN within the windows and the pacing budget, ACKs; building segments |
 //! | `send.rs` | send buffer, segmentation decisions: Nagle, sender SWS avoidance |
 //! | `recv.rs` | receive buffer, out-of-order reassembly, SACK blocks |
 //! | `sack.rs` | the sender's scoreboard: segments sent, SACKed, lost, with running totals (RFC 2018, RFC 6675) |
 //! | `rack.rs` | time-based loss detection, RACK (RFC 8985) |
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
-//! | `cc.rs` | congestion control behind a trait; NewReno (RFC 5681, RFC 6582) |
+//! | `cc.rs` | congestion control behind a trait, the algorithm choice; NewReno (RFC 5681, RFC 6582) |
+//! | `cubic.rs` | CUBIC (RFC 9438), the default, in integer arithmetic |
+//! | `hystart.rs` | HyStart++ (RFC 9406): CUBIC's initial slow start |
+//! | `prr.rs` | Proportional Rate Reduction (RFC 6937): what fast recovery sends per ACK |
+//! | `pacing.rs` | pacing rate and bursts (Linux's internal pacing and TSO autosizing) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
 //! | `syncookie.rs` | SYN cookies (RFC 4987), Linux's encoding; a connection from a cookie |
 //! | `mtu.rs` | the path MTU: ICMP "fragmentation needed" (RFC 1191), retransmitting what was too large, black-hole detection and probing (RFC 4821), the effective MSS |
@@ -38,10 +42,14 @@
 mod ack;
 mod cc;
 mod conn;
+mod cubic;
+mod hystart;
 mod input;
 mod isn;
 mod mtu;
 mod output;
+mod pacing;
+mod prr;
 mod rack;
 mod recovery;
 mod recv;
@@ -59,8 +67,9 @@ use std::io::ErrorKind;
 use crate::time::Duration;
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
-pub use cc::{CongestionControl, NewReno};
+pub use cc::{AckSample, CcAlgorithm, CcSnapshot, CongestionControl, NewReno, UnknownAlgorithm};
 pub use conn::{Connection, NeighbourAdvice, TcpConnInfo};
+pub use cubic::Cubic;
 pub use input::IcmpUnreachable;
 pub use isn::Isn;
 pub use mtu::MtuProbing;
@@ -232,6 +241,14 @@ pub struct TcpConfig {
     pub ooo_limit: usize,
     /// Initial congestion window in segments (RFC 6928: 10).
     pub initial_cwnd: u32,
+    /// The congestion control algorithm of new connections (Linux
+    /// `tcp_congestion_control`; default CUBIC, like Linux). Per
+    /// connection: [`Connection::set_congestion_algorithm`].
+    pub congestion_control: CcAlgorithm,
+    /// Pace data segments at a multiple of cwnd / SRTT (200% in slow
+    /// start, 120% after) in bursts of about a millisecond, as Linux's
+    /// internal pacing does with `fq`; default on.
+    pub pacing: bool,
     /// How long an orphaned (closed by the application) connection may stay
     /// in FIN-WAIT-2 (Linux `tcp_fin_timeout` = 60 s).
     pub fin_wait2_timeout: Duration,
@@ -289,6 +306,8 @@ impl Default for TcpConfig {
             sack: true,
             ooo_limit: 256 * 1024,
             initial_cwnd: 10,
+            congestion_control: CcAlgorithm::Cubic,
+            pacing: true,
             fin_wait2_timeout: Duration::from_secs(60),
             challenge_ack_limit: 1000,
             syncookies: SynCookies::WhenNeeded,

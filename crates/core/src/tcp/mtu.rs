@@ -372,20 +372,23 @@ impl Connection {
         match self.recovery.as_mut() {
             Some(r) => {
                 r.in_loss = true;
+                r.prr = None; // the loss state's window, as Linux
                 r.recover = self.snd.max;
                 r.rtx_head_now = true;
             }
             None => {
-                self.recovery = Some(Recovery {
+                // As Linux's `tcp_simple_retransmit`: the loss state
+                // without a window reduction, so no PRR either.
+                self.recovery = Some(Box::new(Recovery {
                     recover: self.snd.max,
                     in_loss: true,
                     rtx_head_now: true,
                     undo: Undo {
-                        prior_cwnd: self.cong.cc.cwnd(),
-                        prior_ssthresh: self.cong.cc.ssthresh(),
+                        prior: self.cong.cc.snapshot(),
                         retrans_ts: None,
                     },
-                });
+                    prr: None,
+                }));
             }
         }
         self.rtx.last_recover = Some(self.snd.max);

@@ -151,10 +151,22 @@ impl Connection {
             self.arm_rto(now);
         }
 
+        // Pacing (`pacing.rs`): data leaves in bursts of about a
+        // millisecond at the pacing rate; the budget is what the current
+        // burst may still carry.
+        let rate = self.pacing_rate();
+        let mss = self.max_payload_base();
+
         // Retransmissions of segments deemed lost (RACK, RTO, or three
-        // duplicate ACKs without SACK), within cwnd (RFC 6675 5 (C)).
+        // duplicate ACKs without SACK), within cwnd (RFC 6675 5 (C)). The
+        // head's retransmission on entering recovery is not held back by
+        // pacing either.
         for _ in 0..MAX_BURST {
             if !self.rtx_due() {
+                break;
+            }
+            let forced = self.recovery.as_ref().is_some_and(|r| r.rtx_head_now);
+            if !forced && self.cong.pacer.budget(now, rate, mss) == 0 {
                 break;
             }
             let Some((s, e)) = self.rtx.scoreboard.first_lost() else {
@@ -211,6 +223,9 @@ impl Connection {
             sent_new = true;
         }
         for _ in 0..MAX_BURST {
+            if self.cong.pacer.budget(now, rate, mss) == 0 {
+                break;
+            }
             let force = self.timers.force_send;
             let Some((seq, n, fin)) = self.next_segment(force, false, out.tso_max) else {
                 break;
@@ -224,8 +239,17 @@ impl Connection {
             sent_new = true;
         }
         self.timers.force_send = false;
+        // The burst ends when its budget is spent or nothing more may go;
+        // one cut short by MAX_BURST goes on at the next dispatch (now:
+        // the connection still has work), not after a pacing gap.
+        let spent = self.cong.pacer.budget(now, rate, mss) == 0;
+        let more = self.rtx_due() || self.next_segment(false, false, 0).is_some();
+        let paced = spent && more;
+        if spent || !more {
+            self.cong.pacer.end_burst(now, rate);
+        }
         if self.can_send_data_state() && self.snd.una != self.snd.max {
-            self.cwnd_validate();
+            self.cwnd_validate(paced);
         }
         if sent_new && self.tlp.end.is_none() {
             // RFC 8985 7.2: "start or restart a loss probe PTO timer after
@@ -288,7 +312,8 @@ impl Connection {
             return false;
         };
         (s == self.snd.una || s.lt(self.snd.una + self.snd.wnd))
-            && (self.recovery.is_some_and(|r| r.rtx_head_now) || self.pipe() < self.cong.cc.cwnd())
+            && (self.recovery.as_ref().is_some_and(|r| r.rtx_head_now)
+                || self.pipe() < self.send_cwnd())
     }
 
     /// The next segment of new data (or the FIN) to send now: (seq, len,
@@ -324,7 +349,7 @@ impl Connection {
         let cwnd_room = if probe {
             usize::MAX
         } else {
-            self.cong.cc.cwnd().saturating_sub(self.pipe())
+            self.send_cwnd().saturating_sub(self.pipe())
         };
         let maxp = self.max_payload();
         // A TSO super-segment: several MSS at once, cut by the link.
@@ -446,10 +471,17 @@ impl Connection {
             && now.saturating_duration_since(self.timers.last_send_at) > self.rtx.rtt.rto()
         {
             // RFC 5681 4.1: restart after idle.
-            self.cong.cc.on_idle(self.max_payload_base());
+            self.cong.cc.on_idle(now, self.max_payload_base());
         }
         self.sent_ack(ctr, now);
         let end = seq + n + usize::from(fin);
+        let len = n + usize::from(fin);
+        self.cong.pacer.on_sent(len);
+        // RFC 6937: "On any data transmission or retransmission: prr_out
+        // += (data sent)".
+        if let Some(w) = self.recovery.as_mut().and_then(|r| r.prr.as_mut()) {
+            w.prr.on_sent(len);
+        }
         if seq.lt(self.snd.max) {
             ctr.RetransSegs += 1;
             self.rtx.total += 1;

@@ -146,8 +146,13 @@ impl Rack {
                     continue;
                 }
                 // "RACK_sent_after(RACK.xmit_ts, RACK.end_seq,
-                // Segment.xmit_ts, Segment.end_seq)"
-                let before = s.xmit < rx || (s.xmit == rx && s.end.lt(self.end));
+                // Segment.xmit_ts, Segment.end_seq)". The sequence number
+                // breaks ties of original transmissions, which leave in
+                // sequence order; not of a retransmission, which may have
+                // left after a later segment sent at the same instant
+                // (several exchanges within one clock tick): deeming it
+                // lost then retransmits it again at once.
+                let before = s.xmit < rx || (s.xmit == rx && s.end.lt(self.end) && !s.rtx);
                 if !before {
                     continue;
                 }

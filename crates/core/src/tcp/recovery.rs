@@ -4,7 +4,9 @@
 
 use ustack_wire::tcp::SeqNum;
 
+use super::cc::CcSnapshot;
 use super::conn::Connection;
+use super::prr::{Prr, ReductionBound};
 use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::sack::Scoreboard;
@@ -58,13 +60,27 @@ pub(super) struct Recovery {
     pub(super) rtx_head_now: bool,
     /// What to restore if the episode turns out spurious.
     pub(super) undo: Undo,
+    /// Fast recovery's Proportional Rate Reduction (RFC 6937); None in
+    /// the recovery after a retransmission timeout, which slow-starts.
+    pub(super) prr: Option<PrrWindow>,
 }
 
-/// What to restore if a window reduction turns out spurious (RFC 3708).
+/// PRR's state and the window it grants: RFC 6675's pipe after the last
+/// ACK plus that ACK's sndcnt (how Linux applies PRR, `tcp_cwnd_reduction`:
+/// `snd_cwnd = tcp_packets_in_flight + sndcnt`), so the sender's usual
+/// "cwnd - pipe" test lets exactly sndcnt bytes go until the next ACK.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PrrWindow {
+    pub(super) prr: Prr,
+    pub(super) cwnd: usize,
+}
+
+/// What to restore if a window reduction turns out spurious (RFC 3708,
+/// RFC 9438 4.9).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Undo {
-    pub(super) prior_cwnd: usize,
-    pub(super) prior_ssthresh: usize,
+    /// The controller's state before the reduction.
+    pub(super) prior: CcSnapshot,
     /// Our TSval on the first retransmission of the episode (Linux
     /// `retrans_stamp`).
     pub(super) retrans_ts: Option<u32>,
@@ -83,20 +99,33 @@ pub(super) struct Tlp {
 
 impl Connection {
     /// Loss detected outside recovery: reduce the window once for this
-    /// episode (RFC 6675 5 step 4, RFC 8985 "enter fast recovery").
-    pub(super) fn enter_recovery(&mut self, ctr: &mut TcpCounters) {
+    /// episode (RFC 6675 5 step 4, RFC 8985 "enter fast recovery"), and
+    /// start PRR (RFC 6937 3): "At the beginning of recovery, initialize
+    /// the PRR state. This assumes a modern congestion control algorithm,
+    /// CongCtrlAlg(), that might set ssthresh to something other than
+    /// FlightSize/2: ssthresh = CongCtrlAlg() // Target cwnd after
+    /// recovery; prr_delivered = 0; prr_out = 0; RecoverFS =
+    /// snd.nxt-snd.una // FlightSize at the start of recovery".
+    pub(super) fn enter_recovery(&mut self, now: Instant, ctr: &mut TcpCounters) {
         if self.mtu_probe_lost(ctr) {
             return; // a path MTU probe was lost, not congestion (`mtu.rs`)
         }
         let mss = self.max_payload_base();
         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
         let undo = Undo {
-            prior_cwnd: self.cong.cc.cwnd(),
-            prior_ssthresh: self.cong.cc.ssthresh(),
+            prior: self.cong.cc.snapshot(),
             retrans_ts: None,
         };
-        self.cong.cc.on_enter_recovery(flight, mss);
-        self.recovery = Some(Recovery {
+        self.cong
+            .cc
+            .on_enter_recovery(now, self.reduction_base(flight), mss);
+        let prr = PrrWindow {
+            prr: Prr::new(flight, self.cong.cc.ssthresh()),
+            // Until an ACK brings sndcnt: nothing but the head's
+            // retransmission (`rtx_head_now`).
+            cwnd: self.pipe(),
+        };
+        self.recovery = Some(Box::new(Recovery {
             recover: self.snd.max,
             in_loss: false,
             // RFC 5681 3.2 step 3: "The lost segment starting at SND.UNA
@@ -108,7 +137,8 @@ impl Connection {
             // after it, the pipe rules.
             rtx_head_now: true,
             undo,
-        });
+            prr: Some(prr),
+        }));
         self.tlp.at = None;
         self.tlp.pending = false;
         ctr.TCPFastRetrans += 1;
@@ -124,8 +154,8 @@ impl Connection {
     /// TSval older than our first retransmission was caused by an original
     /// transmission, so the retransmissions were spurious. With no
     /// retransmission still outstanding, undo the reduction.
-    pub(super) fn try_undo(&mut self, ecr: Option<u32>, ctr: &mut TcpCounters) {
-        let (Some(r), Some(ecr)) = (self.recovery, ecr) else {
+    pub(super) fn try_undo(&mut self, now: Instant, ecr: Option<u32>, ctr: &mut TcpCounters) {
+        let (Some(r), Some(ecr)) = (self.recovery.as_deref().copied(), ecr) else {
             return;
         };
         let Some(rts) = r.undo.retrans_ts else {
@@ -134,9 +164,7 @@ impl Connection {
         if (ecr.wrapping_sub(rts) as i32) >= 0 || self.rtx.scoreboard.retrans_out() {
             return;
         }
-        self.cong
-            .cc
-            .on_undo(r.undo.prior_cwnd, r.undo.prior_ssthresh);
+        self.cong.cc.on_undo(now, &r.undo.prior);
         self.rtx.scoreboard.clear_lost();
         if r.in_loss {
             ctr.TCPLossUndo += 1;
@@ -155,8 +183,8 @@ impl Connection {
     }
 
     /// Run RACK's loss detection; arms the reordering timer and enters
-    /// recovery when it marks something lost.
-    pub(super) fn rack_detect(&mut self, now: Instant, ctr: &mut TcpCounters) {
+    /// recovery when it marks something lost (then true).
+    pub(super) fn rack_detect(&mut self, now: Instant, ctr: &mut TcpCounters) -> bool {
         let srtt = self.rtx.rtt.srtt().unwrap_or_else(|| self.rtx.rtt.rto());
         let reo = self.rtx.rack.reo_wnd(
             self.recovery.is_some(),
@@ -166,8 +194,59 @@ impl Connection {
         let (marked, at) = self.rtx.rack.detect(&mut self.rtx.scoreboard, now, reo);
         self.rtx.rack_at = at;
         if marked && self.recovery.is_none() {
-            self.enter_recovery(ctr);
+            self.enter_recovery(now, ctr);
         }
+        marked
+    }
+
+    /// The FlightSize a window reduction starts from: at most the window
+    /// in use. RFC 5681 3.2: "When [RFC3042] is in use, additional data
+    /// sent in limited transmit MUST NOT be included in this calculation";
+    /// likewise what SACKs clocked out while RACK waited for its
+    /// reordering window, up to a round trip of data beyond cwnd: counted,
+    /// a "reduction" to beta times it raised the window on every loss.
+    /// Linux bases ssthresh on cwnd (RFC 9438 4.6 allows it with cwnd
+    /// validation, which `ack.rs` does); the FlightSize stays the base
+    /// when it is the smaller (an application-limited sender).
+    fn reduction_base(&self, flight: usize) -> usize {
+        flight.min(self.send_cwnd())
+    }
+
+    /// The window the sender obeys: the controller's, or in fast recovery
+    /// the one PRR granted.
+    pub(super) fn send_cwnd(&self) -> usize {
+        match self.recovery.as_ref().and_then(|r| r.prr) {
+            Some(w) => w.cwnd,
+            None => self.cong.cc.cwnd(),
+        }
+    }
+
+    /// RFC 6937 3, "On every ACK during recovery compute: DeliveredData =
+    /// change_in(snd.una) + change_in(SACKd); prr_delivered +=
+    /// DeliveredData; pipe = (RFC 6675 pipe algorithm)" and sndcnt; the
+    /// sender may then send sndcnt bytes. Which reduction bound: RFC 6937
+    /// recommends PRR-SSRB; like Linux since 4.2 (and RFC 9937, which
+    /// obsoletes RFC 6937), the slow start bound applies only on an ACK
+    /// that advances SND.UNA and marks no new loss, the conservative one
+    /// otherwise, so that a burst of losses is not answered with bursts
+    /// while the losses are still being found. An ACK that delivered
+    /// nothing changes nothing (Linux).
+    pub(super) fn prr_on_ack(&mut self, delivered: usize, una_advanced: bool, newly_lost: bool) {
+        if delivered == 0 {
+            return;
+        }
+        let pipe = self.pipe();
+        let mss = self.max_payload_base();
+        let Some(w) = self.recovery.as_mut().and_then(|r| r.prr.as_mut()) else {
+            return;
+        };
+        let bound = if una_advanced && !newly_lost {
+            ReductionBound::SlowStart
+        } else {
+            ReductionBound::Conservative
+        };
+        let (sndcnt, _) = w.prr.on_ack(delivered, pipe, mss, bound);
+        w.cwnd = pipe.saturating_add(sndcnt);
     }
 
     /// RFC 8985 7.2: arm the probe timeout when it can help: SACK is on,
@@ -221,25 +300,30 @@ impl Connection {
         // Negative advice (Linux tcp_write_timeout -> dst_negative_advice):
         // the neighbour mapping may be wrong, have it re-validated.
         self.report.advice.suspect = true;
-        let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
+        let flight = self.reduction_base(self.snd.max.wrapping_sub(self.snd.una) as usize);
         // Remember what to restore should the timeout prove spurious
         // (RFC 3708); inside fast recovery, the state from before it.
-        let undo = match self.recovery {
+        let undo = match self.recovery.as_deref() {
             Some(r) => r.undo,
             None => Undo {
-                prior_cwnd: self.cong.cc.cwnd(),
-                prior_ssthresh: self.cong.cc.ssthresh(),
+                prior: self.cong.cc.snapshot(),
                 retrans_ts: None,
             },
         };
-        self.cong.cc.on_timeout(flight, self.max_payload_base());
+        // RFC 5681 3.1: a timeout "for a segment [that] has already been
+        // retransmitted by the retransmission timer" holds ssthresh.
+        let repeated = self.rtx.retries > 1;
+        self.cong
+            .cc
+            .on_timeout(now, flight, self.max_payload_base(), repeated);
         self.rtx.rtt.backoff();
-        self.recovery = Some(Recovery {
+        self.recovery = Some(Box::new(Recovery {
             recover: self.snd.max,
             in_loss: true,
             rtx_head_now: false,
             undo,
-        });
+            prr: None,
+        }));
         self.rtx.last_recover = Some(self.snd.max);
         self.rtx.dupacks = 0;
         self.tlp.at = None;
@@ -262,6 +346,5 @@ impl Connection {
             // SYN or SYN-ACK: send it again.
             self.snd.nxt = self.snd.una;
         }
-        let _ = now;
     }
 }

@@ -318,6 +318,11 @@ impl Scoreboard {
         self.totals.sacked
     }
 
+    /// Bytes SACKed (RFC 6937 "SACKd").
+    pub(crate) fn sacked_bytes(&self) -> usize {
+        self.totals.sacked_bytes
+    }
+
     pub(crate) fn any_sacked(&self) -> bool {
         self.totals.sacked_bytes > 0
     }

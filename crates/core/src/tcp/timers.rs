@@ -39,8 +39,17 @@ impl Connection {
                 t = Some(t.map_or(x, |t| t.min(x)));
             }
         };
+        let retry = self.timers.tx_retry_at.unwrap_or(Instant::ZERO);
         if self.has_immediate_work() {
-            min(Some(self.timers.tx_retry_at.unwrap_or(Instant::ZERO)));
+            min(Some(retry));
+        } else if self.has_data_to_send() {
+            // Data that pacing holds until its next burst (the head's
+            // retransmission on entering recovery is never held).
+            let gate = match self.recovery.as_deref() {
+                Some(r) if r.rtx_head_now => None,
+                _ => self.cong.pacer.gate(),
+            };
+            min(Some(retry.max(gate.unwrap_or(Instant::ZERO))));
         }
         if !matches!(self.state(), State::Closed | State::Listen) {
             min(self.rtx.rto_at);
@@ -66,11 +75,20 @@ impl Connection {
             || self.timers.probe_pending
             || self.syn_needed()
             || self.tlp.pending
-            || self.rtx_due()
-            || self.next_segment(self.timers.force_send, false, 0).is_some()
             // An application `send` into a closed window: `dispatch` must
             // run to arm the persist timer.
             || self.persist_needed()
+    }
+
+    /// Retransmissions or new data the windows allow now (pacing aside).
+    fn has_data_to_send(&self) -> bool {
+        if matches!(self.state(), State::Closed | State::Listen) {
+            return false;
+        }
+        self.rtx_due()
+            || self
+                .next_segment(self.timers.force_send, false, 0)
+                .is_some()
     }
 
     /// Unsent data, nothing in flight, no timer running and the window (or

@@ -1,0 +1,776 @@
+//! CUBIC (RFC 9438), with HyStart++ (RFC 9406) for the initial slow start.
+//!
+//! All integer (no floating point): windows in bytes, times in
+//! microseconds, the cubic function in 128-bit integers and K by an
+//! integer cube root, so a run gives the same windows on every platform
+//! (the simulation depends on it). The constants are exact fractions:
+//! C = 0.4 = 2/5, beta_cubic = 0.7 = 7/10, alpha_cubic = 3 * (1 - 0.7) /
+//! (1 + 0.7) = 9/17, the fast convergence factor (1 + beta_cubic) / 2 =
+//! 17/20. W_est is kept in 1/65536ths of a byte, and cwnd's per-ACK
+//! increments of (target - cwnd) / cwnd accumulate their remainders, so
+//! no growth is lost to rounding.
+//!
+//! RFC 9438 counts windows in segments; here W_max, W_est, cwnd and
+//! target are bytes and the formulas are scaled by the sender MSS:
+//! W_cubic(t) = C * SMSS * (t - K)^3 + W_max, K = cbrt((W_max -
+//! cwnd_epoch) / (C * SMSS)).
+
+use super::cc::{AckSample, CcAlgorithm, CcSnapshot, CongestionControl, INITIAL_SSTHRESH};
+use super::hystart::{HyStart, Verdict};
+use crate::time::{Duration, Instant};
+
+/// RFC 9438's C, "the aggressiveness of window increase", 0.4 segments
+/// per second cubed, as C_NUM / C_DEN.
+const C_NUM: i128 = 2;
+const C_DEN: i128 = 5;
+/// RFC 9438 4.6: "The parameter beta_cubic SHOULD be set to 0.7".
+const BETA_NUM: usize = 7;
+const BETA_DEN: usize = 10;
+/// RFC 9438 4.3 Figure 3: "alpha_cubic = 3 * (1 - beta_cubic) / (1 +
+/// beta_cubic)" = 0.9 / 1.7.
+const ALPHA_NUM: u128 = 9;
+const ALPHA_DEN: u128 = 17;
+/// RFC 9438 4.7: "W_max = cwnd * (1 + beta_cubic) / 2".
+const FAST_CONVERGENCE_NUM: usize = 17;
+const FAST_CONVERGENCE_DEN: usize = 20;
+/// W_est's fixed point: 1/65536 byte.
+const WEST_SHIFT: u32 = 16;
+/// Microseconds per second, cubed (the cubic function's time unit).
+const US3_PER_S3: i128 = 1_000_000_000_000_000_000;
+/// |t - K| is clamped to this (about 2.4 hours): the cube stays far
+/// inside 128 bits and the window far beyond any buffer.
+const MAX_DT_US: i128 = 1 << 33;
+
+/// The largest `r` with `r^3 <= x`.
+fn icbrt(x: u128) -> u128 {
+    let (mut lo, mut hi) = (0u128, 1u128 << 43);
+    // (2^43)^3 = 2^129 > u128::MAX >= x: the root is below 2^43.
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        let cube = mid.checked_mul(mid).and_then(|s| s.checked_mul(mid));
+        if cube.is_some_and(|c| c <= x) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+/// RFC 9438 4.2 Figure 2: "K = cubic_root((W_max - cwnd_epoch) / C)",
+/// in microseconds; windows in bytes (so divided by C * SMSS); 0 when
+/// cwnd_epoch is not below W_max.
+pub(crate) fn k_micros(w_max: usize, cwnd_epoch: usize, mss: usize) -> u64 {
+    if w_max <= cwnd_epoch || mss == 0 {
+        return 0;
+    }
+    let diff = (w_max - cwnd_epoch) as u128;
+    // (diff / SMSS) / C seconds^3 = diff * C_DEN / (C_NUM * SMSS) * 10^18 us^3.
+    let x = diff
+        .saturating_mul(C_DEN as u128)
+        .saturating_mul(US3_PER_S3 as u128)
+        / (C_NUM as u128 * mss as u128);
+    u64::try_from(icbrt(x)).unwrap_or(u64::MAX)
+}
+
+/// RFC 9438 4.2 Figure 1: "W_cubic(t) = C * (t - K)^3 + W_max", in bytes
+/// (times SMSS), with `t` and `K` in microseconds.
+pub(crate) fn w_cubic(t_us: u64, k_us: u64, w_max: usize, mss: usize) -> usize {
+    let d = (i128::from(t_us) - i128::from(k_us)).clamp(-MAX_DT_US, MAX_DT_US);
+    let delta = C_NUM * d * d * d * mss as i128 / (C_DEN * US3_PER_S3);
+    let w = (w_max as i128).saturating_add(delta);
+    usize::try_from(w.clamp(0, INITIAL_SSTHRESH as i128)).unwrap_or(0)
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// CUBIC's own variables, saved before a congestion event so that a
+/// spurious one can be undone (RFC 9438 4.9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CubicPrior {
+    w_max: usize,
+    k_us: u64,
+    epoch: Option<Instant>,
+    cwnd_epoch: usize,
+    w_est: u64,
+    cwnd_prior: usize,
+    after_timeout: bool,
+}
+
+/// CUBIC congestion control (RFC 9438).
+#[derive(Debug, Clone)]
+pub struct Cubic {
+    cwnd: usize,
+    ssthresh: usize,
+    initial_segments: usize,
+    hystart: HyStart,
+    /// RFC 9438 "W_max": "Size of cwnd in segments just before cwnd was
+    /// reduced in the last congestion event when fast convergence is
+    /// disabled (same as cwnd_prior on a congestion event). However, if
+    /// fast convergence is enabled, W_max may be further reduced".
+    w_max: usize,
+    /// "cwnd_prior": cwnd before the last reduction (alpha_cubic's switch).
+    cwnd_prior: usize,
+    /// "K", in microseconds.
+    k_us: u64,
+    /// "epoch_start": the start of the current congestion avoidance
+    /// stage; None until the stage starts (at the first ACK in it).
+    epoch: Option<Instant>,
+    /// "cwnd_epoch".
+    cwnd_epoch: usize,
+    /// "W_est", in 1/65536 byte.
+    w_est: u64,
+    /// Sum of (target - cwnd) * acked not yet turned into cwnd bytes.
+    grow_acc: u128,
+    /// The last congestion event was a timeout (RFC 9438 4.8).
+    after_timeout: bool,
+    /// Since when ACKs came while the sender was application-limited.
+    app_limited_since: Option<Instant>,
+}
+
+impl Cubic {
+    /// cwnd = `initial_segments` * `mss`; ssthresh arbitrarily high (RFC
+    /// 5681 3.1); `paced`: the sender paces (HyStart++'s L, RFC 9406 4.3).
+    pub fn new(initial_segments: u32, mss: usize, paced: bool) -> Cubic {
+        let initial_segments = (initial_segments as usize).max(1);
+        Cubic {
+            cwnd: initial_segments * mss.max(1),
+            ssthresh: INITIAL_SSTHRESH,
+            initial_segments,
+            hystart: HyStart::new(paced),
+            w_max: 0,
+            cwnd_prior: 0,
+            k_us: 0,
+            epoch: None,
+            cwnd_epoch: 0,
+            w_est: 0,
+            grow_acc: 0,
+            after_timeout: false,
+            app_limited_since: None,
+        }
+    }
+
+    /// K of the current congestion avoidance stage.
+    #[cfg(test)]
+    pub(crate) fn k(&self) -> Duration {
+        Duration::from_micros(self.k_us)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn w_max(&self) -> usize {
+        self.w_max
+    }
+
+    pub(crate) fn w_est(&self) -> usize {
+        (self.w_est >> WEST_SHIFT) as usize
+    }
+
+    #[cfg(test)]
+    pub(crate) fn in_css(&self) -> bool {
+        self.hystart.in_css()
+    }
+
+    /// The start of a congestion avoidance stage (at its first ACK).
+    fn start_epoch(&mut self, now: Instant, mss: usize) {
+        self.epoch = Some(now);
+        self.cwnd_epoch = self.cwnd;
+        if self.after_timeout || self.w_max <= self.cwnd {
+            // RFC 9438 4.8: "During the first congestion avoidance stage
+            // after a timeout, CUBIC increases its congestion window size
+            // using Figure 1, where t is the elapsed time since the
+            // beginning of the current congestion avoidance stage, K is set
+            // to 0, and W_max is set to the congestion window size at the
+            // beginning of the current congestion avoidance stage." The
+            // same when no congestion event set W_max above cwnd (slow
+            // start ended by HyStart++, or cwnd grew past it), as Linux.
+            self.k_us = 0;
+            self.w_max = self.cwnd;
+        } else {
+            self.k_us = k_micros(self.w_max, self.cwnd, mss);
+        }
+        // RFC 9438 4.3: "W_est is set equal to cwnd_epoch at the start of
+        // the congestion avoidance stage." (4.8: likewise after a timeout.)
+        self.w_est = (self.cwnd as u64) << WEST_SHIFT;
+        self.grow_acc = 0;
+        self.after_timeout = false;
+    }
+
+    fn congestion_avoidance(&mut self, ack: &AckSample) {
+        let mss = ack.mss.max(1);
+        let now = ack.now;
+        let epoch = match self.epoch {
+            Some(e) => e,
+            None => {
+                self.start_epoch(now, mss);
+                now
+            }
+        };
+        let cwnd = self.cwnd.max(1);
+        // RFC 9438 4.3 Figure 4: "W_est = W_est + alpha_cubic *
+        // segments_acked / cwnd" (in bytes: alpha * acked * SMSS / cwnd).
+        // "Once W_est has grown to reach the cwnd at the time of most
+        // recently setting ssthresh -- that is, W_est >= cwnd_prior -- the
+        // sender SHOULD set alpha_cubic to 1 to ensure that it can achieve
+        // the same congestion window increment rate as Reno, which uses
+        // AIMD(1, 0.5)."
+        let (an, ad) = if self.w_est() >= self.cwnd_prior {
+            (1, 1)
+        } else {
+            (ALPHA_NUM, ALPHA_DEN)
+        };
+        let inc = (an * ack.acked as u128 * mss as u128) << WEST_SHIFT;
+        let inc = inc / (ad * cwnd as u128);
+        self.w_est = self
+            .w_est
+            .saturating_add(u64::try_from(inc).unwrap_or(u64::MAX));
+        // "t is the elapsed time in seconds from the beginning of the
+        // current congestion avoidance stage".
+        let t = micros(now.saturating_duration_since(epoch));
+        let w_est = self.w_est();
+        // "When receiving a new ACK in congestion avoidance (where cwnd
+        // could be greater than or less than W_max), CUBIC checks whether
+        // W_cubic(t) is less than W_est. If so, CUBIC is in the
+        // Reno-friendly region and cwnd SHOULD be set to W_est at each
+        // reception of a new ACK." (Never lowered: W_est is behind cwnd
+        // only if the cubic function took cwnd there.)
+        if w_cubic(t, self.k_us, self.w_max, mss) < w_est {
+            self.cwnd = self.cwnd.max(w_est);
+            return;
+        }
+        // RFC 9438 4.2: "CUBIC computes the target congestion window size
+        // after the next RTT using Figure 1 as follows, where RTT is the
+        // smoothed round-trip time. ... target = cwnd if W_cubic(t + RTT)
+        // < cwnd; 1.5 * cwnd if W_cubic(t + RTT) > 1.5 * cwnd;
+        // W_cubic(t + RTT) otherwise".
+        let rtt = ack.srtt.map_or(0, micros);
+        let target = w_cubic(t.saturating_add(rtt), self.k_us, self.w_max, mss)
+            .clamp(cwnd, cwnd.saturating_add(cwnd / 2));
+        // 4.4 (concave) and 4.5 (convex): "cwnd MUST be incremented by
+        // (target - cwnd) / cwnd for each received new ACK" -- per
+        // acknowledged segment, i.e. (target - cwnd) * acked / cwnd bytes
+        // (byte counting; Linux counts acknowledged packets).
+        self.grow_acc += (target - cwnd) as u128 * ack.acked as u128;
+        let grow = self.grow_acc / cwnd as u128;
+        self.grow_acc %= cwnd as u128;
+        self.cwnd = self
+            .cwnd
+            .saturating_add(usize::try_from(grow).unwrap_or(usize::MAX))
+            .min(INITIAL_SSTHRESH);
+    }
+
+    /// RFC 9438 4.7 "Fast Convergence" and the state every congestion
+    /// event saves (4.6 "cwnd_prior = cwnd").
+    fn remember_prior(&mut self) {
+        // "if cwnd < W_max and fast convergence enabled, further reduce
+        // W_max: W_max = cwnd * (1 + beta_cubic) / 2; otherwise, remember
+        // cwnd before reduction: W_max = cwnd"
+        self.w_max = if self.cwnd < self.w_max {
+            self.cwnd.saturating_mul(FAST_CONVERGENCE_NUM) / FAST_CONVERGENCE_DEN
+        } else {
+            self.cwnd
+        };
+        self.cwnd_prior = self.cwnd;
+    }
+
+    /// RFC 9438 4.6: "ssthresh = flight_size * beta_cubic", at least two
+    /// segments ("ssthresh = max(ssthresh, 2)").
+    fn reduced_ssthresh(flight: usize, mss: usize) -> usize {
+        (flight.saturating_mul(BETA_NUM) / BETA_DEN).max(2 * mss)
+    }
+}
+
+impl CongestionControl for Cubic {
+    fn name(&self) -> &'static str {
+        CcAlgorithm::Cubic.name()
+    }
+
+    fn cwnd(&self) -> usize {
+        self.cwnd
+    }
+
+    fn ssthresh(&self) -> usize {
+        self.ssthresh
+    }
+
+    fn on_ack(&mut self, ack: &AckSample) {
+        let mss = ack.mss.max(1);
+        if self.cwnd < self.ssthresh {
+            let hystart = self.ssthresh == INITIAL_SSTHRESH;
+            if !ack.cwnd_limited {
+                return;
+            }
+            let grow = self.hystart.growth(ack.acked, mss);
+            let room = self.ssthresh - self.cwnd;
+            self.cwnd += grow.min(room);
+            if hystart
+                && self.hystart.on_ack(ack.una, ack.snd_nxt, ack.rtt)
+                    == Verdict::EnterCongestionAvoidance
+            {
+                // RFC 9406 4.2: "If CSS_ROUNDS rounds are complete, enter
+                // congestion avoidance by setting the ssthresh to the
+                // current cwnd."
+                self.ssthresh = self.cwnd;
+            }
+            return;
+        }
+        if !ack.cwnd_limited {
+            // RFC 9438 5.8: "CUBIC does not increase its congestion window
+            // size if a flow is currently limited by the application";
+            // 4.2: "The elapsed time t in Figure 1 MUST NOT include periods
+            // during which cwnd has not been updated due to
+            // application-limited behavior".
+            if self.epoch.is_some() && self.app_limited_since.is_none() {
+                self.app_limited_since = Some(ack.now);
+            }
+            return;
+        }
+        if let (Some(since), Some(epoch)) = (self.app_limited_since.take(), self.epoch) {
+            self.epoch = Some(epoch + ack.now.saturating_duration_since(since));
+        }
+        self.congestion_avoidance(ack);
+    }
+
+    fn snapshot(&self) -> CcSnapshot {
+        // RFC 9438 4.9.2: "a CUBIC implementation MAY save the current
+        // value of the following variables before the congestion window is
+        // reduced: prior_cwnd = cwnd, prior_ssthresh = ssthresh,
+        // prior_W_max = W_max, prior_K = K, prior_epoch_start =
+        // epoch_start, prior_W_est = W_est".
+        CcSnapshot {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            cubic: Some(CubicPrior {
+                w_max: self.w_max,
+                k_us: self.k_us,
+                epoch: self.epoch,
+                cwnd_epoch: self.cwnd_epoch,
+                w_est: self.w_est,
+                cwnd_prior: self.cwnd_prior,
+                after_timeout: self.after_timeout,
+            }),
+        }
+    }
+
+    fn on_enter_recovery(&mut self, _now: Instant, flight: usize, mss: usize) {
+        self.remember_prior();
+        // RFC 9438 4.6: "ssthresh = flight_size * beta_cubic ...
+        // cwnd_prior = cwnd ... cwnd = max(ssthresh, 2) ... ssthresh =
+        // max(ssthresh, 2)" ("the sender MUST reduce cwnd and ssthresh
+        // immediately upon entering loss recovery"; PRR spreads what it
+        // sends over the recovery).
+        self.ssthresh = Self::reduced_ssthresh(flight, mss);
+        self.cwnd = self.ssthresh;
+        self.epoch = None;
+        self.app_limited_since = None;
+    }
+
+    fn on_undo(&mut self, _now: Instant, prior: &CcSnapshot) {
+        // RFC 9438 4.9.2: "CUBIC MAY restore the original values of the
+        // above-mentioned variables as follows if the current cwnd is lower
+        // than prior_cwnd. ... In rare cases, when the detection happens
+        // long after a spurious fast retransmit event and the current cwnd
+        // is already higher than prior_cwnd, CUBIC SHOULD continue to use
+        // the current and the most recent values of these variables."
+        if self.cwnd >= prior.cwnd {
+            return;
+        }
+        self.cwnd = prior.cwnd;
+        self.ssthresh = prior.ssthresh;
+        if let Some(p) = prior.cubic {
+            self.w_max = p.w_max;
+            self.k_us = p.k_us;
+            self.epoch = p.epoch;
+            self.cwnd_epoch = p.cwnd_epoch;
+            self.w_est = p.w_est;
+            self.cwnd_prior = p.cwnd_prior;
+            self.after_timeout = p.after_timeout;
+        } else {
+            self.epoch = None;
+        }
+        self.grow_acc = 0;
+        self.app_limited_since = None;
+    }
+
+    fn on_exit_recovery(&mut self, _now: Instant, _flight: usize, _mss: usize) {
+        // The end of the reduction (Linux tcp_end_cwnd_reduction): PRR
+        // brought the flight to ssthresh; cwnd is ssthresh, and the next
+        // ACK starts the congestion avoidance stage.
+        self.cwnd = self.ssthresh;
+        self.epoch = None;
+    }
+
+    fn on_timeout(&mut self, _now: Instant, flight: usize, mss: usize, repeated: bool) {
+        // RFC 9438 4.8: "In the case of a timeout, CUBIC follows Reno to
+        // reduce cwnd [RFC5681] but sets ssthresh using beta_cubic (same as
+        // in Section 4.6)". W_max and K are set when the next congestion
+        // avoidance stage starts (`start_epoch`).
+        if !repeated {
+            self.cwnd_prior = self.cwnd;
+            self.ssthresh = Self::reduced_ssthresh(flight, mss);
+        }
+        self.cwnd = mss.max(1);
+        self.epoch = None;
+        self.after_timeout = true;
+        self.app_limited_since = None;
+    }
+
+    fn on_idle(&mut self, _now: Instant, mss: usize) {
+        // RFC 5681 4.1: "cwnd = min(RW, cwnd)" with RW = min(IW, cwnd); the
+        // idle time is no part of the next stage's t (RFC 9438 5.8).
+        self.cwnd = self.cwnd.min(self.initial_segments * mss.max(1));
+        self.epoch = None;
+        self.app_limited_since = None;
+    }
+
+    fn set_window(&mut self, cwnd: usize, ssthresh: usize) {
+        self.cwnd = cwnd.max(1);
+        self.ssthresh = ssthresh.max(1);
+        self.epoch = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ustack_wire::tcp::SeqNum;
+
+    const MSS: usize = 1000;
+
+    fn ack_at(now: Instant, acked: usize, srtt_ms: u64) -> AckSample {
+        AckSample {
+            now,
+            acked,
+            mss: MSS,
+            una: SeqNum(0),
+            snd_nxt: SeqNum(0),
+            rtt: None,
+            srtt: Some(Duration::from_millis(srtt_ms)),
+            cwnd_limited: true,
+        }
+    }
+
+    #[test]
+    fn integer_cube_root() {
+        for x in [
+            0u128,
+            1,
+            7,
+            8,
+            26,
+            27,
+            1_000_000,
+            u64::MAX as u128,
+            u128::MAX,
+        ] {
+            let r = icbrt(x);
+            assert!(r * r * r <= x, "{x}");
+            let n = r + 1;
+            assert!(
+                n.checked_mul(n)
+                    .and_then(|s| s.checked_mul(n))
+                    .is_none_or(|c| c > x),
+                "{x}"
+            );
+        }
+        assert_eq!(icbrt(75_000_000_000_000_000_000), 4_217_163);
+    }
+
+    /// RFC 9438 4.2 Figure 2 with W_max = 100 segments, beta_cubic = 0.7
+    /// (so cwnd_epoch = 70): K = cbrt(100 * (1 - 0.7) / 0.4) = cbrt(75) =
+    /// 4.2171633 s; W_cubic(0) = cwnd_epoch, W_cubic(K) = W_max,
+    /// W_cubic(2K) = W_max + (W_max - cwnd_epoch); W_cubic(1 s) =
+    /// 0.4 * (1 - 4.2171633)^3 + 100 = 86.6811... segments.
+    #[test]
+    fn k_and_w_cubic_match_rfc_9438_figures() {
+        let (w_max, epoch) = (100 * MSS, 70 * MSS);
+        let k = k_micros(w_max, epoch, MSS);
+        assert_eq!(k, 4_217_163, "K = cbrt(75) s");
+        assert!(w_cubic(0, k, w_max, MSS).abs_diff(epoch) <= 1);
+        assert_eq!(w_cubic(k, k, w_max, MSS), w_max);
+        assert!(w_cubic(2 * k, k, w_max, MSS).abs_diff(130 * MSS) <= 1);
+        // 0.4 * (-3.2171633)^3 = -13.3188...: 86.6811 segments.
+        assert_eq!(w_cubic(1_000_000, k, w_max, MSS), 86_681);
+        // The curve is concave before K and convex after, and monotonic.
+        let mut last = 0;
+        for t in (0..10_000_000).step_by(100_000) {
+            let w = w_cubic(t, k, w_max, MSS);
+            assert!(w >= last, "t {t}");
+            last = w;
+        }
+        // K scales with the cube root of the reduction: W_max = 1000
+        // segments, cwnd_epoch = 700: K = cbrt(750) = 9.0856 s.
+        assert_eq!(k_micros(1000 * MSS, 700 * MSS, MSS), 9_085_602);
+        assert_eq!(k_micros(70 * MSS, 100 * MSS, MSS), 0);
+    }
+
+    /// One loss at cwnd = W_max = 100 segments: ssthresh = cwnd = 70
+    /// segments (beta_cubic), W_max = 100, and the congestion avoidance
+    /// stage starts with K = 4.217 s.
+    #[test]
+    fn loss_reduces_by_beta_and_sets_k() {
+        let t0 = Instant::from_secs(10);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(100 * MSS, INITIAL_SSTHRESH);
+        c.on_enter_recovery(t0, 100 * MSS, MSS);
+        assert_eq!((c.cwnd(), c.ssthresh()), (70 * MSS, 70 * MSS));
+        assert_eq!(c.w_max(), 100 * MSS);
+        c.on_exit_recovery(t0, 70 * MSS, MSS);
+        c.on_ack(&ack_at(t0, MSS, 100));
+        assert_eq!(c.k(), Duration::from_micros(4_217_163));
+        // The floor: two segments.
+        let mut small = Cubic::new(2, MSS, true);
+        small.on_enter_recovery(t0, MSS, MSS);
+        assert_eq!((small.cwnd(), small.ssthresh()), (2 * MSS, 2 * MSS));
+    }
+
+    /// RFC 9438 4.7: a loss while cwnd < W_max (the available bandwidth
+    /// shrank) releases bandwidth: W_max = cwnd * (1 + 0.7) / 2. With
+    /// W_max = 100 and cwnd = 80 segments: W_max = 68, and K = cbrt((68 -
+    /// 56) / 0.4) = cbrt(30) = 3.1072 s.
+    #[test]
+    fn fast_convergence() {
+        let t0 = Instant::from_secs(1);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(100 * MSS, INITIAL_SSTHRESH);
+        c.on_enter_recovery(t0, 100 * MSS, MSS);
+        assert_eq!(c.w_max(), 100 * MSS);
+        c.set_window(80 * MSS, c.ssthresh());
+        c.on_enter_recovery(t0, 80 * MSS, MSS);
+        assert_eq!(c.w_max(), 68 * MSS);
+        assert_eq!(c.cwnd(), 56 * MSS);
+        c.on_exit_recovery(t0, 56 * MSS, MSS);
+        c.on_ack(&ack_at(t0, MSS, 100));
+        assert_eq!(c.k(), Duration::from_micros(3_107_232));
+        // A loss at cwnd >= W_max: W_max = cwnd (no fast convergence).
+        c.set_window(90 * MSS, c.ssthresh());
+        c.on_enter_recovery(t0, 90 * MSS, MSS);
+        assert_eq!(c.w_max(), 90 * MSS);
+    }
+
+    /// RFC 9438 4.3: W_est starts at cwnd_epoch and grows by alpha_cubic =
+    /// 9/17 = 0.5294 segment per cwnd of acknowledged data until it
+    /// reaches cwnd_prior, then by 1 (Reno's rate). On a short RTT path
+    /// W_cubic stays below W_est: cwnd = W_est (the Reno-friendly region).
+    #[test]
+    fn reno_friendly_region() {
+        let t0 = Instant::from_secs(100);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(10 * MSS, INITIAL_SSTHRESH);
+        c.on_enter_recovery(t0, 10 * MSS, MSS);
+        c.on_exit_recovery(t0, 7 * MSS, MSS);
+        assert_eq!(c.cwnd(), 7 * MSS);
+        // W_max = 10 segments: K = cbrt(3 / 0.4) = 1.957 s. With a 1 ms
+        // RTT, a round of ACKs (cwnd of them, one segment each) takes 1 ms
+        // and W_cubic barely moves: W_est rules.
+        let mut now = t0;
+        let mut rounds = Vec::new();
+        for _ in 0..12 {
+            // A round: one cwnd of data acknowledged, a segment per ACK.
+            let mut left = c.cwnd();
+            while left > 0 {
+                let a = left.min(MSS);
+                c.on_ack(&ack_at(now, a, 1));
+                left -= a;
+            }
+            now += Duration::from_millis(1);
+            rounds.push((c.cwnd(), c.w_est()));
+        }
+        // First round: W_est = 7 + 9/17 * (7 acks * 1 seg / ~7 segs).
+        let (cwnd1, west1) = rounds[0];
+        assert_eq!(cwnd1, west1, "cwnd = W_est");
+        let alpha_round = (cwnd1 - 7 * MSS) as f64 / MSS as f64;
+        assert!((alpha_round - 9.0 / 17.0).abs() < 0.04, "{alpha_round}");
+        // Below cwnd_prior (10 segments) it takes 3 / 0.53 ~= 6 rounds to
+        // regain the 3 segments; beyond, one segment per round.
+        let at_prior = rounds.iter().position(|&(c, _)| c >= 10 * MSS).unwrap();
+        assert!((5..=6).contains(&at_prior), "{rounds:?}");
+        let (a, b) = (rounds[at_prior + 2].0, rounds[at_prior + 3].0);
+        let per_round = (b - a) as f64 / MSS as f64;
+        assert!(
+            (per_round - 1.0).abs() < 0.05,
+            "alpha 1 past cwnd_prior: {per_round}"
+        );
+    }
+
+    /// Concave and convex regions: on a long RTT the cubic function is
+    /// ahead of W_est and cwnd follows the target W_cubic(t + RTT): after
+    /// K seconds of ACKs it is back at W_max, after 2K at twice the
+    /// reduction above it.
+    #[test]
+    fn cubic_growth_follows_the_curve() {
+        let t0 = Instant::from_secs(1000);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(100 * MSS, INITIAL_SSTHRESH);
+        c.on_enter_recovery(t0, 100 * MSS, MSS);
+        c.on_exit_recovery(t0, 70 * MSS, MSS);
+        let rtt = 100u64;
+        let mut now = t0;
+        let k = Duration::from_micros(4_217_163);
+        let mut at_k = None;
+        while now < t0 + k * 2 {
+            let segs = c.cwnd() / MSS;
+            for _ in 0..segs {
+                c.on_ack(&ack_at(now, MSS, rtt));
+            }
+            now += Duration::from_millis(rtt);
+            if at_k.is_none() && now >= t0 + k {
+                at_k = Some(c.cwnd());
+            }
+        }
+        // Per round, cwnd reaches the target W_cubic(t + RTT) of its start.
+        let at_k = at_k.unwrap() as f64 / MSS as f64;
+        assert!((at_k - 100.0).abs() < 1.0, "at K: {at_k}");
+        let end = c.cwnd() as f64 / MSS as f64;
+        assert!((end - 130.0).abs() < 2.0, "at 2K: {end}");
+        assert!(c.w_est() < c.cwnd(), "not the Reno-friendly region");
+    }
+
+    /// The target is capped at 1.5 cwnd per RTT: far in the convex region
+    /// cwnd grows at most 50% a round.
+    #[test]
+    fn target_is_capped_at_one_and_a_half_cwnd() {
+        let t0 = Instant::from_secs(5);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(10 * MSS, 10 * MSS);
+        c.on_ack(&ack_at(t0, MSS, 100));
+        // 60 s later W_cubic is enormous; one round of ACKs.
+        let later = t0 + Duration::from_secs(60);
+        let before = c.cwnd();
+        for _ in 0..before / MSS {
+            c.on_ack(&ack_at(later, MSS, 100));
+        }
+        assert!(
+            c.cwnd() <= before + before / 2 + MSS,
+            "{} from {before}",
+            c.cwnd()
+        );
+        assert!(
+            c.cwnd() >= before + before / 3,
+            "{} from {before}",
+            c.cwnd()
+        );
+    }
+
+    /// RFC 9438 4.8: after a timeout cwnd = 1 segment, ssthresh =
+    /// 0.7 * FlightSize; the next congestion avoidance stage has K = 0
+    /// and W_max = cwnd_epoch. A repeated timeout holds ssthresh.
+    #[test]
+    fn timeout() {
+        let t0 = Instant::from_secs(3);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(50 * MSS, INITIAL_SSTHRESH);
+        c.on_timeout(t0, 40 * MSS, MSS, false);
+        assert_eq!((c.cwnd(), c.ssthresh()), (MSS, 28 * MSS));
+        c.on_timeout(t0, 40 * MSS, MSS, true);
+        assert_eq!((c.cwnd(), c.ssthresh()), (MSS, 28 * MSS));
+        // Slow start to ssthresh, then the stage starts: K = 0.
+        let mut now = t0;
+        while c.cwnd() < c.ssthresh() {
+            now += Duration::from_millis(10);
+            c.on_ack(&ack_at(now, MSS, 10));
+        }
+        assert_eq!(c.cwnd(), 28 * MSS);
+        c.on_ack(&ack_at(now, MSS, 10));
+        assert_eq!(c.k(), Duration::ZERO);
+        assert_eq!(c.w_max(), 28 * MSS);
+    }
+
+    /// RFC 9438 4.9.2: a spurious reduction is undone, CUBIC's variables
+    /// included, when cwnd is still below prior_cwnd; not when it is
+    /// already above.
+    #[test]
+    fn undo_restores_the_prior_state() {
+        let t0 = Instant::from_secs(7);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(60 * MSS, 50 * MSS);
+        c.on_ack(&ack_at(t0, MSS, 50));
+        let prior = c.snapshot();
+        c.on_enter_recovery(t0 + Duration::from_secs(1), 60 * MSS, MSS);
+        assert_eq!(c.cwnd(), 42 * MSS);
+        c.on_undo(t0 + Duration::from_secs(1), &prior);
+        assert_eq!(c.snapshot(), prior);
+        // Too late: cwnd already grew past prior_cwnd.
+        let prior = c.snapshot();
+        c.on_timeout(t0 + Duration::from_secs(2), 60 * MSS, MSS, false);
+        c.set_window(70 * MSS, c.ssthresh());
+        c.on_undo(t0 + Duration::from_secs(2), &prior);
+        assert_eq!(c.cwnd(), 70 * MSS);
+        assert_ne!(c.ssthresh(), prior.ssthresh);
+    }
+
+    /// RFC 9438 5.8: ACKs while application-limited neither grow cwnd nor
+    /// count as time on the curve.
+    #[test]
+    fn application_limited_time_is_not_on_the_curve() {
+        let t0 = Instant::from_secs(1);
+        let run = |pause: bool| {
+            let mut c = Cubic::new(10, MSS, true);
+            c.set_window(100 * MSS, INITIAL_SSTHRESH);
+            c.on_enter_recovery(t0, 100 * MSS, MSS);
+            c.on_exit_recovery(t0, 70 * MSS, MSS);
+            let mut now = t0;
+            c.on_ack(&ack_at(now, MSS, 100));
+            if pause {
+                for _ in 0..100 {
+                    now += Duration::from_millis(100);
+                    let mut a = ack_at(now, MSS, 100);
+                    a.cwnd_limited = false;
+                    c.on_ack(&a);
+                }
+            }
+            let before = c.cwnd();
+            for _ in 0..20 {
+                now += Duration::from_millis(100);
+                for _ in 0..c.cwnd() / MSS {
+                    c.on_ack(&ack_at(now, MSS, 100));
+                }
+            }
+            (before, c.cwnd())
+        };
+        let (b0, a0) = run(false);
+        let (b1, a1) = run(true);
+        assert_eq!(b0, b1, "no growth while application-limited");
+        assert!(a0.abs_diff(a1) <= 2 * MSS, "same curve: {a0} vs {a1}");
+    }
+
+    /// HyStart++ ends the initial slow start on an RTT increase: ssthresh
+    /// becomes cwnd after CSS, well before a loss would.
+    #[test]
+    fn hystart_ends_slow_start() {
+        let mut c = Cubic::new(10, MSS, true);
+        let mut now = Instant::ZERO;
+        let mut una = 0u32;
+        let mut exit_cwnd = None;
+        for round in 0..20u32 {
+            let segs = c.cwnd() / MSS;
+            let end = una + segs as u32 * MSS as u32;
+            // RTT 40 ms, rising by 10 ms a round from round 5 (a queue).
+            let rtt = Duration::from_millis(40 + 10 * u64::from(round.saturating_sub(5)));
+            now += rtt;
+            for i in 1..=segs as u32 {
+                let a = AckSample {
+                    una: SeqNum(una + i * MSS as u32),
+                    snd_nxt: SeqNum(end + 2 * i * MSS as u32),
+                    rtt: Some(rtt),
+                    ..ack_at(now, MSS, 40)
+                };
+                c.on_ack(&a);
+                if c.ssthresh() != INITIAL_SSTHRESH {
+                    exit_cwnd = Some((round, c.cwnd()));
+                    break;
+                }
+            }
+            una = end;
+            if exit_cwnd.is_some() {
+                break;
+            }
+        }
+        let (round, cwnd) = exit_cwnd.expect("HyStart++ ended slow start");
+        // CSS entered in round 6, five CSS rounds growing by 1/4.
+        assert!((9..=12).contains(&round), "round {round}");
+        assert_eq!(c.ssthresh(), cwnd);
+        assert!(!c.in_css());
+    }
+}
