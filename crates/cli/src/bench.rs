@@ -207,6 +207,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         pcap: None,
         busy_poll: a.busy_poll,
         no_offload: a.no_offload,
+        congestion_control: Default::default(),
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;

@@ -50,37 +50,48 @@ use ustack_wire::ipv4::Ipv4Cidr;
 use crate::netns::{in_ns, ip, Namespaces};
 
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Congestion control benchmark (--cc)")]
 pub struct CcArgs {
     /// Compare congestion control: CUBIC against NewReno on impaired paths
     /// (deterministic simulation); with --cc-tap also over a TAP against
     /// the kernel's CUBIC.
-    #[arg(long, hide = true)]
+    #[arg(long)]
     pub cc: bool,
     /// Simulated transfers (seeds) per algorithm and path.
-    #[arg(id = "cc_seeds", long = "cc-seeds", hide = true, default_value_t = 10)]
+    #[arg(
+        id = "cc_seeds",
+        value_name = "N",
+        long = "cc-seeds",
+        default_value_t = 10
+    )]
     pub seeds: u64,
     /// Megabytes per simulated transfer.
     #[arg(
         id = "cc_mbytes",
+        value_name = "MB",
         long = "cc-mbytes",
-        hide = true,
         default_value_t = 20
     )]
     pub mbytes: u64,
     /// Also measure over a real impaired TAP: ustack (CUBIC, NewReno)
     /// against the kernel's CUBIC (needs root).
-    #[arg(id = "cc_tap", long = "cc-tap", hide = true)]
+    #[arg(id = "cc_tap", long = "cc-tap")]
     pub tap: bool,
     /// Seconds per TAP transfer.
     #[arg(
         id = "cc_seconds",
+        value_name = "S",
         long = "cc-seconds",
-        hide = true,
         default_value_t = 20.0
     )]
     pub seconds: f64,
     /// TAP transfers per peer (the table shows their mean).
-    #[arg(id = "cc_runs", long = "cc-runs", hide = true, default_value_t = 1)]
+    #[arg(
+        id = "cc_runs",
+        value_name = "N",
+        long = "cc-runs",
+        default_value_t = 1
+    )]
     pub runs: u32,
 }
 

@@ -11,7 +11,10 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use ustack_net::core::{tcp::TcpConfig, Config, Limits};
+use ustack_net::core::{
+    tcp::{CcAlgorithm, TcpConfig},
+    Config, Limits,
+};
 use ustack_net::dev::netem::{ImpairSpec, Netem, NetemConfig, NetemCounters};
 use ustack_net::dev::{pcap::Capture, tap::Tap, Device, FrameBatch};
 use ustack_net::{Net, RuntimeOptions};
@@ -97,6 +100,11 @@ pub struct NetArgs {
     /// kernel and ustack exchange 64 KB TCP super-frames whatever the MTU).
     #[arg(long)]
     pub no_offload: bool,
+    /// TCP congestion control: cubic (RFC 9438 with HyStart++, the
+    /// default) or newreno (RFC 6582), like Linux's
+    /// net.ipv4.tcp_congestion_control.
+    #[arg(long, value_name = "ALG", default_value_t = CcAlgorithm::default())]
+    pub congestion_control: CcAlgorithm,
     #[command(flatten)]
     pub impair: ImpairArgs,
 }
@@ -358,7 +366,10 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
             .map_err(|_| anyhow::anyhow!("bad prefix in --addr {}", args.addr))?,
         gateway: args.gateway,
         mtu: usize::from(args.mtu),
-        tcp: TcpConfig::default(),
+        tcp: TcpConfig {
+            congestion_control: args.congestion_control,
+            ..TcpConfig::default()
+        },
         limits,
         // Zero = drawn from getrandom by the runtime.
         secret: [0; 16],

@@ -52,6 +52,15 @@ pub struct RunBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "65520,1500",
           value_parser = clap::value_parser!(u32).range(1280..=65520))]
     pub mtus: Vec<u32>,
+    /// Measure every tool this many times, interleaved (run 1 of each
+    /// tool, then run 2, ...), and report the median of each figure, plus
+    /// the ratio of each run to the other tools' run in the same round.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
+    /// Extra option for `ustack run` (repeatable), e.g.
+    /// `--ustack-arg=--busy-poll=50` or `--ustack-arg=--no-offload`.
+    #[arg(long = "ustack-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub ustack_args: Vec<String>,
     /// (internal) Run the ping-pong client against IP:PORT and print JSON.
     #[arg(long, hide = true, value_name = "IP:PORT")]
     pub rr_client: Option<SocketAddrV4>,
@@ -124,16 +133,26 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
 
     let mut all = true;
     for (i, &mtu) in args.mtus.iter().enumerate() {
-        let mut results: Vec<(Tool, Result<Figures, String>)> = Vec::new();
-        for &tool in &args.tools {
-            if !args.json {
-                eprintln!("measuring {} at MTU {mtu} ...", tool.name());
+        let mut results: Vec<(Tool, Result<Vec<Figures>, String>)> =
+            args.tools.iter().map(|&t| (t, Ok(Vec::new()))).collect();
+        for run in 1..=args.runs {
+            for (tool, r) in results.iter_mut() {
+                let Ok(runs) = r else { continue };
+                if !args.json {
+                    eprintln!(
+                        "measuring {} at MTU {mtu} (run {run}/{}) ...",
+                        tool.name(),
+                        args.runs
+                    );
+                }
+                match measure(*tool, mtu, &exe, &args, &loopback) {
+                    Ok(f) => runs.push(f),
+                    Err(e) => {
+                        eprintln!("{}: {e:#}", tool.name());
+                        *r = Err(format!("{e:#}"));
+                    }
+                }
             }
-            let r = measure(tool, mtu, &exe, &args, &loopback).map_err(|e| format!("{e:#}"));
-            if let Err(e) = &r {
-                eprintln!("{}: {e}", tool.name());
-            }
-            results.push((tool, r));
         }
         if i > 0 && !args.json {
             println!();
@@ -156,7 +175,11 @@ struct Figures {
 /// Runs commands inside one tool's sandbox.
 enum Sandbox {
     /// `ustack run --mtu M -- CMD` per command.
-    Ustack { exe: PathBuf, mtu: u32 },
+    Ustack {
+        exe: PathBuf,
+        mtu: u32,
+        extra: Vec<String>,
+    },
     /// `ip netns exec NAME CMD` in a namespace served by a running tool.
     /// (The tool is stopped before its namespace is deleted: fields drop in order.)
     Netns {
@@ -180,6 +203,7 @@ impl Sandbox {
         mtu: u32,
         exe: &std::path::Path,
         msg_size: usize,
+        extra: &[String],
     ) -> anyhow::Result<Sandbox> {
         let pid = std::process::id();
         let mtu_s = mtu.to_string();
@@ -187,6 +211,7 @@ impl Sandbox {
             Tool::Ustack => Ok(Sandbox::Ustack {
                 exe: exe.to_path_buf(),
                 mtu,
+                extra: extra.to_vec(),
             }),
             Tool::Kernel => {
                 let ns = Netns::add(format!("ustk-bench-kern-{pid}"))?;
@@ -269,9 +294,12 @@ impl Sandbox {
     /// Run `cmd` inside; its stdout, bounded to `limit`.
     fn output(&mut self, cmd: &[String], limit: Duration) -> anyhow::Result<String> {
         let mut c = match self {
-            Sandbox::Ustack { exe, mtu } => {
+            Sandbox::Ustack { exe, mtu, extra } => {
                 let mut c = Command::new(exe);
-                c.args(["run", "--mtu", &mtu.to_string(), "--"]).args(cmd);
+                c.args(["run", "--mtu", &mtu.to_string()])
+                    .args(extra.iter())
+                    .arg("--")
+                    .args(cmd);
                 c
             }
             Sandbox::Kernel { ns, .. } => {
@@ -327,7 +355,7 @@ fn measure(
     args: &RunBenchArgs,
     loopback: &Servers,
 ) -> anyhow::Result<Figures> {
-    let mut sb = Sandbox::start(tool, mtu, exe, args.msg_size)?;
+    let mut sb = Sandbox::start(tool, mtu, exe, args.msg_size, &args.ustack_args)?;
     let (iperf_port, rr_port) = match &sb {
         Sandbox::Kernel { servers, .. } => (servers.iperf_port, servers.rr_port),
         _ => (loopback.iperf_port, loopback.rr_port),
@@ -431,13 +459,38 @@ const ROWS: [Row; 4] = [
     },
 ];
 
-fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Figures, String>)]) {
-    let value = |tool: Tool, row: &Row| -> Option<f64> {
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Figures>, String>)]) {
+    let runs = |tool: Tool| -> Option<&Vec<Figures>> {
         results
             .iter()
             .find(|(t, _)| *t == tool)
             .and_then(|(_, r)| r.as_ref().ok())
-            .map(row.get)
+    };
+    let value = |tool: Tool, row: &Row| -> Option<f64> {
+        median(runs(tool)?.iter().map(row.get).collect())
+    };
+    // Ratio of ustack to `other` in each round.
+    let per_run = |row: &Row, other: Tool| -> Vec<f64> {
+        match (runs(Tool::Ustack), runs(other)) {
+            (Some(u), Some(o)) => u
+                .iter()
+                .zip(o)
+                .filter(|(_, o)| (row.get)(o) > 0.0)
+                .map(|(u, o)| (row.get)(u) / (row.get)(o))
+                .collect(),
+            _ => Vec::new(),
+        }
     };
     let ratio = |row: &Row, other: Tool| -> Option<f64> {
         let u = value(Tool::Ustack, row)?;
@@ -458,9 +511,16 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Figures
             m.insert("better".into(), better.into());
             m.insert("msg_size".into(), args.msg_size.into());
             m.insert("seconds".into(), args.seconds.into());
+            m.insert("runs".into(), args.runs.into());
             for (tool, _) in results {
                 let v = value(*tool, row).map_or(serde_json::Value::Null, |v| v.into());
                 m.insert(tool.name().into(), v);
+                if args.runs > 1 {
+                    let all: Vec<f64> = runs(*tool)
+                        .map(|r| r.iter().map(row.get).collect())
+                        .unwrap_or_default();
+                    m.insert(format!("{}_runs", tool.name()), all.into());
+                }
             }
             for other in [Tool::Pasta, Tool::Slirp4netns, Tool::Kernel] {
                 let v = ratio(row, other).map_or(serde_json::Value::Null, |v| v.into());
@@ -502,10 +562,31 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Figures
             fmt(ratio(row, Tool::Kernel), ""),
         );
     }
+    if args.runs > 1 {
+        for other in [Tool::Pasta, Tool::Slirp4netns, Tool::Kernel] {
+            if runs(other).is_none() || runs(Tool::Ustack).is_none() {
+                continue;
+            }
+            println!("ustack/{} in each run:", other.name());
+            for row in &ROWS {
+                let r: Vec<String> = per_run(row, other)
+                    .iter()
+                    .map(|v| format!("{v:.2}"))
+                    .collect();
+                println!("  {:<32} {}", row.label, r.join(", "));
+            }
+        }
+    }
     println!(
         "(throughput: ratio > 1 = ustack faster; latency: ratio < 1 = ustack faster; \
-         {} s per run, {}-byte messages; kernel = a veth pair to the host, no isolation)",
-        args.seconds, args.msg_size
+         {} s per run, {}-byte messages; {}; kernel = a veth pair to the host, no isolation)",
+        args.seconds,
+        args.msg_size,
+        if args.runs > 1 {
+            format!("median of {} interleaved runs", args.runs)
+        } else {
+            "one run".to_string()
+        }
     );
 }
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use ustack_core::tcp::CcAlgorithm;
 use ustack_dev::pcap::Capture;
 use ustack_dev::Device;
 use ustack_sandbox::{attach as sb_attach, signals, Sandbox, SandboxConfig, UserNs};
@@ -94,6 +95,16 @@ pub struct RelayArgs {
     /// the guest's kernel hands over 64 KB segments whatever the MTU).
     #[arg(long)]
     pub no_offload: bool,
+    /// After activity, poll for events without sleeping for up to this many
+    /// microseconds before blocking: lower request/response latency, one
+    /// CPU kept busy while traffic flows (Linux's net.core.busy_poll).
+    #[arg(long, value_name = "US")]
+    pub busy_poll: Option<u64>,
+    /// TCP congestion control of the guest-side connections: cubic (RFC
+    /// 9438 with HyStart++, the default) or newreno (RFC 6582), like Linux's
+    /// net.ipv4.tcp_congestion_control.
+    #[arg(long, value_name = "ALG", default_value_t = CcAlgorithm::default())]
+    pub congestion_control: CcAlgorithm,
     /// Capture the guest side to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -127,6 +138,7 @@ impl RelayArgs {
             },
             forwards: self.publish.clone(),
             icmp_ping_sockets: true,
+            busy_poll: self.busy_poll.map(Duration::from_micros),
         }
     }
 }
@@ -189,6 +201,7 @@ pub fn default_guest(
     // buffer (host -> guest). Their size is the per-flow limit, so that the
     // stack's own readiness (send space after full) is what wakes a flow
     // held back by it.
+    cfg.tcp.congestion_control = args.congestion_control;
     cfg.tcp.snd_buf = args.flow_buffer.max(1);
     cfg.tcp.rcv_buf = args.flow_buffer.max(1);
     // Room for every flow plus connections still closing (TIME-WAIT).
@@ -428,6 +441,34 @@ mod tests {
             }
         );
         assert_eq!(r.relay.max_flows(), 16_384);
+        assert_eq!(r.relay.congestion_control, CcAlgorithm::Cubic);
+        assert_eq!(r.relay.busy_poll, None);
+        assert_eq!(r.relay.relay_config().busy_poll, None);
+    }
+
+    #[test]
+    fn tcp_tuning_options_reach_the_relay() {
+        let t = T::try_parse_from([
+            "ustack",
+            "run",
+            "--congestion-control",
+            "reno",
+            "--busy-poll",
+            "50",
+            "--",
+            "true",
+        ]);
+        let Ok(T { c: C::Run(r) }) = t else {
+            panic!("parse failed: {t:?}")
+        };
+        assert_eq!(r.relay.congestion_control, CcAlgorithm::NewReno);
+        assert_eq!(
+            r.relay.relay_config().busy_poll,
+            Some(Duration::from_micros(50))
+        );
+        let bad = T::try_parse_from(["ustack", "run", "--congestion-control", "bbr", "--", "x"]);
+        let err = bad.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("known: cubic, newreno"), "{err}");
     }
 
     #[test]

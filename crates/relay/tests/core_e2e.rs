@@ -172,6 +172,29 @@ fn an_idle_guest_costs_no_cpu() {
     );
 }
 
+/// Busy polling spins only after activity: an idle guest (whose kernel
+/// still sends a frame now and then) costs no more than a bounded window
+/// per event, not a CPU.
+#[test]
+fn busy_poll_spins_only_after_activity() {
+    let before = thread_cpu();
+    assert_eq!(ustack_run(&["--busy-poll", "200", "--", "sleep", "2"]), 0);
+    let used = thread_cpu().saturating_sub(before);
+    assert!(
+        used < Duration::from_millis(300),
+        "relay used {used:?} of CPU in 2 s idle with --busy-poll 200"
+    );
+}
+
+/// The relay's tuning options change how it works, not what it delivers:
+/// NewReno and busy polling, bytes checked both ways.
+#[test]
+fn transfers_with_newreno_and_busy_poll_are_byte_exact() {
+    let flags = ["--congestion-control", "newreno", "--busy-poll", "100"];
+    download(20 << 20, &flags);
+    upload(20 << 20, &flags);
+}
+
 /// A network namespace made by `ip netns add`, deleted when dropped.
 struct Netns(String);
 
