@@ -18,7 +18,7 @@ pub const MAX_CONNECTIONS: usize = 1024;
 
 /// A listening TCP socket (std::net-like).
 pub trait Listener: Send + 'static {
-    type Stream: Read + Write + Send + 'static;
+    type Stream: Read + Write + services::Skip + Send + 'static;
     fn accept(&self) -> io::Result<(Self::Stream, SocketAddrV4)>;
 }
 
@@ -109,7 +109,7 @@ impl Session {
     /// caller lends for reads). `Ok(Some(summary))` when the service is
     /// finished with the connection, `Ok(None)` when the stream said
     /// `WouldBlock` (a non-blocking stream, or a timeout).
-    pub fn drive<S: Read + Write>(
+    pub fn drive<S: Read + Write + services::Skip>(
         &mut self,
         stream: &mut S,
         scratch: &mut [u8],
@@ -328,6 +328,8 @@ mod tests {
             Ok(n)
         }
     }
+
+    impl services::Skip for Choppy {}
 
     impl Write for Choppy {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {

@@ -11,6 +11,32 @@ use std::sync::OnceLock;
 /// Size of the buffers the services use per connection.
 pub const CHUNK: usize = 64 * 1024;
 
+/// A stream whose received bytes can be thrown away. The default reads
+/// them into the caller's scratch buffer; ustack's sockets drop them from
+/// the receive buffer without copying them anywhere
+/// ([`ustack_net::TcpStream::read_with`]).
+pub trait Skip: Read {
+    /// Consume what the stream has now, like `read` (`Ok(0)` at the end of
+    /// the stream, `WouldBlock` when nothing is there yet).
+    fn skip(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
+        self.read(scratch)
+    }
+}
+
+impl Skip for &ustack_net::TcpStream {
+    fn skip(&mut self, _scratch: &mut [u8]) -> io::Result<usize> {
+        self.read_with(|a, b| a.len() + b.len())
+    }
+}
+
+impl Skip for ustack_net::TcpStream {
+    fn skip(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
+        (&*self).skip(scratch)
+    }
+}
+
+impl Skip for std::net::TcpStream {}
+
 /// Whether a read or write error means "try again later".
 fn would_block(e: &io::Error) -> bool {
     e.kind() == ErrorKind::WouldBlock
@@ -94,13 +120,13 @@ pub struct Discard {
 impl Discard {
     /// Make progress; `Ok(Some(bytes discarded))` at end of stream,
     /// `Ok(None)` at `WouldBlock`.
-    pub fn drive<S: Read>(
+    pub fn drive<S: Skip>(
         &mut self,
         stream: &mut S,
         scratch: &mut [u8],
     ) -> io::Result<Option<u64>> {
         loop {
-            match stream.read(scratch) {
+            match stream.skip(scratch) {
                 Ok(0) => return Ok(Some(self.total)),
                 Ok(n) => self.total += n as u64,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -276,7 +302,7 @@ mod tests {
     }
 
     /// RFC 863 discard on a blocking stream. Returns the number of bytes discarded.
-    fn discard<S: Read>(stream: &mut S) -> io::Result<u64> {
+    fn discard<S: Skip>(stream: &mut S) -> io::Result<u64> {
         let mut scratch = vec![0u8; CHUNK];
         to_end(Discard::default().drive(stream, &mut scratch))
     }
