@@ -149,6 +149,12 @@ pub struct Stack {
     /// The frame being received is a TCP GSO super-frame of segments of
     /// this payload size (virtio-net header).
     pub(crate) rx_gso_size: Option<usize>,
+    /// Coalescing of received TCP segments in [`Stack::receive_burst`]
+    /// (`gro.rs`); on by default.
+    pub(crate) gro: bool,
+    /// Where `receive_burst` gathers the payload of coalesced segments
+    /// (reused: no allocation per burst once grown to 64 KB).
+    pub(crate) gro_buf: Vec<u8>,
 }
 
 /// Count a header that did not parse, as Linux's `/proc/net/snmp` does:
@@ -210,6 +216,8 @@ impl Stack {
             last_now: now,
             rx_csum_ok: false,
             rx_gso_size: None,
+            gro: true,
+            gro_buf: Vec::new(),
             counters: Counters::default(),
             iface,
             config,
