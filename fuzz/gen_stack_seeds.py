@@ -10,6 +10,8 @@ bytes with the top bit set). Run from fuzz/: python3 gen_stack_seeds.py
 import os
 
 RAW, RAWFIX, TCP, UDP, ECHO, ICMPERR, ARP, FRAG, FRAGDG, IPRAW = 0, 1, 3, 9, 10, 11, 13, 14, 16, 17
+# In burst mode (config bit 7) kind 8 is a run of segments (TcpRun).
+TCPRUN = 8
 ACCEPT, SEND, RECV, SHUT, CLOSE, ABORT, CONNECT, SETOPT = 18, 19, 21, 23, 24, 25, 26, 27
 USEND, URECV, UBIND, PING = 28, 29, 30, 31
 FIN, SYN, RST, PSH, ACK = 1, 2, 4, 8, 16
@@ -25,6 +27,13 @@ def ln(n):
 
 def tcp(flow, fl, length=0, step=0, dseq=b"\0", dack=b"\0", win=0, opt=0, optdata=b"", data=b""):
     return op(TCP, step) + bytes([flow, fl]) + dseq + dack + bytes([win, opt]) + optdata + ln(length) + data
+
+
+def run(flow, n, size, at=0, kind=0, arg=7, win=65535, step=0):
+    # kind & 7: 0 flag (arg & 7 indexes FIN SYN RST URG ECE CWR PSH none),
+    # 1 shorter, 2 longer, 3 seq offset, 4 window, 5 ACK, 6 bad checksum,
+    # 7 resend / swap / other flow (arg % 3); kind & 0x80: PSH on the last.
+    return op(TCPRUN, step) + bytes([flow, n]) + ln(size) + b"\0" + win.to_bytes(2, "big") + bytes([at, kind, arg])
 
 
 def new_flow(theirs, fl, isn=0x11111111, ts=0, step=0):
@@ -97,6 +106,22 @@ seeds = {
     + op(SETOPT) + bytes([2, 0x11 | 0x40])
     + op(ACCEPT, 7) + op(ACCEPT, 7) + op(ACCEPT, 7),
     "abort_both": bytes([0]) + op(ABORT) + bytes([0]) + op(ABORT) + bytes([1]) + op(ACCEPT, 6),
+    # Burst mode: runs of segments coalesced by receive_burst.
+    "gro_runs": bytes([128])
+    + run(0, 21, 1460)
+    + op(RECV) + bytes([0]) + ln(30000)
+    + run(1, 47, 1448, at=10, kind=6)
+    + op(RECV) + bytes([1]) + ln(30000)
+    + run(0, 8, 1000, at=3, kind=0x87, arg=9)
+    + run(1, 6, 1448, at=2, kind=1, arg=100, step=3)
+    + tcp(0, PSH | ACK, 100) + tcp(0, ACK, 100)
+    + run(1, 5, 1448, at=4, kind=0, arg=0, step=2),
+    "gro_runs_vnet": bytes([128 | 64])
+    + run(1, 12, 1448, at=5, kind=7, arg=1)
+    + run(0, 12, 1460, at=5, kind=7, arg=2)
+    + op(RECV) + bytes([0]) + ln(30000)
+    + run(1, 30, 1448, at=7, kind=3, arg=0xf0, step=2)
+    + run(0, 9, 700, at=1, kind=4, arg=3),
 }
 
 os.makedirs("corpus/stack_receive", exist_ok=True)

@@ -18,13 +18,18 @@
 //! * an application call (accept, send, recv, shutdown, close, abort,
 //!   connect, socket options, UDP bind/send/recv/close, ping, diagnostics).
 //!
+//! In burst mode (configuration bit 7) frames are gathered and handed to
+//! `Stack::receive_burst` together, which coalesces TCP segments, and one
+//! operation kind builds runs of segments for it to coalesce (`TcpRun`).
+//!
 //! Invariants checked on every call: no panic; every frame the stack emits
 //! parses with `ustack-wire` (checksums verified), comes from our MAC/IP,
 //! fits the MTU and is addressed to a single host (RFC 1122 3.2.2: no ICMP
 //! error, RST or reply to broadcast, multicast, zero, loopback or class E
 //! addresses); bounded output per call; `poll_at()` makes progress (no
 //! livelock); tables stay within their limits; reassembly memory drains
-//! after the timeout.
+//! after the timeout; every frame handed over is counted once in
+//! `Link InFrames`, coalesced or not.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -82,6 +87,11 @@ const MAX_TIMER_STEPS: usize = 100_000;
 const MAX_FRAMES_PER_RECEIVE: usize = 512;
 /// Frames one `poll` may emit (bounded work per poll).
 const MAX_FRAMES_PER_POLL: usize = 8192;
+/// Burst mode: frames gathered before they go to `receive_burst` at once
+/// (a runtime's `rx_batch`).
+const MAX_BURST: usize = 64;
+/// Segments in one `TcpRun` (more than fit a 64 KB super-segment).
+const MAX_RUN: u8 = 48;
 
 /// Fuzz input reader: runs out into zeros.
 struct Input<'a> {
@@ -408,13 +418,22 @@ pub struct Harness {
     ident: u16,
     out: Vec<Vec<u8>>,
     buf: Vec<u8>,
+    /// Burst mode (config bit 7): frames are gathered in `pending` and
+    /// handed to `Stack::receive_burst` together (coalescing TCP segments),
+    /// at the next operation that is not a frame, time advance, or when
+    /// `MAX_BURST` are waiting.
+    burst: bool,
+    pending: Vec<Vec<u8>>,
+    /// Frames handed to the stack (`Link InFrames` must count each once,
+    /// coalesced or not).
+    fed: u64,
 }
 
 impl Harness {
     /// Build the stack and drive the scripted setup; `cfg` bits select the
     /// configuration (small limits, MTU 576, no TCP options, no automatic
     /// ARP replies, Nagle off, tiny buffers, a virtio-net header on the
-    /// link with TSO and partial checksums).
+    /// link with TSO and partial checksums, frames delivered in bursts).
     pub fn new(cfg: u8) -> Harness {
         let mut limits = Limits::default();
         if cfg & 1 != 0 {
@@ -500,6 +519,9 @@ impl Harness {
             ident: 1,
             out: Vec::new(),
             buf: vec![0u8; 1 << 16],
+            burst: false,
+            pending: Vec::new(),
+            fed: 0,
         };
         h.poll_due();
         // The peer announces itself: a request for us teaches our cache its MAC.
@@ -554,6 +576,8 @@ impl Harness {
             let st = h.stack.tcp_status(hd).expect("setup: status");
             assert_eq!(st.state, State::Established, "setup: handshake");
         }
+        // After the scripted setup, which needs every answer at once.
+        h.burst = cfg & 128 != 0;
         h
     }
 
@@ -635,13 +659,44 @@ impl Harness {
         }
     }
 
-    /// Deliver bytes as they are (with offloads, the fuzzer's own header).
+    /// Deliver bytes as they are (with offloads, the fuzzer's own header);
+    /// in burst mode, gather them for `flush_burst`.
     fn receive_raw(&mut self, frame: &[u8]) {
+        if self.burst {
+            self.pending.push(frame.to_vec());
+            if self.pending.len() >= MAX_BURST {
+                self.flush_burst();
+            }
+            return;
+        }
+        self.fed += 1;
         let mut out = std::mem::take(&mut self.out);
         self.stack
             .receive(self.now, frame, &mut |f| out.push(f.to_vec()));
         self.out = out;
         self.tx_frames(MAX_FRAMES_PER_RECEIVE, "one receive");
+        self.poll_due();
+    }
+
+    /// Burst mode: hand the gathered frames to `receive_burst` at once.
+    fn flush_burst(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.fed += pending.len() as u64;
+        let mut out = std::mem::take(&mut self.out);
+        self.stack
+            .receive_burst(self.now, pending.iter().map(|f| &f[..]), &mut |f| {
+                out.push(f.to_vec())
+            });
+        self.out = out;
+        self.tx_frames(MAX_FRAMES_PER_RECEIVE * pending.len(), "one burst");
+        let link = &self.stack.counters().link;
+        assert!(
+            link.InGroWirePackets >= 2 * link.InGroPackets,
+            "a coalesced segment of fewer than two frames"
+        );
         self.poll_due();
     }
 
@@ -675,6 +730,7 @@ impl Harness {
             if self.vnet {
                 frame.splice(0..0, [0u8; VNET_HDR_LEN]);
             }
+            self.fed += 1;
             let mut out = std::mem::take(&mut self.out);
             self.stack
                 .receive(self.now, &frame, &mut |f| out.push(f.to_vec()));
@@ -727,10 +783,11 @@ impl Harness {
         ethernet(edst, PEER_MAC, EtherType::Ipv4, &h.packet(payload))
     }
 
-    /// Send a TCP segment from the peer on flow `fi`: `seq`/`ack` are offsets
-    /// from the peer's next sequence number and our highest one.
+    /// The frame of a TCP segment from the peer on flow `fi`: `seq`/`ack`
+    /// are offsets from the peer's next sequence number and our highest
+    /// one (which advances over the segment when `dseq` is 0).
     #[allow(clippy::too_many_arguments)]
-    fn send_seg(
+    fn seg_frame(
         &mut self,
         fi: usize,
         fl: u8,
@@ -739,10 +796,8 @@ impl Harness {
         window: u16,
         opts: &[u8],
         data: &[u8],
-    ) {
-        let Some(f) = self.flows.get(fi).copied() else {
-            return;
-        };
+    ) -> Option<Vec<u8>> {
+        let f = self.flows.get(fi).copied()?;
         let seq = f.a_nxt.wrapping_add(dseq);
         let ack = f.b_max.unwrap_or(0).wrapping_add(dack);
         let mut options = opts.to_vec();
@@ -769,7 +824,24 @@ impl Harness {
                 f.a_nxt = f.a_nxt.wrapping_add(len as u32);
             }
         }
-        self.receive(&frame);
+        Some(frame)
+    }
+
+    /// Send a TCP segment from the peer on flow `fi` (see `seg_frame`).
+    #[allow(clippy::too_many_arguments)]
+    fn send_seg(
+        &mut self,
+        fi: usize,
+        fl: u8,
+        dseq: u32,
+        dack: u32,
+        window: u16,
+        opts: &[u8],
+        data: &[u8],
+    ) {
+        if let Some(frame) = self.seg_frame(fi, fl, dseq, dack, window, opts, data) {
+            self.receive(&frame);
+        }
     }
 }
 
@@ -921,6 +993,9 @@ enum Op {
     Raw,
     RawFixed,
     Tcp,
+    /// A run of consecutive segments on one flow, one of them perhaps
+    /// perturbed (burst mode only: it takes the last `Tcp` slot).
+    TcpRun,
     Udp,
     IcmpEcho,
     IcmpError,
@@ -986,14 +1061,24 @@ pub fn run(data: &[u8]) {
     while !inp.is_empty() && ops < MAX_OPS {
         ops += 1;
         let b = inp.u8();
-        h.advance(STEPS[usize::from(b & 7)]);
-        let op = OPS[usize::from(b >> 3)];
+        let step = STEPS[usize::from(b & 7)];
+        let mut op = OPS[usize::from(b >> 3)];
+        if h.burst && b >> 3 == 8 {
+            op = Op::TcpRun;
+        }
+        // A burst ends where time moves or something else than a frame
+        // happens (a runtime delivers what it read before anything else).
+        if step > 0 || !op.is_frame() || ops % 16 == 0 {
+            h.flush_burst();
+        }
+        h.advance(step);
         // Every 16th op also looks at the diagnostics.
         if ops % 16 == 0 {
             h.op(Op::Diag, &mut inp);
         }
         h.op(op, &mut inp);
     }
+    h.flush_burst();
     h.op(Op::Diag, &mut inp);
     // Everything transient drains: fragments time out after 30 s.
     for _ in 0..3 {
@@ -1005,6 +1090,26 @@ pub fn run(data: &[u8]) {
         "reassembly memory after the timeout"
     );
     assert_eq!(h.stack.reassembly_datagrams(), 0);
+}
+
+impl Op {
+    /// The operation hands the stack a frame (or frames).
+    fn is_frame(self) -> bool {
+        matches!(
+            self,
+            Op::Raw
+                | Op::RawFixed
+                | Op::Tcp
+                | Op::TcpRun
+                | Op::Udp
+                | Op::IcmpEcho
+                | Op::IcmpError
+                | Op::Arp
+                | Op::Fragment
+                | Op::FragmentedDatagram
+                | Op::IpRaw
+        )
+    }
 }
 
 impl Harness {
@@ -1044,6 +1149,7 @@ impl Harness {
                 self.receive(&f);
             }
             Op::Tcp => self.op_tcp(inp),
+            Op::TcpRun => self.op_tcp_run(inp),
             Op::Udp => {
                 let (src, dst, edst) = (src_ip(inp), dst_ip(inp), dst_mac(inp));
                 let sport = inp.u16();
@@ -1373,6 +1479,90 @@ impl Harness {
         self.send_seg(fi, fl, dseq, dack, window, &opts, &data);
     }
 
+    /// Burst mode: `n` consecutive segments of one size on a tracked flow
+    /// (what receive coalescing merges), one of them perhaps perturbed so
+    /// that it must not join: a flag, a shorter or longer payload, a
+    /// sequence offset, a spoiled checksum, another window or ACK, a
+    /// resend, a swap with its successor, or a frame of another flow.
+    fn op_tcp_run(&mut self, inp: &mut Input) {
+        if self.flows.is_empty() {
+            return;
+        }
+        let fi = usize::from(inp.u8()) % self.flows.len();
+        let n = usize::from(1 + inp.u8() % MAX_RUN);
+        let size = inp.len(1460).max(1);
+        let dack = inp.delta();
+        let window = inp.u16();
+        let at = usize::from(inp.u8());
+        let kind = inp.u8();
+        let arg = inp.u8();
+        let psh_last = kind & 0x80 != 0;
+        let mut frames: Vec<Vec<u8>> = Vec::with_capacity(n + 1);
+        for i in 0..n {
+            let mut fl = flags::ACK;
+            if psh_last && i + 1 == n {
+                fl |= flags::PSH;
+            }
+            let (mut len, mut dseq, mut win, mut ack) = (size, 0u32, window, dack);
+            let hit = i == at % n;
+            if hit {
+                match kind & 7 {
+                    0 => {
+                        fl |= [
+                            flags::FIN,
+                            flags::SYN,
+                            flags::RST,
+                            flags::URG,
+                            flags::ECE,
+                            flags::CWR,
+                            flags::PSH,
+                            0,
+                        ][usize::from(arg & 7)]
+                    }
+                    1 => len = (usize::from(arg) % size).max(1),
+                    2 => len = size + usize::from(arg) + 1,
+                    3 => dseq = (i32::from(arg as i8)) as u32,
+                    4 => win = win.wrapping_add(u16::from(arg) + 1),
+                    5 => ack = ack.wrapping_add(u32::from(arg) + 1),
+                    _ => {}
+                }
+            }
+            let data = payload(inp, len, false);
+            let Some(mut f) = self.seg_frame(fi, fl, dseq, ack, win, &[], &data) else {
+                return;
+            };
+            if hit && kind & 7 == 6 {
+                // A spoiled checksum (the segment is lost to the stack).
+                if let Some(b) = f.last_mut() {
+                    *b ^= 0x5a;
+                }
+            }
+            frames.push(f);
+            if hit && kind & 7 == 7 {
+                match arg % 3 {
+                    // A resend of this segment.
+                    0 => frames.push(frames[frames.len() - 1].clone()),
+                    // Swap it with the previous one.
+                    1 if frames.len() >= 2 => {
+                        let k = frames.len();
+                        frames.swap(k - 1, k - 2);
+                    }
+                    // A segment of another flow in between.
+                    _ => {
+                        let other = (fi + 1) % self.flows.len();
+                        if let Some(o) = self.seg_frame(other, flags::ACK, 0, 0, window, &[], &data)
+                        {
+                            frames.push(o);
+                        }
+                    }
+                }
+            }
+        }
+        for f in &frames {
+            self.receive(f);
+        }
+    }
+
     /// An ICMP error from a router or the peer, quoting one of our flows or
     /// our UDP socket, so it reaches `on_icmp_unreachable` and UDP errors.
     fn op_icmp_error(&mut self, inp: &mut Input) {
@@ -1491,6 +1681,12 @@ impl Harness {
             self.limits.reasm.mem_limit
         );
         let _ = self.stack.counters().iter().count();
+        // Every frame counted once, whether it was coalesced or not.
+        assert_eq!(
+            self.stack.counters().link.InFrames,
+            self.fed,
+            "Link InFrames against the frames handed over"
+        );
         let _ = self.stack.icmp_echo_replies().count();
         let _ = self.stack.neighbour(self.now, PEER_IP);
         let _ = (self.stack.addr(), self.stack.config().mtu);

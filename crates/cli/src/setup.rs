@@ -408,6 +408,13 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
         None => (device, None),
     };
     let net = Net::start(config, device, opts).context("cannot start the stack")?;
+    // USTACK_GRO=off: an environment variable rather than a flag, so that
+    // every command bringing up a stack (`serve`, `bench`, ...) takes it;
+    // for measuring what receive coalescing is worth.
+    if ustack_relay::cli::gro_off_by_env() {
+        eprintln!("ustack: USTACK_GRO=off: no receive coalescing (GRO)");
+        net.with_stack(|s| s.set_gro(false));
+    }
     Ok(Up {
         net,
         tap: name,

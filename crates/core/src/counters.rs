@@ -61,6 +61,11 @@ counter_group!(
     InVnetErrors,
     /// GSO super-frames received (each stands for many segments) and sent.
     InGsoFrames, OutGsoFrames,
+    /// Software GRO (`Stack::receive_burst`): TCP segments built from two
+    /// or more received frames, and the frames that went into them (Linux
+    /// reports the same pair for device GRO as `rx-hw-gro-packets` /
+    /// `rx-hw-gro-wire-packets`).
+    InGroPackets, InGroWirePackets,
 });
 
 counter_group!(

@@ -12,6 +12,7 @@
 //! | `pmtu` | the path MTU cache (RFC 1191) |
 //! | `arp` | the neighbour cache |
 //! | `frag` | IPv4 reassembly |
+//! | `gro` | coalescing received TCP segments in a burst (software GRO) |
 //! | `udp` | the UDP socket table |
 //! | `transparent` | transparent mode: the stack as the whole outside world for one guest |
 //! | `counters` | `/proc/net/snmp`-named counters |
@@ -24,6 +25,7 @@ mod arp;
 pub mod counters;
 mod error;
 mod frag;
+mod gro;
 mod hash;
 mod iface;
 mod pmtu;

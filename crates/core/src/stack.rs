@@ -146,6 +146,15 @@ pub struct Stack {
     /// The frame being received had its transport checksum left partial or
     /// verified by the device (virtio-net header): not verified again.
     pub(crate) rx_csum_ok: bool,
+    /// The frame being received is a TCP GSO super-frame of segments of
+    /// this payload size (virtio-net header).
+    pub(crate) rx_gso_size: Option<usize>,
+    /// Coalescing of received TCP segments in [`Stack::receive_burst`]
+    /// (`gro.rs`); on by default.
+    pub(crate) gro: bool,
+    /// Where `receive_burst` gathers the payload of coalesced segments
+    /// (reused: no allocation per burst once grown to 64 KB).
+    pub(crate) gro_buf: Vec<u8>,
 }
 
 /// Count a header that did not parse, as Linux's `/proc/net/snmp` does:
@@ -206,6 +215,9 @@ impl Stack {
             started: now,
             last_now: now,
             rx_csum_ok: false,
+            rx_gso_size: None,
+            gro: true,
+            gro_buf: Vec::new(),
             counters: Counters::default(),
             iface,
             config,
@@ -267,6 +279,7 @@ impl Stack {
         self.last_now = self.last_now.max(now);
         self.counters.link.InFrames += 1;
         self.rx_csum_ok = false;
+        self.rx_gso_size = None;
         let frame = if self.iface.offload.vnet_hdr {
             // A guest controls this header: every field is checked against
             // the frame (see `VnetRepr::parse`), a bad one drops the frame.
@@ -277,6 +290,9 @@ impl Stack {
                     self.rx_csum_ok = v.csum_ok();
                     if !matches!(v.gso, Gso::None) {
                         self.counters.link.InGsoFrames += 1;
+                    }
+                    if let Gso::TcpV4 { size, .. } = v.gso {
+                        self.rx_gso_size = Some(usize::from(size));
                     }
                     f
                 }
@@ -423,6 +439,7 @@ impl Stack {
                 Reasm::Complete(header, data) => {
                     // Checksum offload covers whole frames, not reassemblies.
                     self.rx_csum_ok = false;
+                    self.rx_gso_size = None;
                     self.deliver(now, &header, &data, false, link_bcast, tx);
                 }
             }

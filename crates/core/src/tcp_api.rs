@@ -75,9 +75,27 @@ impl Stack {
                 return;
             }
         };
+        // A GSO super-frame from the link stands for segments of the size
+        // its virtio-net header gives.
+        let gso_size = self.rx_gso_size.unwrap_or(seg.payload.len());
+        self.tcp_segment_input(now, ip, &seg, gso_size, tx);
+    }
+
+    /// A parsed, checksum-verified TCP segment for us (or, coalesced by
+    /// GRO, several: each of `gso_size` payload bytes, see
+    /// `Connection::process_gso`): to its connection, a listener, or
+    /// answered with a RST.
+    pub(crate) fn tcp_segment_input(
+        &mut self,
+        now: Instant,
+        ip: &Ipv4Repr,
+        seg: &TcpRepr,
+        gso_size: usize,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
         let local = SocketAddrV4::new(ip.dst, seg.dst_port);
         let remote = SocketAddrV4::new(ip.src, seg.src_port);
-        if self.transparent_tcp_input(now, local, remote, &seg) {
+        if self.transparent_tcp_input(now, local, remote, seg) {
             return;
         }
         let Stack {
@@ -88,7 +106,7 @@ impl Stack {
         } = self;
         let ctr = &mut counters.tcp;
         let ext = &mut counters.tcp_ext;
-        match tcp.input(now, local, remote, &seg, ctr, ext, &iface.pmtu) {
+        match tcp.input(now, local, remote, seg, gso_size, ctr, ext, &iface.pmtu) {
             Demux::Conn(idx) => {
                 let mut tctr = std::mem::take(&mut counters.tcp);
                 tcp.dispatch(idx, now, &mut tctr, &mut emitter(iface, counters, now, tx));
@@ -99,7 +117,7 @@ impl Stack {
                 // RFC 9293 3.10.7.1: answer a segment to no connection with a
                 // RST (never a RST in answer to a RST), from the address it
                 // was sent to (ours, or any in transparent mode).
-                if let Some(rst) = rst_for_unmatched(&seg) {
+                if let Some(rst) = rst_for_unmatched(seg) {
                     let (ipc, link) = (&mut counters.ip, &mut counters.link);
                     if iface
                         .send_tcp_from(now, ipc, link, ip.dst, ip.src, &rst, 0, tx)

@@ -727,8 +727,10 @@ impl TcpTable {
     // ------------------------------------------------------------------
 
     /// Find the connection for `seg` (creating a child for a SYN to a
-    /// listener) and let it process the segment. `pmtu`: the path MTUs
-    /// known, for the MSS of a connection created.
+    /// listener) and let it process the segment. `gso_size`: the payload
+    /// size of each wire segment `seg` stands for (see
+    /// [`Connection::process_gso`]). `pmtu`: the path MTUs known, for the
+    /// MSS of a connection created.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn input(
         &mut self,
@@ -736,6 +738,7 @@ impl TcpTable {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         seg: &TcpRepr,
+        gso_size: usize,
         ctr: &mut TcpCounters,
         ext: &mut TcpStackCounters,
         pmtu: &PmtuCache,
@@ -756,7 +759,8 @@ impl TcpTable {
             if !reuse {
                 if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut())
                 {
-                    c.conn.process(now, seg, ctr, &mut self.shared);
+                    c.conn
+                        .process_gso(now, seg, gso_size, ctr, &mut self.shared);
                 }
                 return Demux::Conn(idx);
             }
@@ -782,7 +786,17 @@ impl TcpTable {
                 return Demux::Unmatched;
             }
             let route_mss = pmtu.mss(now, *remote.ip(), self.route_mss);
-            return self.cookie_ack(now, lidx as usize, local, remote, seg, route_mss, ctr, ext);
+            return self.cookie_ack(
+                now,
+                lidx as usize,
+                local,
+                remote,
+                seg,
+                gso_size,
+                route_mss,
+                ctr,
+                ext,
+            );
         }
         if !seg.syn {
             // "fourth other data or control ... drop the segment and return".
@@ -889,6 +903,7 @@ impl TcpTable {
         local: SocketAddrV4,
         remote: SocketAddrV4,
         seg: &TcpRepr,
+        gso_size: usize,
         route_mss: u16,
         ctr: &mut TcpCounters,
         ext: &mut TcpStackCounters,
@@ -956,7 +971,8 @@ impl TcpTable {
             .get_mut(h.index as usize)
             .map(|s| s.sock.as_mut())
         {
-            c.conn.process(now, seg, ctr, &mut self.shared);
+            c.conn
+                .process_gso(now, seg, gso_size, ctr, &mut self.shared);
         }
         Demux::Conn(h.index as usize)
     }

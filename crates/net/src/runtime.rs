@@ -429,9 +429,11 @@ impl Inner {
         f(stack, &mut |fr| out.push(fr))
     }
 
-    fn receive(&mut self, now: Instant, frame: &[u8]) {
+    /// A burst of frames read from the device, coalesced where they can
+    /// be (see [`Stack::receive_burst`]).
+    fn receive_burst<'a>(&mut self, now: Instant, frames: impl IntoIterator<Item = &'a [u8]>) {
         let Inner { stack, out, .. } = self;
-        stack.receive(now, frame, &mut |f| out.push(f));
+        stack.receive_burst(now, frames, &mut |f| out.push(f));
     }
 
     /// Move echo replies out of the stack into our bounded backlog.
@@ -905,9 +907,7 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
         g.stats.loops += 1;
         g.stats.rx_errors += rx_errors;
         g.stats.rx_frames += received as u64;
-        for i in 0..received {
-            g.receive(now, rx.frame(i));
-        }
+        g.receive_burst(now, (0..received).map(|i| rx.frame(i)));
         let mut more = received >= rx.capacity();
         let mut changed = received > 0;
         let mut rounds = 0;

@@ -105,6 +105,11 @@ pub struct RelayArgs {
     /// net.ipv4.tcp_congestion_control.
     #[arg(long, value_name = "ALG", default_value_t = CcAlgorithm::default())]
     pub congestion_control: CcAlgorithm,
+    /// Hand every TCP segment from the guest to the stack as it came,
+    /// without coalescing consecutive ones first (software GRO, on by
+    /// default; the environment variable USTACK_GRO=off does the same).
+    #[arg(long)]
+    pub no_gro: bool,
     /// Capture the guest side to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -204,12 +209,23 @@ pub fn default_guest(
     cfg.tcp.congestion_control = args.congestion_control;
     cfg.tcp.snd_buf = args.flow_buffer.max(1);
     cfg.tcp.rcv_buf = args.flow_buffer.max(1);
+    cfg.gro = !args.no_gro && !gro_off_by_env();
     // Room for every flow plus connections still closing (TIME-WAIT).
     cfg.limits.max_tcp_sockets = cfg
         .limits
         .max_tcp_sockets
         .max(args.max_flows().saturating_add(16_384));
     CoreGuest::new(dev, cfg)
+}
+
+/// `USTACK_GRO=off` (or `0`, `no`, `false`): no receive coalescing.
+pub fn gro_off_by_env() -> bool {
+    std::env::var("USTACK_GRO").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "off" | "0" | "no" | "false"
+        )
+    })
 }
 
 fn wrap_pcap<D: Device + Send + 'static>(

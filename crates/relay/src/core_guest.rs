@@ -6,9 +6,10 @@
 //! epoll over the host sockets and the device fd; a second stack thread
 //! would add a lock and a wake-up per event on both sides. Here one thread
 //! does everything: the relay's `service` calls [`GuestStack::poll`], which
-//! drains the device into `Stack::receive`, runs `Stack::poll` and writes
-//! the frames out; socket calls between two polls queue frames that the next
-//! poll (at the end of the same `service`) sends.
+//! drains the device in bursts into `Stack::receive_burst` (coalescing the
+//! guest's TCP segments), runs `Stack::poll` and writes the frames out;
+//! socket calls between two polls queue frames that the next poll (at the
+//! end of the same `service`) sends.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -22,7 +23,7 @@ use ustack_core::{
     Config, Limits, LinkOffload, PendingSynId, Refuse, SocketEvent, Stack, TcpError, TcpHandle,
     TransparentConfig, UdpAnyHandle,
 };
-use ustack_dev::Device;
+use ustack_dev::{Device, FrameBatch};
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::ipv4::Ipv4Cidr;
@@ -38,6 +39,11 @@ pub const GATEWAY_MAC: MacAddr = MacAddr([0x52, 0x55, 0x0a, 0x00, 0x02, 0x02]);
 /// Frames taken from the device per `poll` (the fd stays readable, so the
 /// relay comes back at once when more are waiting).
 const RX_BUDGET: usize = 512;
+
+/// Frames read from the device at once and handed to the stack as one
+/// burst, in which consecutive TCP segments of a flow are coalesced
+/// (`Stack::receive_burst`); Linux's NAPI budget.
+const RX_BURST: usize = 64;
 
 /// Core time starts at 1 s so that "time zero" never means "now".
 const CORE_EPOCH_MICROS: u64 = 1_000_000;
@@ -55,6 +61,9 @@ pub struct CoreGuestConfig {
     pub tcp: TcpConfig,
     pub limits: Limits,
     pub transparent: TransparentConfig,
+    /// Coalesce the guest's TCP segments before TCP input (software GRO,
+    /// `Stack::set_gro`); on by default.
+    pub gro: bool,
 }
 
 impl CoreGuestConfig {
@@ -82,6 +91,7 @@ impl CoreGuestConfig {
                 guest: Some(guest),
                 ..TransparentConfig::default()
             },
+            gro: true,
         }
     }
 }
@@ -97,7 +107,7 @@ pub struct CoreGuest {
     /// The reverse of `conns`, for readiness events.
     by_handle: HashMap<TcpHandle, u64>,
     next_id: u64,
-    rx: Vec<u8>,
+    rx: FrameBatch,
     /// The configured send buffer per connection (for `send_space`).
     snd_buf: usize,
     /// Frames the device refused (full or failing).
@@ -155,6 +165,7 @@ impl CoreGuest {
         let udp = stack
             .udp_bind_any()
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
+        stack.set_gro(cfg.gro);
         let off = dev.offloads();
         stack.set_link_offload(LinkOffload {
             vnet_hdr: off.vnet_hdr,
@@ -167,7 +178,8 @@ impl CoreGuest {
         } else {
             (cfg.mtu + 14).max(1514)
         };
-        let rx = vec![0u8; rx_len];
+        // Slots are touched only as frames fill them.
+        let rx = FrameBatch::new(RX_BURST, rx_len);
         Ok(CoreGuest {
             stack,
             dev,
@@ -242,21 +254,27 @@ impl GuestStack for CoreGuest {
             ..
         } = self;
         let mut result = Ok(());
-        for _ in 0..RX_BUDGET {
-            match dev.recv(rx) {
-                Ok(Some(n)) => {
-                    let frame = rx.get(..n).unwrap_or(&[]);
+        let mut taken = 0;
+        while taken < RX_BUDGET {
+            match dev.recv_batch(rx) {
+                Ok(0) => break,
+                Ok(n) => {
+                    taken += n;
                     let mut out = |f: &[u8]| {
                         if dev_send(&mut **dev, f).is_err() {
                             *tx_drops += 1;
                         }
                     };
                     // `dev` is borrowed by `out`; receive through a split borrow.
-                    stack.receive(t, frame, &mut out);
+                    stack.receive_burst(t, rx.iter(), &mut out);
+                    if n < rx.capacity() {
+                        // The device had no more (or failed: the error
+                        // comes with the next poll).
+                        break;
+                    }
                 }
-                Ok(None) => break,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => taken += 1,
                 Err(e) => {
                     result = Err(e);
                     break;

@@ -81,12 +81,12 @@ fn every_target_replays_its_corpus_and_regressions() {
 }
 
 /// The harness is live: its scripted setup reaches ESTABLISHED on every
-/// configuration (it asserts so), and the check applied to every frame the
+/// configuration, burst mode (bit 7) included (it asserts so), and the check applied to every frame the
 /// stack emits accepts a valid frame and rejects a corrupted one.
 #[test]
 fn harness_setup_runs_and_frame_check_rejects_bad_frames() {
     harness::stack::run(&[]);
-    for cfg in 0..64u8 {
+    for cfg in 0..=255u8 {
         // Config byte, then a TCP op on the passive flow carrying "hello".
         harness::stack::run(&[cfg, 0x18, 0, 0x18, 0, 0, 0, 0, 5]);
     }

@@ -60,11 +60,15 @@ fn echo_before(ecr: Option<u32>, xmit: Instant, offset: u32) -> bool {
 
 impl Connection {
     /// ACK processing for synchronized states; false = drop the segment.
+    /// `wl_seq`: the sequence number the window update takes as SEG.SEQ
+    /// (`seg.seq`, or for a coalesced segment its last wire segment's).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn process_ack(
         &mut self,
         now: Instant,
         seg: &TcpRepr,
         ack: SeqNum,
+        wl_seq: SeqNum,
         ctr: &mut TcpCounters,
         limit: &mut ChallengeAckLimit,
     ) -> bool {
@@ -303,12 +307,12 @@ impl Connection {
         // SEG.SEQ and SEG.ACK as the last update may only open the window:
         // otherwise a reordered, stale "win 0" ACK overrides the newer
         // window update and the sender waits for the persist timer.
-        if self.snd.wl1.lt(seg.seq)
-            || (self.snd.wl1 == seg.seq
+        if self.snd.wl1.lt(wl_seq)
+            || (self.snd.wl1 == wl_seq
                 && (self.snd.wl2.lt(ack) || (self.snd.wl2 == ack && new_wnd >= self.snd.wnd)))
         {
             self.snd.wnd = new_wnd;
-            self.snd.wl1 = seg.seq;
+            self.snd.wl1 = wl_seq;
             self.snd.wl2 = ack;
             self.snd.max_wnd = self.snd.max_wnd.max(new_wnd);
             if new_wnd > 0 {

@@ -75,8 +75,30 @@ impl Connection {
         ctr: &mut TcpCounters,
         shared: &mut TcpShared,
     ) {
+        self.process_gso(now, seg, seg.payload.len(), ctr, shared);
+    }
+
+    /// [`process`](Self::process) for a segment that stands for several
+    /// on the wire, each of `gso_size` payload bytes (the last one may be
+    /// shorter): a GSO super-frame the link handed over whole, or
+    /// consecutive segments coalesced on receive (GRO). Processed as one
+    /// segment, as Linux processes a GRO'd skb, except that the peer's
+    /// segment size (Linux `rcv_mss`, which decides what "full-sized" means
+    /// for RFC 5681's ACK of every second segment) is learned from
+    /// `gso_size`, not from the whole payload: Linux's
+    /// `tcp_measure_rcv_mss` reads `gso_size` the same way. The delayed-ACK
+    /// rule counts bytes, so a super-segment of two or more full segments
+    /// is acknowledged at once, like the last two of its wire segments.
+    pub fn process_gso(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        gso_size: usize,
+        ctr: &mut TcpCounters,
+        shared: &mut TcpShared,
+    ) {
         self.sync_estab(ctr);
-        self.process_inner(now, seg, ctr, &mut shared.challenge);
+        self.process_inner(now, seg, gso_size, ctr, &mut shared.challenge);
         self.mtu_probe_acked(ctr);
         self.sync_estab(ctr);
     }
@@ -85,6 +107,7 @@ impl Connection {
         &mut self,
         now: Instant,
         seg: &TcpRepr,
+        gso_size: usize,
         ctr: &mut TcpCounters,
         limit: &mut ChallengeAckLimit,
     ) {
@@ -225,7 +248,16 @@ impl Connection {
                 return;
             }
         }
-        if !self.process_ack(now, &seg, ack, ctr, limit) {
+        // The SEG.SEQ of the window update: for a segment standing for
+        // several, that of the last one, where processing them one by one
+        // would leave SND.WL1 (they all carry the same ACK and window).
+        // Linux takes the GRO'd skb's first sequence number instead, which
+        // lets a reordered older segment update the window afterwards.
+        let wl_seq = match seg.payload.len() {
+            n if gso_size > 0 && n > gso_size => seg.seq + (n - 1) / gso_size * gso_size,
+            _ => seg.seq,
+        };
+        if !self.process_ack(now, &seg, ack, wl_seq, ctr, limit) {
             return;
         }
         if self.state() == State::Closed {
@@ -250,7 +282,7 @@ impl Connection {
         }
 
         // Seventh: process the segment text.
-        self.process_text(now, &seg, ctr);
+        self.process_text(now, &seg, gso_size, ctr);
         if self.state() == State::Closed || self.rst.pending {
             return;
         }
@@ -443,7 +475,7 @@ impl Connection {
                 let mut rest = *seg;
                 rest.syn = false;
                 rest.seq = self.rcv.nxt;
-                self.process_text(now, &rest, ctr);
+                self.process_text(now, &rest, rest.payload.len(), ctr);
                 if rest.fin && self.accepted_whole(&rest) {
                     self.rcv.fin = Some(rest.seq + rest.payload.len());
                 }
@@ -458,7 +490,16 @@ impl Connection {
         }
     }
 
-    fn process_text(&mut self, now: Instant, seg: &TcpRepr, ctr: &mut TcpCounters) {
+    /// The segment's data; `gso_size`: the size of each wire segment it
+    /// stands for (its payload length unless coalesced, see
+    /// [`process_gso`](Self::process_gso)).
+    fn process_text(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        gso_size: usize,
+        ctr: &mut TcpCounters,
+    ) {
         if seg.payload.is_empty() {
             return;
         }
@@ -519,11 +560,13 @@ impl Connection {
         self.ack.last_data_at = Some(now);
         self.ack.unacked += ins.advanced;
         // Estimate the peer's full segment size from what it sends (as
-        // Linux's rcv_mss does) to recognise "full-sized" segments.
+        // Linux's rcv_mss does) to recognise "full-sized" segments; for a
+        // super-segment, from the size of the wire segments it stands for.
+        let wire_seg = gso_size.clamp(1, seg.payload.len().max(1));
         self.ack.rcv_mss = self
             .ack
             .rcv_mss
-            .max(seg.payload.len().min(usize::from(self.opt.adv_mss)));
+            .max(wire_seg.min(usize::from(self.opt.adv_mss)));
         if had_ooo || idle || ins.advanced == 0 {
             self.ack.now = true;
         } else if self.ack.unacked >= 2 * self.ack.rcv_mss {

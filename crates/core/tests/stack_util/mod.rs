@@ -94,6 +94,10 @@ pub struct Net {
     q_ab: Vec<Vec<u8>>,
     q_ba: Vec<Vec<u8>>,
     pub keep_log: bool,
+    /// Hand B what A sent in one round as one burst
+    /// (`Stack::receive_burst`, which coalesces TCP segments) instead of
+    /// frame by frame.
+    pub burst_ab: bool,
 }
 
 impl Net {
@@ -115,6 +119,7 @@ impl Net {
             q_ab: Vec::new(),
             q_ba: Vec::new(),
             keep_log: true,
+            burst_ab: false,
         }
     }
 
@@ -135,6 +140,7 @@ impl Net {
             }
             let mut next_ab = Vec::new();
             let mut next_ba = Vec::new();
+            let mut burst = Vec::new();
             for f in q_ab {
                 if self.keep_log {
                     self.log_ab.push(f.clone());
@@ -150,8 +156,18 @@ impl Net {
                     }
                 }
                 if self.filter_ab.as_mut().is_none_or(|p| p(&f)) {
-                    self.b.receive(now, &f, &mut |r| next_ba.push(r.to_vec()));
+                    if self.burst_ab {
+                        burst.push(f);
+                    } else {
+                        self.b.receive(now, &f, &mut |r| next_ba.push(r.to_vec()));
+                    }
                 }
+            }
+            if !burst.is_empty() {
+                self.b
+                    .receive_burst(now, burst.iter().map(|f| &f[..]), &mut |r| {
+                        next_ba.push(r.to_vec())
+                    });
             }
             for f in q_ba {
                 if self.keep_log {
