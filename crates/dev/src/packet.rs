@@ -24,12 +24,14 @@
 //!
 //! `send` is one non-blocking `send(2)` (the socket is bound, so no address);
 //! `send_batch` hands up to [`SENDMMSG_MAX`] frames to one `sendmmsg(2)`.
-//! `PACKET_QDISC_BYPASS` skips the interface's queueing discipline. (A
-//! `PACKET_TX_RING` saves the kernel's copy, but its slots are released as
-//! soon as the receiver *orphans* the buffer, which on a veth is when the
-//! peer's TCP queues it, before the peer's application has read the bytes
-//! that still live in our ring: reusing the slot then changes data already
-//! delivered. The copying path has no such hazard.)
+//! `PACKET_QDISC_BYPASS` skips the interface's queueing discipline. A
+//! `PACKET_TX_RING` would save the kernel's copy (it builds the buffer from
+//! the ring's pages), but the kernel hands a slot back as soon as that buffer
+//! is *orphaned*: on a veth when the peer's IP layer takes it (`ip_rcv`
+//! orphans every buffer), while the pages may still wait in the peer's socket
+//! queue, so reusing the slot would change bytes already delivered. The
+//! copying path has no such hazard, and the runtime hands the device one
+//! frame at a time anyway (one system call per frame either way).
 //!
 //! # Addresses
 //!
