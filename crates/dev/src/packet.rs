@@ -968,6 +968,181 @@ impl PacketRing {
 mod tests {
     use super::*;
 
+    /// A ring over anonymous memory that the test writes as the kernel
+    /// would (or as a broken kernel would not).
+    fn fake(cfg: PacketConfig) -> PacketRing {
+        let len = cfg.block_size * cfg.block_count;
+        // SAFETY: a fresh private anonymous mapping; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let ptr = NonNull::new(p.cast::<u8>()).expect("mapping");
+        let fd = OwnedFd::from(std::fs::File::open("/dev/null").expect("/dev/null"));
+        let cursor = match cfg.version {
+            RingVersion::V3 => Cursor::V3 {
+                block: 0,
+                held: None,
+            },
+            RingVersion::V2 => Cursor::V2 { slot: 0 },
+        };
+        PacketRing {
+            map: Mmap { ptr, len },
+            fd,
+            cfg,
+            name: "fake".into(),
+            ifindex: 0,
+            mtu: 1500,
+            cursor,
+            stats: PacketStats::default(),
+            warned_csum: false,
+        }
+    }
+
+    fn put32(r: &mut PacketRing, off: usize, v: u32) {
+        assert!(off + 4 <= r.map.len);
+        // SAFETY: in bounds of the test's own private mapping, which no one
+        // else touches; unaligned writes are allowed by write_unaligned.
+        unsafe { r.map.ptr.as_ptr().add(off).cast::<u32>().write_unaligned(v) };
+    }
+
+    fn put16(r: &mut PacketRing, off: usize, v: u16) {
+        assert!(off + 2 <= r.map.len);
+        // SAFETY: as in `put32`.
+        unsafe { r.map.ptr.as_ptr().add(off).cast::<u16>().write_unaligned(v) };
+    }
+
+    fn v3_ring() -> PacketRing {
+        let mut c = PacketConfig::new(RingVersion::V3, false, 1500);
+        c.block_size = 4096;
+        c.block_count = 2;
+        fake(c)
+    }
+
+    /// Block `b` handed to user space with `n` frames from `first`.
+    fn v3_block(r: &mut PacketRing, b: usize, n: u32, first: u32) {
+        let o = b * 4096;
+        put32(r, o + BLK_NUM_PKTS, n);
+        put32(r, o + BLK_FIRST, first);
+        put32(r, o + BLK_STATUS, TP_STATUS_USER);
+    }
+
+    /// A V3 frame header at `off` of block `b`.
+    fn v3_frame(
+        r: &mut PacketRing,
+        b: usize,
+        off: usize,
+        next: u32,
+        snap: u32,
+        len: u32,
+        mac: u16,
+    ) {
+        let o = b * 4096 + off;
+        put32(r, o + T3_NEXT, next);
+        put32(r, o + T3_SNAPLEN, snap);
+        put32(r, o + T3_LEN, len);
+        put32(r, o + T3_STATUS, TP_STATUS_USER);
+        put16(r, o + T3_MAC, mac);
+    }
+
+    fn block_status(r: &PacketRing, b: usize) -> u32 {
+        r.map
+            .status(b * 4096 + BLK_STATUS)
+            .map(|s| s.load(Ordering::Acquire))
+            .unwrap_or(u32::MAX)
+    }
+
+    #[test]
+    fn v3_walks_frames_and_returns_blocks() {
+        let mut r = v3_ring();
+        let mut buf = [0u8; 2048];
+        assert_eq!(r.recv(&mut buf).ok(), Some(None), "nothing handed over");
+        // Two frames in block 0, one in block 1.
+        v3_block(&mut r, 0, 2, 48);
+        v3_frame(&mut r, 0, 48, 200, 60, 60, 82);
+        v3_frame(&mut r, 0, 248, 0, 100, 100, 82);
+        v3_block(&mut r, 1, 1, 48);
+        v3_frame(&mut r, 1, 48, 0, 70, 70, 82);
+        assert_eq!(r.recv(&mut buf).ok(), Some(Some(60)));
+        assert_eq!(block_status(&r, 0), TP_STATUS_USER, "block 0 still held");
+        assert_eq!(r.recv(&mut buf).ok(), Some(Some(100)));
+        assert_eq!(block_status(&r, 0), TP_STATUS_KERNEL, "block 0 given back");
+        assert_eq!(r.recv(&mut buf).ok(), Some(Some(70)));
+        assert_eq!(block_status(&r, 1), TP_STATUS_KERNEL);
+        assert_eq!(r.recv(&mut buf).ok(), Some(None));
+        // Wrap-around: block 0 again.
+        v3_block(&mut r, 0, 1, 48);
+        v3_frame(&mut r, 0, 48, 0, 64, 64, 82);
+        assert_eq!(r.recv(&mut buf).ok(), Some(Some(64)));
+        assert_eq!(r.stats().rx_frames, 4);
+    }
+
+    #[test]
+    fn v3_hostile_headers_are_dropped_and_blocks_returned() {
+        let mut r = v3_ring();
+        let mut buf = [0u8; 2048];
+        // First frame before the block header; a frame count far beyond
+        // what fits.
+        v3_block(&mut r, 0, 1_000_000, 8);
+        assert_eq!(r.recv(&mut buf).ok(), Some(None));
+        assert_eq!(block_status(&r, 0), TP_STATUS_KERNEL);
+        assert_eq!(r.stats().rx_malformed, 1);
+        // Block 1: mac offset outside the block, then a snaplen past its
+        // end, then a next offset of 1 byte walking to the end, then a
+        // cut frame (snaplen < len).
+        v3_block(&mut r, 1, 1_000_000, 48);
+        v3_frame(&mut r, 1, 48, 200, 60, 60, 9000);
+        v3_frame(&mut r, 1, 248, 200, 4000, 4000, 82);
+        v3_frame(&mut r, 1, 448, 200, 60, 100, 82);
+        v3_frame(&mut r, 1, 648, 1, 60, 60, 82);
+        assert_eq!(r.recv(&mut buf).ok(), Some(Some(60)), "the sane frame");
+        // Whatever the 1-byte steps find, the walk ends within the block.
+        let mut n = 0;
+        while let Ok(Some(_)) = r.recv(&mut buf) {
+            n += 1;
+            assert!(n < 4096, "the walk must stay within the block");
+        }
+        assert_eq!(block_status(&r, 1), TP_STATUS_KERNEL);
+        let st = r.stats();
+        assert!(st.rx_malformed >= 3, "{st:?}");
+        assert_eq!(st.rx_truncated, 1, "{st:?}");
+        // The cursor moved on to block 0 again.
+        v3_block(&mut r, 0, 1, 48);
+        v3_frame(&mut r, 0, 48, 0, 60, 60, 82);
+        assert_eq!(r.recv(&mut buf).ok(), Some(Some(60)));
+    }
+
+    #[test]
+    fn v2_hostile_slots_are_dropped_and_returned() {
+        let mut c = PacketConfig::new(RingVersion::V2, false, 1500);
+        c.block_size = 4096;
+        c.block_count = 1;
+        c.frame_size = 2048;
+        let mut r = fake(c);
+        let mut buf = [0u8; 2048];
+        let slot = |r: &mut PacketRing, s: usize, snap: u32, len: u32, mac: u16| {
+            let o = s * 2048;
+            put32(r, o + T2_LEN, len);
+            put32(r, o + T2_SNAPLEN, snap);
+            put16(r, o + T2_MAC, mac);
+            put32(r, o, TP_STATUS_USER);
+        };
+        slot(&mut r, 0, 60, 60, 10); // inside the ring header
+        slot(&mut r, 1, 3000, 3000, 66); // past the slot
+        assert_eq!(r.recv(&mut buf).ok(), Some(None));
+        assert_eq!(r.stats().rx_malformed, 2);
+        slot(&mut r, 0, 100, 100, 66);
+        assert_eq!(r.recv(&mut buf).ok(), Some(Some(100)));
+        assert_eq!(r.map.status(0).map(|s| s.load(Ordering::Acquire)), Some(0));
+    }
+
     #[test]
     fn default_geometry_is_valid() {
         for v in [RingVersion::V2, RingVersion::V3] {
