@@ -21,7 +21,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
-use crate::netns::{in_ns, veth_pair, Helper, Namespaces};
+use ustack_net::core::Limits;
+use ustack_net::dev::packet::{PacketConfig, PacketRing, RingVersion};
+
+use crate::netns::{in_netns, in_ns, ip, veth_pair, Helper, Namespaces};
 use crate::setup::{self, Cidr, NetArgs};
 
 #[derive(Args, Debug)]
@@ -45,6 +48,13 @@ pub struct BenchArgs {
     /// (no checksum offload, no TSO/GSO: one MTU per frame).
     #[arg(long)]
     pub no_offload: bool,
+    /// Also measure ustack on an AF_PACKET socket with a memory-mapped ring
+    /// (TPACKET_V3 and TPACKET_V2, with the virtio-net header) attached to
+    /// one end of a veth pair whose other end holds the kernel peer, in the
+    /// same run as the TAP: ICMP, TCP RR and bulk both ways, with the ratio
+    /// ring / TAP.
+    #[arg(long)]
+    pub packet: bool,
     #[command(flatten)]
     pub scale: crate::scale::ScaleArgs,
     #[command(flatten)]
@@ -172,6 +182,64 @@ fn measure_bulk(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result
     })
 }
 
+/// ustack on a [`PacketRing`] of `version` attached to one end of a veth
+/// pair (in a namespace of its own, so the host's kernel never sees it)
+/// whose other end, in the peer namespace, holds the clients.
+fn measure_packet(
+    exe: &Path,
+    nss: &mut Namespaces,
+    version: RingVersion,
+    a: &BenchArgs,
+) -> Result<Measured> {
+    let pid = std::process::id() % 100_000;
+    let tag = match version {
+        RingVersion::V2 => "2",
+        RingVersion::V3 => "3",
+    };
+    let ns_s = format!("ubr{tag}s{pid}");
+    let ns_k = format!("ubr{tag}k{pid}");
+    let dev_s = format!("ubr{tag}x{pid}");
+    let dev_k = format!("ubr{tag}y{pid}");
+    nss.add(&ns_s)?;
+    nss.add(&ns_k)?;
+    ip(&[
+        "link", "add", &dev_s, "netns", &ns_s, "type", "veth", "peer", "name", &dev_k, "netns",
+        &ns_k,
+    ])?;
+    ip(&["-n", &ns_k, "addr", "add", "10.80.0.1/24", "dev", &dev_k])?;
+    ip(&["-n", &ns_k, "link", "set", &dev_k, "up"])?;
+    ip(&["-n", &ns_s, "link", "set", &dev_s, "up"])?;
+    let cfg = PacketConfig::new(version, true, 1500);
+    let name = dev_s.clone();
+    let ring = in_netns(&ns_s, move || PacketRing::open(&name, cfg))?
+        .with_context(|| format!("cannot open an AF_PACKET ring on {dev_s}"))?;
+    let args = NetArgs {
+        tap: None,
+        addr: Cidr {
+            addr: Ipv4Addr::new(10, 80, 0, 2),
+            prefix: 24,
+        },
+        host_addr: Cidr {
+            addr: Ipv4Addr::new(10, 80, 0, 1),
+            prefix: 24,
+        },
+        gateway: None,
+        mtu: 1500,
+        netns: None,
+        pcap: None,
+        busy_poll: a.busy_poll,
+        no_offload: false,
+        congestion_control: Default::default(),
+        impair: setup::ImpairArgs::default(),
+    };
+    let up = setup::start_stack(&args, dev_s.clone(), Box::new(ring), Limits::default())?;
+    crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
+    eprintln!("ustack over an AF_PACKET {version:?} ring on veth {dev_s} (peer in netns {ns_k}):");
+    let m = measure(exe, &ns_k, args.addr.addr, a);
+    up.finish();
+    m
+}
+
 pub fn run(a: BenchArgs) -> Result<i32> {
     if a.scale.scale {
         return crate::scale::run(&a.scale, a.json);
@@ -181,6 +249,12 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     }
     if !(0.1..=600.0).contains(&a.seconds) {
         bail!("--seconds must be between 0.1 and 600");
+    }
+    if a.packet && a.no_offload {
+        bail!(
+            "--packet measures the ring with the virtio-net header only (a veth sends GSO \
+             frames): drop --no-offload"
+        );
     }
     let exe = std::env::current_exe().context("cannot find the ustack executable")?;
     let pid = std::process::id() % 100_000;
@@ -235,6 +309,14 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         up.finish();
         Some(p)
     };
+
+    // The AF_PACKET rings, right after the TAP.
+    let mut rings = Vec::new();
+    if a.packet {
+        for v in [RingVersion::V3, RingVersion::V2] {
+            rings.push((v, measure_packet(&exe, &mut nss, v, &a)?));
+        }
+    }
 
     // Kernel side: veth between two namespaces.
     nss.add(&ns_a)?;
@@ -312,8 +394,49 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             ),
         ]);
     }
+    // Ring / TAP: the "kernel" column holds the TAP's figure.
+    let ring_rows: Vec<Row> = rings
+        .iter()
+        .flat_map(|(v, p)| {
+            let t = format!("{v:?}").to_lowercase();
+            [
+                row(
+                    &format!("packet_{t}_icmp_echo_rtt"),
+                    p.icmp_us,
+                    u.icmp_us,
+                    "us",
+                ),
+                row(&format!("packet_{t}_tcp_rr_1byte"), p.rr_us, u.rr_us, "us"),
+                row(
+                    &format!("packet_{t}_tcp_bulk_to_stack"),
+                    p.to_mbps,
+                    u.to_mbps,
+                    "Mbit/s",
+                ),
+                row(
+                    &format!("packet_{t}_tcp_bulk_from_stack"),
+                    p.from_mbps,
+                    u.from_mbps,
+                    "Mbit/s",
+                ),
+                row(
+                    &format!("packet_{t}_cpu_per_gb_to_stack"),
+                    p.to_cpu_s_per_gb,
+                    u.to_cpu_s_per_gb,
+                    "s/GB",
+                ),
+                row(
+                    &format!("packet_{t}_cpu_per_gb_from_stack"),
+                    p.from_cpu_s_per_gb,
+                    u.from_cpu_s_per_gb,
+                    "s/GB",
+                ),
+            ]
+        })
+        .collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        let all: Vec<&Row> = rows.iter().chain(ring_rows.iter()).collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
         println!(
             "{:<30} {:>12} {:>12} {:<7} {:>8}",
@@ -331,6 +454,23 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         if plain.is_some() {
             println!(
                 "(cpu_per_gb rows: ustack's CPU seconds per GB with offloads | without them | ratio)"
+            );
+        }
+        if !ring_rows.is_empty() {
+            println!();
+            println!(
+                "{:<36} {:>10} {:>10} {:<7} {:>8}",
+                "test", "ring", "tap", "unit", "ratio"
+            );
+            for r in &ring_rows {
+                println!(
+                    "{:<36} {:>10.1} {:>10.1} {:<7} {:>8.2}",
+                    r.test, r.ustack, r.kernel, r.unit, r.ratio
+                );
+            }
+            println!(
+                "(ustack on an AF_PACKET ring on a veth end vs on the TAP, both with the \
+                 virtio-net header; ratio = ring/tap; in JSON the tap figure is the kernel field)"
             );
         }
     }

@@ -2,6 +2,9 @@
 //! remove them on drop (also on error and panic), and ways to run ip(8)
 //! and other programs inside them.
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
@@ -107,4 +110,26 @@ pub fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
     in_ns(ns, "sysctl", &["-q", "-w", &format!("{key}={value}")])
         .with_context(|| format!("cannot set {key} in {ns} (is sysctl from procps installed?)"))
         .map(drop)
+}
+
+/// Run `f` on a thread that has entered the named namespace
+/// (`/run/netns/NAME`): sockets it opens belong to that namespace's network
+/// and keep working from any thread afterwards.
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    let path = Path::new("/run/netns").join(ns);
+    let file = File::open(&path)
+        .with_context(|| format!("cannot open network namespace {}", path.display()))?;
+    let t = std::thread::spawn(move || -> std::io::Result<T> {
+        // SAFETY: setns changes only this short-lived thread's network
+        // namespace; `file` is an open namespace descriptor.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(f())
+    });
+    match t.join() {
+        Ok(r) => r.with_context(|| format!("cannot enter network namespace {ns}")),
+        Err(p) => std::panic::resume_unwind(p),
+    }
 }

@@ -360,6 +360,19 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
         }
     }
 
+    start_stack(args, name, Box::new(tap), limits)
+}
+
+/// Start ustack on `device` (already created and attached; `name` is what
+/// messages call it) with `args`' address, MTU, busy polling, impairments
+/// and capture.
+pub fn start_stack(
+    args: &NetArgs,
+    name: String,
+    device: Box<dyn Device + Send>,
+    limits: Limits,
+) -> Result<Up> {
+    let host_addr = args.host_addr;
     let config = Config {
         mac: our_mac(),
         addr: Ipv4Cidr::new(args.addr.addr, args.addr.prefix)
@@ -379,7 +392,7 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
         busy_poll: args.busy_poll.map(std::time::Duration::from_micros),
         ..RuntimeOptions::default()
     };
-    // TAP, then impairments, then capture: the pcap shows what ustack sees.
+    // Device, then impairments, then capture: the pcap shows what ustack sees.
     let mut impaired = None;
     let device: Box<dyn Device + Send> = match args
         .impair
@@ -392,11 +405,11 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
                 describe(&imp.tx),
                 imp.seed
             );
-            let netem = Netem::new(tap, imp.rx, imp.tx, imp.seed);
+            let netem = Netem::new(device, imp.rx, imp.tx, imp.seed);
             impaired = Some(netem.counters());
             Box::new(netem)
         }
-        None => Box::new(tap),
+        None => device,
     };
     let (device, capture): (Box<dyn Device + Send>, _) = match &args.pcap {
         Some(path) => {

@@ -3,6 +3,9 @@
 //!
 //! - [`tap`]: a Linux TAP device (`/dev/net/tun`, `IFF_TAP | IFF_NO_PI`,
 //!   non-blocking) plus [`tap::HostSide`] to configure the kernel's end.
+//! - [`packet`]: [`packet::PacketRing`], an AF_PACKET socket on an existing
+//!   interface (a veth end, a NIC) with a memory-mapped `TPACKET_V3` (or
+//!   `V2`) receive ring, optionally with the virtio-net header.
 //! - [`memlink`]: a pair of in-memory ports on a *virtual* clock with seeded,
 //!   deterministic impairments (loss, duplication, reordering, corruption,
 //!   delay, jitter, rate limit, queue limit) for simulations.
@@ -83,6 +86,7 @@ pub mod batch;
 mod impair;
 pub mod memlink;
 pub mod netem;
+pub mod packet;
 pub mod pcap;
 pub mod tap;
 pub mod wrap;
