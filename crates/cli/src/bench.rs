@@ -55,6 +55,12 @@ pub struct BenchArgs {
     /// ring / TAP.
     #[arg(long)]
     pub packet: bool,
+    /// Repeat the whole comparison N times (fresh namespaces each time) and
+    /// print the median of each figure, the median of the per-run ratios and
+    /// every run's ratio: figures swing widely on a shared machine, the
+    /// ratio of ustack and kernel measured in the same run far less.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub runs: u32,
     #[command(flatten)]
     pub scale: crate::scale::ScaleArgs,
     #[command(flatten)]
@@ -67,8 +73,72 @@ pub struct Row {
     pub ustack: f64,
     pub kernel: f64,
     pub unit: String,
-    /// ustack / kernel.
+    /// ustack / kernel (with `--runs`: the median of the per-run ratios).
     pub ratio: f64,
+    /// With `--runs` above 1: each run's ratio, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ratios: Vec<f64>,
+}
+
+/// The median of `v` (NaN for none; NaNs sort last).
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Rows of several runs (same tests in the same order) folded into one:
+/// median figures, median ratio, every run's ratio.
+fn combine(runs: &[Vec<Row>]) -> Vec<Row> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    if runs.len() == 1 {
+        return runs[0]
+            .iter()
+            .map(|r| Row {
+                test: r.test.clone(),
+                ustack: r.ustack,
+                kernel: r.kernel,
+                unit: r.unit.clone(),
+                ratio: r.ratio,
+                ratios: Vec::new(),
+            })
+            .collect();
+    }
+    first
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let col = |f: fn(&Row) -> f64| -> Vec<f64> {
+                runs.iter().filter_map(|run| run.get(i)).map(f).collect()
+            };
+            let ratios = col(|r| r.ratio);
+            Row {
+                test: r.test.clone(),
+                ustack: median(col(|r| r.ustack)),
+                kernel: median(col(|r| r.kernel)),
+                unit: r.unit.clone(),
+                ratio: median(ratios.clone()),
+                ratios,
+            }
+        })
+        .collect()
+}
+
+fn fmt_ratios(r: &Row) -> String {
+    r.ratios
+        .iter()
+        .map(|x| format!("{x:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Average RTT in µs from ping(8)'s summary line.
@@ -188,10 +258,10 @@ fn measure_bulk(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result
 fn measure_packet(
     exe: &Path,
     nss: &mut Namespaces,
+    pid: &str,
     version: RingVersion,
     a: &BenchArgs,
 ) -> Result<Measured> {
-    let pid = std::process::id() % 100_000;
     let tag = match version {
         RingVersion::V2 => "2",
         RingVersion::V3 => "3",
@@ -229,6 +299,7 @@ fn measure_packet(
         pcap: None,
         busy_poll: a.busy_poll,
         no_offload: false,
+        no_gro: false,
         congestion_control: Default::default(),
         impair: setup::ImpairArgs::default(),
     };
@@ -256,8 +327,35 @@ pub fn run(a: BenchArgs) -> Result<i32> {
              frames): drop --no-offload"
         );
     }
+    if !(1..=50).contains(&a.runs) {
+        bail!("--runs must be between 1 and 50");
+    }
     let exe = std::env::current_exe().context("cannot find the ustack executable")?;
     let pid = std::process::id() % 100_000;
+    let mut runs = Vec::new();
+    let mut ring_runs = Vec::new();
+    for i in 0..a.runs {
+        // Names unique per run: a namespace deleted at the end of one run
+        // may still be going away when the next starts.
+        let id = if a.runs > 1 {
+            eprintln!("== run {} of {}", i + 1, a.runs);
+            format!("{pid}r{i}")
+        } else {
+            pid.to_string()
+        };
+        let (rows, ring_rows) = one_run(&exe, &id, &a)?;
+        runs.push(rows);
+        ring_runs.push(ring_rows);
+    }
+    print_rows(&a, &combine(&runs), &combine(&ring_runs))?;
+    Ok(0)
+}
+
+/// One comparison: ustack on the TAP (with and without offloads), on the
+/// rings if asked, then the kernel over veth. Everything it creates is
+/// named after `pid` and gone when it returns.
+fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)> {
+    let exe = exe.to_path_buf();
     let ns_u = format!("ubu{pid}");
     let ns_a = format!("uba{pid}");
     let ns_b = format!("ubb{pid}");
@@ -281,13 +379,14 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         pcap: None,
         busy_poll: a.busy_poll,
         no_offload: a.no_offload,
+        no_gro: false,
         congestion_control: Default::default(),
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;
     crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
-    let u = measure(&exe, &ns_u, args.addr.addr, &a)?;
+    let u = measure(&exe, &ns_u, args.addr.addr, a)?;
     up.finish();
     // The same bulk transfers without the TAP's offloads (one MTU per
     // frame, checksums in software): what the offloads are worth.
@@ -305,7 +404,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         let up = setup::bring_up(&args, "")?;
         crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
         eprintln!("ustack over TAP {} without offloads:", up.tap);
-        let p = measure_bulk(&exe, &ns_p, args.addr.addr, &a)?;
+        let p = measure_bulk(&exe, &ns_p, args.addr.addr, a)?;
         up.finish();
         Some(p)
     };
@@ -314,7 +413,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     let mut rings = Vec::new();
     if a.packet {
         for v in [RingVersion::V3, RingVersion::V2] {
-            rings.push((v, measure_packet(&exe, &mut nss, v, &a)?));
+            rings.push((v, measure_packet(&exe, &mut nss, pid, v, a)?));
         }
     }
 
@@ -348,7 +447,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         _ => bail!("the kernel-side server did not start"),
     }
     eprintln!("kernel over veth ({ns_a} -> {ns_b}):");
-    let k = measure(&exe, &ns_a, Ipv4Addr::new(10, 79, 0, 2), &a)?;
+    let k = measure(&exe, &ns_a, Ipv4Addr::new(10, 79, 0, 2), a)?;
 
     let row = |test: &str, us: f64, kv: f64, unit: &str| Row {
         test: test.to_string(),
@@ -356,6 +455,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         kernel: kv,
         unit: unit.to_string(),
         ratio: if kv > 0.0 { us / kv } else { f64::NAN },
+        ratios: Vec::new(),
     };
     let mut rows = vec![
         row("icmp_echo_rtt", u.icmp_us, k.icmp_us, "us"),
@@ -434,6 +534,11 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             ]
         })
         .collect();
+    Ok((rows, ring_rows))
+}
+
+fn print_rows(a: &BenchArgs, rows: &[Row], ring_rows: &[Row]) -> Result<()> {
+    let many = a.runs > 1;
     if a.json {
         let all: Vec<&Row> = rows.iter().chain(ring_rows.iter()).collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
@@ -442,16 +547,31 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             "{:<30} {:>12} {:>12} {:<7} {:>8}",
             "test", "ustack", "kernel", "unit", "ratio"
         );
-        for r in &rows {
+        for r in rows {
             println!(
-                "{:<30} {:>12.1} {:>12.1} {:<7} {:>8.2}",
-                r.test, r.ustack, r.kernel, r.unit, r.ratio
+                "{:<30} {:>12.1} {:>12.1} {:<7} {:>8.2}{}",
+                r.test,
+                r.ustack,
+                r.kernel,
+                r.unit,
+                r.ratio,
+                if many {
+                    format!("  ({})", fmt_ratios(r))
+                } else {
+                    String::new()
+                }
             );
         }
         println!(
             "(ustack: TAP, peer = kernel in a namespace; kernel: veth between two namespaces; ratio = ustack/kernel)"
         );
-        if plain.is_some() {
+        if many {
+            println!(
+                "(medians of {} runs; in brackets each run's ratio, in order)",
+                a.runs
+            );
+        }
+        if !a.no_offload {
             println!(
                 "(cpu_per_gb rows: ustack's CPU seconds per GB with offloads | without them | ratio)"
             );
@@ -462,10 +582,19 @@ pub fn run(a: BenchArgs) -> Result<i32> {
                 "{:<36} {:>10} {:>10} {:<7} {:>8}",
                 "test", "ring", "tap", "unit", "ratio"
             );
-            for r in &ring_rows {
+            for r in ring_rows {
                 println!(
-                    "{:<36} {:>10.1} {:>10.1} {:<7} {:>8.2}",
-                    r.test, r.ustack, r.kernel, r.unit, r.ratio
+                    "{:<36} {:>10.1} {:>10.1} {:<7} {:>8.2}{}",
+                    r.test,
+                    r.ustack,
+                    r.kernel,
+                    r.unit,
+                    r.ratio,
+                    if many {
+                        format!("  ({})", fmt_ratios(r))
+                    } else {
+                        String::new()
+                    }
                 );
             }
             println!(
@@ -474,5 +603,49 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             );
         }
     }
-    Ok(0)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(test: &str, us: f64, k: f64) -> Row {
+        Row {
+            test: test.into(),
+            ustack: us,
+            kernel: k,
+            unit: "x".into(),
+            ratio: us / k,
+            ratios: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn median_of_odd_even_and_none() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn runs_fold_into_medians_and_keep_each_ratio() {
+        let runs = vec![
+            vec![row("a", 1.0, 2.0), row("b", 9.0, 3.0)],
+            vec![row("a", 3.0, 2.0), row("b", 6.0, 6.0)],
+            vec![row("a", 2.0, 8.0), row("b", 3.0, 1.0)],
+        ];
+        let c = combine(&runs);
+        assert_eq!(c.len(), 2);
+        assert_eq!((c[0].ustack, c[0].kernel), (2.0, 2.0));
+        assert_eq!(c[0].ratios, vec![0.5, 1.5, 0.25]);
+        // The median of the per-run ratios, not the ratio of the medians.
+        assert_eq!(c[0].ratio, 0.5);
+        assert_eq!(c[1].ratios, vec![3.0, 1.0, 3.0]);
+        assert_eq!(c[1].ratio, 3.0);
+        // One run: as measured, no per-run list.
+        let one = combine(&runs[..1]);
+        assert_eq!(one[0].ratio, 0.5);
+        assert!(one[0].ratios.is_empty());
+    }
 }

@@ -100,6 +100,11 @@ pub struct NetArgs {
     /// kernel and ustack exchange 64 KB TCP super-frames whatever the MTU).
     #[arg(long)]
     pub no_offload: bool,
+    /// Hand every received TCP segment to TCP input as it came, without
+    /// coalescing consecutive ones of a burst first (software GRO, on by
+    /// default; the environment variable USTACK_GRO=off does the same).
+    #[arg(long)]
+    pub no_gro: bool,
     /// TCP congestion control: cubic (RFC 9438 with HyStart++, the
     /// default) or newreno (RFC 6582), like Linux's
     /// net.ipv4.tcp_congestion_control.
@@ -421,11 +426,9 @@ pub fn start_stack(
         None => (device, None),
     };
     let net = Net::start(config, device, opts).context("cannot start the stack")?;
-    // USTACK_GRO=off: an environment variable rather than a flag, so that
-    // every command bringing up a stack (`serve`, `bench`, ...) takes it;
-    // for measuring what receive coalescing is worth.
-    if ustack_relay::cli::gro_off_by_env() {
-        eprintln!("ustack: USTACK_GRO=off: no receive coalescing (GRO)");
+    // --no-gro, or USTACK_GRO=off for commands without the flag: for
+    // measuring what receive coalescing is worth.
+    if args.no_gro || ustack_relay::cli::gro_off_by_env() {
         net.with_stack(|s| s.set_gro(false));
     }
     Ok(Up {

@@ -135,6 +135,28 @@ fn transfers_without_offloads_are_byte_exact_too() {
     let page = status_page(&ns);
     assert_eq!(counter_on(&page, "LinkOutGsoFrames"), 0, "{page}");
     assert_eq!(counter_on(&page, "LinkInGsoFrames"), 0, "{page}");
+    // One MTU per frame: consecutive segments of a burst were coalesced
+    // before TCP input (software GRO).
+    assert!(counter_on(&page, "LinkInGroPackets") > 0, "{page}");
+    assert!(
+        counter_on(&page, "LinkInGroWirePackets") >= 2 * counter_on(&page, "LinkInGroPackets"),
+        "{page}"
+    );
+    srv.stop_clean();
+}
+
+/// `--no-gro`: every segment goes to TCP input as it came.
+#[test]
+fn no_gro_hands_every_segment_over_alone() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &["--no-offload", "--no-gro"]);
+    let addr = SocketAddrV4::new(USTACK_IP, 7);
+    ns.spawn(move || echo_transfer(addr, 8 << 20, 0x0ff))
+        .join()
+        .expect("echo client");
+    let page = status_page(&ns);
+    assert!(counter_on(&page, "TcpInSegs") > 5000, "{page}");
+    assert_eq!(counter_on(&page, "LinkInGroPackets"), 0, "{page}");
     srv.stop_clean();
 }
 

@@ -1,0 +1,87 @@
+//! `ustack bench --runs N` at tiny sizes: every row carries each run's
+//! ratio and the median of them, and no namespace of any run is left
+//! behind. Not a performance test. Needs root (fails without).
+
+mod common;
+
+use std::process::Command;
+
+use common::BIN;
+
+fn leftovers(pid: u32) -> Vec<String> {
+    let tag = (pid % 100_000).to_string();
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("ub") && n.contains(&format!("{tag}r")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn repeated_bench_reports_medians_and_every_runs_ratio() {
+    let child = Command::new(BIN)
+        .args([
+            "bench",
+            "--runs",
+            "3",
+            "--json",
+            "--seconds",
+            "0.2",
+            "--round-trips",
+            "20",
+            "--pings",
+            "3",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start ustack bench --runs");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("ustack bench --runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stderr}", out.status);
+    assert_eq!(stderr.matches("== run ").count(), 3, "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    for test in [
+        "icmp_echo_rtt",
+        "tcp_rr_1byte",
+        "tcp_bulk_to_stack",
+        "tcp_bulk_from_stack",
+        "tcp_bulk_to_stack_no_offload",
+        "cpu_per_gb_from_stack",
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| r["test"] == test)
+            .unwrap_or_else(|| panic!("no row {test} in {rows:?}"));
+        let mut ratios: Vec<f64> = row["ratios"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no ratios in {row}"))
+            .iter()
+            .map(|v| v.as_f64().unwrap_or(f64::NAN))
+            .collect();
+        assert_eq!(ratios.len(), 3, "{row}");
+        assert!(ratios.iter().all(|r| *r > 0.0), "{row}");
+        ratios.sort_by(f64::total_cmp);
+        assert_eq!(row["ratio"].as_f64(), Some(ratios[1]), "median: {row}");
+        assert!(row["ustack"].as_f64() > Some(0.0), "{row}");
+        assert!(row["kernel"].as_f64() > Some(0.0), "{row}");
+    }
+    assert_eq!(
+        leftovers(pid),
+        Vec::<String>::new(),
+        "namespaces left behind"
+    );
+
+    let out = Command::new(BIN)
+        .args(["bench", "--runs", "0"])
+        .output()
+        .expect("ustack bench");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--runs must be between 1 and 50"), "{err}");
+}
