@@ -14,13 +14,14 @@ use ustack_wire::tcp::SeqNum;
 #[test]
 fn idle_and_small_connections_hold_little_buffer_memory() {
     let c = TcpConfig::default();
-    let configured = c.snd_buf + c.rcv_buf;
+    // What a connection starts with (the send buffer grows with cwnd).
+    let configured = c.snd_buf_initial + c.rcv_buf;
     let mut n = Net::with_delay(c.clone(), c.clone(), 5, 11);
     n.establish();
     assert_eq!(n.a.conn().buffer_memory(), 0, "no storage before data");
     assert_eq!(n.b.conn().info().buffer_memory, 0);
     // Windows and send space still reflect the configured sizes.
-    assert_eq!(n.a.conn().send_capacity(), c.snd_buf);
+    assert_eq!(n.a.conn().send_capacity(), c.snd_buf_initial);
     // Windows still come from the configured sizes: checked once the peer
     // has sent a scaled window (the SYN's is limited to 65535), below.
 
@@ -53,7 +54,85 @@ fn idle_and_small_connections_hold_little_buffer_memory() {
         wnd + 1024 >= c.rcv_buf,
         "window advertised by the server {wnd}"
     );
-    assert_eq!(n.b.conn().send_capacity(), c.snd_buf);
+    // A few segments in flight: no reason to grow the send buffer.
+    assert_eq!(n.b.conn().send_capacity(), c.snd_buf_initial);
+}
+
+/// Send-buffer autotuning: a bulk sender's buffer starts at
+/// `snd_buf_initial` and grows with cwnd (twice its bytes) up to `snd_buf`,
+/// never beyond; storage follows what is queued.
+#[test]
+fn send_buffer_grows_with_the_window_up_to_its_ceiling() {
+    let mut c = TcpConfig::default();
+    c.snd_buf = 2 << 20;
+    c.snd_buf_initial = 64 << 10;
+    c.rcv_buf = 4 << 20;
+    let mut n = Net::with_delay(c.clone(), c.clone(), 20, 12);
+    n.establish();
+    assert_eq!(n.a.conn().send_buffer_size(), 64 << 10);
+    let total = 24usize << 20;
+    let data: Vec<u8> = (0..total).map(|i| pattern(6, i)).collect();
+    let (mut sent, mut got) = (0, Vec::with_capacity(total));
+    let (mut cap_max, mut mem_max, mut grew_at) = (0, 0, None);
+    for step in 0..20_000 {
+        if let Some(rest) = data.get(sent..) {
+            sent += n.a.conn().send(rest).unwrap_or(0);
+        }
+        let cap = n.a.conn().send_buffer_size();
+        assert!(cap >= cap_max, "the send buffer never shrinks");
+        assert!(cap <= c.snd_buf, "{cap} past the ceiling");
+        // Room for twice the window at most (or the initial size).
+        let cwnd = n.a.conn().cwnd();
+        assert!(
+            cap <= (2 * cwnd).max(c.snd_buf_initial),
+            "{cap} for a cwnd of {cwnd}"
+        );
+        if cap > c.snd_buf_initial && grew_at.is_none() {
+            grew_at = Some(step);
+        }
+        cap_max = cap;
+        mem_max = mem_max.max(n.a.conn().buffer_memory());
+        let t = n.now + Duration::from_millis(5);
+        n.run_until(t);
+        got.extend(read_all(n.b.conn()));
+        if got.len() == total {
+            break;
+        }
+    }
+    assert!(got == data, "all {total} bytes intact ({})", got.len());
+    assert!(grew_at.is_some(), "the send buffer grew");
+    assert_eq!(cap_max, c.snd_buf, "grew to the ceiling on a fast path");
+    assert!(mem_max > c.snd_buf_initial, "storage followed: {mem_max}");
+    assert!(mem_max <= c.snd_buf + c.rcv_buf, "{mem_max}");
+}
+
+/// `snd_buf_initial == snd_buf`: a fixed send buffer (what `SO_SNDBUF`
+/// does on Linux, and what the relay uses for its accounting).
+#[test]
+fn a_fixed_send_buffer_does_not_grow() {
+    let mut c = TcpConfig::default();
+    c.snd_buf = 128 << 10;
+    c.snd_buf_initial = 128 << 10;
+    c.rcv_buf = 4 << 20;
+    let mut n = Net::with_delay(c.clone(), c.clone(), 20, 13);
+    n.establish();
+    let total = 8usize << 20;
+    let data: Vec<u8> = (0..total).map(|i| pattern(7, i)).collect();
+    let (mut sent, mut got) = (0, Vec::with_capacity(total));
+    for _ in 0..20_000 {
+        if let Some(rest) = data.get(sent..) {
+            sent += n.a.conn().send(rest).unwrap_or(0);
+        }
+        assert_eq!(n.a.conn().send_buffer_size(), 128 << 10);
+        let t = n.now + Duration::from_millis(5);
+        n.run_until(t);
+        got.extend(read_all(n.b.conn()));
+        if got.len() == total {
+            break;
+        }
+    }
+    assert!(got == data, "all {total} bytes intact ({})", got.len());
+    assert!(n.a.conn().cwnd() > 128 << 10, "cwnd outgrew the buffer");
 }
 
 /// `ustack serve` must hold 100,000 idle connections at 4 KB each at most,

@@ -552,7 +552,9 @@ fn paws_drops_old_timestamp() {
 fn window_scaling_allows_more_than_64k_in_flight() {
     let mut c = cfg();
     c.rcv_buf = 1 << 20;
+    // A fixed 1 MB send buffer, so that one send queues everything.
     c.snd_buf = 1 << 20;
+    c.snd_buf_initial = 1 << 20;
     let mut n = net_with(c.clone(), c, 50);
     n.keep_log = true;
     n.establish();

@@ -141,6 +141,10 @@ impl CoreGuest {
         let addr = Ipv4Cidr::new(cfg.gateway, cfg.prefix_len).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "bad gateway prefix length")
         })?;
+        // A fixed send buffer per flow: the relay's accounting (send space,
+        // the global buffer budget) counts on its size, so no autotuning.
+        let mut cfg = cfg;
+        cfg.tcp.snd_buf_initial = cfg.tcp.snd_buf;
         let snd_buf = cfg.tcp.snd_buf.max(1);
         let mut secret = [0u8; 16];
         random_bytes(&mut secret);

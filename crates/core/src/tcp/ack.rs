@@ -380,6 +380,20 @@ impl Connection {
             cwnd_limited: limited,
         };
         self.cong.cc.on_ack(&sample);
+        self.expand_sndbuf();
+    }
+
+    /// Send-buffer autotuning (Linux `tcp_sndbuf_expand`): room for twice
+    /// the congestion window, so that the application can keep a window
+    /// in flight and the next one queued; it only grows, up to the
+    /// configured ceiling. Storage is allocated only as data is queued.
+    fn expand_sndbuf(&mut self) {
+        let ring = &mut self.snd.queue.ring;
+        let max = self.cfg.snd_buf_max;
+        if ring.capacity() < max {
+            let want = self.cong.cc.cwnd().saturating_mul(2).min(max);
+            ring.grow_capacity(want);
+        }
     }
 
     /// After a transmission attempt: record whether cwnd was the limit and

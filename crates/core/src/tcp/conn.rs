@@ -166,6 +166,8 @@ pub(super) struct Params {
     pub(super) max_rto: Duration,
     pub(super) ooo_limit: usize,
     pub(super) initial_cwnd: u32,
+    /// The send buffer's ceiling (autotuning grows it up to this).
+    pub(super) snd_buf_max: usize,
     pub(super) congestion_control: CcAlgorithm,
     pub(super) pacing: bool,
     pub(super) max_retries: u32,
@@ -188,6 +190,7 @@ impl Params {
             max_rto: cfg.max_rto,
             ooo_limit: cfg.ooo_limit,
             initial_cwnd: cfg.initial_cwnd,
+            snd_buf_max: cfg.snd_buf.max(1),
             congestion_control: cfg.congestion_control,
             pacing: cfg.pacing,
             max_retries: cfg.max_retries,
@@ -326,7 +329,7 @@ impl Connection {
                 wl1: SeqNum(0),
                 wl2: iss,
                 max_wnd: 0,
-                queue: SendQueue::new(cfg.snd_buf.max(1), iss + 1u32),
+                queue: SendQueue::new(cfg.snd_buf_initial.clamp(1, cfg.snd_buf.max(1)), iss + 1u32),
             },
             rcv: Rcv {
                 nxt: SeqNum(0),
@@ -534,6 +537,12 @@ impl Connection {
     /// Free space in the send buffer.
     pub fn send_capacity(&self) -> usize {
         self.snd.queue.ring.free()
+    }
+
+    /// The send buffer's size now: `snd_buf_initial`, grown with cwnd up to
+    /// `snd_buf` (autotuning); what `send_capacity` is measured against.
+    pub fn send_buffer_size(&self) -> usize {
+        self.snd.queue.ring.capacity()
     }
 
     /// A `recv` would not block: data, end of stream, or an error.

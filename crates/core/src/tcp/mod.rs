@@ -208,8 +208,16 @@ pub struct TcpConfig {
     pub mss: u16,
     /// Receive buffer bytes (also the largest window we offer).
     pub rcv_buf: usize,
-    /// Send buffer bytes.
+    /// Send buffer bytes: the most the send buffer grows to (Linux
+    /// `tcp_wmem[2]`: 4 MB).
     pub snd_buf: usize,
+    /// Send buffer bytes to begin with (at most `snd_buf`). The buffer
+    /// then grows with the congestion window, to twice its bytes, up to
+    /// `snd_buf` (send-buffer autotuning, Linux `tcp_sndbuf_expand`): a
+    /// fast path gets a buffer covering its bandwidth-delay product, a slow
+    /// one does not hold megabytes of an application's data. Equal to
+    /// `snd_buf`: a fixed buffer (what setting `SO_SNDBUF` does on Linux).
+    pub snd_buf_initial: usize,
     /// TIME-WAIT duration, 2*MSL (Linux: 60 s).
     pub time_wait: Duration,
     /// Delayed-ACK timeout (RFC 1122 4.2.3.2: "MUST be less than 0.5 s";
@@ -290,7 +298,8 @@ impl Default for TcpConfig {
         TcpConfig {
             mss: 1460,
             rcv_buf: 256 * 1024,
-            snd_buf: 256 * 1024,
+            snd_buf: 4 * 1024 * 1024,
+            snd_buf_initial: 256 * 1024,
             time_wait: Duration::from_secs(60),
             delayed_ack: Duration::from_millis(40),
             initial_rto: Duration::from_secs(1),

@@ -43,6 +43,12 @@ impl Ring {
         self.limit
     }
 
+    /// Raise the logical capacity to `capacity` (never lowers it); the
+    /// storage still grows only as bytes are written.
+    pub(crate) fn grow_capacity(&mut self, capacity: usize) {
+        self.limit = self.limit.max(capacity);
+    }
+
     /// Bytes of storage currently allocated.
     pub(crate) fn allocated(&self) -> usize {
         self.buf.len()
