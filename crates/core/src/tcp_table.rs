@@ -162,6 +162,9 @@ pub struct TcpStatus {
     pub can_send: bool,
     /// Bytes queued for sending (not yet acknowledged).
     pub send_queue: usize,
+    /// The send buffer's size now (autotuned; 0 for a listener): a send
+    /// may queue `send_buffer - send_queue` bytes.
+    pub send_buffer: usize,
     /// Bytes received, not yet read.
     pub recv_queue: usize,
     pub pending_error: Option<TcpError>,
@@ -667,6 +670,7 @@ impl TcpTable {
                 can_recv: !l.accept.is_empty(),
                 can_send: false,
                 send_queue: 0,
+                send_buffer: 0,
                 recv_queue: 0,
                 pending_error: None,
                 accept_ready: !l.accept.is_empty(),
@@ -680,6 +684,7 @@ impl TcpTable {
                     can_recv: i.can_recv,
                     can_send: i.can_send,
                     send_queue: i.send_queue,
+                    send_buffer: i.send_buffer,
                     recv_queue: i.recv_queue,
                     pending_error: i.pending_error,
                     accept_ready: false,

@@ -75,6 +75,11 @@ pub struct RelayArgs {
     /// receive buffer sizes).
     #[arg(long, default_value_t = Limits::default().flow_buffer)]
     pub flow_buffer: usize,
+    /// The most a flow's host -> guest buffer grows to: it starts at
+    /// --flow-buffer and grows with the guest connection's congestion
+    /// window (send-buffer autotuning); at most --flow-buffer keeps it fixed.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().flow_buffer_max)]
+    pub flow_buffer_max: usize,
     /// Bytes buffered in all flows together.
     #[arg(long, default_value_t = Limits::default().total_buffer)]
     pub total_buffer: usize,
@@ -133,6 +138,7 @@ impl RelayArgs {
                 max_flows: self.max_flows(),
                 max_half_open: self.max_half_open,
                 flow_buffer: self.flow_buffer,
+                flow_buffer_max: self.flow_buffer_max,
                 total_buffer: self.total_buffer,
                 new_flows_per_sec: self.flow_rate,
             },
@@ -205,9 +211,11 @@ pub fn default_guest(
     // guest-side connection's receive buffer (guest -> host) and send
     // buffer (host -> guest). Their size is the per-flow limit, so that the
     // stack's own readiness (send space after full) is what wakes a flow
-    // held back by it.
+    // held back by it. The send buffer starts at --flow-buffer and grows
+    // with cwnd up to --flow-buffer-max (autotuning).
     cfg.tcp.congestion_control = args.congestion_control;
-    cfg.tcp.snd_buf = args.flow_buffer.max(1);
+    cfg.tcp.snd_buf_initial = args.flow_buffer.max(1);
+    cfg.tcp.snd_buf = args.flow_buffer_max.max(cfg.tcp.snd_buf_initial);
     cfg.tcp.rcv_buf = args.flow_buffer.max(1);
     cfg.gro = !args.no_gro && !gro_off_by_env();
     // Room for every flow plus connections still closing (TIME-WAIT).

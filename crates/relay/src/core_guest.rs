@@ -108,8 +108,6 @@ pub struct CoreGuest {
     by_handle: HashMap<TcpHandle, u64>,
     next_id: u64,
     rx: FrameBatch,
-    /// The configured send buffer per connection (for `send_space`).
-    snd_buf: usize,
     /// Frames the device refused (full or failing).
     pub tx_drops: u64,
 }
@@ -141,11 +139,6 @@ impl CoreGuest {
         let addr = Ipv4Cidr::new(cfg.gateway, cfg.prefix_len).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "bad gateway prefix length")
         })?;
-        // A fixed send buffer per flow: the relay's accounting (send space,
-        // the global buffer budget) counts on its size, so no autotuning.
-        let mut cfg = cfg;
-        cfg.tcp.snd_buf_initial = cfg.tcp.snd_buf;
-        let snd_buf = cfg.tcp.snd_buf.max(1);
         let mut secret = [0u8; 16];
         random_bytes(&mut secret);
         let mut seed = [0u8; 8];
@@ -194,7 +187,6 @@ impl CoreGuest {
             by_handle: HashMap::new(),
             next_id: 1,
             rx,
-            snd_buf,
             tx_drops: 0,
         })
     }
@@ -387,7 +379,7 @@ impl GuestStack for CoreGuest {
         // Finished on the guest side once nothing is left to read.
         let closed = matches!(st.state, State::Closed | State::TimeWait) && st.recv_queue == 0;
         let send_space = if st.can_send && st.pending_error.is_none() {
-            self.snd_buf.saturating_sub(st.send_queue)
+            st.send_buffer.saturating_sub(st.send_queue)
         } else {
             0
         };

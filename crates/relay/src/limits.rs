@@ -20,6 +20,13 @@ pub struct Limits {
     /// works too, but the flow is then re-pumped on every iteration while
     /// at the limit, since only a full buffer is reported by the guest).
     pub flow_buffer: usize,
+    /// The most a flow's host -> guest buffer grows to. It starts at
+    /// `flow_buffer` and grows with the guest-side connection's congestion
+    /// window (twice its bytes, Linux's send-buffer autotuning), so a guest
+    /// that reads fast gets a buffer covering its bandwidth-delay product
+    /// and a slow one does not hold megabytes. Default 4 MiB (Linux
+    /// `tcp_wmem[2]`); at most `flow_buffer` keeps the buffer fixed.
+    pub flow_buffer_max: usize,
     /// Bytes buffered in all flows together ([`crate::Relay::buffered`]).
     /// Default 64 MiB. Reached, new flows are refused and host sockets are
     /// not read until it frees up; the guest's data still drains to the
@@ -38,6 +45,7 @@ impl Default for Limits {
             max_flows: 16_384,
             max_half_open: 256,
             flow_buffer: 256 * 1024,
+            flow_buffer_max: 4 * 1024 * 1024,
             total_buffer: 64 * 1024 * 1024,
             new_flows_per_sec: 10_000,
         }

@@ -848,7 +848,11 @@ impl<G: GuestStack> Relay<G> {
     /// a full send buffer (or the flow's or the global budget) stops reads
     /// from the host socket.
     fn pump_tcp(&mut self, now: Instant, id: u64) {
-        let flow_cap = self.cfg.limits.flow_buffer;
+        let flow_cap = self
+            .cfg
+            .limits
+            .flow_buffer_max
+            .max(self.cfg.limits.flow_buffer);
         let total_cap = self.cfg.limits.total_buffer;
         let Some(flow) = self.flows.get_mut(&id) else {
             return;

@@ -178,8 +178,11 @@ fn socket2_linger_zero(s: TcpStream) -> TcpStream {
 fn back_pressure_bounds_buffering_and_delivers_everything_in_order() {
     let (l, port) = listener();
     let cfg = RelayConfig {
+        // The host -> guest buffer starts at `flow_buffer` and may grow
+        // up to `flow_buffer_max`: the ceiling is the per-flow bound.
         limits: Limits {
-            flow_buffer: 64 * 1024,
+            flow_buffer: 16 * 1024,
+            flow_buffer_max: 64 * 1024,
             ..Limits::default()
         },
         ..RelayConfig::default()
@@ -239,7 +242,7 @@ fn back_pressure_bounds_buffering_and_delivers_everything_in_order() {
 
 /// Two flows from host senders into a guest that takes nothing: the relay
 /// keeps no bytes of its own, so what the flows hold is what the guest's
-/// send buffers hold, bounded per flow by `flow_buffer` and together by
+/// send buffers hold, bounded per flow by `flow_buffer_max` and together by
 /// `total_buffer`. A flow held back by the total resumes (from the
 /// cap-blocked list) when the other drains, and every byte arrives in order.
 #[test]
@@ -250,6 +253,7 @@ fn flow_and_total_budgets_bound_what_the_guest_holds() {
     let cfg = RelayConfig {
         limits: Limits {
             flow_buffer: FLOW,
+            flow_buffer_max: FLOW,
             total_buffer: TOTAL,
             ..Limits::default()
         },

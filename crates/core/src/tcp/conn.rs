@@ -57,6 +57,9 @@ pub struct TcpConnInfo {
     /// Bytes of send and receive buffer storage held (grows on demand up to
     /// the configured sizes; see [`Connection::buffer_memory`]).
     pub buffer_memory: usize,
+    /// The send buffer's size now (autotuned up to `snd_buf`; what
+    /// `send_queue` fills, Linux's `skmem` `tb`).
+    pub send_buffer: usize,
 }
 
 /// One TCP connection (a TCB), sans-IO. Its fields are grouped by concern,
@@ -665,6 +668,7 @@ impl Connection {
             sack: self.opt.sack,
             retransmits: self.rtx.total,
             buffer_memory: self.buffer_memory(),
+            send_buffer: self.send_buffer_size(),
         }
     }
 
