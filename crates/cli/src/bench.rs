@@ -548,8 +548,10 @@ fn print_rows(a: &BenchArgs, rows: &[Row], ring_rows: &[Row]) -> Result<()> {
             "test", "ustack", "kernel", "unit", "ratio"
         );
         for r in rows {
+            // CPU seconds per GB are small numbers: more digits.
+            let p = if r.unit == "s/GB" { 3 } else { 1 };
             println!(
-                "{:<30} {:>12.1} {:>12.1} {:<7} {:>8.2}{}",
+                "{:<30} {:>12.p$} {:>12.p$} {:<7} {:>8.2}{}",
                 r.test,
                 r.ustack,
                 r.kernel,
