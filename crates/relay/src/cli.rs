@@ -206,6 +206,11 @@ pub fn default_guest(
     args: &RelayArgs,
     mtu: usize,
 ) -> io::Result<CoreGuest> {
+    CoreGuest::new(dev, guest_config(args, mtu))
+}
+
+/// The guest-side engine's configuration from the command line.
+pub fn guest_config(args: &RelayArgs, mtu: usize) -> CoreGuestConfig {
     let mut cfg = CoreGuestConfig::new(args.addr.addr, args.gateway, args.addr.prefix_len, mtu);
     // The relay keeps no queues: what a flow buffers per direction is the
     // guest-side connection's receive buffer (guest -> host) and send
@@ -223,7 +228,7 @@ pub fn default_guest(
         .limits
         .max_tcp_sockets
         .max(args.max_flows().saturating_add(16_384));
-    CoreGuest::new(dev, cfg)
+    cfg
 }
 
 /// `USTACK_GRO=off` (or `0`, `no`, `false`): no receive coalescing.
@@ -490,6 +495,28 @@ mod tests {
             r.relay.relay_config().busy_poll,
             Some(Duration::from_micros(50))
         );
+        // Defaults: the host -> guest buffer autotunes from 256 KiB to 4 MiB.
+        let g = guest_config(&r.relay, 1500);
+        assert_eq!(g.tcp.congestion_control, CcAlgorithm::NewReno);
+        assert_eq!((g.tcp.snd_buf_initial, g.tcp.snd_buf), (256 << 10, 4 << 20));
+        assert_eq!(g.tcp.rcv_buf, 256 << 10);
+        let t = T::try_parse_from([
+            "ustack",
+            "run",
+            "--flow-buffer",
+            "65536",
+            "--flow-buffer-max",
+            "1000",
+            "--",
+            "true",
+        ]);
+        let Ok(T { c: C::Run(r) }) = t else {
+            panic!("parse failed: {t:?}")
+        };
+        // A ceiling below the start: a fixed buffer.
+        let g = guest_config(&r.relay, 1500);
+        assert_eq!((g.tcp.snd_buf_initial, g.tcp.snd_buf), (65536, 65536));
+        assert_eq!(g.tcp.rcv_buf, 65536);
         let bad = T::try_parse_from(["ustack", "run", "--congestion-control", "bbr", "--", "x"]);
         let err = bad.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("known: cubic, newreno"), "{err}");
