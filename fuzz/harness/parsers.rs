@@ -224,7 +224,7 @@ pub fn virtio_net(data: &[u8]) {
     }
     match v.gso {
         Gso::None => {}
-        Gso::TcpV4 { size, .. } | Gso::TcpV6 { size, .. } => {
+        Gso::TcpV4 { size, .. } | Gso::TcpV6 { size, .. } | Gso::UdpL4 { size } => {
             assert!(size > 0 && usize::from(size) <= frame.len());
         }
     }

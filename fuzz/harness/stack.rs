@@ -242,6 +242,7 @@ fn check_vnet(f: &[u8], mtu: usize) -> Emitted {
             check(&frame, frame.len() - ETHERNET_HEADER_LEN)
         }
         Gso::TcpV6 { .. } => panic!("emitted TCP/IPv6 GSO"),
+        Gso::UdpL4 { .. } => panic!("emitted UDP GSO (USO is receive only)"),
     }
 }
 

@@ -149,6 +149,9 @@ pub struct Stack {
     /// The frame being received is a TCP GSO super-frame of segments of
     /// this payload size (virtio-net header).
     pub(crate) rx_gso_size: Option<usize>,
+    /// The frame being received is a UDP GSO (USO) super-datagram standing
+    /// for datagrams of this payload size (virtio-net header).
+    pub(crate) rx_udp_gso: Option<usize>,
     /// Coalescing of received TCP segments in [`Stack::receive_burst`]
     /// (`gro.rs`); on by default.
     pub(crate) gro: bool,
@@ -216,6 +219,7 @@ impl Stack {
             last_now: now,
             rx_csum_ok: false,
             rx_gso_size: None,
+            rx_udp_gso: None,
             gro: true,
             gro_buf: Vec::new(),
             counters: Counters::default(),
@@ -280,6 +284,7 @@ impl Stack {
         self.counters.link.InFrames += 1;
         self.rx_csum_ok = false;
         self.rx_gso_size = None;
+        self.rx_udp_gso = None;
         let frame = if self.iface.offload.vnet_hdr {
             // A guest controls this header: every field is checked against
             // the frame (see `VnetRepr::parse`), a bad one drops the frame.
@@ -291,8 +296,10 @@ impl Stack {
                     if !matches!(v.gso, Gso::None) {
                         self.counters.link.InGsoFrames += 1;
                     }
-                    if let Gso::TcpV4 { size, .. } = v.gso {
-                        self.rx_gso_size = Some(usize::from(size));
+                    match v.gso {
+                        Gso::TcpV4 { size, .. } => self.rx_gso_size = Some(usize::from(size)),
+                        Gso::UdpL4 { size } => self.rx_udp_gso = Some(usize::from(size)),
+                        Gso::None | Gso::TcpV6 { .. } => {}
                     }
                     f
                 }
@@ -440,6 +447,7 @@ impl Stack {
                     // Checksum offload covers whole frames, not reassemblies.
                     self.rx_csum_ok = false;
                     self.rx_gso_size = None;
+                    self.rx_udp_gso = None;
                     self.deliver(now, &header, &data, false, link_bcast, tx);
                 }
             }
@@ -458,6 +466,18 @@ impl Stack {
         link_bcast: bool,
         tx: &mut dyn FnMut(&[u8]),
     ) {
+        // A GSO type in the virtio-net header that does not match the
+        // transport (TCP GSO on UDP, USO on TCP or ICMP) is a bad header,
+        // as the kernel's `virtio_net_hdr_to_skb` finds it.
+        let gso_mismatch = match ip.protocol {
+            IpProtocol::Tcp => self.rx_udp_gso.is_some(),
+            IpProtocol::Udp => self.rx_gso_size.is_some(),
+            _ => self.rx_gso_size.is_some() || self.rx_udp_gso.is_some(),
+        };
+        if gso_mismatch {
+            self.counters.link.InVnetErrors += 1;
+            return;
+        }
         match ip.protocol {
             IpProtocol::Icmp => {
                 self.counters.ip.InDelivers += 1;
@@ -642,22 +662,51 @@ impl Stack {
             }
         };
         let from = SocketAddrV4::new(ip.src, repr.src_port);
-        if !ip_bcast && self.transparent_udp_input(ip, &repr, pkt.payload_ref()) {
-            return;
+        let data = pkt.payload_ref();
+        // A USO super-datagram is delivered as the datagrams it stands for:
+        // `size` bytes each, the last one perhaps shorter (as the kernel's
+        // `__udp_gso_segment` would have cut it).
+        let seg = match self.rx_udp_gso {
+            Some(size) if size > 0 && !data.is_empty() => size,
+            _ => data.len().max(1),
+        };
+        // Datagram `i` (an empty payload is one empty datagram).
+        let count = data.len().div_ceil(seg).max(1);
+        let datagram = |i: usize| -> &[u8] {
+            let start = (i * seg).min(data.len());
+            data.get(start..(start + seg).min(data.len()))
+                .unwrap_or(&[])
+        };
+        if !ip_bcast {
+            let mut taken = false;
+            for i in 0..count {
+                taken |= self.transparent_udp_input(ip, &repr, datagram(i));
+            }
+            if taken {
+                return;
+            }
         }
         let c = &mut self.counters.udp;
         let limits = self.udp.limits();
         match self.udp.lookup_mut(from, repr.dst_port, ip_bcast) {
-            Some(sock) => match sock.deliver(from, pkt.payload_ref(), limits) {
-                Deliver::Queued => {
-                    c.InDatagrams += 1;
+            Some(sock) => {
+                let mut queued = false;
+                for i in 0..count {
+                    match sock.deliver(from, datagram(i), limits) {
+                        Deliver::Queued => {
+                            c.InDatagrams += 1;
+                            queued = true;
+                        }
+                        Deliver::QueueFull => {
+                            c.RcvbufErrors += 1;
+                            c.InErrors += 1;
+                        }
+                    }
+                }
+                if queued {
                     self.udp.notify_port(repr.dst_port);
                 }
-                Deliver::QueueFull => {
-                    c.RcvbufErrors += 1;
-                    c.InErrors += 1;
-                }
-            },
+            }
             None => {
                 c.NoPorts += 1;
                 // RFC 1122 4.1.3.1: "If a datagram arrives addressed to a UDP

@@ -12,8 +12,10 @@ use ustack_core::time::Duration;
 use ustack_core::{LinkOffload, TcpError};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::EthernetFrame;
+use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::Ipv4Packet;
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
+use ustack_wire::udp::{UdpPacket, UdpRepr};
 use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
 const FULL: LinkOffload = LinkOffload {
@@ -241,8 +243,10 @@ fn malformed_virtio_net_headers_are_dropped_and_counted() {
         // Unknown GSO type, ECN without GSO.
         raw(0, 9, 0, 0, 0, 0),
         raw(0, 0x80, 0, 0, 0, 0),
-        // UDP GSO: never negotiated.
+        // UDP fragmentation offload (UFO): never negotiated.
         raw(0, 3, 0, 8, 0, 0),
+        // UDP segmentation (USO) on a TCP segment.
+        raw(1, 5, 54, 8, 34, 16),
         // GSO with a segment size of 0, or larger than the frame.
         raw(1, 1, 54, 0, 34, 16),
         raw(1, 1, 54, len + 1, 34, 16),
@@ -273,4 +277,78 @@ fn malformed_virtio_net_headers_are_dropped_and_counted() {
     // The same SYN behind a sound header is taken.
     n.inject_to_b(&raw(0, 0, 0, 0, 0, 0));
     assert_eq!(counter(&n.b, "Tcp", "PassiveOpens"), opens + 1);
+}
+
+/// A UDP datagram A -> B (port 5000 -> `port`) carrying `data`, with a
+/// checksum (plain frame, no virtio-net header).
+fn udp_frame_to_b(port: u16, data: &[u8]) -> Vec<u8> {
+    let mut udp = vec![0u8; 8 + data.len()];
+    udp[8..].copy_from_slice(data);
+    UdpRepr {
+        src_port: 5000,
+        dst_port: port,
+    }
+    .emit(
+        &mut UdpPacket::new_unchecked(&mut udp[..]),
+        A_IP,
+        B_IP,
+        data.len(),
+        true,
+    );
+    ip_frame(&ip_repr(IpProtocol::Udp, 7, 0, false), &udp)
+}
+
+/// USO: a UDP GSO super-datagram (what a guest's kernel hands over for a
+/// socket with `UDP_SEGMENT`) is cut into datagrams of `gso_size` bytes,
+/// the last one shorter, each delivered and counted; GSO types that do not
+/// match the transport are bad headers.
+#[test]
+fn uso_super_datagrams_are_cut_into_datagrams() {
+    let mut n = offloaded_net();
+    let h = n.b.udp_bind(SocketAddrV4::new(0.into(), 7000)).unwrap();
+    let data: Vec<u8> = (0..350u32).map(|i| (i % 251) as u8).collect();
+    let uso = VnetRepr {
+        csum: Csum::Partial {
+            start: 34,
+            offset: 6,
+        },
+        gso: Gso::UdpL4 { size: 100 },
+        hdr_len: 42,
+    };
+    let before = counter(&n.b, "Udp", "InDatagrams");
+    n.inject_to_b(&behind(uso, &udp_frame_to_b(7000, &data)));
+    assert_eq!(counter(&n.b, "Udp", "InDatagrams"), before + 4);
+    assert_eq!(counter(&n.b, "Link", "InGsoFrames"), 1);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2000];
+    while let Ok((len, from)) = n.b.udp_recv_from(h, &mut buf) {
+        assert_eq!(from, SocketAddrV4::new(A_IP, 5000));
+        got.push(buf[..len].to_vec());
+    }
+    let lens: Vec<usize> = got.iter().map(|d| d.len()).collect();
+    assert_eq!(lens, [100, 100, 100, 50]);
+    assert_eq!(got.concat(), data, "the bytes, in order");
+
+    // A segment size of the whole payload: one datagram, as it came.
+    let one = VnetRepr {
+        gso: Gso::UdpL4 { size: 350 },
+        ..uso
+    };
+    n.inject_to_b(&behind(one, &udp_frame_to_b(7000, &data)));
+    assert_eq!(n.b.udp_recv_from(h, &mut buf).map(|r| r.0), Ok(350));
+
+    // TCP GSO on a UDP datagram: a bad header, nothing delivered.
+    let tcp_gso = VnetRepr {
+        gso: Gso::TcpV4 {
+            size: 100,
+            ecn: false,
+        },
+        ..uso
+    };
+    let errs = counter(&n.b, "Link", "InVnetErrors");
+    let before = counter(&n.b, "Udp", "InDatagrams");
+    n.inject_to_b(&behind(tcp_gso, &udp_frame_to_b(7000, &data)));
+    assert_eq!(counter(&n.b, "Link", "InVnetErrors"), errs + 1);
+    assert_eq!(counter(&n.b, "Udp", "InDatagrams"), before);
+    assert!(n.b.udp_recv_from(h, &mut buf).is_err(), "nothing queued");
 }

@@ -19,6 +19,28 @@ const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 /// `TUN_F_CSUM | TUN_F_TSO4`: we accept partial checksums and TCP/IPv4 GSO
 /// super-frames from the kernel.
 const TUN_OFFLOADS: libc::c_ulong = 0x01 | 0x02;
+/// `TUN_F_USO4 | TUN_F_USO6` (Linux 6.2+, only together): UDP GSO
+/// super-datagrams too, which the stack cuts into datagrams. IPv6 frames
+/// are dropped whole, as without USO, until the stack has IPv6.
+const TUN_USO: libc::c_ulong = 0x20 | 0x40;
+
+/// Set the offloads ustack takes from the kernel on a TAP opened with
+/// `IFF_VNET_HDR`: checksum offload and TCP/IPv4 GSO, and UDP GSO where
+/// the kernel has it (an older kernel refuses the USO flags: retried
+/// without). Returns whether USO is on.
+pub fn set_tap_offloads(fd: std::os::fd::RawFd) -> io::Result<bool> {
+    // SAFETY: TUNSETOFFLOAD takes its argument by value; the caller owns `fd`.
+    let r = unsafe { libc::ioctl(fd, TUNSETOFFLOAD as _, TUN_OFFLOADS | TUN_USO) };
+    if r == 0 {
+        return Ok(true);
+    }
+    // SAFETY: as above.
+    let r = unsafe { libc::ioctl(fd, TUNSETOFFLOAD as _, TUN_OFFLOADS) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(false)
+}
 
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
@@ -230,10 +252,7 @@ impl Tap {
         }
         let name = req.name();
         if vnet {
-            // SAFETY: TUNSETOFFLOAD takes its argument by value; `fd` is ours.
-            let r = unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD as _, TUN_OFFLOADS) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
+            if let Err(e) = set_tap_offloads(fd.as_raw_fd()) {
                 return Err(io::Error::new(
                     e.kind(),
                     format!("cannot set offloads on TAP {name}: {e}"),

@@ -13,11 +13,6 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
-const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
-/// `TUN_F_CSUM | TUN_F_TSO4`: we take partial checksums and TCP/IPv4 GSO
-/// super-frames, so the interface offers checksum offload, TSO and GSO to
-/// the guest's kernel.
-const TUN_OFFLOADS: libc::c_ulong = 0x01 | 0x02;
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
 const SIOCSIFADDR: libc::c_ulong = 0x8916;
@@ -134,10 +129,9 @@ pub(crate) fn open_tap(name: &[u8; 16], vnet: bool) -> io::Result<RawFd> {
         return Err(e);
     }
     if vnet {
-        // SAFETY: TUNSETOFFLOAD takes its argument by value; `fd` is ours.
-        let r = unsafe { libc::ioctl(fd, TUNSETOFFLOAD as _, TUN_OFFLOADS) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
+        // Checksum offload, TSO/GSO and USO for the guest's kernel: it
+        // then hands ustack 64 KB super-frames with partial checksums.
+        if let Err(e) = ustack_dev::tap::set_tap_offloads(fd) {
             // SAFETY: `fd` was opened above and is not used after this.
             unsafe { libc::close(fd) };
             return Err(e);

@@ -66,6 +66,12 @@ pub enum Gso {
         size: u16,
         ecn: bool,
     },
+    /// UDP segmentation (`GSO_UDP_L4`, USO, either IP version): the UDP
+    /// payload stands for datagrams of `size` bytes each (the last one may
+    /// be shorter), all with the same headers.
+    UdpL4 {
+        size: u16,
+    },
 }
 
 /// A parsed, validated virtio-net header.
@@ -89,7 +95,8 @@ impl VnetRepr {
     /// header against that frame: unknown flags or GSO types, a GSO type
     /// without a segment size (or with one larger than the frame), and
     /// checksum or header offsets outside the frame are `Malformed`; UDP
-    /// GSO, which we never negotiate, is `Unsupported`.
+    /// fragmentation offload (`GSO_UDP`, UFO, which we never negotiate)
+    /// is `Unsupported`.
     pub fn parse(bytes: &[u8]) -> Result<(VnetRepr, &[u8])> {
         let (h, frame) = bytes
             .split_at_checked(VNET_HDR_LEN)
@@ -143,7 +150,14 @@ impl VnetRepr {
                     }
                 }
             }
-            GSO_UDP | GSO_UDP_L4 => return Err(Error::Unsupported),
+            GSO_UDP_L4 if ecn => return Err(Error::Malformed),
+            GSO_UDP_L4 => {
+                if gso_size == 0 || usize::from(gso_size) > len || usize::from(hdr_len) > len {
+                    return Err(Error::Malformed);
+                }
+                Gso::UdpL4 { size: gso_size }
+            }
+            GSO_UDP => return Err(Error::Unsupported),
             _ => return Err(Error::Malformed),
         };
         if matches!(gso, Gso::None) && usize::from(hdr_len) > len {
@@ -166,6 +180,7 @@ impl VnetRepr {
             Gso::None => (GSO_NONE, 0),
             Gso::TcpV4 { size, ecn } => (GSO_TCPV4 | if ecn { GSO_ECN } else { 0 }, size),
             Gso::TcpV6 { size, ecn } => (GSO_TCPV6 | if ecn { GSO_ECN } else { 0 }, size),
+            Gso::UdpL4 { size } => (GSO_UDP_L4, size),
         };
         h[0] = flags;
         h[1] = gso_type;
@@ -229,6 +244,14 @@ mod tests {
                 },
                 hdr_len: 66,
             },
+            VnetRepr {
+                csum: Csum::Partial {
+                    start: 34,
+                    offset: 6,
+                },
+                gso: Gso::UdpL4 { size: 1200 },
+                hdr_len: 42,
+            },
         ];
         for r in cases {
             let mut b = vec![0u8; VNET_HDR_LEN + 3000];
@@ -268,7 +291,7 @@ mod tests {
             Err(Error::Malformed)
         );
         assert_eq!(ok(hdr(0, 0, 101, 0, 0, 0), 100), Err(Error::Malformed));
-        // Unknown GSO types, ECN without GSO, and UDP GSO (never negotiated).
+        // Unknown GSO types, ECN without GSO, and UFO (never negotiated).
         assert_eq!(ok(hdr(0, 2, 0, 0, 0, 0), 100), Err(Error::Malformed));
         assert_eq!(ok(hdr(0, 0x7f, 0, 0, 0, 0), 100), Err(Error::Malformed));
         assert_eq!(ok(hdr(0, GSO_ECN, 0, 0, 0, 0), 100), Err(Error::Malformed));
@@ -276,10 +299,20 @@ mod tests {
             ok(hdr(0, GSO_UDP, 0, 8, 0, 0), 100),
             Err(Error::Unsupported)
         );
+        // USO: a segment size within the frame, no ECN.
+        let frame = with_frame(hdr(1, GSO_UDP_L4, 42, 8, 34, 6), 100);
         assert_eq!(
-            ok(hdr(0, GSO_UDP_L4, 0, 8, 0, 0), 100),
-            Err(Error::Unsupported)
+            VnetRepr::parse(&frame).map(|(v, _)| v.gso),
+            Ok(Gso::UdpL4 { size: 8 })
         );
+        for bad in [
+            hdr(1, GSO_UDP_L4, 42, 0, 34, 6),
+            hdr(1, GSO_UDP_L4, 42, 101, 34, 6),
+            hdr(1, GSO_UDP_L4, 101, 8, 34, 6),
+            hdr(1, GSO_UDP_L4 | GSO_ECN, 42, 8, 34, 6),
+        ] {
+            assert_eq!(ok(bad, 100), Err(Error::Malformed));
+        }
         assert!(ok(hdr(1, GSO_TCPV4, 54, 50, 34, 16), 100).is_ok());
     }
 }
