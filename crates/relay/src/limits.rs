@@ -25,7 +25,10 @@ pub struct Limits {
     /// window (twice its bytes, Linux's send-buffer autotuning), so a guest
     /// that reads fast gets a buffer covering its bandwidth-delay product
     /// and a slow one does not hold megabytes. Default 4 MiB (Linux
-    /// `tcp_wmem[2]`); at most `flow_buffer` keeps the buffer fixed.
+    /// `tcp_wmem[2]`); at most `flow_buffer` keeps the buffer fixed. A flow
+    /// grows past `flow_buffer` only into what is left below half of
+    /// `total_buffer` (memory pressure beyond), so a few fast flows cannot
+    /// take the whole budget and shut new flows out.
     pub flow_buffer_max: usize,
     /// Bytes buffered in all flows together ([`crate::Relay::buffered`]).
     /// Default 64 MiB. Reached, new flows are refused and host sockets are

@@ -467,7 +467,9 @@ impl<G: GuestStack> Relay<G> {
             }
         }
         self.conn_events = evs;
-        if !self.cap_blocked.is_empty() && self.buffered() < self.cfg.limits.total_buffer {
+        // Flows held back by the budgets: revisited once the relay is out
+        // of memory pressure (below half the global budget; see pump_tcp).
+        if !self.cap_blocked.is_empty() && self.buffered() < self.cfg.limits.total_buffer / 2 {
             for id in std::mem::take(&mut self.cap_blocked) {
                 if let Some(Flow {
                     kind: Kind::Tcp(t), ..
@@ -848,12 +850,9 @@ impl<G: GuestStack> Relay<G> {
     /// a full send buffer (or the flow's or the global budget) stops reads
     /// from the host socket.
     fn pump_tcp(&mut self, now: Instant, id: u64) {
-        let flow_cap = self
-            .cfg
-            .limits
-            .flow_buffer_max
-            .max(self.cfg.limits.flow_buffer);
-        let total_cap = self.cfg.limits.total_buffer;
+        let limits = self.cfg.limits;
+        let flow_cap = limits.flow_buffer_max.max(limits.flow_buffer);
+        let total_cap = limits.total_buffer;
         let Some(flow) = self.flows.get_mut(&id) else {
             return;
         };
@@ -952,8 +951,19 @@ impl<G: GuestStack> Relay<G> {
 
             // host -> guest: recv(2) straight into the guest's send buffer.
             while t.readable && !t.host_eof && !host_reset {
-                let global = total_cap.saturating_sub(self.guest.tcp_buffered());
-                let room = flow_cap.saturating_sub(queued).min(global).min(space);
+                let buffered = self.guest.tcp_buffered();
+                let global = total_cap.saturating_sub(buffered);
+                // Memory pressure (Linux's tcp_memory_pressure, which stops
+                // send buffers from growing): a flow holds up to
+                // --flow-buffer whatever the others do, and grows beyond it
+                // (up to --flow-buffer-max) only into what is left below
+                // half the global budget, so a few fast flows cannot take
+                // the whole budget and shut new flows out.
+                let headroom = (total_cap / 2).saturating_sub(buffered);
+                let cap = limits
+                    .flow_buffer
+                    .max(flow_cap.min(queued.saturating_add(headroom)));
+                let room = cap.saturating_sub(queued).min(global).min(space);
                 if room == 0 {
                     // A full send buffer is reported by the guest when it
                     // has room again; the budgets are not: wait for them in

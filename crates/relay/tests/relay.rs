@@ -342,6 +342,74 @@ fn flow_and_total_budgets_bound_what_the_guest_holds() {
     assert!(r.stats().peak_buffered <= TOTAL as u64);
 }
 
+/// Memory pressure: flows grow past `flow_buffer` (toward
+/// `flow_buffer_max`) only below half the global budget, so two fast host
+/// senders into a guest that takes nothing leave room for new flows.
+#[test]
+fn growing_flows_stop_at_half_the_global_budget() {
+    const MIN: usize = 16 * 1024;
+    const TOTAL: usize = 128 * 1024;
+    let (l, port) = listener();
+    let cfg = RelayConfig {
+        limits: Limits {
+            flow_buffer: MIN,
+            flow_buffer_max: 256 * 1024,
+            total_buffer: TOTAL,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let syns = [40070, 40071].map(|p| {
+        r.guest_mut()
+            .syn(guest_port(p), SocketAddrV4::new(GW, port))
+    });
+    assert!(spin(&mut r, |r| syns
+        .iter()
+        .all(|s| r.guest().conn_of(*s).is_some())));
+    let conns = syns.map(|s| r.guest().conn_of(s).unwrap_or_else(|| panic!("conn")));
+    let mut hosts: Vec<TcpStream> = (0..2)
+        .map(|_| l.accept().unwrap_or_else(|e| panic!("accept: {e}")).0)
+        .collect();
+    for c in conns {
+        if let Some(k) = r.guest_mut().conns.get_mut(&c) {
+            k.window = 0;
+        }
+    }
+    for h in &hosts {
+        h.set_nonblocking(true).ok();
+    }
+    let data = vec![0x5au8; 8 * 1024 * 1024];
+    for _ in 0..300 {
+        for h in hosts.iter_mut() {
+            let _ = h.write(&data);
+        }
+        let _ = r.step(Some(Duration::from_millis(1)));
+        assert!(
+            r.buffered() <= TOTAL / 2 + MIN,
+            "buffered {} past half the budget plus one flow's minimum",
+            r.buffered()
+        );
+    }
+    let held: Vec<usize> = conns
+        .iter()
+        .map(|c| r.guest().conn(*c).map_or(0, |k| k.queued.len()))
+        .collect();
+    assert!(held.iter().any(|q| *q > MIN), "a flow grew: {held:?}");
+    assert!(
+        held.iter().all(|q| *q >= MIN),
+        "each flow its minimum: {held:?}"
+    );
+    assert!(r.buffered() < TOTAL, "room left for new flows");
+    // A third flow is admitted and carries data although the others hold
+    // everything they were given.
+    let syn = r
+        .guest_mut()
+        .syn(guest_port(40072), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| r.guest().conn_of(syn).is_some()));
+    assert_eq!(r.stats().limit_buffer, 0, "no flow refused for the budget");
+}
+
 /// Guest to host in bulk while the host reads nothing for a while: the
 /// guest's bytes wait in its own buffer (the relay takes only what the
 /// host socket accepts), then arrive byte-exact with the FIN.
