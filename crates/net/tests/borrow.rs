@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use ustack_net::{Net, TcpListener, TcpStream};
 
-use common::{pair, A_IP, PATIENCE};
+use common::{pair_with, A_IP, PATIENCE};
+use ustack_net::core::tcp::TcpConfig;
 
 /// Byte `i` of the test stream.
 fn byte(i: usize) -> u8 {
@@ -19,9 +20,16 @@ fn byte(i: usize) -> u8 {
 }
 
 /// A connected (client on B, server on A) pair of streams; the nets are
-/// returned so that they outlive the streams.
+/// returned so that they outlive the streams. The send buffer is fixed at
+/// 256 KiB (no autotuning), so that 8 MiB turn the rings many times and
+/// lending meets the wrap point for certain.
 fn connected(port: u16) -> (Net, Net, TcpStream, TcpStream) {
-    let (a, b) = pair();
+    let tcp = TcpConfig {
+        snd_buf: 256 << 10,
+        snd_buf_initial: 256 << 10,
+        ..TcpConfig::default()
+    };
+    let (a, b) = pair_with(tcp);
     let listener = TcpListener::bind(&a, SocketAddrV4::new(A_IP, port)).expect("bind");
     let client = TcpStream::connect(&b, SocketAddrV4::new(A_IP, port)).expect("connect");
     let (server, _) = listener.accept().expect("accept");

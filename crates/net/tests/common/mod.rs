@@ -135,9 +135,17 @@ pub fn opts(name: &str) -> RuntimeOptions {
 
 /// Two stacks, 10.0.0.1 (A) and 10.0.0.2 (B), on one link.
 pub fn pair() -> (Net, Net) {
+    pair_with(ustack_net::core::tcp::TcpConfig::default())
+}
+
+/// [`pair`] with TCP tunables of the test's choosing on both stacks.
+pub fn pair_with(tcp: ustack_net::core::tcp::TcpConfig) -> (Net, Net) {
     let (da, db) = seqpacket_pair().expect("socketpair");
-    let a = Net::start(config(A_IP, 1), Box::new(da), opts("ustack-a")).expect("start A");
-    let b = Net::start(config(B_IP, 2), Box::new(db), opts("ustack-b")).expect("start B");
+    let (mut ca, mut cb) = (config(A_IP, 1), config(B_IP, 2));
+    ca.tcp = tcp.clone();
+    cb.tcp = tcp;
+    let a = Net::start(ca, Box::new(da), opts("ustack-a")).expect("start A");
+    let b = Net::start(cb, Box::new(db), opts("ustack-b")).expect("start B");
     (a, b)
 }
 
