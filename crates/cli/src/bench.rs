@@ -133,12 +133,21 @@ fn combine(runs: &[Vec<Row>]) -> Vec<Row> {
         .collect()
 }
 
-fn fmt_ratios(r: &Row) -> String {
-    r.ratios
-        .iter()
-        .map(|x| format!("{x:.2}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+/// One table row (the name `name_w` wide, figures `fig_w`), and with
+/// several runs each run's ratio in brackets.
+fn print_row(r: &Row, name_w: usize, fig_w: usize, many: bool) {
+    // CPU seconds per GB are small numbers: more digits.
+    let p = if r.unit == "s/GB" { 3 } else { 1 };
+    let runs = if many {
+        let each: Vec<String> = r.ratios.iter().map(|x| format!("{x:.2}")).collect();
+        format!("  ({})", each.join(" "))
+    } else {
+        String::new()
+    };
+    println!(
+        "{:<name_w$} {:>fig_w$.p$} {:>fig_w$.p$} {:<7} {:>8.2}{runs}",
+        r.test, r.ustack, r.kernel, r.unit, r.ratio
+    );
 }
 
 /// Average RTT in µs from ping(8)'s summary line.
@@ -355,7 +364,6 @@ pub fn run(a: BenchArgs) -> Result<i32> {
 /// rings if asked, then the kernel over veth. Everything it creates is
 /// named after `pid` and gone when it returns.
 fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)> {
-    let exe = exe.to_path_buf();
     let ns_u = format!("ubu{pid}");
     let ns_a = format!("uba{pid}");
     let ns_b = format!("ubb{pid}");
@@ -386,7 +394,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
     let up = setup::bring_up(&args, "")?;
     crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
-    let u = measure(&exe, &ns_u, args.addr.addr, a)?;
+    let u = measure(exe, &ns_u, args.addr.addr, a)?;
     up.finish();
     // The same bulk transfers without the TAP's offloads (one MTU per
     // frame, checksums in software): what the offloads are worth.
@@ -404,7 +412,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         let up = setup::bring_up(&args, "")?;
         crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
         eprintln!("ustack over TAP {} without offloads:", up.tap);
-        let p = measure_bulk(&exe, &ns_p, args.addr.addr, a)?;
+        let p = measure_bulk(exe, &ns_p, args.addr.addr, a)?;
         up.finish();
         Some(p)
     };
@@ -413,7 +421,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
     let mut rings = Vec::new();
     if a.packet {
         for v in [RingVersion::V3, RingVersion::V2] {
-            rings.push((v, measure_packet(&exe, &mut nss, pid, v, a)?));
+            rings.push((v, measure_packet(exe, &mut nss, pid, v, a)?));
         }
     }
 
@@ -426,7 +434,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
     )?;
     let mut child = Command::new("ip")
         .args(["netns", "exec", &ns_b])
-        .arg(&exe)
+        .arg(exe)
         .args(["kserve", "--bind", "10.79.0.2"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -447,7 +455,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         _ => bail!("the kernel-side server did not start"),
     }
     eprintln!("kernel over veth ({ns_a} -> {ns_b}):");
-    let k = measure(&exe, &ns_a, Ipv4Addr::new(10, 79, 0, 2), a)?;
+    let k = measure(exe, &ns_a, Ipv4Addr::new(10, 79, 0, 2), a)?;
 
     let row = |test: &str, us: f64, kv: f64, unit: &str| Row {
         test: test.to_string(),
@@ -548,21 +556,7 @@ fn print_rows(a: &BenchArgs, rows: &[Row], ring_rows: &[Row]) -> Result<()> {
             "test", "ustack", "kernel", "unit", "ratio"
         );
         for r in rows {
-            // CPU seconds per GB are small numbers: more digits.
-            let p = if r.unit == "s/GB" { 3 } else { 1 };
-            println!(
-                "{:<30} {:>12.p$} {:>12.p$} {:<7} {:>8.2}{}",
-                r.test,
-                r.ustack,
-                r.kernel,
-                r.unit,
-                r.ratio,
-                if many {
-                    format!("  ({})", fmt_ratios(r))
-                } else {
-                    String::new()
-                }
-            );
+            print_row(r, 30, 12, many);
         }
         println!(
             "(ustack: TAP, peer = kernel in a namespace; kernel: veth between two namespaces; ratio = ustack/kernel)"
@@ -585,19 +579,7 @@ fn print_rows(a: &BenchArgs, rows: &[Row], ring_rows: &[Row]) -> Result<()> {
                 "test", "ring", "tap", "unit", "ratio"
             );
             for r in ring_rows {
-                println!(
-                    "{:<36} {:>10.1} {:>10.1} {:<7} {:>8.2}{}",
-                    r.test,
-                    r.ustack,
-                    r.kernel,
-                    r.unit,
-                    r.ratio,
-                    if many {
-                        format!("  ({})", fmt_ratios(r))
-                    } else {
-                        String::new()
-                    }
-                );
+                print_row(r, 36, 10, many);
             }
             println!(
                 "(ustack on an AF_PACKET ring on a veth end vs on the TAP, both with the \

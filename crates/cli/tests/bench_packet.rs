@@ -7,18 +7,11 @@ mod common;
 
 use std::process::Command;
 
-use common::BIN;
+use common::{namespaces_matching, BIN};
 
 fn leftovers(pid: u32) -> Vec<String> {
     let tag = (pid % 100_000).to_string();
-    std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("ub") && n.ends_with(&tag))
-                .collect()
-        })
-        .unwrap_or_default()
+    namespaces_matching(|n| n.starts_with("ub") && n.ends_with(&tag))
 }
 
 #[test]

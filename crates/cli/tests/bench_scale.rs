@@ -8,17 +8,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::BIN;
+use common::{namespaces_matching, BIN};
 
 fn leftovers(tag: &str) -> Vec<String> {
-    std::fs::read_dir("/run/netns")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("uss") && n.ends_with(tag))
-                .collect()
-        })
-        .unwrap_or_default()
+    namespaces_matching(|n| n.starts_with("uss") && n.ends_with(tag))
 }
 
 #[test]

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use stack_util::*;
 use ustack_core::tcp::{State, TcpConfig};
 use ustack_core::time::{Duration, Instant};
-use ustack_core::{LinkOffload, Stack, TcpError, TcpHandle};
+use ustack_core::{LinkOffload, Stack, TcpHandle};
 use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr, ARP_LEN};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
@@ -526,25 +526,11 @@ fn bulk_transfer_coalesces_and_delivers_every_byte() {
         let s = server.unwrap();
         let total = 4 << 20;
         let data: Vec<u8> = (0..total).map(|i| (i * 13 % 251) as u8).collect();
-        let (mut sent, mut got) = (0, Vec::with_capacity(total));
-        let mut buf = vec![0u8; 1 << 16];
-        assert!(n.run_until(Duration::from_secs(60), |n| {
-            while sent < total {
-                match n.a.tcp_send(c, &data[sent..]) {
-                    Ok(0) | Err(TcpError::WouldBlock) => break,
-                    Ok(k) => sent += k,
-                    Err(e) => panic!("send: {e}"),
-                }
-            }
-            while let Ok(k) = n.b.tcp_recv(s, &mut buf) {
-                if k == 0 {
-                    break;
-                }
-                got.extend_from_slice(&buf[..k]);
-            }
-            got.len() == total
-        }));
-        assert!(got == data, "every byte once and in order (gro {gro})");
+        let got = transfer(&mut n, c, s, &data, Duration::from_secs(60));
+        assert!(
+            got == Some(data),
+            "every byte once and in order (gro {gro})"
+        );
         let (gp, gw) = (
             counter(&n.b, "Link", "InGroPackets"),
             counter(&n.b, "Link", "InGroWirePackets"),
@@ -599,25 +585,8 @@ fn transparent_mode_coalesces_too() {
     let w = n.b.tcp_accept_pending(n.now, p.id).unwrap();
     let total = 1 << 20;
     let data: Vec<u8> = (0..total).map(|i| (i * 3 % 253) as u8).collect();
-    let (mut sent, mut got) = (0, Vec::new());
-    let mut buf = vec![0u8; 1 << 16];
-    assert!(n.run_until(Duration::from_secs(30), |n| {
-        while sent < total {
-            match n.a.tcp_send(c, &data[sent..]) {
-                Ok(0) | Err(TcpError::WouldBlock) => break,
-                Ok(k) => sent += k,
-                Err(e) => panic!("send: {e}"),
-            }
-        }
-        while let Ok(k) = n.b.tcp_recv(w, &mut buf) {
-            if k == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..k]);
-        }
-        got.len() == total
-    }));
-    assert!(got == data);
+    let got = transfer(&mut n, c, w, &data, Duration::from_secs(30));
+    assert!(got == Some(data));
     assert!(counter(&n.b, "Link", "InGroPackets") > 0);
 }
 

@@ -9,7 +9,7 @@ use std::net::SocketAddrV4;
 use stack_util::*;
 use ustack_core::tcp::State;
 use ustack_core::time::Duration;
-use ustack_core::{LinkOffload, TcpError};
+use ustack_core::LinkOffload;
 use ustack_wire::checksum;
 use ustack_wire::ethernet::EthernetFrame;
 use ustack_wire::ip::IpProtocol;
@@ -73,26 +73,8 @@ fn bulk_transfer_in_gso_super_frames_with_partial_checksums() {
     let s = server.unwrap();
     let total = 2 << 20;
     let data: Vec<u8> = (0..total).map(|i| (i * 7 % 253) as u8).collect();
-    let (mut sent, mut got) = (0, Vec::with_capacity(total));
-    let mut buf = vec![0u8; 1 << 16];
-    assert!(n.run_until(Duration::from_secs(60), |n| {
-        while sent < total {
-            match n.a.tcp_send(c, &data[sent..]) {
-                Ok(0) | Err(TcpError::WouldBlock) => break,
-                Ok(k) => sent += k,
-                Err(e) => panic!("send: {e}"),
-            }
-        }
-        loop {
-            match n.b.tcp_recv(s, &mut buf) {
-                Ok(0) | Err(TcpError::WouldBlock) => break,
-                Ok(k) => got.extend_from_slice(&buf[..k]),
-                Err(e) => panic!("recv: {e}"),
-            }
-        }
-        got.len() == total
-    }));
-    assert!(got == data, "every byte once and in order");
+    let got = transfer(&mut n, c, s, &data, Duration::from_secs(60));
+    assert!(got == Some(data), "every byte once and in order");
 
     // A sent super-frames: one GSO frame carries many segments' worth,
     // cut at the MSS, its checksum partial and correct once completed.

@@ -10,7 +10,7 @@ use std::net::SocketAddrV4;
 use stack_util::*;
 use ustack_core::tcp::{MtuProbing, State, TcpConfig};
 use ustack_core::time::Duration;
-use ustack_core::{TcpError, TcpHandle};
+use ustack_core::TcpHandle;
 use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::ip::IpProtocol;
 
@@ -34,25 +34,9 @@ fn connect(n: &mut Net, l: TcpHandle) -> (TcpHandle, TcpHandle) {
 }
 
 /// Send `len` bytes A -> B and check they arrive intact within `limit`.
-fn transfer(n: &mut Net, c: TcpHandle, s: TcpHandle, len: usize, limit: Duration) -> bool {
+fn send_intact(n: &mut Net, c: TcpHandle, s: TcpHandle, len: usize, limit: Duration) -> bool {
     let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-    let mut sent = 0;
-    let mut got = Vec::with_capacity(len);
-    let mut buf = vec![0u8; 65536];
-    let ok = n.run_until(limit, |n| {
-        while sent < len {
-            match n.a.tcp_send(c, &data[sent..]) {
-                Ok(0) | Err(TcpError::WouldBlock) => break,
-                Ok(k) => sent += k,
-                Err(e) => panic!("send: {e}"),
-            }
-        }
-        while let Ok(k) = n.b.tcp_recv(s, &mut buf) {
-            got.extend_from_slice(&buf[..k]);
-        }
-        got.len() == len
-    });
-    ok && got == data
+    transfer(n, c, s, &data, limit) == Some(data)
 }
 
 /// TCP datagrams A sent since the log was cleared: (IP length, DF).
@@ -116,7 +100,7 @@ fn frag_needed_adapts(sack: bool) {
         }
         got == 30_000
     }));
-    assert!(transfer(&mut n, c, s, 200_000, Duration::from_secs(10)));
+    assert!(send_intact(&mut n, c, s, 200_000, Duration::from_secs(10)));
     for name in ["TCPTimeouts", "TCPLossProbes", "TCPFastRetrans"] {
         assert_eq!(a_counter(&n, name), 0, "sack {sack}: {name}");
     }
@@ -140,7 +124,13 @@ fn frag_needed_adapts(sack: bool) {
     assert_eq!(n.a.tcp_info(c2).unwrap().smss, 1240);
     assert_eq!(n.b.tcp_info(s2).unwrap().smss, 1240, "A advertised it");
     let before = n.router_ab.unwrap().dropped;
-    assert!(transfer(&mut n, c2, s2, 100_000, Duration::from_secs(10)));
+    assert!(send_intact(
+        &mut n,
+        c2,
+        s2,
+        100_000,
+        Duration::from_secs(10)
+    ));
     assert_eq!(n.router_ab.unwrap().dropped, before);
     assert_eq!(a_counter(&n, "TCPTimeouts"), 0);
 
@@ -150,7 +140,13 @@ fn frag_needed_adapts(sack: bool) {
     assert_eq!(n.a.path_mtu(n.now, B_IP), None);
     let (c3, s3) = connect(&mut n, l);
     assert_eq!(n.a.tcp_info(c3).unwrap().smss, 1460);
-    assert!(transfer(&mut n, c3, s3, 100_000, Duration::from_secs(10)));
+    assert!(send_intact(
+        &mut n,
+        c3,
+        s3,
+        100_000,
+        Duration::from_secs(10)
+    ));
     assert!(
         n.router_ab.unwrap().dropped > before,
         "probed the path again"
@@ -199,7 +195,7 @@ fn frag_needed_below_552_is_552_without_df() {
             }));
         }
         assert!(
-            transfer(&mut n, c, s, 50_000, Duration::from_secs(10)),
+            send_intact(&mut n, c, s, 50_000, Duration::from_secs(10)),
             "reported {reported}"
         );
         assert_eq!(a_counter(&n, "TCPTimeouts"), 0, "reported {reported}");
@@ -276,7 +272,7 @@ fn black_hole_is_found_by_probing_and_the_mss_settles() {
         let (c, s) = connect(&mut n, l);
         n.router_ab = Some(Router::new(1280, false));
         assert!(
-            transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)),
+            send_intact(&mut n, c, s, 2_000_000, Duration::from_secs(60)),
             "sack {sack}"
         );
         let i = n.a.tcp_info(c).unwrap();
@@ -295,7 +291,7 @@ fn black_hole_is_found_by_probing_and_the_mss_settles() {
         assert!(r.dropped >= 10, "sack {sack}");
         // More data: no more drops, no more timeouts.
         let before = r.dropped;
-        assert!(transfer(&mut n, c, s, 500_000, Duration::from_secs(10)));
+        assert!(send_intact(&mut n, c, s, 500_000, Duration::from_secs(10)));
         assert_eq!(n.router_ab.unwrap().dropped, before, "sack {sack}");
         assert_eq!(a_counter(&n, "TCPTimeouts"), 4, "sack {sack}");
     }
@@ -311,7 +307,7 @@ fn black_hole_without_probing_stalls() {
     let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
     let (c, s) = connect(&mut n, l);
     n.router_ab = Some(Router::new(1280, false));
-    assert!(!transfer(&mut n, c, s, 100_000, Duration::from_secs(60)));
+    assert!(!send_intact(&mut n, c, s, 100_000, Duration::from_secs(60)));
     assert_eq!(n.a.tcp_info(c).unwrap().smss, 1460);
     assert!(a_counter(&n, "TCPTimeouts") >= 6);
 }
@@ -325,7 +321,13 @@ fn probing_always_climbs_from_base_mss() {
     let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
     let (c, s) = connect(&mut n, l);
     assert_eq!(n.a.tcp_info(c).unwrap().smss, 1024);
-    assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
+    assert!(send_intact(
+        &mut n,
+        c,
+        s,
+        2_000_000,
+        Duration::from_secs(60)
+    ));
     assert_eq!(n.a.tcp_info(c).unwrap().smss, 1453);
     assert_eq!(a_counter(&n, "TCPMTUPSuccess"), 6);
     assert_eq!(a_counter(&n, "TCPMTUPFail"), 0);
@@ -341,15 +343,33 @@ fn finished_search_probes_again_after_the_interval() {
     let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
     let (c, s) = connect(&mut n, l);
     n.router_ab = Some(Router::new(1280, false));
-    assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
+    assert!(send_intact(
+        &mut n,
+        c,
+        s,
+        2_000_000,
+        Duration::from_secs(60)
+    ));
     assert_eq!(n.a.tcp_info(c).unwrap().smss, 1234);
     n.router_ab = None;
     // Within the interval: no probe, the MSS stays.
-    assert!(transfer(&mut n, c, s, 1_000_000, Duration::from_secs(10)));
+    assert!(send_intact(
+        &mut n,
+        c,
+        s,
+        1_000_000,
+        Duration::from_secs(10)
+    ));
     assert_eq!(n.a.tcp_info(c).unwrap().smss, 1234);
     let successes = a_counter(&n, "TCPMTUPSuccess");
     n.advance(Duration::from_secs(600));
-    assert!(transfer(&mut n, c, s, 2_000_000, Duration::from_secs(60)));
+    assert!(send_intact(
+        &mut n,
+        c,
+        s,
+        2_000_000,
+        Duration::from_secs(60)
+    ));
     let smss = n.a.tcp_info(c).unwrap().smss;
     assert!(smss > 1450, "climbed back: {smss}");
     assert!(a_counter(&n, "TCPMTUPSuccess") > successes);

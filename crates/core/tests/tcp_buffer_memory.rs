@@ -58,6 +58,33 @@ fn idle_and_small_connections_hold_little_buffer_memory() {
     assert_eq!(n.b.conn().send_capacity(), c.snd_buf_initial);
 }
 
+/// Write `total` bytes of pattern `stream` A -> B as fast as A's send
+/// buffer takes them, in steps of 5 ms (at most `steps`), calling `each`
+/// after every write; returns whether all arrived intact.
+fn bulk(
+    n: &mut Net,
+    stream: u64,
+    total: usize,
+    steps: usize,
+    mut each: impl FnMut(&mut Net, usize),
+) -> bool {
+    let data: Vec<u8> = (0..total).map(|i| pattern(stream, i)).collect();
+    let (mut sent, mut got) = (0, Vec::with_capacity(total));
+    for step in 0..steps {
+        if let Some(rest) = data.get(sent..) {
+            sent += n.a.conn().send(rest).unwrap_or(0);
+        }
+        each(n, step);
+        let t = n.now + Duration::from_millis(5);
+        n.run_until(t);
+        got.extend(read_all(n.b.conn()));
+        if got.len() == total {
+            break;
+        }
+    }
+    got == data
+}
+
 /// Send-buffer autotuning: a bulk sender's buffer starts at
 /// `snd_buf_initial` and grows with cwnd (twice its bytes) up to `snd_buf`,
 /// never beyond; storage follows what is queued.
@@ -70,14 +97,8 @@ fn send_buffer_grows_with_the_window_up_to_its_ceiling() {
     let mut n = Net::with_delay(c.clone(), c.clone(), 20, 12);
     n.establish();
     assert_eq!(n.a.conn().send_buffer_size(), 64 << 10);
-    let total = 24usize << 20;
-    let data: Vec<u8> = (0..total).map(|i| pattern(6, i)).collect();
-    let (mut sent, mut got) = (0, Vec::with_capacity(total));
     let (mut cap_max, mut mem_max, mut grew_at) = (0, 0, None);
-    for step in 0..20_000 {
-        if let Some(rest) = data.get(sent..) {
-            sent += n.a.conn().send(rest).unwrap_or(0);
-        }
+    let intact = bulk(&mut n, 6, 24 << 20, 20_000, |n, step| {
         let cap = n.a.conn().send_buffer_size();
         assert!(cap >= cap_max, "the send buffer never shrinks");
         assert!(cap <= c.snd_buf, "{cap} past the ceiling");
@@ -92,14 +113,8 @@ fn send_buffer_grows_with_the_window_up_to_its_ceiling() {
         }
         cap_max = cap;
         mem_max = mem_max.max(n.a.conn().buffer_memory());
-        let t = n.now + Duration::from_millis(5);
-        n.run_until(t);
-        got.extend(read_all(n.b.conn()));
-        if got.len() == total {
-            break;
-        }
-    }
-    assert!(got == data, "all {total} bytes intact ({})", got.len());
+    });
+    assert!(intact, "all bytes intact");
     assert!(grew_at.is_some(), "the send buffer grew");
     assert_eq!(cap_max, c.snd_buf, "grew to the ceiling on a fast path");
     assert!(mem_max > c.snd_buf_initial, "storage followed: {mem_max}");
@@ -116,22 +131,10 @@ fn a_fixed_send_buffer_does_not_grow() {
     c.rcv_buf = 4 << 20;
     let mut n = Net::with_delay(c.clone(), c.clone(), 20, 13);
     n.establish();
-    let total = 8usize << 20;
-    let data: Vec<u8> = (0..total).map(|i| pattern(7, i)).collect();
-    let (mut sent, mut got) = (0, Vec::with_capacity(total));
-    for _ in 0..20_000 {
-        if let Some(rest) = data.get(sent..) {
-            sent += n.a.conn().send(rest).unwrap_or(0);
-        }
+    let intact = bulk(&mut n, 7, 8 << 20, 20_000, |n, _| {
         assert_eq!(n.a.conn().send_buffer_size(), 128 << 10);
-        let t = n.now + Duration::from_millis(5);
-        n.run_until(t);
-        got.extend(read_all(n.b.conn()));
-        if got.len() == total {
-            break;
-        }
-    }
-    assert!(got == data, "all {total} bytes intact ({})", got.len());
+    });
+    assert!(intact, "all bytes intact");
     assert!(n.a.conn().cwnd() > 128 << 10, "cwnd outgrew the buffer");
 }
 
@@ -163,30 +166,13 @@ fn bulk_transfer_grows_to_full_window() {
     let mut n = Net::with_delay(c.clone(), c.clone(), 20, 11);
     n.keep_log = true;
     n.establish();
-    let total = 4usize << 20;
-    let data: Vec<u8> = (0..total).map(|i| pattern(5, i)).collect();
-    let mut sent = 0;
-    let mut got = Vec::with_capacity(total);
     let mut peak = 0;
-    for _ in 0..5000 {
-        if let Some(rest) = data.get(sent..) {
-            sent += n.a.conn().send(rest).unwrap_or(0);
-        }
+    let intact = bulk(&mut n, 5, 4 << 20, 5000, |n, _| {
         peak = peak
             .max(n.a.conn().buffer_memory())
             .max(n.b.conn().buffer_memory());
-        let t = n.now + Duration::from_millis(5);
-        n.run_until(t);
-        got.extend(read_all(n.b.conn()));
-        if got.len() == total {
-            break;
-        }
-    }
-    assert!(
-        got == data,
-        "all {total} bytes arrive intact ({})",
-        got.len()
-    );
+    });
+    assert!(intact, "all bytes arrive intact");
     // The sender filled its whole configured buffer (storage grew to it)
     // and never beyond.
     assert_eq!(peak, c.snd_buf, "storage grows to the configured size");

@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
+use ustack_relay::guest::ConnId;
 use ustack_relay::testing::FakeGuest;
 use ustack_relay::{Limits, PortForward, Proto, Refusal, Relay, RelayConfig, Unreachable};
 
@@ -240,6 +241,34 @@ fn back_pressure_bounds_buffering_and_delivers_everything_in_order() {
     assert!(r.stats().peak_buffered <= 64 * 1024);
 }
 
+/// Two guest connections (from guest ports `ports`) to the host listener
+/// `l` on `port`, established, with the guest's windows closed (it takes
+/// nothing); returns them and the host ends.
+fn two_stalled_flows(
+    r: &mut Relay<FakeGuest>,
+    l: &TcpListener,
+    port: u16,
+    ports: [u16; 2],
+) -> ([ConnId; 2], Vec<TcpStream>) {
+    let syns = ports.map(|p| {
+        r.guest_mut()
+            .syn(guest_port(p), SocketAddrV4::new(GW, port))
+    });
+    assert!(spin(r, |r| syns
+        .iter()
+        .all(|s| r.guest().conn_of(*s).is_some())));
+    let conns = syns.map(|s| r.guest().conn_of(s).unwrap_or_else(|| panic!("conn")));
+    let hosts: Vec<TcpStream> = (0..2)
+        .map(|_| l.accept().unwrap_or_else(|e| panic!("accept: {e}")).0)
+        .collect();
+    for c in conns {
+        if let Some(k) = r.guest_mut().conns.get_mut(&c) {
+            k.window = 0;
+        }
+    }
+    (conns, hosts)
+}
+
 /// Two flows from host senders into a guest that takes nothing: the relay
 /// keeps no bytes of its own, so what the flows hold is what the guest's
 /// send buffers hold, bounded per flow by `flow_buffer_max` and together by
@@ -260,22 +289,7 @@ fn flow_and_total_budgets_bound_what_the_guest_holds() {
         ..RelayConfig::default()
     };
     let mut r = relay(cfg);
-    let syns = [40060, 40061].map(|p| {
-        r.guest_mut()
-            .syn(guest_port(p), SocketAddrV4::new(GW, port))
-    });
-    assert!(spin(&mut r, |r| syns
-        .iter()
-        .all(|s| r.guest().conn_of(*s).is_some())));
-    let conns = syns.map(|s| r.guest().conn_of(s).unwrap_or_else(|| panic!("conn")));
-    let mut hosts: Vec<TcpStream> = (0..2)
-        .map(|_| l.accept().unwrap_or_else(|e| panic!("accept: {e}")).0)
-        .collect();
-    for c in conns {
-        if let Some(k) = r.guest_mut().conns.get_mut(&c) {
-            k.window = 0;
-        }
-    }
+    let (conns, mut hosts) = two_stalled_flows(&mut r, &l, port, [40060, 40061]);
     // More than loopback's socket buffers absorb, so the hosts block.
     let total = 24 * 1024 * 1024;
     let data: Vec<Vec<u8>> = (0..2u8)
@@ -360,22 +374,7 @@ fn growing_flows_stop_at_half_the_global_budget() {
         ..RelayConfig::default()
     };
     let mut r = relay(cfg);
-    let syns = [40070, 40071].map(|p| {
-        r.guest_mut()
-            .syn(guest_port(p), SocketAddrV4::new(GW, port))
-    });
-    assert!(spin(&mut r, |r| syns
-        .iter()
-        .all(|s| r.guest().conn_of(*s).is_some())));
-    let conns = syns.map(|s| r.guest().conn_of(s).unwrap_or_else(|| panic!("conn")));
-    let mut hosts: Vec<TcpStream> = (0..2)
-        .map(|_| l.accept().unwrap_or_else(|e| panic!("accept: {e}")).0)
-        .collect();
-    for c in conns {
-        if let Some(k) = r.guest_mut().conns.get_mut(&c) {
-            k.window = 0;
-        }
-    }
+    let (conns, mut hosts) = two_stalled_flows(&mut r, &l, port, [40070, 40071]);
     for h in &hosts {
         h.set_nonblocking(true).ok();
     }

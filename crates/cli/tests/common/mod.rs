@@ -35,6 +35,19 @@ pub fn unique() -> String {
 }
 
 /// Run a command to completion, panicking with its stderr on failure.
+/// The named network namespaces (`ip netns`) whose name passes `keep`:
+/// what a benchmark left behind, when `keep` matches its names.
+pub fn namespaces_matching(keep: impl Fn(&str) -> bool) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| keep(n))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn must(cmd: &mut Command) -> Output {
     let out = cmd
         .output()

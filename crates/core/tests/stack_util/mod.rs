@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use ustack_core::tcp::TcpConfig;
 use ustack_core::time::{Duration, Instant};
-use ustack_core::{Config, Limits, Stack};
+use ustack_core::{Config, Limits, Stack, TcpError, TcpHandle};
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
 use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
 use ustack_wire::ip::IpProtocol;
@@ -323,4 +323,36 @@ pub fn counter(s: &Stack, group: &str, name: &str) -> u64 {
     s.counters()
         .get(group, name)
         .unwrap_or_else(|| panic!("no counter {group}:{name}"))
+}
+
+/// Send `data` A -> B on `c` (as fast as the send buffer takes it) and read
+/// it on `s` until all of it has arrived or `limit` passes: the bytes
+/// received, or `None` if they did not all arrive in time.
+pub fn transfer(
+    n: &mut Net,
+    c: TcpHandle,
+    s: TcpHandle,
+    data: &[u8],
+    limit: Duration,
+) -> Option<Vec<u8>> {
+    let (mut sent, mut got) = (0, Vec::with_capacity(data.len()));
+    let mut buf = vec![0u8; 1 << 16];
+    let done = n.run_until(limit, |n| {
+        while sent < data.len() {
+            match n.a.tcp_send(c, &data[sent..]) {
+                Ok(0) | Err(TcpError::WouldBlock) => break,
+                Ok(k) => sent += k,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        loop {
+            match n.b.tcp_recv(s, &mut buf) {
+                Ok(0) | Err(TcpError::WouldBlock) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        got.len() >= data.len()
+    });
+    done.then_some(got)
 }
