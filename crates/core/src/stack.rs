@@ -228,6 +228,14 @@ impl Stack {
         }
     }
 
+    /// Change the TCP configuration (Linux: the `net.ipv4.tcp_*` sysctls).
+    /// New connections and listeners' new children take it; connections
+    /// already open keep the one they started with.
+    pub fn set_tcp_config(&mut self, tcp: TcpConfig) {
+        self.tcp.set_config(tcp.clone());
+        self.config.tcp = tcp;
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }

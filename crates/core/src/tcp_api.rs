@@ -344,6 +344,16 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.set_keepalive(interval))
     }
 
+    /// Keep-alive with all three parameters (Linux `SO_KEEPALIVE` with
+    /// `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`); `None` turns it off.
+    pub fn tcp_set_keepalive_params(
+        &mut self,
+        h: TcpHandle,
+        ka: Option<crate::tcp::KeepAlive>,
+    ) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_keepalive_params(ka))
+    }
+
     pub fn tcp_set_linger_zero(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
         self.tcp.with_conn(h, |c| c.set_linger_zero(on))
     }

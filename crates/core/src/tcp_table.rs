@@ -489,6 +489,16 @@ impl TcpTable {
     // Application operations
     // ------------------------------------------------------------------
 
+    /// The configuration new connections (and listeners' children) take
+    /// from now on; connections already open keep theirs. The stack-wide
+    /// tunables (challenge-ACK budget, MTU-probe tunables) change at once.
+    pub(crate) fn set_config(&mut self, cfg: TcpConfig) {
+        self.shared.challenge.set_limit(cfg.challenge_ack_limit);
+        self.shared.probe.threshold = usize::from(cfg.probe_threshold);
+        self.shared.probe.interval = cfg.probe_interval;
+        self.cfg = cfg;
+    }
+
     pub(crate) fn listen(
         &mut self,
         local: SocketAddrV4,

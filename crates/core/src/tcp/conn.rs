@@ -60,6 +60,28 @@ pub struct TcpConnInfo {
     /// The send buffer's size now (autotuned up to `snd_buf`; what
     /// `send_queue` fills, Linux's `skmem` `tb`).
     pub send_buffer: usize,
+    /// Bytes queued and never sent (Linux `tcpi_notsent_bytes`).
+    pub notsent: usize,
+    /// Linux's congestion-avoidance state (`tcpi_ca_state`): 0 Open,
+    /// 1 Disorder (SACKs or duplicate ACKs seen), 3 Recovery, 4 Loss.
+    pub ca_state: u8,
+    /// Segments sent and not cumulatively acknowledged (`tcpi_unacked`).
+    pub unacked_segs: usize,
+    /// Of those, SACKed (`tcpi_sacked`).
+    pub sacked_segs: usize,
+    /// Deemed lost and not SACKed (`tcpi_lost`).
+    pub lost_segs: usize,
+    /// Retransmitted and still in flight (`tcpi_retrans`).
+    pub retrans_segs: usize,
+    /// Retransmission timeouts in a row (`tcpi_retransmits`, `tcpi_backoff`).
+    pub rto_retries: u32,
+    /// The MSS we advertised (`tcpi_advmss`).
+    pub adv_mss: usize,
+    /// Our estimate of the peer's segment size (`tcpi_rcv_mss`).
+    pub rcv_mss: usize,
+    /// RACK's reordering degree in segments (`tcpi_reordering`; 3 until
+    /// reordering is seen).
+    pub reordering: u32,
 }
 
 /// One TCP connection (a TCB), sans-IO. Its fields are grouped by concern,
@@ -642,6 +664,7 @@ impl Connection {
     }
 
     pub fn info(&self) -> TcpConnInfo {
+        let totals = self.rtx.scoreboard.totals();
         TcpConnInfo {
             state: self.state(),
             local: self.local,
@@ -669,6 +692,33 @@ impl Connection {
             retransmits: self.rtx.total,
             buffer_memory: self.buffer_memory(),
             send_buffer: self.send_buffer_size(),
+            notsent: self.notsent(),
+            ca_state: self.ca_state(),
+            unacked_segs: self.rtx.scoreboard.seg_count(),
+            sacked_segs: totals.sacked,
+            lost_segs: totals.lost,
+            retrans_segs: totals.retrans_out,
+            rto_retries: self.rtx.retries,
+            adv_mss: usize::from(self.opt.adv_mss),
+            rcv_mss: self.ack.rcv_mss,
+            reordering: 3,
+        }
+    }
+
+    /// Bytes queued and not yet sent once.
+    fn notsent(&self) -> usize {
+        let sent = self.snd.max.0.wrapping_sub(self.snd.una.0) as usize;
+        // SND.MAX counts a SYN or FIN, which are not queued bytes.
+        self.send_queue().saturating_sub(sent)
+    }
+
+    /// Linux's `icsk_ca_state` for `tcpi_ca_state`.
+    fn ca_state(&self) -> u8 {
+        match &self.recovery {
+            Some(r) if r.in_loss => 4,
+            Some(_) => 3,
+            None if self.rtx.dupacks > 0 || self.rtx.scoreboard.totals().sacked > 0 => 1,
+            None => 0,
         }
     }
 

@@ -121,12 +121,16 @@ impl Scoreboard {
         self.segs.is_empty()
     }
 
+    /// Segments sent and not yet cumulatively acknowledged.
+    pub(crate) fn seg_count(&self) -> usize {
+        self.segs.len()
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Seg> + '_ {
         self.segs.iter()
     }
 
     /// The totals (RFC 6675 pipe, SACKed, lost, retransmitted).
-    #[cfg(test)]
     pub(crate) fn totals(&self) -> Totals {
         self.totals
     }

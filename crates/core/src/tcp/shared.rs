@@ -89,6 +89,12 @@ impl ChallengeAckLimit {
         }
     }
 
+    /// A new limit per second (`tcp_challenge_ack_limit`), from the next
+    /// second on.
+    pub(crate) fn set_limit(&mut self, limit: u32) {
+        self.limit = limit;
+    }
+
     /// May one more challenge ACK go out at `now`? (Takes it if so.)
     pub(crate) fn take(&mut self, now: Instant) -> bool {
         if self.limit == u32::MAX {

@@ -1,0 +1,647 @@
+//! packetdrill adapter: ustack as a shared library for packetdrill's
+//! `--so_filename` mode, so Linux's own TCP test scripts run against it.
+//!
+//! packetdrill loads this library and calls `packetdrill_interface_init`,
+//! which fills `struct packetdrill_interface` (packetdrill.h): the socket
+//! calls go to [`ustack_socket::ffi`] (the same C ABI the `LD_PRELOAD`
+//! library uses), packets go in and out as IP datagrams through
+//! `netdev_send`/`netdev_receive`, and `usleep`/`gettimeofday` run a
+//! virtual clock:
+//!
+//! - `usleep(n)` moves the clock `n` µs on, firing the engine's timers at
+//!   their own times on the way, so every packet carries the time it left.
+//! - `netdev_receive` hands out the next packet the engine sent; with none
+//!   queued it moves the clock to the engine's next timer and looks again
+//!   (what the kernel's timers would have done while packetdrill waited).
+//!   With no timer left it reports an empty packet, which packetdrill
+//!   rejects: the script expected a packet the stack will never send.
+//! - `gettimeofday` reads the clock and moves it 1 µs, so packetdrill's
+//!   final busy-wait before an event ends.
+//!
+//! A script runs deterministically, as fast as the CPU allows, and
+//! unaffected by the machine's load. The host side of the link answers
+//! ARP itself; the engine sees an Ethernet link with a peer MAC address.
+//!
+//! `net.ipv4.tcp_*` sysctls (which the scripts set with backtick shell
+//! lines, in the private network namespace the runner gives each script)
+//! are read at every `socket()` and configure the engine the same way, see
+//! [`ustack_socket::sysctl`].
+//!
+//! `--so_flags` may give `ip=A.B.C.D/LEN` (default `192.168.0.1/16`, what
+//! packetdrill's IPv4 runs use as `--local_ip`) and `mtu=N` (1500).
+//!
+//! packetdrill's `%{ python }%` blocks read `TCP_INFO` with the libc
+//! `getsockopt` on the descriptor, outside the interface: when this library
+//! is also `LD_PRELOAD`ed into packetdrill, its exported `getsockopt`
+//! answers for our descriptors and passes every other call to libc.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use libc::{
+    iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval, timezone,
+};
+use ustack_core::tcp::TcpConfig;
+use ustack_core::time::{Duration, Instant};
+use ustack_core::{Config, Limits};
+use ustack_socket::ffi::{self, Ctx};
+use ustack_socket::sysctl::{self, Tunables};
+use ustack_socket::Host;
+use ustack_wire::ethernet::MacAddr;
+use ustack_wire::ipv4::Ipv4Cidr;
+
+/// The engine's MAC address and the one it sees for every peer.
+const OUR_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
+const PEER_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x02];
+const ETH_HDR: usize = 14;
+/// The virtual clock's start: far from zero so that no time computation
+/// in packetdrill or the engine meets an edge.
+const EPOCH_MICROS: u64 = 1_000_000_000_000;
+/// Our first descriptor: far above what packetdrill opens for itself
+/// (script, `/proc` files), so the numbers never meet (packetdrill maps
+/// the script's descriptors to whatever we return).
+pub const FD_BASE: i32 = 1000;
+/// Most timers `netdev_receive` fires looking for one packet.
+const MAX_TIMERS_PER_RECEIVE: usize = 100_000;
+
+type Sock3 = unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int) -> c_int;
+type Addr = unsafe extern "C" fn(*mut c_void, c_int, *const sockaddr, socklen_t) -> c_int;
+type AddrOut = unsafe extern "C" fn(*mut c_void, c_int, *mut sockaddr, *mut socklen_t) -> c_int;
+type Fd1 = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type Fd2 = unsafe extern "C" fn(*mut c_void, c_int, c_int) -> c_int;
+type Read = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, size_t) -> ssize_t;
+type Readv = unsafe extern "C" fn(*mut c_void, c_int, *const iovec, c_int) -> ssize_t;
+type Recv = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, size_t, c_int) -> ssize_t;
+type RecvFrom = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    *mut c_void,
+    size_t,
+    c_int,
+    *mut sockaddr,
+    *mut socklen_t,
+) -> ssize_t;
+type RecvMsg = unsafe extern "C" fn(*mut c_void, c_int, *mut msghdr, c_int) -> ssize_t;
+type Write = unsafe extern "C" fn(*mut c_void, c_int, *const c_void, size_t) -> ssize_t;
+type Send = unsafe extern "C" fn(*mut c_void, c_int, *const c_void, size_t, c_int) -> ssize_t;
+type SendTo = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    *const c_void,
+    size_t,
+    c_int,
+    *const sockaddr,
+    socklen_t,
+) -> ssize_t;
+type SendMsg = unsafe extern "C" fn(*mut c_void, c_int, *const msghdr, c_int) -> ssize_t;
+type Variadic = unsafe extern "C" fn(*mut c_void, c_int, c_int, ...) -> c_int;
+type VariadicUl = unsafe extern "C" fn(*mut c_void, c_int, libc::c_ulong, ...) -> c_int;
+type GetOpt =
+    unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+type SetOpt =
+    unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+type Poll = unsafe extern "C" fn(*mut c_void, *mut pollfd, nfds_t, c_int) -> c_int;
+type NetSend = unsafe extern "C" fn(*mut c_void, *const c_void, size_t) -> c_int;
+type NetRecv = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut size_t, *mut i64) -> c_int;
+type Usleep = unsafe extern "C" fn(*mut c_void, libc::useconds_t) -> c_int;
+type Gettimeofday = unsafe extern "C" fn(*mut c_void, *mut timeval, *mut timezone) -> c_int;
+type EpollCreate = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type EpollCtl =
+    unsafe extern "C" fn(*mut c_void, c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
+type EpollWait =
+    unsafe extern "C" fn(*mut c_void, c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
+type Pipe = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
+type Splice = unsafe extern "C" fn(
+    *mut c_void,
+    c_int,
+    *mut libc::loff_t,
+    c_int,
+    *mut libc::loff_t,
+    size_t,
+    libc::c_uint,
+) -> ssize_t;
+
+/// `struct packetdrill_interface` (packetdrill.h), field for field.
+#[repr(C)]
+pub struct PacketdrillInterface {
+    pub userdata: *mut c_void,
+    pub free: Option<unsafe extern "C" fn(*mut c_void)>,
+    pub socket: Option<Sock3>,
+    pub bind: Option<Addr>,
+    pub listen: Option<Fd2>,
+    pub accept: Option<AddrOut>,
+    pub connect: Option<Addr>,
+    pub read: Option<Read>,
+    pub readv: Option<Readv>,
+    pub recv: Option<Recv>,
+    pub recvfrom: Option<RecvFrom>,
+    pub recvmsg: Option<RecvMsg>,
+    pub write: Option<Write>,
+    pub writev: Option<Readv>,
+    pub send: Option<Send>,
+    pub sendto: Option<SendTo>,
+    pub sendmsg: Option<SendMsg>,
+    pub fcntl: Option<Variadic>,
+    pub ioctl: Option<VariadicUl>,
+    pub close: Option<Fd1>,
+    pub shutdown: Option<Fd2>,
+    pub getsockopt: Option<GetOpt>,
+    pub setsockopt: Option<SetOpt>,
+    pub poll: Option<Poll>,
+    pub netdev_send: Option<NetSend>,
+    pub netdev_receive: Option<NetRecv>,
+    pub usleep: Option<Usleep>,
+    pub gettimeofday: Option<Gettimeofday>,
+    pub epoll_create: Option<EpollCreate>,
+    pub epoll_ctl: Option<EpollCtl>,
+    pub epoll_wait: Option<EpollWait>,
+    pub pipe: Option<Pipe>,
+    pub splice: Option<Splice>,
+}
+
+/// The instance packetdrill runs (one per process), for the exported
+/// `getsockopt` that packetdrill's code blocks reach through libc.
+static CURRENT: AtomicPtr<Ctx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Adapter options from `--so_flags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flags {
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub mtu: usize,
+}
+
+impl Default for Flags {
+    fn default() -> Flags {
+        Flags {
+            addr: Ipv4Addr::new(192, 168, 0, 1),
+            prefix_len: 16,
+            mtu: 1500,
+        }
+    }
+}
+
+/// Parse `--so_flags` (`ip=A.B.C.D/LEN,mtu=N`, separated by commas or
+/// spaces). Unknown or malformed words are an error.
+pub fn parse_flags(s: &str) -> Result<Flags, String> {
+    let mut f = Flags::default();
+    for w in s.split([',', ' ']).filter(|w| !w.is_empty()) {
+        match w.split_once('=') {
+            Some(("ip", v)) => {
+                let (a, l) = v.split_once('/').unwrap_or((v, "16"));
+                f.addr = a.parse().map_err(|_| format!("bad address in {w:?}"))?;
+                f.prefix_len = l
+                    .parse()
+                    .ok()
+                    .filter(|l| *l <= 32)
+                    .ok_or_else(|| format!("bad prefix length in {w:?}"))?;
+            }
+            Some(("mtu", v)) => {
+                f.mtu = v
+                    .parse()
+                    .ok()
+                    .filter(|m| (576..=65535).contains(m))
+                    .ok_or_else(|| format!("bad mtu in {w:?}"))?;
+            }
+            _ => {
+                return Err(format!(
+                    "unknown so_flags word {w:?} (known: ip=A.B.C.D/LEN, mtu=N)"
+                ))
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// The engine defaults a Linux 6.x host has before any sysctl: what the
+/// scripts assume beyond the tunables they set.
+pub fn linux_tcp_defaults() -> TcpConfig {
+    TcpConfig {
+        // Linux paces only for BBR or with the fq qdisc; the scripts run
+        // without either.
+        pacing: false,
+        ..TcpConfig::default()
+    }
+}
+
+fn tunables() -> Tunables {
+    let base = Tunables {
+        tcp: linux_tcp_defaults(),
+        keepalive: Default::default(),
+    };
+    sysctl::read_dir(Path::new("/proc/sys/net/ipv4"), base)
+}
+
+/// A host configured for packetdrill's IPv4 runs.
+pub fn new_host(flags: Flags) -> Host {
+    let t = tunables();
+    let gw =
+        u32::from(flags.addr) & !0u32.checked_shr(u32::from(flags.prefix_len)).unwrap_or(0) | 0xfe;
+    let cfg = Config {
+        mac: MacAddr(OUR_MAC),
+        addr: Ipv4Cidr {
+            address: flags.addr,
+            prefix_len: flags.prefix_len,
+        },
+        // Remote addresses are off-link (192.0.2.1 for 192.168.0.1/16):
+        // route them through a gateway whose ARP the adapter answers.
+        gateway: Some(Ipv4Addr::from(if gw == u32::from(flags.addr) {
+            gw ^ 1
+        } else {
+            gw
+        })),
+        mtu: flags.mtu,
+        tcp: t.tcp.clone(),
+        limits: Limits::default(),
+        secret: *b"ustack-packetdri",
+        seed: 0x7061_636b_6574,
+    };
+    let mut h = Host::new(cfg, Instant::from_micros(EPOCH_MICROS));
+    h.set_tunables(t);
+    h.set_fd_base(FD_BASE);
+    h
+}
+
+/// # Safety
+/// `p` is the userdata given to packetdrill (a live `Ctx`) or null.
+unsafe fn ctx<'a>(p: *mut c_void) -> Option<&'a Ctx> {
+    // SAFETY: packetdrill passes back the pointer `init` stored.
+    unsafe { (p as *const Ctx).as_ref() }
+}
+
+unsafe extern "C" fn pd_free(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
+    let _ = CURRENT.compare_exchange(
+        p as *mut Ctx,
+        std::ptr::null_mut(),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    // SAFETY: made by Box::into_raw in init; packetdrill frees it once.
+    drop(unsafe { Box::from_raw(p as *mut Ctx) });
+}
+
+unsafe extern "C" fn pd_socket(p: *mut c_void, domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    // SAFETY: packetdrill's userdata.
+    if let Some(c) = unsafe { ctx(p) } {
+        // The script's sysctl lines have run by now: take them. (Read
+        // before locking: reading files calls `close`, which we interpose.)
+        let t = tunables();
+        c.lock().set_tunables(t);
+    }
+    // SAFETY: forwarded.
+    unsafe { ffi::ustack_socket(p, domain, ty, proto) }
+}
+
+/// Inject an IP datagram from packetdrill.
+unsafe extern "C" fn pd_netdev_send(p: *mut c_void, buf: *const c_void, count: size_t) -> c_int {
+    // SAFETY: packetdrill's userdata.
+    let Some(c) = (unsafe { ctx(p) }) else {
+        return -1;
+    };
+    if buf.is_null() || count == 0 || count > 65535 {
+        return -1;
+    }
+    // SAFETY: packetdrill passes `count` readable bytes.
+    let ip = unsafe { std::slice::from_raw_parts(buf as *const u8, count) };
+    let mut frame = Vec::with_capacity(ETH_HDR + ip.len());
+    frame.extend_from_slice(&OUR_MAC);
+    frame.extend_from_slice(&PEER_MAC);
+    frame.extend_from_slice(&0x0800u16.to_be_bytes());
+    frame.extend_from_slice(ip);
+    c.lock().link_input(&frame);
+    c.notify();
+    0
+}
+
+/// An ARP reply to a request in `frame` (the peer owns every address).
+fn arp_reply(frame: &[u8]) -> Option<Vec<u8>> {
+    let a = frame.get(ETH_HDR..ETH_HDR + 28)?;
+    // Ethernet/IPv4 request.
+    if a[0..2] != [0, 1] || a[2..4] != [8, 0] || a[4] != 6 || a[5] != 4 || a[6..8] != [0, 1] {
+        return None;
+    }
+    let (sha, spa, tpa) = (&a[8..14], &a[14..18], &a[24..28]);
+    let mut r = Vec::with_capacity(42);
+    r.extend_from_slice(sha);
+    r.extend_from_slice(&PEER_MAC);
+    r.extend_from_slice(&0x0806u16.to_be_bytes());
+    r.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+    r.extend_from_slice(&PEER_MAC);
+    r.extend_from_slice(tpa);
+    r.extend_from_slice(sha);
+    r.extend_from_slice(spa);
+    Some(r)
+}
+
+/// The next IP datagram the engine sent, moving the clock to the engine's
+/// timers while none is queued.
+unsafe extern "C" fn pd_netdev_receive(
+    p: *mut c_void,
+    buf: *mut c_void,
+    count: *mut size_t,
+    time: *mut i64,
+) -> c_int {
+    // SAFETY: packetdrill's userdata.
+    let Some(c) = (unsafe { ctx(p) }) else {
+        return -1;
+    };
+    if buf.is_null() || count.is_null() || time.is_null() {
+        return -1;
+    }
+    // SAFETY: packetdrill passes a size_t with the buffer's size.
+    let room = unsafe { *count };
+    let mut h = c.lock();
+    let mut timers = 0;
+    loop {
+        while let Some((at, frame)) = h.link_output() {
+            match frame.get(12..14) {
+                Some([0x08, 0x06]) => {
+                    if let Some(r) = arp_reply(&frame) {
+                        h.link_input(&r);
+                    }
+                }
+                Some([0x08, 0x00]) => {
+                    let ip = &frame[ETH_HDR..];
+                    let n = ip.len().min(room);
+                    // SAFETY: buf holds `room` writable bytes; n <= room.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(ip.as_ptr(), buf as *mut u8, n);
+                        *count = n;
+                        *time = at.total_micros() as i64;
+                    }
+                    drop(h);
+                    c.notify();
+                    return 0;
+                }
+                _ => {}
+            }
+        }
+        let next = h.next_timer();
+        match next {
+            Some(t) if timers < MAX_TIMERS_PER_RECEIVE => {
+                timers += 1;
+                let t = t.max(h.now());
+                h.advance_to(t);
+            }
+            _ => {
+                // Nothing will ever leave: an empty packet fails the script.
+                // SAFETY: as above.
+                unsafe {
+                    *count = 0;
+                    *time = h.now().total_micros() as i64;
+                }
+                drop(h);
+                c.notify();
+                return 0;
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn pd_usleep(p: *mut c_void, usec: libc::useconds_t) -> c_int {
+    // SAFETY: packetdrill's userdata.
+    let Some(c) = (unsafe { ctx(p) }) else {
+        return -1;
+    };
+    {
+        let mut h = c.lock();
+        let t = h.now() + Duration::from_micros(u64::from(usec));
+        h.advance_to(t);
+    }
+    c.notify();
+    0
+}
+
+unsafe extern "C" fn pd_gettimeofday(
+    p: *mut c_void,
+    tv: *mut timeval,
+    _tz: *mut timezone,
+) -> c_int {
+    // SAFETY: packetdrill's userdata.
+    let Some(c) = (unsafe { ctx(p) }) else {
+        return -1;
+    };
+    let us = {
+        let mut h = c.lock();
+        let now = h.now();
+        h.advance_to(now + Duration::from_micros(1));
+        now.total_micros()
+    };
+    c.notify();
+    // SAFETY: packetdrill passes a timeval (or null).
+    if let Some(tv) = unsafe { tv.as_mut() } {
+        tv.tv_sec = (us / 1_000_000) as libc::time_t;
+        tv.tv_usec = (us % 1_000_000) as libc::suseconds_t;
+    }
+    0
+}
+
+unsafe extern "C" fn pd_pipe(_p: *mut c_void, _fds: *mut c_int) -> c_int {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    -1
+}
+
+unsafe extern "C" fn pd_splice(
+    _p: *mut c_void,
+    _a: c_int,
+    _b: *mut libc::loff_t,
+    _c: c_int,
+    _d: *mut libc::loff_t,
+    _e: size_t,
+    _f: libc::c_uint,
+) -> ssize_t {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    -1
+}
+
+/// packetdrill's entry point.
+///
+/// # Safety
+/// `ifc` points to a `struct packetdrill_interface`; `flags` is null or a
+/// C string.
+#[no_mangle]
+pub unsafe extern "C" fn packetdrill_interface_init(
+    flags: *const c_char,
+    ifc: *mut PacketdrillInterface,
+) {
+    // SAFETY: packetdrill passes its struct.
+    let Some(ifc) = (unsafe { ifc.as_mut() }) else {
+        return;
+    };
+    let text = if flags.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a C string from packetdrill's command line.
+        unsafe { CStr::from_ptr(flags) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let f = match parse_flags(&text) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("ustack-packetdrill: {e}");
+            std::process::exit(2);
+        }
+    };
+    let ctx = Box::into_raw(Box::new(Ctx::new_virtual(new_host(f))));
+    CURRENT.store(ctx, Ordering::Release);
+    // SAFETY: the ffi functions have exactly packetdrill's signatures except
+    // the variadic fcntl/ioctl, which take their one integer or pointer
+    // argument as a fixed parameter: on the System V x86-64 and AArch64
+    // ABIs a variadic call passes it in the same register.
+    unsafe {
+        *ifc = PacketdrillInterface {
+            userdata: ctx as *mut c_void,
+            free: Some(pd_free),
+            socket: Some(pd_socket),
+            bind: Some(ffi::ustack_bind),
+            listen: Some(ffi::ustack_listen),
+            accept: Some(ffi::ustack_accept),
+            connect: Some(ffi::ustack_connect),
+            read: Some(ffi::ustack_read),
+            readv: Some(ffi::ustack_readv),
+            recv: Some(ffi::ustack_recv),
+            recvfrom: Some(ffi::ustack_recvfrom),
+            recvmsg: Some(ffi::ustack_recvmsg),
+            write: Some(ffi::ustack_write),
+            writev: Some(ffi::ustack_writev),
+            send: Some(ffi::ustack_send),
+            sendto: Some(ffi::ustack_sendto),
+            sendmsg: Some(ffi::ustack_sendmsg),
+            fcntl: Some(std::mem::transmute::<
+                unsafe extern "C" fn(*mut c_void, c_int, c_int, libc::c_long) -> c_int,
+                Variadic,
+            >(ffi::ustack_fcntl)),
+            ioctl: Some(std::mem::transmute::<
+                unsafe extern "C" fn(*mut c_void, c_int, libc::c_ulong, *mut c_void) -> c_int,
+                VariadicUl,
+            >(ffi::ustack_ioctl)),
+            close: Some(ffi::ustack_close),
+            shutdown: Some(ffi::ustack_shutdown),
+            getsockopt: Some(ffi::ustack_getsockopt),
+            setsockopt: Some(ffi::ustack_setsockopt),
+            poll: Some(ffi::ustack_poll),
+            netdev_send: Some(pd_netdev_send),
+            netdev_receive: Some(pd_netdev_receive),
+            usleep: Some(pd_usleep),
+            gettimeofday: Some(pd_gettimeofday),
+            epoll_create: Some(ffi::ustack_epoll_create),
+            epoll_ctl: Some(ffi::ustack_epoll_ctl),
+            epoll_wait: Some(ffi::ustack_epoll_wait),
+            pipe: Some(pd_pipe),
+            splice: Some(pd_splice),
+        };
+    }
+}
+
+/// libc's `getsockopt`, for descriptors that are not ours.
+type LibcGetsockopt =
+    unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+
+/// `getsockopt(2)` interposed when this library is `LD_PRELOAD`ed into
+/// packetdrill: answers for the running instance's descriptors (what the
+/// `%{ python }%` blocks ask, `TCP_INFO` and friends) and passes anything
+/// else to libc.
+///
+/// # Safety
+/// As `getsockopt(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    let cur = CURRENT.load(Ordering::Acquire);
+    // SAFETY: CURRENT is null or the live instance (cleared before free).
+    if let Some(c) = unsafe { cur.as_ref() } {
+        if c.lock().is_fd(fd) {
+            // SAFETY: forwarded.
+            return unsafe {
+                ffi::ustack_getsockopt(cur as *mut c_void, fd, level, name, val, len)
+            };
+        }
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a C string; the symbol is libc's
+    // getsockopt with this signature.
+    unsafe {
+        let sym = libc::dlsym(libc::RTLD_NEXT, c"getsockopt".as_ptr());
+        if sym.is_null() {
+            *libc::__errno_location() = libc::ENOSYS;
+            return -1;
+        }
+        let real: LibcGetsockopt = std::mem::transmute::<*mut c_void, LibcGetsockopt>(sym);
+        real(fd, level, name, val, len)
+    }
+}
+
+type LibcClose = unsafe extern "C" fn(c_int) -> c_int;
+
+/// `close(2)` interposed when this library is `LD_PRELOAD`ed into
+/// packetdrill: at the end of a script packetdrill closes every socket
+/// with libc's `close` on the descriptor the interface gave it; ours go to
+/// the instance, anything else to libc.
+///
+/// # Safety
+/// As `close(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    let cur = CURRENT.load(Ordering::Acquire);
+    // SAFETY: CURRENT is null or the live instance (cleared before free).
+    if let Some(c) = unsafe { cur.as_ref() } {
+        if c.lock().is_fd(fd) {
+            // SAFETY: forwarded.
+            return unsafe { ffi::ustack_close(cur as *mut c_void, fd) };
+        }
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a C string; the symbol is libc's
+    // close with this signature.
+    unsafe {
+        let sym = libc::dlsym(libc::RTLD_NEXT, c"close".as_ptr());
+        if sym.is_null() {
+            return libc::syscall(libc::SYS_close, fd) as c_int;
+        }
+        let real: LibcClose = std::mem::transmute::<*mut c_void, LibcClose>(sym);
+        real(fd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_and_refuse() {
+        assert_eq!(parse_flags("").unwrap(), Flags::default());
+        let f = parse_flags("ip=10.1.2.3/24,mtu=9000").unwrap();
+        assert_eq!(f.addr, Ipv4Addr::new(10, 1, 2, 3));
+        assert_eq!((f.prefix_len, f.mtu), (24, 9000));
+        assert!(parse_flags("ip=10.1.2.300").is_err());
+        assert!(parse_flags("mtu=10").is_err());
+        assert!(parse_flags("bogus").is_err());
+    }
+
+    #[test]
+    fn arp_requests_are_answered_for_any_address() {
+        let mut req = vec![0xff; 6];
+        req.extend_from_slice(&OUR_MAC);
+        req.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+        req.extend_from_slice(&OUR_MAC);
+        req.extend_from_slice(&[192, 168, 0, 1]);
+        req.extend_from_slice(&[0; 6]);
+        req.extend_from_slice(&[192, 168, 0, 254]);
+        let r = arp_reply(&req).unwrap();
+        assert_eq!(&r[..6], &OUR_MAC);
+        assert_eq!(&r[20..22], &[0, 2]);
+        assert_eq!(&r[28..32], &[192, 168, 0, 254]);
+        assert!(arp_reply(&req[..30]).is_none());
+    }
+}

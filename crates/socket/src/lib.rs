@@ -1,0 +1,1056 @@
+//! BSD socket calls over a ustack engine: the layer between a program that
+//! speaks `socket`/`connect`/`read`/`poll`/`setsockopt` and the sans-IO
+//! [`Stack`].
+//!
+//! It owns what the engine deliberately does not: small-integer
+//! descriptors, errno values as Linux gives them, the options a socket
+//! carries before it has a connection (and hands to the engine when it
+//! gets one), `poll`/`epoll` readiness with Linux's rules, and blocking.
+//!
+//! Two layers:
+//! - [`Host`]: single-threaded and non-blocking. Every call returns
+//!   `Err(EAGAIN)` where Linux would block; the caller decides whether to
+//!   wait. Time is injected ([`Host::advance_to`]), frames go in with
+//!   [`Host::link_input`] and come out of [`Host::link_output`].
+//! - [`ffi`]: the C ABI. A context holds a `Host` behind a lock with a
+//!   condition variable; calls on blocking descriptors wait on it until
+//!   another thread's input, a clock advance or a timeout lets them finish.
+//!   The packetdrill adapter (`crates/packetdrill`) is built on it, and so
+//!   will be the `LD_PRELOAD` library.
+//!
+//! IPv4 TCP only for now: `socket(AF_INET6, ..)` is `EAFNOSUPPORT` and a
+//! datagram socket is `EPROTONOSUPPORT`.
+
+pub mod ffi;
+mod opts;
+pub mod sysctl;
+mod tcp_info;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use ustack_core::tcp::{State, TcpConfig};
+
+use sysctl::Tunables;
+use ustack_core::time::{Duration, Instant};
+use ustack_core::{BindError, Config, ConnectError, SocketEvent, Stack, TcpError, TcpHandle};
+
+pub use opts::SockOpts;
+
+/// An errno value (`libc::E*`).
+pub type Errno = i32;
+
+/// Result of a socket call: `Err(libc::EAGAIN)` where Linux would block.
+pub type SockResult<T> = Result<T, Errno>;
+
+/// The lowest descriptor handed out by default (0-2 look like stdio to
+/// programs); see [`Host::set_fd_base`].
+pub const FIRST_FD: i32 = 3;
+
+/// What a descriptor is.
+enum Entry {
+    Sock(Sock),
+    Epoll(EpollSet),
+}
+
+/// A socket's connection state as the descriptor sees it.
+#[derive(Debug, Clone, Copy)]
+enum Tcp {
+    /// Created, maybe bound; no engine object yet.
+    Fresh {
+        bound: Option<SocketAddrV4>,
+    },
+    Listen(TcpHandle),
+    /// A connection, being opened (`connecting`) or open.
+    Conn {
+        h: TcpHandle,
+        connecting: bool,
+    },
+    /// The connection attempt failed and the error was reported; the
+    /// socket is closed (Linux: state CLOSE).
+    Failed,
+}
+
+struct Sock {
+    tcp: Tcp,
+    nonblock: bool,
+    opts: SockOpts,
+    /// `shutdown(SHUT_RD)`: reads return 0.
+    rd_shut: bool,
+    /// `shutdown(SHUT_WR)` done: writes fail with EPIPE.
+    wr_shut: bool,
+    /// An error (connect failure) to report through `SO_ERROR`.
+    so_error: Option<Errno>,
+    /// Readiness events seen for this socket (edge-triggered epoll).
+    events: u64,
+}
+
+/// One registration of an epoll set.
+#[derive(Debug, Clone, Copy)]
+struct Interest {
+    fd: i32,
+    events: u32,
+    data: u64,
+    /// `Sock::events` when last reported (edge-triggered) or disarmed
+    /// (`EPOLLONESHOT`).
+    seen: Option<u64>,
+    /// Readiness bits reported last (edge-triggered).
+    last: u32,
+}
+
+#[derive(Default)]
+struct EpollSet {
+    interest: Vec<Interest>,
+}
+
+/// The engine with its descriptors, clock and link queue.
+pub struct Host {
+    stack: Stack,
+    now: Instant,
+    /// The configuration new sockets start from (sysctls).
+    base: Tunables,
+    fds: Vec<Option<Entry>>,
+    by_handle: HashMap<TcpHandle, i32>,
+    out: VecDeque<(Instant, Vec<u8>)>,
+    /// Bumped by every call that may change what a blocked caller waits
+    /// for (input, time, socket calls).
+    generation: u64,
+    /// The first descriptor number.
+    fd_base: i32,
+}
+
+/// Linux's `TCP_*` state numbers (`tcpi_state`).
+pub fn linux_state(s: State) -> u8 {
+    match s {
+        State::Established => 1,
+        State::SynSent => 2,
+        State::SynReceived => 3,
+        State::FinWait1 => 4,
+        State::FinWait2 => 5,
+        State::TimeWait => 6,
+        State::Closed => 7,
+        State::CloseWait => 8,
+        State::LastAck => 9,
+        State::Listen => 10,
+        State::Closing => 11,
+    }
+}
+
+/// The errno Linux gives for an engine error.
+pub fn tcp_errno(e: TcpError) -> Errno {
+    match e {
+        TcpError::InvalidHandle => libc::EBADF,
+        TcpError::WouldBlock => libc::EAGAIN,
+        TcpError::NotConnected => libc::ENOTCONN,
+        TcpError::ConnectionRefused => libc::ECONNREFUSED,
+        TcpError::ConnectionReset => libc::ECONNRESET,
+        TcpError::ConnectionAborted => libc::ECONNABORTED,
+        TcpError::TimedOut => libc::ETIMEDOUT,
+        TcpError::HostUnreachable => libc::EHOSTUNREACH,
+        TcpError::BrokenPipe => libc::EPIPE,
+        TcpError::InvalidState => libc::EINVAL,
+    }
+}
+
+fn bind_errno(e: BindError) -> Errno {
+    match e {
+        BindError::AddrInUse | BindError::Exhausted => libc::EADDRINUSE,
+        BindError::AddrNotAvailable => libc::EADDRNOTAVAIL,
+    }
+}
+
+fn connect_errno(e: ConnectError) -> Errno {
+    match e {
+        ConnectError::AddrInUse => libc::EADDRINUSE,
+        ConnectError::NoRoute => libc::ENETUNREACH,
+        ConnectError::Exhausted => libc::EADDRNOTAVAIL,
+        ConnectError::InvalidAddress => libc::EINVAL,
+    }
+}
+
+/// `poll` bits.
+pub const POLLIN: u32 = libc::POLLIN as u32;
+pub const POLLOUT: u32 = libc::POLLOUT as u32;
+pub const POLLERR: u32 = libc::POLLERR as u32;
+pub const POLLHUP: u32 = libc::POLLHUP as u32;
+pub const POLLRDNORM: u32 = libc::POLLRDNORM as u32;
+pub const POLLWRNORM: u32 = libc::POLLWRNORM as u32;
+pub const POLLRDHUP: u32 = libc::POLLRDHUP as u32;
+
+impl Host {
+    /// A host running `config`, its clock starting at `now`.
+    pub fn new(config: Config, now: Instant) -> Host {
+        let base = Tunables {
+            tcp: config.tcp.clone(),
+            keepalive: config.tcp.keepalive.unwrap_or_default(),
+        };
+        Host {
+            stack: Stack::new(config, now),
+            now,
+            base,
+            fds: Vec::new(),
+            by_handle: HashMap::new(),
+            out: VecDeque::new(),
+            generation: 0,
+            fd_base: FIRST_FD,
+        }
+    }
+
+    /// Hand out descriptors from `base` on (before the first one): a host
+    /// living inside a process that has real descriptors of its own keeps
+    /// its numbers apart from them.
+    pub fn set_fd_base(&mut self, base: i32) {
+        self.fd_base = base.max(0);
+    }
+
+    pub fn stack(&self) -> &Stack {
+        &self.stack
+    }
+
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Changes since a waiter last looked (see [`ffi`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The configuration new sockets take (Linux: the sysctls).
+    pub fn set_tunables(&mut self, t: Tunables) {
+        self.base = t;
+    }
+
+    pub fn tunables(&self) -> &Tunables {
+        &self.base
+    }
+
+    // ------------------------------------------------------------------
+    // Clock and link
+    // ------------------------------------------------------------------
+
+    /// Move the clock to `t` (never back), firing every timer due on the
+    /// way at its own time, so frames carry the time they left.
+    pub fn advance_to(&mut self, t: Instant) {
+        let mut guard = 0u32;
+        while let Some(at) = self.stack.poll_at() {
+            if at > t || guard > 1_000_000 {
+                break;
+            }
+            guard += 1;
+            self.now = self.now.max(at);
+            self.flush();
+        }
+        self.now = self.now.max(t);
+        self.flush();
+    }
+
+    /// When the engine next wants to run (a timer), if ever.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.stack.poll_at()
+    }
+
+    /// An Ethernet frame from the link.
+    pub fn link_input(&mut self, frame: &[u8]) {
+        let Host {
+            stack, now, out, ..
+        } = self;
+        let at = *now;
+        stack.receive(at, frame, &mut |f| out.push_back((at, f.to_vec())));
+        self.flush();
+    }
+
+    /// The next Ethernet frame for the link, with the time it left.
+    pub fn link_output(&mut self) -> Option<(Instant, Vec<u8>)> {
+        self.out.pop_front()
+    }
+
+    /// Frames waiting for the link.
+    pub fn link_pending(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Run the engine's due work at `now` and collect readiness events.
+    fn flush(&mut self) {
+        let Host {
+            stack, now, out, ..
+        } = self;
+        let at = *now;
+        stack.poll(at, &mut |f| out.push_back((at, f.to_vec())));
+        let mut evs = Vec::new();
+        stack.take_events(&mut |e| {
+            if let SocketEvent::Tcp(h, _) = e {
+                evs.push(h);
+            }
+        });
+        for h in evs {
+            if let Some(&fd) = self.by_handle.get(&h) {
+                if let Some(s) = self.sock_mut_opt(fd) {
+                    s.events += 1;
+                }
+            }
+        }
+        self.generation += 1;
+    }
+
+    /// Note a change that may unblock a waiter (socket calls).
+    pub fn touch(&mut self) {
+        self.flush();
+    }
+
+    // ------------------------------------------------------------------
+    // Descriptors
+    // ------------------------------------------------------------------
+
+    fn alloc(&mut self, e: Entry) -> i32 {
+        let i = self
+            .fds
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.fds.len());
+        if i == self.fds.len() {
+            self.fds.push(None);
+        }
+        self.fds[i] = Some(e);
+        i as i32 + self.fd_base
+    }
+
+    fn slot(&self, fd: i32) -> Option<usize> {
+        usize::try_from(fd.checked_sub(self.fd_base)?).ok()
+    }
+
+    fn entry(&self, fd: i32) -> Option<&Entry> {
+        self.fds.get(self.slot(fd)?)?.as_ref()
+    }
+
+    fn entry_mut(&mut self, fd: i32) -> Option<&mut Entry> {
+        let i = self.slot(fd)?;
+        self.fds.get_mut(i)?.as_mut()
+    }
+
+    /// Is `fd` one of ours?
+    pub fn is_fd(&self, fd: i32) -> bool {
+        self.entry(fd).is_some()
+    }
+
+    fn sock(&self, fd: i32) -> SockResult<&Sock> {
+        match self.entry(fd) {
+            Some(Entry::Sock(s)) => Ok(s),
+            Some(Entry::Epoll(_)) => Err(libc::ENOTSOCK),
+            None => Err(libc::EBADF),
+        }
+    }
+
+    fn sock_mut(&mut self, fd: i32) -> SockResult<&mut Sock> {
+        match self.entry_mut(fd) {
+            Some(Entry::Sock(s)) => Ok(s),
+            Some(Entry::Epoll(_)) => Err(libc::ENOTSOCK),
+            None => Err(libc::EBADF),
+        }
+    }
+
+    fn sock_mut_opt(&mut self, fd: i32) -> Option<&mut Sock> {
+        match self.entry_mut(fd) {
+            Some(Entry::Sock(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Does a call on `fd` wait (no `O_NONBLOCK`)? Epoll sets always may.
+    pub fn is_blocking(&self, fd: i32) -> bool {
+        match self.entry(fd) {
+            Some(Entry::Sock(s)) => !s.nonblock,
+            _ => true,
+        }
+    }
+
+    /// The socket's `SO_RCVTIMEO` (`send == false`) or `SO_SNDTIMEO`.
+    pub fn timeout(&self, fd: i32, send: bool) -> Option<Duration> {
+        let s = self.sock(fd).ok()?;
+        if send {
+            s.opts.sndtimeo
+        } else {
+            s.opts.rcvtimeo
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Socket calls
+    // ------------------------------------------------------------------
+
+    /// `socket(2)`.
+    pub fn socket(&mut self, domain: i32, ty: i32, protocol: i32) -> SockResult<i32> {
+        if domain != libc::AF_INET {
+            return Err(libc::EAFNOSUPPORT);
+        }
+        let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        match ty & !flags {
+            libc::SOCK_STREAM => {}
+            libc::SOCK_DGRAM | libc::SOCK_RAW => return Err(libc::EPROTONOSUPPORT),
+            _ => return Err(libc::EINVAL),
+        }
+        if protocol != 0 && protocol != libc::IPPROTO_TCP {
+            return Err(libc::EPROTONOSUPPORT);
+        }
+        let opts = SockOpts::new(&self.base);
+        Ok(self.alloc(Entry::Sock(Sock {
+            tcp: Tcp::Fresh { bound: None },
+            nonblock: ty & libc::SOCK_NONBLOCK != 0,
+            opts,
+            rd_shut: false,
+            wr_shut: false,
+            so_error: None,
+            events: 0,
+        })))
+    }
+
+    /// Ports other descriptors hold (bound, listening or connected).
+    fn port_taken(&self, me: i32, port: u16, reuse: bool) -> bool {
+        self.fds.iter().enumerate().any(|(i, e)| {
+            let fd = i as i32 + self.fd_base;
+            let Some(Entry::Sock(s)) = e else {
+                return false;
+            };
+            if fd == me {
+                return false;
+            }
+            match s.tcp {
+                Tcp::Fresh { bound: Some(b) } => b.port() == port && !(reuse && s.opts.reuseaddr),
+                Tcp::Listen(h) => self
+                    .stack
+                    .tcp_status(h)
+                    .is_ok_and(|st| st.local.port() == port),
+                Tcp::Conn { h, .. } => {
+                    !(reuse && s.opts.reuseaddr)
+                        && self
+                            .stack
+                            .tcp_status(h)
+                            .is_ok_and(|st| st.local.port() == port)
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// `bind(2)` to an IPv4 address.
+    pub fn bind(&mut self, fd: i32, addr: SocketAddrV4) -> SockResult<()> {
+        let me = self.stack.addr();
+        let s = self.sock(fd)?;
+        let reuse = s.opts.reuseaddr;
+        let Tcp::Fresh { bound: None } = s.tcp else {
+            return Err(libc::EINVAL);
+        };
+        if !addr.ip().is_unspecified() && *addr.ip() != me {
+            return Err(libc::EADDRNOTAVAIL);
+        }
+        if addr.port() != 0 && self.port_taken(fd, addr.port(), reuse) {
+            return Err(libc::EADDRINUSE);
+        }
+        self.sock_mut(fd)?.tcp = Tcp::Fresh { bound: Some(addr) };
+        Ok(())
+    }
+
+    /// The engine configuration a socket's connection starts with.
+    fn conn_config(&self, opts: &SockOpts) -> TcpConfig {
+        opts.apply_to(&self.base.tcp)
+    }
+
+    /// `listen(2)`.
+    pub fn listen(&mut self, fd: i32, backlog: i32) -> SockResult<()> {
+        let s = self.sock(fd)?;
+        let backlog = usize::try_from(backlog).unwrap_or(0);
+        match s.tcp {
+            Tcp::Fresh { bound } => {
+                let cfg = self.conn_config(&s.opts);
+                let local = bound.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+                self.stack.set_tcp_config(cfg);
+                let h = self.stack.tcp_listen(local, backlog).map_err(bind_errno)?;
+                self.by_handle.insert(h, fd);
+                self.sock_mut(fd)?.tcp = Tcp::Listen(h);
+                self.flush();
+                Ok(())
+            }
+            // Linux lets a listener change its backlog.
+            Tcp::Listen(_) => Ok(()),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// `accept(2)`: the new descriptor and the peer's address.
+    pub fn accept(&mut self, fd: i32, flags: i32) -> SockResult<(i32, SocketAddrV4)> {
+        let s = self.sock(fd)?;
+        let Tcp::Listen(l) = s.tcp else {
+            return Err(libc::EINVAL);
+        };
+        let opts = s.opts.clone();
+        let Some(h) = self.stack.tcp_accept(l).map_err(tcp_errno)? else {
+            return Err(libc::EAGAIN);
+        };
+        let peer = self
+            .stack
+            .tcp_status(h)
+            .map(|st| st.remote)
+            .map_err(tcp_errno)?;
+        let nfd = self.alloc(Entry::Sock(Sock {
+            tcp: Tcp::Conn {
+                h,
+                connecting: false,
+            },
+            nonblock: flags & libc::SOCK_NONBLOCK != 0,
+            opts,
+            rd_shut: false,
+            wr_shut: false,
+            so_error: None,
+            events: 0,
+        }));
+        self.by_handle.insert(h, nfd);
+        self.apply_conn_opts(nfd);
+        self.flush();
+        Ok((nfd, peer))
+    }
+
+    /// Hand the options that act on an open connection to the engine.
+    fn apply_conn_opts(&mut self, fd: i32) {
+        let Ok(s) = self.sock(fd) else {
+            return;
+        };
+        let Tcp::Conn { h, .. } = s.tcp else {
+            return;
+        };
+        let o = s.opts.clone();
+        let st = &mut self.stack;
+        // The handle is live (we just looked it up); errors cannot happen
+        // and would only mean the option is not applied.
+        let _ = st.tcp_set_nodelay(h, o.nodelay);
+        let _ = st.tcp_set_keepalive_params(h, o.keepalive_params());
+        let _ = st.tcp_set_linger_zero(h, o.linger == Some(0));
+        if let Some(cc) = o.congestion {
+            let _ = st.tcp_set_congestion_control(h, cc);
+        }
+    }
+
+    /// `connect(2)`. `EINPROGRESS` when the handshake is under way (the
+    /// caller of a blocking socket then waits with [`Host::connect_done`]).
+    pub fn connect(&mut self, fd: i32, remote: SocketAddrV4) -> SockResult<()> {
+        let s = self.sock(fd)?;
+        match s.tcp {
+            Tcp::Fresh { bound } => {
+                let cfg = self.conn_config(&s.opts);
+                self.stack.set_tcp_config(cfg);
+                let now = self.now;
+                let h = self
+                    .stack
+                    .tcp_connect(now, remote, bound)
+                    .map_err(connect_errno)?;
+                self.by_handle.insert(h, fd);
+                self.sock_mut(fd)?.tcp = Tcp::Conn {
+                    h,
+                    connecting: true,
+                };
+                self.apply_conn_opts(fd);
+                self.flush();
+                Err(libc::EINPROGRESS)
+            }
+            Tcp::Conn {
+                connecting: true, ..
+            } => match self.connect_done(fd) {
+                Err(libc::EAGAIN) => Err(libc::EALREADY),
+                r => r,
+            },
+            Tcp::Conn { .. } => Err(libc::EISCONN),
+            Tcp::Listen(_) => Err(libc::EISCONN),
+            Tcp::Failed => Err(libc::ECONNABORTED),
+        }
+    }
+
+    /// Has the handshake of `fd` finished? `Ok` once connected, the error
+    /// if it failed (reported once, then `SO_ERROR` is clear), `EAGAIN`
+    /// while under way.
+    pub fn connect_done(&mut self, fd: i32) -> SockResult<()> {
+        let s = self.sock(fd)?;
+        let Tcp::Conn { h, connecting } = s.tcp else {
+            return match s.tcp {
+                Tcp::Failed => Err(libc::ECONNABORTED),
+                _ => Ok(()),
+            };
+        };
+        if !connecting {
+            return Ok(());
+        }
+        let r = self.stack.tcp_readiness(h).map_err(tcp_errno)?;
+        let st = self.stack.tcp_status(h).map_err(tcp_errno)?;
+        if let Some(e) = st.pending_error {
+            let s = self.sock_mut(fd)?;
+            s.tcp = Tcp::Failed;
+            s.so_error = None;
+            self.by_handle.remove(&h);
+            self.stack.tcp_close(h);
+            return Err(tcp_errno(e));
+        }
+        if r.is_connected() {
+            if let Tcp::Conn { connecting, .. } = &mut self.sock_mut(fd)?.tcp {
+                *connecting = false;
+            }
+            return Ok(());
+        }
+        if st.state == State::Closed {
+            self.sock_mut(fd)?.tcp = Tcp::Failed;
+            self.by_handle.remove(&h);
+            self.stack.tcp_close(h);
+            return Err(libc::ECONNREFUSED);
+        }
+        Err(libc::EAGAIN)
+    }
+
+    /// The connection behind `fd` for a data call.
+    fn conn(&mut self, fd: i32) -> SockResult<TcpHandle> {
+        let s = self.sock(fd)?;
+        match s.tcp {
+            Tcp::Conn {
+                h,
+                connecting: false,
+            } => Ok(h),
+            Tcp::Conn {
+                connecting: true, ..
+            } => match self.connect_done(fd) {
+                Ok(()) => self.conn(fd),
+                Err(e) => Err(e),
+            },
+            _ => Err(libc::ENOTCONN),
+        }
+    }
+
+    /// `recv(2)` with `MSG_PEEK` (`peek`): bytes read, 0 at end of stream.
+    pub fn recv(&mut self, fd: i32, buf: &mut [u8], peek: bool) -> SockResult<usize> {
+        let h = match self.conn(fd) {
+            Ok(h) => h,
+            // A handshake under way: nothing to read yet.
+            Err(libc::EAGAIN) => return Err(libc::EAGAIN),
+            Err(e) => return Err(e),
+        };
+        if self.sock(fd)?.rd_shut {
+            return Ok(0);
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let r = if peek {
+            self.stack
+                .tcp_recv_with(h, |a, b| {
+                    let n = a.len().min(buf.len());
+                    buf[..n].copy_from_slice(&a[..n]);
+                    let m = b.len().min(buf.len() - n);
+                    buf[n..n + m].copy_from_slice(&b[..m]);
+                    0
+                })
+                .map(|_| {
+                    let st = self.stack.tcp_status(h).map(|s| s.recv_queue).unwrap_or(0);
+                    st.min(buf.len())
+                })
+        } else {
+            self.stack.tcp_recv(h, buf)
+        };
+        self.flush();
+        match r {
+            Ok(n) => Ok(n),
+            Err(TcpError::WouldBlock) => Err(libc::EAGAIN),
+            Err(e) => Err(self.take_conn_error(fd, e)),
+        }
+    }
+
+    /// An error reported by a data call: Linux reports a connection's
+    /// error once (then reads see end of stream).
+    fn take_conn_error(&mut self, fd: i32, e: TcpError) -> Errno {
+        if let Ok(s) = self.sock_mut(fd) {
+            s.so_error = None;
+        }
+        tcp_errno(e)
+    }
+
+    /// `send(2)`: bytes queued (`EAGAIN` when none fit).
+    pub fn send(&mut self, fd: i32, data: &[u8]) -> SockResult<usize> {
+        let s = self.sock(fd)?;
+        if let Tcp::Fresh { .. } | Tcp::Listen(_) | Tcp::Failed = s.tcp {
+            return Err(libc::EPIPE);
+        }
+        if s.wr_shut {
+            return Err(libc::EPIPE);
+        }
+        let h = self.conn(fd)?;
+        if let Ok(st) = self.stack.tcp_status(h) {
+            if let Some(e) = st.pending_error {
+                return Err(self.take_conn_error(fd, e));
+            }
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let r = self.stack.tcp_send(h, data);
+        self.flush();
+        match r {
+            Ok(0) => Err(libc::EAGAIN),
+            Ok(n) => Ok(n),
+            Err(TcpError::WouldBlock) => Err(libc::EAGAIN),
+            Err(e) => Err(self.take_conn_error(fd, e)),
+        }
+    }
+
+    /// `shutdown(2)`.
+    pub fn shutdown(&mut self, fd: i32, how: i32) -> SockResult<()> {
+        if !(0..=2).contains(&how) {
+            return Err(libc::EINVAL);
+        }
+        let s = self.sock(fd)?;
+        let h = match s.tcp {
+            Tcp::Conn { h, .. } => h,
+            Tcp::Listen(h) => {
+                // Linux: shutting down a listener stops it (accept fails).
+                if how != libc::SHUT_WR {
+                    self.by_handle.remove(&h);
+                    self.stack.tcp_close(h);
+                    self.sock_mut(fd)?.tcp = Tcp::Failed;
+                    self.flush();
+                    return Ok(());
+                }
+                return Err(libc::ENOTCONN);
+            }
+            _ => return Err(libc::ENOTCONN),
+        };
+        let s = self.sock_mut(fd)?;
+        if how == libc::SHUT_RD || how == libc::SHUT_RDWR {
+            s.rd_shut = true;
+        }
+        if how == libc::SHUT_WR || how == libc::SHUT_RDWR {
+            s.wr_shut = true;
+            let _ = self.stack.tcp_shutdown(h);
+        }
+        self.flush();
+        Ok(())
+    }
+
+    /// `close(2)`.
+    pub fn close(&mut self, fd: i32) -> SockResult<()> {
+        let slot = self.slot(fd).ok_or(libc::EBADF)?;
+        let e = self
+            .fds
+            .get_mut(slot)
+            .and_then(Option::take)
+            .ok_or(libc::EBADF)?;
+        if let Entry::Sock(s) = e {
+            match s.tcp {
+                Tcp::Conn { h, .. } => {
+                    self.by_handle.remove(&h);
+                    if s.opts.linger == Some(0) {
+                        self.stack.tcp_abort(h);
+                    } else {
+                        self.stack.tcp_close(h);
+                    }
+                }
+                Tcp::Listen(h) => {
+                    self.by_handle.remove(&h);
+                    self.stack.tcp_close(h);
+                }
+                _ => {}
+            }
+        }
+        for e in self.fds.iter_mut().flatten() {
+            if let Entry::Epoll(set) = e {
+                set.interest.retain(|i| i.fd != fd);
+            }
+        }
+        self.flush();
+        Ok(())
+    }
+
+    /// `getsockname(2)`.
+    pub fn local_addr(&self, fd: i32) -> SockResult<SocketAddrV4> {
+        match self.sock(fd)?.tcp {
+            Tcp::Fresh { bound } => {
+                Ok(bound.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))
+            }
+            Tcp::Listen(h) | Tcp::Conn { h, .. } => {
+                self.stack.tcp_status(h).map(|s| s.local).map_err(tcp_errno)
+            }
+            Tcp::Failed => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+        }
+    }
+
+    /// `getpeername(2)`.
+    pub fn peer_addr(&self, fd: i32) -> SockResult<SocketAddrV4> {
+        match self.sock(fd)?.tcp {
+            Tcp::Conn { h, .. } => self
+                .stack
+                .tcp_status(h)
+                .map(|s| s.remote)
+                .map_err(tcp_errno),
+            _ => Err(libc::ENOTCONN),
+        }
+    }
+
+    /// `fcntl(F_GETFL)`.
+    pub fn get_flags(&self, fd: i32) -> SockResult<i32> {
+        match self.entry(fd) {
+            Some(Entry::Sock(s)) => {
+                Ok(libc::O_RDWR | if s.nonblock { libc::O_NONBLOCK } else { 0 })
+            }
+            Some(Entry::Epoll(_)) => Ok(libc::O_RDWR),
+            None => Err(libc::EBADF),
+        }
+    }
+
+    /// `fcntl(F_SETFL)`: only `O_NONBLOCK` means something.
+    pub fn set_flags(&mut self, fd: i32, flags: i32) -> SockResult<()> {
+        match self.entry_mut(fd) {
+            Some(Entry::Sock(s)) => {
+                s.nonblock = flags & libc::O_NONBLOCK != 0;
+                Ok(())
+            }
+            Some(Entry::Epoll(_)) => Ok(()),
+            None => Err(libc::EBADF),
+        }
+    }
+
+    /// `ioctl(FIONREAD/SIOCINQ)` (`outq == false`) or `SIOCOUTQ`.
+    pub fn queued(&self, fd: i32, outq: bool) -> SockResult<usize> {
+        match self.sock(fd)?.tcp {
+            Tcp::Conn { h, .. } => {
+                let st = self.stack.tcp_status(h).map_err(tcp_errno)?;
+                Ok(if outq { st.send_queue } else { st.recv_queue })
+            }
+            Tcp::Listen(_) => Err(libc::EINVAL),
+            _ => Ok(0),
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Readiness
+    // ------------------------------------------------------------------
+
+    /// `poll(2)` bits of `fd` now, by Linux's `tcp_poll` rules.
+    pub fn readiness(&self, fd: i32) -> u32 {
+        let Some(e) = self.entry(fd) else {
+            return libc::POLLNVAL as u32;
+        };
+        let s = match e {
+            Entry::Sock(s) => s,
+            Entry::Epoll(set) => {
+                return if set
+                    .interest
+                    .iter()
+                    .any(|i| self.readiness(i.fd) & (i.events | POLLERR | POLLHUP) != 0)
+                {
+                    POLLIN
+                } else {
+                    0
+                };
+            }
+        };
+        let mut m = 0;
+        match s.tcp {
+            Tcp::Fresh { .. } => m |= POLLOUT | POLLWRNORM | POLLHUP,
+            Tcp::Failed => m |= POLLOUT | POLLWRNORM | POLLHUP | POLLIN | POLLRDNORM | POLLRDHUP,
+            Tcp::Listen(h) => {
+                if self.stack.tcp_status(h).is_ok_and(|st| st.accept_ready) {
+                    m |= POLLIN | POLLRDNORM;
+                }
+            }
+            Tcp::Conn { h, .. } => {
+                let (Ok(st), Ok(r)) = (self.stack.tcp_status(h), self.stack.tcp_readiness(h))
+                else {
+                    return POLLHUP | POLLERR;
+                };
+                let closed = st.state == State::Closed;
+                let rd_shut = s.rd_shut
+                    || matches!(
+                        st.state,
+                        State::CloseWait | State::LastAck | State::Closing | State::TimeWait
+                    )
+                    || closed;
+                let wr_shut = s.wr_shut || closed;
+                if (rd_shut && wr_shut) || closed {
+                    m |= POLLHUP;
+                }
+                if rd_shut {
+                    m |= POLLIN | POLLRDNORM | POLLRDHUP;
+                }
+                let synced = !matches!(st.state, State::SynSent | State::SynReceived);
+                if synced {
+                    if st.recv_queue > 0 || (r.is_readable() && st.pending_error.is_none()) {
+                        m |= POLLIN | POLLRDNORM;
+                    }
+                    if wr_shut || self.writable(fd, &st) {
+                        m |= POLLOUT | POLLWRNORM;
+                    }
+                }
+                if st.pending_error.is_some() || s.so_error.is_some() {
+                    m |= POLLERR;
+                }
+            }
+        }
+        m
+    }
+
+    /// Linux `__sk_stream_is_writeable(sk, 1)`: free space at least half
+    /// of what is queued, and fewer unsent bytes than `TCP_NOTSENT_LOWAT`
+    /// (counted twice, as Linux does for a wake-up).
+    fn writable(&self, fd: i32, st: &ustack_core::TcpStatus) -> bool {
+        let Ok(s) = self.sock(fd) else {
+            return false;
+        };
+        let buf = s.opts.sndbuf.unwrap_or(st.send_buffer).max(st.send_buffer);
+        let free = buf.saturating_sub(st.send_queue);
+        if free < st.send_queue / 2 || free == 0 {
+            return false;
+        }
+        if let Some(lowat) = s.opts.notsent_lowat {
+            let notsent = self.notsent(fd);
+            if (notsent as u64) << 1 >= u64::from(lowat) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Bytes queued and never sent.
+    fn notsent(&self, fd: i32) -> usize {
+        let Ok(s) = self.sock(fd) else {
+            return 0;
+        };
+        let Tcp::Conn { h, .. } = s.tcp else {
+            return 0;
+        };
+        self.stack.tcp_info(h).map(|i| i.notsent).unwrap_or(0)
+    }
+
+    /// Readiness events seen for `fd` so far (edge-triggered epoll).
+    fn event_count(&self, fd: i32) -> u64 {
+        match self.entry(fd) {
+            Some(Entry::Sock(s)) => s.events,
+            _ => 0,
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // epoll
+    // ------------------------------------------------------------------
+
+    /// `epoll_create(2)`.
+    pub fn epoll_create(&mut self) -> i32 {
+        self.alloc(Entry::Epoll(EpollSet::default()))
+    }
+
+    /// `epoll_ctl(2)`.
+    pub fn epoll_ctl(
+        &mut self,
+        epfd: i32,
+        op: i32,
+        fd: i32,
+        events: u32,
+        data: u64,
+    ) -> SockResult<()> {
+        if epfd == fd {
+            return Err(libc::EINVAL);
+        }
+        if !self.is_fd(fd) {
+            return Err(libc::EBADF);
+        }
+        let set = match self.entry_mut(epfd) {
+            Some(Entry::Epoll(set)) => set,
+            Some(_) => return Err(libc::EINVAL),
+            None => return Err(libc::EBADF),
+        };
+        let pos = set.interest.iter().position(|i| i.fd == fd);
+        match (op, pos) {
+            (libc::EPOLL_CTL_ADD, Some(_)) => Err(libc::EEXIST),
+            (libc::EPOLL_CTL_ADD, None) => {
+                set.interest.push(Interest {
+                    fd,
+                    events,
+                    data,
+                    seen: None,
+                    last: 0,
+                });
+                Ok(())
+            }
+            (libc::EPOLL_CTL_MOD, Some(p)) => {
+                set.interest[p] = Interest {
+                    fd,
+                    events,
+                    data,
+                    seen: None,
+                    last: 0,
+                };
+                Ok(())
+            }
+            (libc::EPOLL_CTL_DEL, Some(p)) => {
+                set.interest.remove(p);
+                Ok(())
+            }
+            (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => Err(libc::ENOENT),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// `epoll_wait(2)` without waiting: up to `max` (events, data) ready.
+    pub fn epoll_ready(&mut self, epfd: i32, max: usize) -> SockResult<Vec<(u32, u64)>> {
+        let interest = match self.entry(epfd) {
+            Some(Entry::Epoll(set)) => set.interest.clone(),
+            Some(_) => return Err(libc::EINVAL),
+            None => return Err(libc::EBADF),
+        };
+        let et = libc::EPOLLET as u32;
+        let oneshot = libc::EPOLLONESHOT as u32;
+        let mut out = Vec::new();
+        let mut updates = Vec::new();
+        for (idx, i) in interest.iter().enumerate() {
+            if out.len() >= max {
+                break;
+            }
+            let mask = i.events & !(et | oneshot) | POLLERR | POLLHUP;
+            let bits = self.readiness(i.fd) & mask;
+            if bits == 0 {
+                continue;
+            }
+            let count = self.event_count(i.fd);
+            if i.events & oneshot != 0 && i.seen.is_some() {
+                continue;
+            }
+            if i.events & et != 0 {
+                // Edge-triggered: report when the socket had an event since
+                // the last report, or gained a bit.
+                if i.seen == Some(count) && bits & !i.last == 0 {
+                    continue;
+                }
+            }
+            out.push((bits, i.data));
+            updates.push((idx, count, bits));
+        }
+        if let Some(Entry::Epoll(set)) = self.entry_mut(epfd) {
+            for (idx, count, bits) in updates {
+                if let Some(i) = set.interest.get_mut(idx) {
+                    i.seen = Some(count);
+                    i.last = bits;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    // ------------------------------------------------------------------
+    // Options
+    // ------------------------------------------------------------------
+
+    /// `setsockopt(2)`; `val` is the option's bytes.
+    pub fn setsockopt(&mut self, fd: i32, level: i32, name: i32, val: &[u8]) -> SockResult<()> {
+        opts::setsockopt(self, fd, level, name, val)
+    }
+
+    /// `getsockopt(2)`: the option's bytes (the caller truncates to its
+    /// buffer as Linux does).
+    pub fn getsockopt(&mut self, fd: i32, level: i32, name: i32) -> SockResult<Vec<u8>> {
+        opts::getsockopt(self, fd, level, name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

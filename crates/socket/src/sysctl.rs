@@ -1,0 +1,163 @@
+//! Linux's `net.ipv4.tcp_*` tunables mapped onto the engine's
+//! [`TcpConfig`]: a program (or a packetdrill script's `sysctl -q ...`
+//! line) that tunes the kernel tunes ustack the same way.
+
+use std::path::Path;
+
+use ustack_core::tcp::{KeepAlive, MtuProbing, SynCookies, TcpConfig};
+use ustack_core::time::Duration;
+use ustack_core::CcAlgorithm;
+
+/// The tunables this module understands, by their name under
+/// `net.ipv4.` (for listings and errors).
+pub const NAMES: &[&str] = &[
+    "tcp_timestamps",
+    "tcp_sack",
+    "tcp_window_scaling",
+    "tcp_syn_retries",
+    "tcp_synack_retries",
+    "tcp_retries2",
+    "tcp_rmem",
+    "tcp_wmem",
+    "tcp_congestion_control",
+    "tcp_syncookies",
+    "tcp_fin_timeout",
+    "tcp_keepalive_time",
+    "tcp_keepalive_intvl",
+    "tcp_keepalive_probes",
+    "tcp_challenge_ack_limit",
+    "tcp_mtu_probing",
+    "tcp_base_mss",
+    "tcp_probe_threshold",
+    "tcp_probe_interval",
+];
+
+/// Why a value was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SysctlError {
+    UnknownName(String),
+    BadValue { name: String, value: String },
+}
+
+impl std::fmt::Display for SysctlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SysctlError::UnknownName(n) => write!(f, "unknown tunable net.ipv4.{n}"),
+            SysctlError::BadValue { name, value } => {
+                write!(f, "bad value {value:?} for net.ipv4.{name}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SysctlError {}
+
+fn nums(v: &str) -> Option<Vec<u64>> {
+    v.split_whitespace().map(|w| w.parse().ok()).collect()
+}
+
+/// What the tunables set: the engine's TCP configuration, and the
+/// keep-alive parameters a socket uses once it turns `SO_KEEPALIVE` on.
+#[derive(Debug, Clone, Default)]
+pub struct Tunables {
+    pub tcp: TcpConfig,
+    pub keepalive: KeepAlive,
+}
+
+/// Set one tunable (`name` without the `net.ipv4.` prefix).
+/// Nothing changes on an error.
+pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlError> {
+    let cfg = &mut t.tcp;
+    let bad = || SysctlError::BadValue {
+        name: name.to_string(),
+        value: value.to_string(),
+    };
+    let n = nums(value).unwrap_or_default();
+    let one = || -> Result<u64, SysctlError> {
+        match n.as_slice() {
+            [x] => Ok(*x),
+            _ => Err(bad()),
+        }
+    };
+    let secs = |x: u64| Duration::from_secs(x);
+    match name {
+        "tcp_timestamps" => cfg.timestamps = one()? != 0,
+        "tcp_sack" => cfg.sack = one()? != 0,
+        "tcp_window_scaling" => cfg.window_scale = one()? != 0,
+        "tcp_syn_retries" => {
+            cfg.syn_retries = u32::try_from(one()?.clamp(1, 127)).map_err(|_| bad())?
+        }
+        "tcp_synack_retries" => {
+            cfg.synack_retries = u32::try_from(one()?.min(255)).map_err(|_| bad())?
+        }
+        "tcp_retries2" => cfg.max_retries = u32::try_from(one()?.min(255)).map_err(|_| bad())?,
+        "tcp_rmem" => match n.as_slice() {
+            // The window scale follows the largest buffer the socket may
+            // grow to, as Linux's does.
+            [_, _, max] => cfg.rcv_buf = usize::try_from(*max).map_err(|_| bad())?.max(2048),
+            _ => return Err(bad()),
+        },
+        "tcp_wmem" => match n.as_slice() {
+            [_, def, max] => {
+                cfg.snd_buf = usize::try_from(*max).map_err(|_| bad())?.max(4096);
+                cfg.snd_buf_initial = usize::try_from(*def)
+                    .map_err(|_| bad())?
+                    .clamp(4096, cfg.snd_buf);
+            }
+            _ => return Err(bad()),
+        },
+        "tcp_congestion_control" => {
+            cfg.congestion_control = match value.trim() {
+                "cubic" => CcAlgorithm::Cubic,
+                "reno" => CcAlgorithm::NewReno,
+                _ => return Err(bad()),
+            }
+        }
+        "tcp_syncookies" => {
+            cfg.syncookies = match one()? {
+                0 => SynCookies::Off,
+                1 => SynCookies::WhenNeeded,
+                2 => SynCookies::Always,
+                _ => return Err(bad()),
+            }
+        }
+        "tcp_fin_timeout" => cfg.fin_wait2_timeout = secs(one()?),
+        "tcp_keepalive_time" | "tcp_keepalive_intvl" | "tcp_keepalive_probes" => {
+            let ka = &mut t.keepalive;
+            let v = one()?;
+            match name {
+                "tcp_keepalive_time" => ka.idle = secs(v),
+                "tcp_keepalive_intvl" => ka.interval = secs(v),
+                _ => ka.count = u32::try_from(v).map_err(|_| bad())?,
+            }
+        }
+        "tcp_challenge_ack_limit" => {
+            cfg.challenge_ack_limit = u32::try_from(one()?).map_err(|_| bad())?
+        }
+        "tcp_mtu_probing" => {
+            cfg.mtu_probing = match one()? {
+                0 => MtuProbing::Off,
+                1 => MtuProbing::OnBlackHole,
+                2 => MtuProbing::Always,
+                _ => return Err(bad()),
+            }
+        }
+        "tcp_base_mss" => cfg.base_mss = u16::try_from(one()?).map_err(|_| bad())?,
+        "tcp_probe_threshold" => cfg.probe_threshold = u16::try_from(one()?).map_err(|_| bad())?,
+        "tcp_probe_interval" => cfg.probe_interval = secs(one()?),
+        _ => return Err(SysctlError::UnknownName(name.to_string())),
+    }
+    Ok(())
+}
+
+/// `t` with every tunable in [`NAMES`] found under `dir` (a
+/// `/proc/sys/net/ipv4` directory) applied; unreadable or refused values
+/// are left as they were.
+pub fn read_dir(dir: &Path, mut t: Tunables) -> Tunables {
+    for name in NAMES {
+        if let Ok(v) = std::fs::read_to_string(dir.join(name)) {
+            let _ = apply(&mut t, name, v.trim());
+        }
+    }
+    t
+}

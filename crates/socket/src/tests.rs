@@ -1,0 +1,171 @@
+//! Two hosts wired back to back: the socket calls against a real peer.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use ustack_core::time::{Duration, Instant};
+use ustack_core::{Config, Limits};
+use ustack_wire::ethernet::MacAddr;
+use ustack_wire::ipv4::Ipv4Cidr;
+
+use super::*;
+
+fn host(n: u8) -> Host {
+    let cfg = Config {
+        mac: MacAddr([2, 0, 0, 0, 0, n]),
+        addr: Ipv4Cidr {
+            address: Ipv4Addr::new(10, 0, 0, n),
+            prefix_len: 24,
+        },
+        gateway: None,
+        mtu: 1500,
+        tcp: TcpConfig::default(),
+        limits: Limits::default(),
+        secret: [n; 16],
+        seed: u64::from(n),
+    };
+    Host::new(cfg, Instant::ZERO)
+}
+
+/// Move frames both ways until quiet, then let `ms` of time pass.
+fn pump(a: &mut Host, b: &mut Host, ms: u64) {
+    for _ in 0..1000 {
+        let mut moved = false;
+        while let Some((_, f)) = a.link_output() {
+            b.link_input(&f);
+            moved = true;
+        }
+        while let Some((_, f)) = b.link_output() {
+            a.link_input(&f);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    if ms > 0 {
+        let t = a.now() + Duration::from_millis(ms);
+        a.advance_to(t);
+        b.advance_to(t);
+        pump(a, b, 0);
+    }
+}
+
+fn addr(n: u8, port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, n), port)
+}
+
+#[test]
+fn connect_accept_transfer_close() {
+    let (mut a, mut b) = (host(1), host(2));
+    let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(l, FIRST_FD);
+    b.bind(l, addr(0, 80)).map_err(|_| ()).ok();
+    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+        .unwrap_or(());
+    b.listen(l, 5).unwrap();
+    assert_eq!(b.accept(l, 0).unwrap_err(), libc::EAGAIN);
+
+    let c = a
+        .socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0)
+        .unwrap();
+    assert_eq!(a.connect(c, addr(2, 80)), Err(libc::EINPROGRESS));
+    assert_eq!(a.connect(c, addr(2, 80)), Err(libc::EALREADY));
+    assert_eq!(
+        a.readiness(c) & POLLOUT,
+        0,
+        "not writable during the handshake"
+    );
+    pump(&mut a, &mut b, 1);
+    assert_eq!(a.connect_done(c), Ok(()));
+    assert_eq!(a.connect(c, addr(2, 80)), Err(libc::EISCONN));
+    assert_ne!(a.readiness(c) & POLLOUT, 0);
+    assert_ne!(
+        b.readiness(l) & POLLIN,
+        0,
+        "listener readable with a connection queued"
+    );
+    let (s, peer) = b.accept(l, 0).unwrap();
+    assert_eq!(*peer.ip(), Ipv4Addr::new(10, 0, 0, 1));
+
+    assert_eq!(a.send(c, b"hello").unwrap(), 5);
+    pump(&mut a, &mut b, 1);
+    let mut buf = [0u8; 16];
+    assert_eq!(b.recv(s, &mut buf, true).unwrap(), 5, "peek");
+    assert_eq!(b.queued(s, false).unwrap(), 5);
+    assert_eq!(b.recv(s, &mut buf, false).unwrap(), 5);
+    assert_eq!(&buf[..5], b"hello");
+    assert_eq!(b.recv(s, &mut buf, false), Err(libc::EAGAIN));
+
+    a.shutdown(c, libc::SHUT_WR).unwrap();
+    assert_eq!(a.send(c, b"x"), Err(libc::EPIPE));
+    pump(&mut a, &mut b, 1);
+    assert_eq!(b.recv(s, &mut buf, false).unwrap(), 0, "end of stream");
+    assert_ne!(b.readiness(s) & POLLRDHUP, 0);
+    b.close(s).unwrap();
+    a.close(c).unwrap();
+    assert_eq!(a.close(c), Err(libc::EBADF));
+    pump(&mut a, &mut b, 100);
+}
+
+#[test]
+fn refused_connect_reports_once() {
+    let (mut a, mut b) = (host(1), host(2));
+    let c = a.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.connect(c, addr(2, 9)), Err(libc::EINPROGRESS));
+    pump(&mut a, &mut b, 1);
+    assert_eq!(a.connect_done(c), Err(libc::ECONNREFUSED));
+    assert_eq!(a.send(c, b"x"), Err(libc::EPIPE));
+}
+
+#[test]
+fn options_round_trip_like_linux() {
+    let mut a = host(1);
+    let s = a
+        .socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_TCP)
+        .unwrap();
+    a.setsockopt(
+        s,
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUF,
+        &21000i32.to_ne_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        a.getsockopt(s, libc::SOL_SOCKET, libc::SO_SNDBUF).unwrap(),
+        42000i32.to_ne_bytes()
+    );
+    assert_eq!(
+        a.setsockopt(s, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &10i32.to_ne_bytes()),
+        Err(libc::EINVAL)
+    );
+    assert_eq!(
+        a.setsockopt(s, libc::IPPROTO_TCP, libc::TCP_NODELAY, &[1]),
+        Err(libc::EINVAL)
+    );
+    assert_eq!(
+        a.setsockopt(s, libc::IPPROTO_TCP, 9999, &1i32.to_ne_bytes()),
+        Err(libc::ENOPROTOOPT)
+    );
+    a.setsockopt(s, libc::IPPROTO_TCP, libc::TCP_CONGESTION, b"reno\0")
+        .unwrap();
+    assert_eq!(
+        &a.getsockopt(s, libc::IPPROTO_TCP, libc::TCP_CONGESTION)
+            .unwrap()[..5],
+        b"reno\0"
+    );
+    assert_eq!(
+        a.setsockopt(s, libc::IPPROTO_TCP, libc::TCP_CONGESTION, b"bbr"),
+        Err(libc::ENOENT)
+    );
+    let info = a.getsockopt(s, libc::IPPROTO_TCP, libc::TCP_INFO).unwrap();
+    assert_eq!(info.len(), tcp_info::TCP_INFO_LEN);
+    assert_eq!(info[0], 7, "TCP_CLOSE");
+    assert_eq!(
+        a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0),
+        Err(libc::EAFNOSUPPORT)
+    );
+    assert_eq!(
+        a.getsockopt(99, libc::SOL_SOCKET, libc::SO_TYPE),
+        Err(libc::EBADF)
+    );
+}
