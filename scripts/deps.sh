@@ -14,6 +14,10 @@ want socat socat
 want iperf3 iperf3
 want tcpdump tcpdump
 want cc gcc
+want bison bison
+want flex flex
+want make make
+want ethtool ethtool
 want python3 python3
 want taskset util-linux
 want pasta passt

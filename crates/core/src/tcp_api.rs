@@ -354,6 +354,24 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.set_keepalive_params(ka))
     }
 
+    /// `TCP_USER_TIMEOUT` (RFC 5482, Linux): abort the connection when
+    /// data stays unacknowledged for `t` (zero: back to the retry count).
+    pub fn tcp_set_user_timeout(&mut self, h: TcpHandle, t: Duration) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_user_timeout(t))
+    }
+
+    /// `TCP_CORK` (Linux): hold partial segments until turned off (or an
+    /// RTO passes with nothing in flight).
+    pub fn tcp_set_cork(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_cork(on))
+    }
+
+    /// `MSG_MORE` (Linux) for the writes that follow until turned off: hold
+    /// their partial tail, unmarked by PSH.
+    pub fn tcp_set_more(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_more(on))
+    }
+
     pub fn tcp_set_linger_zero(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
         self.tcp.with_conn(h, |c| c.set_linger_zero(on))
     }

@@ -411,6 +411,25 @@ impl Rig {
         std::mem::take(&mut self.out)
     }
 
+    /// Spend B's quick-ACK budget on `port` (like Linux, B acknowledges up
+    /// to 16 segments at once after the first data): 20 small segments
+    /// from stream offset `seq`, then quiet. Returns the next offset.
+    fn leave_quick_ack(&mut self, port: u16, seq: u32) -> u32 {
+        let mut s = seq;
+        let mut immediate = 0;
+        for _ in 0..20 {
+            let f = self.frames(&[Seg::data(port, s, 100)]);
+            self.burst(&f);
+            s += 100;
+            immediate += self.acks(port).len();
+            self.take_out();
+        }
+        assert!((2..=16).contains(&immediate), "quick ACKs: {immediate}");
+        self.advance(Duration::from_millis(100));
+        self.take_out();
+        s
+    }
+
     /// Read everything readable on every flow.
     fn read(&mut self) {
         let mut buf = vec![0u8; 1 << 16];
@@ -599,21 +618,17 @@ fn transparent_mode_coalesces_too() {
 fn a_coalesced_run_is_acknowledged_like_a_grod_skb() {
     for gro in [true, false] {
         let mut r = Rig::new(gro, true, &[PEER_PORT]);
-        // Leave quick-ack mode: the first data after the handshake is
-        // acknowledged at once.
-        let f = r.frames(&[Seg::data(PEER_PORT, 0, 100)]);
-        r.burst(&f);
-        r.advance(Duration::from_millis(100));
-        r.take_out();
-        let f = r.frames(&run_of(PEER_PORT, 100, 8));
+        // Leave quick-ack mode: the first segments are acknowledged at once.
+        let b = r.leave_quick_ack(PEER_PORT, 0);
+        let f = r.frames(&run_of(PEER_PORT, b, 8));
         r.burst(&f);
         let acks = r.acks(PEER_PORT);
-        let end = 100 + 8 * FULL as u32;
+        let end = b + 8 * FULL as u32;
         if gro {
             assert_eq!(acks, vec![end], "one ACK for the super-segment");
             assert_eq!(r.gro_counters(), (1, 8));
         } else {
-            let every_second: Vec<u32> = (1..=4).map(|k| 100 + 2 * k * FULL as u32).collect();
+            let every_second: Vec<u32> = (1..=4).map(|k| b + 2 * k * FULL as u32).collect();
             assert_eq!(acks, every_second);
         }
         r.take_out();
@@ -642,13 +657,10 @@ fn a_coalesced_run_is_acknowledged_like_a_grod_skb() {
 fn full_plus_short_is_delayed_like_two_segments() {
     for gro in [true, false] {
         let mut r = Rig::new(gro, true, &[PEER_PORT]);
-        let f = r.frames(&[Seg::data(PEER_PORT, 0, 100)]);
-        r.burst(&f);
-        r.advance(Duration::from_millis(100));
-        r.take_out();
+        let b = r.leave_quick_ack(PEER_PORT, 0);
         let f = r.frames(&[
-            Seg::data(PEER_PORT, 100, FULL),
-            Seg::data(PEER_PORT, 100 + FULL as u32, 500),
+            Seg::data(PEER_PORT, b, FULL),
+            Seg::data(PEER_PORT, b + FULL as u32, 500),
         ]);
         r.burst(&f);
         assert!(r.acks(PEER_PORT).is_empty(), "gro {gro}: delayed");
@@ -656,7 +668,7 @@ fn full_plus_short_is_delayed_like_two_segments() {
             assert_eq!(r.gro_counters(), (1, 2));
         }
         r.advance(Duration::from_millis(50));
-        assert_eq!(r.acks(PEER_PORT), vec![100 + FULL as u32 + 500]);
+        assert_eq!(r.acks(PEER_PORT), vec![b + FULL as u32 + 500]);
     }
 }
 
@@ -1013,10 +1025,11 @@ fn virtio_net_frames_merge_and_gso_frames_do_not() {
     r.read();
     assert!(r.got(p) == &stream(p, 0, 8 * FULL)[..]);
     // The GSO frame's segment size is the peer's (not 3 * FULL): one more
-    // full segment is delayed, the next acknowledged at once.
+    // full segment is delayed, the next acknowledged at once (out of
+    // quick-ack mode).
     r.advance(Duration::from_millis(100));
     r.take_out();
-    let end = 8 * FULL as u32;
+    let end = r.leave_quick_ack(p, 8 * FULL as u32);
     let f = r.frames(&[Seg::data(p, end, FULL)]);
     r.burst(&f);
     assert!(r.acks(p).is_empty());

@@ -618,12 +618,23 @@ fn nagle_vs_nodelay() {
 fn delayed_ack_and_every_second_segment() {
     let mut n = net_with(cfg(), cfg(), 5);
     n.establish();
-    // After the idle quick-ack, one small segment is acked after the delay.
-    n.a.conn().send(b"one").unwrap();
+    // Linux quick-ack: the first segments of a connection (up to 16) are
+    // acknowledged at once, none by the delayed-ACK timer.
+    n.a.conn().set_nodelay(true);
+    let start = n.b.ctr.DelayedACKs;
+    for i in 0..20 {
+        n.a.conn().send(b"q").unwrap();
+        let t = n.now + Duration::from_millis(5);
+        n.run_until(t);
+        if i < 8 {
+            assert_eq!(n.b.ctr.DelayedACKs, start, "segment {i} quick-acked");
+        }
+    }
     let t = n.now + Duration::from_millis(100);
     n.run_until(t);
-    n.a.conn().set_nodelay(true);
+    // Out of quick-ack mode, one small segment is acked after the delay.
     let before = n.b.ctr.DelayedACKs;
+    assert!(before > start, "the budget is spent");
     n.a.conn().send(b"two").unwrap();
     let t = n.now + Duration::from_millis(100);
     n.run_until(t);

@@ -355,7 +355,7 @@ unsafe extern "C" fn pd_netdev_receive(
     }
     // SAFETY: packetdrill passes a size_t with the buffer's size.
     let room = unsafe { *count };
-    let mut h = c.lock();
+    let mut h = c.settle(c.lock());
     let mut timers = 0;
     loop {
         while let Some((at, frame)) = h.link_output() {
@@ -385,6 +385,7 @@ unsafe extern "C" fn pd_netdev_receive(
         match next {
             Some(t) if timers < MAX_TIMERS_PER_RECEIVE => {
                 timers += 1;
+                h = c.settle(h);
                 let t = t.max(h.now());
                 h.advance_to(t);
             }
@@ -409,7 +410,7 @@ unsafe extern "C" fn pd_usleep(p: *mut c_void, usec: libc::useconds_t) -> c_int 
         return -1;
     };
     {
-        let mut h = c.lock();
+        let mut h = c.settle(c.lock());
         let t = h.now() + Duration::from_micros(u64::from(usec));
         h.advance_to(t);
     }
@@ -427,7 +428,7 @@ unsafe extern "C" fn pd_gettimeofday(
         return -1;
     };
     let us = {
-        let mut h = c.lock();
+        let mut h = c.settle(c.lock());
         let now = h.now();
         h.advance_to(now + Duration::from_micros(1));
         now.total_micros()

@@ -38,6 +38,20 @@ use crate::{Errno, Host, SockResult};
 /// virtual clock itself.
 pub const IDLE_ADVANCE: std::time::Duration = std::time::Duration::from_millis(400);
 
+/// Rounds of [`IDLE_ADVANCE`] a blocked caller on a virtual clock waits
+/// with no timer to move to and nobody else calling before it gives up
+/// with `EINTR`: nothing can ever wake it (Linux would block forever).
+pub const IDLE_GIVE_UP: u32 = 10;
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woke {
+    Changed,
+    Deadline,
+    /// Virtual clock, nothing pending, nobody calling.
+    Stuck,
+}
+
 /// A host shared between threads: the `void *ctx` of every function here.
 pub struct Ctx {
     host: Mutex<Host>,
@@ -66,17 +80,34 @@ impl Ctx {
         self.cond.notify_all();
     }
 
-    /// Wait for a change (or `deadline` on the host's clock). Returns
-    /// whether the deadline passed.
+    /// Wait for a change (or `deadline` on the host's clock).
     fn wait<'a>(
         &'a self,
         mut g: MutexGuard<'a, Host>,
         deadline: Option<Instant>,
-    ) -> (MutexGuard<'a, Host>, bool) {
+    ) -> (MutexGuard<'a, Host>, Woke) {
         let gen = g.generation();
+        // Registered as having looked at the host as of `gen`: a thread
+        // about to move the clock waits in `settle` until we have looked
+        // again after its last change.
+        let id = g.waiter_enter(gen);
+        // Someone may be settling: tell it we looked.
+        self.cond.notify_all();
+        let (mut g, woke) = self.wait_inner(g, gen, deadline);
+        g.waiter_leave(id);
+        (g, woke)
+    }
+
+    fn wait_inner<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Host>,
+        gen: u64,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, Host>, Woke) {
+        let mut idle = 0;
         loop {
             if deadline.is_some_and(|d| g.now() >= d) {
-                return (g, true);
+                return (g, Woke::Deadline);
             }
             let (g2, to) = self
                 .cond
@@ -84,7 +115,7 @@ impl Ctx {
                 .unwrap_or_else(PoisonError::into_inner);
             g = g2;
             if g.generation() != gen {
-                return (g, false);
+                return (g, Woke::Changed);
             }
             if to.timed_out() && self.virtual_clock {
                 let next = [g.next_timer(), deadline].into_iter().flatten().min();
@@ -92,10 +123,38 @@ impl Ctx {
                     g.advance_to(t);
                     self.cond.notify_all();
                     let expired = deadline.is_some_and(|d| g.now() >= d);
-                    return (g, expired);
+                    return (
+                        g,
+                        if expired {
+                            Woke::Deadline
+                        } else {
+                            Woke::Changed
+                        },
+                    );
+                }
+                idle += 1;
+                if idle >= IDLE_GIVE_UP {
+                    return (g, Woke::Stuck);
                 }
             }
         }
+    }
+
+    /// Before moving a virtual clock: let every blocked caller look at the
+    /// host as it is now (a read that the last packet completed returns at
+    /// this time, not after the clock moved on), for at most about a second
+    /// of real time.
+    pub fn settle<'a>(&'a self, mut g: MutexGuard<'a, Host>) -> MutexGuard<'a, Host> {
+        let start = std::time::Instant::now();
+        while g.waiters_behind() && start.elapsed() < std::time::Duration::from_secs(1) {
+            self.cond.notify_all();
+            let (g2, _) = self
+                .cond
+                .wait_timeout(g, std::time::Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner);
+            g = g2;
+        }
+        g
     }
 
     /// Run `op` until it does not block (`EAGAIN` on a blocking `fd`), the
@@ -113,10 +172,12 @@ impl Ctx {
             let r = op(&mut g);
             match r {
                 Err(libc::EAGAIN) if !nonblock && g.is_blocking(fd) => {
-                    let (g2, expired) = self.wait(g, deadline);
+                    let (g2, woke) = self.wait(g, deadline);
                     g = g2;
-                    if expired {
-                        return Err(libc::EAGAIN);
+                    match woke {
+                        Woke::Changed => {}
+                        Woke::Deadline => return Err(libc::EAGAIN),
+                        Woke::Stuck => return Err(libc::EINTR),
                     }
                 }
                 r => {
@@ -295,7 +356,10 @@ fn do_send(c: &Ctx, fd: i32, bufs: &[iovec], flags: c_int) -> SockResult<usize> 
     let timeout = c.lock().timeout(fd, true);
     let mut sent = 0usize;
     loop {
-        let r = c.blocking(fd, nonblock, timeout, |h| h.send(fd, &data[sent..]));
+        let more = flags & libc::MSG_MORE != 0;
+        let r = c.blocking(fd, nonblock, timeout, |h| {
+            h.send_more(fd, &data[sent..], more)
+        });
         match r {
             Ok(n) => {
                 sent += n;
@@ -560,7 +624,7 @@ pub unsafe extern "C" fn ustack_recvmsg(
             let h = c.lock();
             (
                 h.sock(fd).map(|s| s.opts.inq).unwrap_or(false),
-                h.queued(fd, false).unwrap_or(0),
+                h.inq_hint(fd),
             )
         };
         #[allow(clippy::unnecessary_cast)] // msg_controllen is not usize on every libc
@@ -902,10 +966,12 @@ fn wait_ready<T>(
         if deadline.is_some_and(|d| g.now() >= d) {
             return Ok(None);
         }
-        let (g2, expired) = c.wait(g, deadline);
+        let (g2, woke) = c.wait(g, deadline);
         g = g2;
-        if expired {
-            return ready(&mut g);
+        match woke {
+            Woke::Changed => {}
+            Woke::Deadline => return ready(&mut g),
+            Woke::Stuck => return Err(libc::EINTR),
         }
     }
 }

@@ -117,6 +117,9 @@ pub struct Host {
     generation: u64,
     /// The first descriptor number.
     fd_base: i32,
+    /// Callers blocked in [`ffi`]: (id, the generation they last looked at).
+    waiters: Vec<(u64, u64)>,
+    next_waiter: u64,
 }
 
 /// Linux's `TCP_*` state numbers (`tcpi_state`).
@@ -193,7 +196,25 @@ impl Host {
             out: VecDeque::new(),
             generation: 0,
             fd_base: FIRST_FD,
+            waiters: Vec::new(),
+            next_waiter: 0,
         }
+    }
+
+    /// A caller starts waiting, having looked at generation `gen`.
+    fn waiter_enter(&mut self, gen: u64) -> u64 {
+        self.next_waiter += 1;
+        self.waiters.push((self.next_waiter, gen));
+        self.next_waiter
+    }
+
+    fn waiter_leave(&mut self, id: u64) {
+        self.waiters.retain(|w| w.0 != id);
+    }
+
+    /// Is a blocked caller yet to look at the latest change?
+    fn waiters_behind(&self) -> bool {
+        self.waiters.iter().any(|w| w.1 != self.generation)
     }
 
     /// Hand out descriptors from `base` on (before the first one): a host
@@ -504,28 +525,55 @@ impl Host {
             events: 0,
         }));
         self.by_handle.insert(h, nfd);
-        self.apply_conn_opts(nfd);
+        self.apply_conn_opts(nfd, None);
         self.flush();
         Ok((nfd, peer))
     }
 
-    /// Hand the options that act on an open connection to the engine.
-    fn apply_conn_opts(&mut self, fd: i32) {
+    /// Hand the options that act on an open connection to the engine (a
+    /// listener's go to the connections it will accept): all of them
+    /// (`only == None`, a new connection), or the one just set.
+    fn apply_conn_opts(&mut self, fd: i32, only: Option<(i32, i32)>) {
         let Ok(s) = self.sock(fd) else {
             return;
         };
+        if let Tcp::Listen(_) = s.tcp {
+            let cfg = self.conn_config(&s.opts);
+            self.stack.set_tcp_config(cfg);
+            return;
+        }
         let Tcp::Conn { h, .. } = s.tcp else {
             return;
         };
         let o = s.opts.clone();
         let st = &mut self.stack;
+        let is = |level: i32, name: i32| only.is_none_or(|w| w == (level, name));
         // The handle is live (we just looked it up); errors cannot happen
         // and would only mean the option is not applied.
-        let _ = st.tcp_set_nodelay(h, o.nodelay);
-        let _ = st.tcp_set_keepalive_params(h, o.keepalive_params());
-        let _ = st.tcp_set_linger_zero(h, o.linger == Some(0));
-        if let Some(cc) = o.congestion {
-            let _ = st.tcp_set_congestion_control(h, cc);
+        if is(libc::IPPROTO_TCP, libc::TCP_NODELAY) {
+            // Setting it (again) also pushes what is pending, as on Linux.
+            let _ = st.tcp_set_nodelay(h, o.nodelay);
+        }
+        if is(libc::SOL_SOCKET, libc::SO_KEEPALIVE)
+            || is(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE)
+            || is(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL)
+            || is(libc::IPPROTO_TCP, libc::TCP_KEEPCNT)
+        {
+            let _ = st.tcp_set_keepalive_params(h, o.keepalive_params());
+        }
+        if is(libc::SOL_SOCKET, libc::SO_LINGER) {
+            let _ = st.tcp_set_linger_zero(h, o.linger == Some(0));
+        }
+        if is(libc::IPPROTO_TCP, libc::TCP_CORK) {
+            let _ = st.tcp_set_cork(h, o.cork);
+        }
+        if is(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT) {
+            let _ = st.tcp_set_user_timeout(h, Duration::from_millis(u64::from(o.user_timeout)));
+        }
+        if is(libc::IPPROTO_TCP, libc::TCP_CONGESTION) {
+            if let Some(cc) = o.congestion {
+                let _ = st.tcp_set_congestion_control(h, cc);
+            }
         }
     }
 
@@ -547,7 +595,7 @@ impl Host {
                     h,
                     connecting: true,
                 };
-                self.apply_conn_opts(fd);
+                self.apply_conn_opts(fd, None);
                 self.flush();
                 Err(libc::EINPROGRESS)
             }
@@ -628,9 +676,7 @@ impl Host {
             Err(libc::EAGAIN) => return Err(libc::EAGAIN),
             Err(e) => return Err(e),
         };
-        if self.sock(fd)?.rd_shut {
-            return Ok(0);
-        }
+        let rd_shut = self.sock(fd)?.rd_shut;
         if buf.is_empty() {
             return Ok(0);
         }
@@ -653,6 +699,9 @@ impl Host {
         self.flush();
         match r {
             Ok(n) => Ok(n),
+            // After SHUT_RD, queued data is still read (as on Linux), then
+            // reads see end of stream instead of blocking.
+            Err(TcpError::WouldBlock) if rd_shut => Ok(0),
             Err(TcpError::WouldBlock) => Err(libc::EAGAIN),
             Err(e) => Err(self.take_conn_error(fd, e)),
         }
@@ -669,6 +718,11 @@ impl Host {
 
     /// `send(2)`: bytes queued (`EAGAIN` when none fit).
     pub fn send(&mut self, fd: i32, data: &[u8]) -> SockResult<usize> {
+        self.send_more(fd, data, false)
+    }
+
+    /// `send(2)` with `MSG_MORE` (`more`): the partial tail waits for more.
+    pub fn send_more(&mut self, fd: i32, data: &[u8], more: bool) -> SockResult<usize> {
         let s = self.sock(fd)?;
         if let Tcp::Fresh { .. } | Tcp::Listen(_) | Tcp::Failed = s.tcp {
             return Err(libc::EPIPE);
@@ -685,6 +739,7 @@ impl Host {
         if data.is_empty() {
             return Ok(0);
         }
+        let _ = self.stack.tcp_set_more(h, more);
         let r = self.stack.tcp_send(h, data);
         self.flush();
         match r {
@@ -820,6 +875,30 @@ impl Host {
             Tcp::Listen(_) => Err(libc::EINVAL),
             _ => Ok(0),
         }
+    }
+
+    /// Linux `tcp_inq_hint` (the `TCP_CM_INQ` control message): bytes left
+    /// to read, or 1 once the peer's FIN is in with nothing left, telling
+    /// the reader to read on (and see the end of the stream).
+    pub fn inq_hint(&self, fd: i32) -> usize {
+        let left = self.queued(fd, false).unwrap_or(0);
+        if left > 0 {
+            return left;
+        }
+        let Ok(Tcp::Conn { h, .. }) = self.sock(fd).map(|s| s.tcp) else {
+            return 0;
+        };
+        let done = self.stack.tcp_status(h).is_ok_and(|st| {
+            matches!(
+                st.state,
+                State::CloseWait
+                    | State::LastAck
+                    | State::Closing
+                    | State::TimeWait
+                    | State::Closed
+            )
+        });
+        usize::from(done)
     }
 
     // ------------------------------------------------------------------

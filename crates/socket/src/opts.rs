@@ -79,9 +79,7 @@ impl SockOpts {
             c.snd_buf = b.max(4608);
             c.snd_buf_initial = c.snd_buf;
         }
-        if let Some(m) = self.maxseg {
-            c.mss = c.mss.min(m).max(88);
-        }
+        c.user_mss = self.maxseg;
         c.nodelay = self.nodelay;
         c.keepalive = self.keepalive_params();
         if let Some(cc) = self.congestion {
@@ -262,7 +260,7 @@ pub(crate) fn setsockopt(
         }
         _ => return Err(libc::ENOPROTOOPT),
     }
-    host.apply_conn_opts(fd);
+    host.apply_conn_opts(fd, Some((level, name)));
     host.touch();
     Ok(())
 }

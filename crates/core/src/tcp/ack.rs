@@ -72,6 +72,10 @@ impl Connection {
         ctr: &mut TcpCounters,
         limit: &mut ChallengeAckLimit,
     ) -> bool {
+        // MSG_MORE held data back only from the transmission its write
+        // started (Linux `tcp_push` with TCP_NAGLE_CORK); what an ACK lets
+        // go is sent by Nagle's rules.
+        self.app.more = false;
         // "If the ACK acks something not yet sent (SEG.ACK > SND.NXT), then
         // send an ACK, drop the segment, and return." RFC 5961 5.2 makes
         // this ACK one of its challenge ACKs (SEG.ACK outside "(SND.UNA -
@@ -145,6 +149,8 @@ impl Connection {
                 self.snd.syn_acked = true;
             }
             self.snd.una = ack;
+            // SND.UNA moved: the user timeout restarts (if data remains).
+            self.rtx.stall_since = (ack != self.snd.max).then_some(now);
             if self.snd.nxt.lt(ack) {
                 self.snd.nxt = ack;
             }

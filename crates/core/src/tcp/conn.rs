@@ -204,11 +204,14 @@ pub(super) struct Params {
     pub(super) mtu_probing: super::MtuProbing,
     pub(super) base_mss: u16,
     pub(super) mtu_probe_floor: u16,
+    /// `TcpConfig::user_mss` (Linux `TCP_MAXSEG`).
+    pub(super) user_mss: Option<u16>,
 }
 
 impl Params {
     fn new(cfg: &TcpConfig) -> Params {
         Params {
+            user_mss: cfg.user_mss,
             time_wait: cfg.time_wait,
             delayed_ack: cfg.delayed_ack,
             fin_wait2_timeout: cfg.fin_wait2_timeout,
@@ -264,6 +267,17 @@ pub(super) struct App {
     pub(super) closed: bool,
     pub(super) linger_zero: bool,
     pub(super) nodelay: bool,
+    /// `TCP_CORK`: only full-sized segments leave (and what the persist
+    /// timer pushes after an RTO, Linux's ceiling).
+    pub(super) cork: bool,
+    /// The last write had `MSG_MORE`: its partial tail is held until an
+    /// ACK, a write without it, or the persist timer (the cork ceiling).
+    pub(super) more: bool,
+    /// The last write had `MSG_MORE`: its tail is not marked PSH (until a
+    /// write without it).
+    pub(super) unmarked_tail: bool,
+    /// `TCP_NODELAY` turned on: push what cork or Nagle held, once.
+    pub(super) push_now: bool,
 }
 
 /// Resets owed.
@@ -314,7 +328,10 @@ pub(super) fn window_shift_for(buf: usize) -> u8 {
 
 /// The MSS we advertise on a route whose MSS is `route_mss`.
 pub(super) fn adv_mss_for(cfg: &TcpConfig, route_mss: u16) -> u16 {
-    cfg.mss.min(route_mss.max(64)).max(64)
+    cfg.mss
+        .min(cfg.user_mss.unwrap_or(u16::MAX))
+        .min(route_mss.max(64))
+        .max(64)
 }
 
 /// The offset added to our TSvals (RFC 7323 5.4), derived from the ISS so
@@ -387,6 +404,8 @@ impl Connection {
                 rcv_mss: DEFAULT_MSS.min(usize::from(adv_mss)),
                 last_oow_at: None,
                 last_challenge_at: None,
+                quick: 0,
+                pingpong: false,
             },
             rtx: Rtx {
                 rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
@@ -399,6 +418,8 @@ impl Connection {
                 scoreboard: Scoreboard::default(),
                 rack: Rack::new(iss),
                 rack_at: None,
+                user_timeout: None,
+                stall_since: None,
             },
             tlp: Tlp::default(),
             cong: Cong {
@@ -425,6 +446,10 @@ impl Connection {
             },
             mtup: None,
             app: App {
+                cork: false,
+                more: false,
+                unmarked_tail: false,
+                push_now: false,
                 error: None,
                 soft_error: None,
                 closed: false,
@@ -483,7 +508,8 @@ impl Connection {
         // MSS: "the TCP sender MUST use ... the minimum of the received MSS
         // option ... and the path MTU-derived value".
         let peer = syn.max_seg_size.unwrap_or(DEFAULT_MSS as u16).max(64);
-        self.opt.peer_mss = peer;
+        // Linux `mss_clamp`: TCP_MAXSEG bounds what we send as well.
+        self.opt.peer_mss = peer.min(self.cfg.user_mss.unwrap_or(u16::MAX).max(64));
         if self.cfg.mtu_probing == super::MtuProbing::Always {
             self.mtup = Some(Box::new(Mtup::new(
                 self.cfg.base_mss,
@@ -724,6 +750,38 @@ impl Connection {
 
     pub fn set_nodelay(&mut self, on: bool) {
         self.app.nodelay = on;
+        if on {
+            // Linux: setting TCP_NODELAY pushes what is pending (a cork or
+            // MSG_MORE held), once.
+            self.app.push_now = true;
+        }
+    }
+
+    /// `TCP_USER_TIMEOUT` (RFC 5482): abort when data stays unacknowledged
+    /// this long; zero restores the default (retry count).
+    pub fn set_user_timeout(&mut self, t: Duration) {
+        self.rtx.user_timeout = (!t.is_zero()).then_some(t);
+    }
+
+    /// `TCP_CORK`: hold partial segments while on; turning it off pushes.
+    pub fn set_cork(&mut self, on: bool) {
+        self.app.cork = on;
+    }
+
+    /// `MSG_MORE` for the next write: hold its partial tail (and leave it
+    /// unmarked by PSH) until a write without it.
+    pub fn set_more(&mut self, on: bool) {
+        self.app.more = on;
+        self.app.unmarked_tail = on;
+        if on {
+            // A push asked for before this write is spent: this one holds.
+            self.app.push_now = false;
+        }
+    }
+
+    /// Partial segments held back (`TCP_CORK` or `MSG_MORE`).
+    pub(super) fn corked(&self) -> bool {
+        self.app.cork || self.app.more
     }
 
     /// `SO_KEEPALIVE` with idle time and probe interval both `interval`

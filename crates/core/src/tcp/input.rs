@@ -62,7 +62,16 @@ pub(super) struct AckState {
     pub(super) last_oow_at: Option<Instant>,
     /// Last challenge ACK sent (RFC 5961).
     pub(super) last_challenge_at: Option<Instant>,
+    /// Quick-ACK budget (Linux `icsk_ack.quick`): ACKs still sent at once,
+    /// granted at the first data and after an idle period.
+    pub(super) quick: u32,
+    /// Interactive (Linux pingpong mode): we answered data within the
+    /// delayed-ACK time, so ACKs wait to ride on our replies.
+    pub(super) pingpong: bool,
 }
+
+/// Linux `TCP_MAX_QUICKACKS`.
+const MAX_QUICKACKS: usize = 16;
 
 impl Connection {
     /// Process one segment addressed to this connection. `shared`: what
@@ -567,7 +576,15 @@ impl Connection {
             .ack
             .rcv_mss
             .max(wire_seg.min(usize::from(self.opt.adv_mss)));
-        if had_ooo || idle || ins.advanced == 0 {
+        if idle {
+            // Linux `tcp_incr_quickack`: ACK at once for a while, about
+            // half a window's worth of segments (2 to 16), so a sender in
+            // slow start is not held back by delayed ACKs.
+            let q = (self.rcv_wnd() / (2 * self.ack.rcv_mss.max(1))).clamp(2, MAX_QUICKACKS);
+            self.ack.quick = self.ack.quick.max(q as u32);
+        }
+        let quick = self.ack.quick > 0 && !self.ack.pingpong;
+        if had_ooo || idle || ins.advanced == 0 || quick {
             self.ack.now = true;
         } else if self.ack.unacked >= 2 * self.ack.rcv_mss {
             // RFC 5681 4.2: "an ACK SHOULD be generated for at least every

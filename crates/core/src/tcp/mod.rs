@@ -206,6 +206,9 @@ impl Default for KeepAlive {
 pub struct TcpConfig {
     /// Largest MSS we advertise (further clamped by the route MSS).
     pub mss: u16,
+    /// Linux `TCP_MAXSEG`: a clamp on the MSS sent *and* advertised
+    /// (`mss_clamp`); None: the peer's and the path's only.
+    pub user_mss: Option<u16>,
     /// Receive buffer bytes (also the largest window we offer).
     pub rcv_buf: usize,
     /// Send buffer bytes: the most the send buffer grows to (Linux
@@ -297,6 +300,7 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             mss: 1460,
+            user_mss: None,
             rcv_buf: 256 * 1024,
             snd_buf: 4 * 1024 * 1024,
             snd_buf_initial: 256 * 1024,

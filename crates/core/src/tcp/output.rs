@@ -207,7 +207,7 @@ impl Connection {
                     ctr.TCPLossProbes += 1;
                     self.tlp.end = Some((self.snd.max, was_rtx));
                     // "the sender MUST re-arm the RTO timer".
-                    self.rtx.rto_at = Some(now + self.rtx.rtt.rto());
+                    self.rtx.rto_at = Some(self.rto_deadline(now));
                 }
             }
         }
@@ -222,7 +222,7 @@ impl Connection {
             self.mtu_probe_sent(seq, n);
             sent_new = true;
         }
-        for _ in 0..MAX_BURST {
+        for burst in 0..MAX_BURST {
             if self.cong.pacer.budget(now, rate, mss) == 0 {
                 break;
             }
@@ -231,7 +231,13 @@ impl Connection {
                 break;
             };
             self.timers.force_send = false;
-            if !self.send_segment(now, ctr, out, seq, n, fin) {
+            // Linux sets PSH on the last segment of every multi-segment
+            // (TSO) packet, so a receiver's GRO delivers it at once: here
+            // the last segment of a burst of two or more.
+            // A push by the persist timer (the cork ceiling) is marked too;
+            // data held by MSG_MORE or a cork is not.
+            let psh = force || (burst > 0 && !self.corked() && self.burst_ends_after(seq, n));
+            if !self.send_segment_psh(now, ctr, out, seq, n, fin, psh) {
                 self.timers.force_send = force;
                 return self.blocked(now);
             }
@@ -239,6 +245,8 @@ impl Connection {
             sent_new = true;
         }
         self.timers.force_send = false;
+        // A TCP_NODELAY push is one-shot.
+        self.app.push_now = false;
         // The burst ends when its budget is spent or nothing more may go;
         // one cut short by MAX_BURST goes on at the next dispatch (now:
         // the connection still has work), not after a pacing gap.
@@ -373,6 +381,7 @@ impl Connection {
                 nodelay: self.app.nodelay,
                 fin_queued: fin_pending,
                 max_snd_wnd: self.snd.max_wnd,
+                corked: self.corked() && !self.app.push_now,
             };
             if !sws_allows(&check) {
                 return None;
@@ -435,6 +444,21 @@ impl Connection {
         true
     }
 
+    /// Does the burst end after `[seq, seq + n)` because the queue is
+    /// empty, Nagle holds the rest, or cwnd leaves less than a segment?
+    /// (Matching what Linux's packets show: a TSO packet cut by cwnd or
+    /// Nagle carries PSH on its last segment, one cut by the peer's window
+    /// does not.)
+    fn burst_ends_after(&self, seq: SeqNum, n: usize) -> bool {
+        let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
+        let avail = self.snd.queue.ring.len().saturating_sub(off + n);
+        let cwnd_room = self.send_cwnd().saturating_sub(self.pipe() + n);
+        let maxp = self.max_payload();
+        // Nagle holds a partial rest while this segment is in flight.
+        let nagle_holds = avail < maxp && !self.app.nodelay && !self.snd.queue.fin_queued;
+        avail == 0 || nagle_holds || cwnd_room < maxp.min(avail)
+    }
+
     /// Emit one data/FIN segment at `seq`; false if `emit` refused it.
     fn send_segment(
         &mut self,
@@ -445,10 +469,44 @@ impl Connection {
         n: usize,
         fin: bool,
     ) -> bool {
+        self.send_segment_psh(now, ctr, out, seq, n, fin, false)
+    }
+
+    /// [`Connection::send_segment`], with PSH set also where `psh` says
+    /// (it is always set on the segment carrying the last queued byte).
+    #[allow(clippy::too_many_arguments)]
+    fn send_segment_psh(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        out: &mut Sink,
+        seq: SeqNum,
+        n: usize,
+        fin: bool,
+        psh: bool,
+    ) -> bool {
+        if !seq.lt(self.snd.max) && self.snd.una == self.snd.max && (n > 0 || fin) {
+            // Data goes out with nothing outstanding: the user timeout
+            // counts from here.
+            self.rtx.stall_since = Some(now);
+        }
+        if n > 0
+            && !seq.lt(self.snd.max)
+            && self
+                .ack
+                .last_data_at
+                .is_some_and(|t| now.saturating_duration_since(t) < self.cfg.delayed_ack)
+        {
+            // Linux `tcp_event_data_sent`: new data within the delayed-ACK
+            // time of the peer's: an exchange, enter pingpong mode.
+            self.ack.pingpong = true;
+        }
         let mut r = self.base_repr(now, seq);
         let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
         r.fin = fin;
-        r.psh = n > 0 && off + n == self.snd.queue.ring.len();
+        // The last queued byte is pushed unless MSG_MORE left it unmarked.
+        let tail = off + n == self.snd.queue.ring.len() && !self.app.unmarked_tail;
+        r.psh = n > 0 && (psh || tail);
         let ok = {
             let contiguous = self.snd.queue.ring.contiguous(off, n);
             let payload: &[u8] = if contiguous.len() == n {
@@ -531,6 +589,9 @@ impl Connection {
     }
 
     fn sent_ack(&mut self, ctr: &mut TcpCounters, now: Instant) {
+        if self.ack.unacked > 0 || self.ack.delay_at.is_some() {
+            self.ack.quick = self.ack.quick.saturating_sub(1);
+        }
         self.ack.now = false;
         self.ack.dsack = None;
         self.ack.delay_at = None;

@@ -40,6 +40,12 @@ pub(super) struct Rtx {
     pub(super) rack: Rack,
     /// RACK reordering timer (RFC 8985 6.3).
     pub(super) rack_at: Option<Instant>,
+    /// `TCP_USER_TIMEOUT` (RFC 5482): give up when data stays
+    /// unacknowledged this long. None: `max_retries` decides.
+    pub(super) user_timeout: Option<Duration>,
+    /// Since when SND.UNA has not moved with data outstanding (about when
+    /// the oldest unacknowledged segment was first sent).
+    pub(super) stall_since: Option<Instant>,
 }
 
 /// A loss recovery episode: fast recovery (RFC 6675, RFC 6582) or, after
@@ -285,6 +291,10 @@ impl Connection {
             return;
         }
         self.rtx.retries += 1;
+        if self.user_timed_out(now) {
+            self.time_out(ctr);
+            return;
+        }
         let limit = match self.state() {
             State::SynSent => self.cfg.syn_retries,
             State::SynReceived => self.cfg.synack_retries,

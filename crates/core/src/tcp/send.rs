@@ -57,6 +57,8 @@ pub(crate) struct SendCheck {
     pub(crate) fin_queued: bool,
     /// Largest window the peer ever offered.
     pub(crate) max_snd_wnd: usize,
+    /// `TCP_CORK` or `MSG_MORE`: only full-sized segments (or the FIN).
+    pub(crate) corked: bool,
 }
 
 /// RFC 1122 4.2.3.4 (sender SWS avoidance, with Nagle's algorithm, RFC 896,
@@ -71,6 +73,9 @@ pub(crate) struct SendCheck {
 pub(crate) fn sws_allows(c: &SendCheck) -> bool {
     if c.len == 0 {
         return false;
+    }
+    if c.corked && !c.fin_queued {
+        return c.len >= c.max_payload;
     }
     let nagle_ok = c.nodelay || c.idle || c.fin_queued;
     c.len >= c.max_payload
@@ -91,6 +96,7 @@ mod tests {
             nodelay,
             fin_queued: false,
             max_snd_wnd: 64_000,
+            corked: false,
         }
     }
 

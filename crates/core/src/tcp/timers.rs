@@ -128,6 +128,9 @@ impl Connection {
             self.ack.delay_at = None;
             ctr.DelayedACKs += 1;
             self.ack.now = true;
+            // Linux: a delayed ACK that found no reply to ride on ends
+            // interactive (pingpong) mode.
+            self.ack.pingpong = false;
         }
         if self.rtx.rto_at.is_some_and(|t| now >= t) {
             self.rtx.rto_at = None;
@@ -208,7 +211,26 @@ impl Connection {
 
     pub(super) fn arm_rto(&mut self, now: Instant) {
         if self.rtx.rto_at.is_none() {
-            self.rtx.rto_at = Some(now + self.rtx.rtt.rto());
+            self.rtx.rto_at = Some(self.rto_deadline(now));
+        }
+    }
+
+    /// When a retransmission timer started now fires: after the RTO, or
+    /// at the user timeout if that comes first (Linux
+    /// `tcp_clamp_rto_to_user_timeout`).
+    pub(super) fn rto_deadline(&self, now: Instant) -> Instant {
+        let at = now + self.rtx.rtt.rto();
+        match (self.rtx.user_timeout, self.rtx.stall_since) {
+            (Some(ut), Some(t0)) => at.min((t0 + ut).max(now)),
+            _ => at,
+        }
+    }
+
+    /// RFC 5482: data has been unacknowledged for the user timeout.
+    pub(super) fn user_timed_out(&self, now: Instant) -> bool {
+        match (self.rtx.user_timeout, self.rtx.stall_since) {
+            (Some(ut), Some(t0)) => now >= t0 + ut,
+            _ => false,
         }
     }
 
