@@ -354,6 +354,11 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.set_keepalive_params(ka))
     }
 
+    /// `TCP_LINGER2` (Linux): an orphan's FIN-WAIT-2 lifetime.
+    pub fn tcp_set_fin_wait2_timeout(&mut self, h: TcpHandle, t: Duration) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_fin_wait2_timeout(t))
+    }
+
     /// `TCP_USER_TIMEOUT` (RFC 5482, Linux): abort the connection when
     /// data stays unacknowledged for `t` (zero: back to the retry count).
     pub fn tcp_set_user_timeout(&mut self, h: TcpHandle, t: Duration) -> Result<(), TcpError> {

@@ -759,15 +759,23 @@ impl TcpTable {
         pmtu: &PmtuCache,
     ) -> Demux {
         self.now = self.now.max(now);
+        // Reopening a TIME-WAIT connection: the new ISS (Linux
+        // `tcp_timewait_state_process`: the old SND.NXT + 65535 + 2, so the
+        // new connection's sequence space starts above the old one's).
+        let mut reuse_iss = None;
         if let Some(&idx) = self.conns.get(&(local, remote)) {
             let idx = idx as usize;
             let reuse = match self.slots.get(idx).and_then(|s| s.sock.as_ref()) {
                 Some(Sock::Conn(c)) => {
-                    c.conn.state() == State::TimeWait
+                    let ok = c.conn.state() == State::TimeWait
                         && seg.syn
                         && seg.ack.is_none()
                         && self.listeners.contains_key(&local.port())
-                        && c.conn.accepts_reuse_syn(seg)
+                        && c.conn.accepts_reuse_syn(seg);
+                    if ok {
+                        reuse_iss = Some(c.conn.snd_max() + 65_537u32);
+                    }
+                    ok
                 }
                 _ => false,
             };
@@ -863,7 +871,7 @@ impl TcpTable {
             ext.SyncookiesSent += 1;
             return Demux::Reply(reply);
         }
-        let iss = self.isn.generate(local, remote, now);
+        let iss = reuse_iss.unwrap_or_else(|| self.isn.generate(local, remote, now));
         let conn = Connection::accept(&self.cfg, local, remote, seg, iss, route_mss, now);
         let owner = Owner::Listener {
             listener: lh,

@@ -509,7 +509,8 @@ pub unsafe extern "C" fn ustack_connect(
                     Ok(()) => Ok(0),
                     // A timed-out blocking connect (SO_SNDTIMEO).
                     Err(libc::EAGAIN) => Err(libc::EINPROGRESS),
-                    Err(e) => Err(e),
+                    // connect reports the error: SO_ERROR is clear after.
+                    Err(e) => Err(c.lock().consume_so_error(fd).unwrap_or(e)),
                 }
             }
             (r, _) => r.map(|()| 0),

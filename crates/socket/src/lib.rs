@@ -81,6 +81,9 @@ struct Sock {
     wr_shut: bool,
     /// An error (connect failure) to report through `SO_ERROR`.
     so_error: Option<Errno>,
+    /// The connection's error was reported (Linux clears `sk_err` when
+    /// it reports it): reads then see end of stream, writes `EPIPE`.
+    err_reported: bool,
     /// Readiness events seen for this socket (edge-triggered epoll).
     events: u64,
 }
@@ -421,6 +424,7 @@ impl Host {
             rd_shut: false,
             wr_shut: false,
             so_error: None,
+            err_reported: false,
             events: 0,
         })))
     }
@@ -522,6 +526,7 @@ impl Host {
             rd_shut: false,
             wr_shut: false,
             so_error: None,
+            err_reported: false,
             events: 0,
         }));
         self.by_handle.insert(h, nfd);
@@ -567,6 +572,10 @@ impl Host {
         if is(libc::IPPROTO_TCP, libc::TCP_CORK) {
             let _ = st.tcp_set_cork(h, o.cork);
         }
+        if is(libc::IPPROTO_TCP, libc::TCP_LINGER2) && o.linger2 != 0 {
+            let secs = u64::try_from(o.linger2).unwrap_or(0);
+            let _ = st.tcp_set_fin_wait2_timeout(h, Duration::from_secs(secs));
+        }
         if is(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT) {
             let _ = st.tcp_set_user_timeout(h, Duration::from_millis(u64::from(o.user_timeout)));
         }
@@ -603,22 +612,28 @@ impl Host {
                 connecting: true, ..
             } => match self.connect_done(fd) {
                 Err(libc::EAGAIN) => Err(libc::EALREADY),
+                Err(e) => Err(self.consume_so_error(fd).unwrap_or(e)),
                 r => r,
             },
             Tcp::Conn { .. } => Err(libc::EISCONN),
             Tcp::Listen(_) => Err(libc::EISCONN),
-            Tcp::Failed => Err(libc::ECONNABORTED),
+            Tcp::Failed => Err(self.consume_so_error(fd).unwrap_or(libc::ECONNABORTED)),
         }
     }
 
+    /// Take the pending `SO_ERROR` (a failed connect's) of `fd`.
+    pub fn consume_so_error(&mut self, fd: i32) -> Option<Errno> {
+        self.sock_mut(fd).ok()?.so_error.take()
+    }
+
     /// Has the handshake of `fd` finished? `Ok` once connected, the error
-    /// if it failed (reported once, then `SO_ERROR` is clear), `EAGAIN`
-    /// while under way.
+    /// if it failed (which `connect` reports and clears; until then
+    /// `SO_ERROR` holds it), `EAGAIN` while under way.
     pub fn connect_done(&mut self, fd: i32) -> SockResult<()> {
         let s = self.sock(fd)?;
         let Tcp::Conn { h, connecting } = s.tcp else {
             return match s.tcp {
-                Tcp::Failed => Err(libc::ECONNABORTED),
+                Tcp::Failed => Err(s.so_error.unwrap_or(libc::ECONNABORTED)),
                 _ => Ok(()),
             };
         };
@@ -630,7 +645,7 @@ impl Host {
         if let Some(e) = st.pending_error {
             let s = self.sock_mut(fd)?;
             s.tcp = Tcp::Failed;
-            s.so_error = None;
+            s.so_error = Some(tcp_errno(e));
             self.by_handle.remove(&h);
             self.stack.tcp_close(h);
             return Err(tcp_errno(e));
@@ -642,7 +657,9 @@ impl Host {
             return Ok(());
         }
         if st.state == State::Closed {
-            self.sock_mut(fd)?.tcp = Tcp::Failed;
+            let s = self.sock_mut(fd)?;
+            s.tcp = Tcp::Failed;
+            s.so_error = Some(libc::ECONNREFUSED);
             self.by_handle.remove(&h);
             self.stack.tcp_close(h);
             return Err(libc::ECONNREFUSED);
@@ -703,17 +720,24 @@ impl Host {
             // reads see end of stream instead of blocking.
             Err(TcpError::WouldBlock) if rd_shut => Ok(0),
             Err(TcpError::WouldBlock) => Err(libc::EAGAIN),
-            Err(e) => Err(self.take_conn_error(fd, e)),
+            Err(e) => match self.take_conn_error(fd, e) {
+                // Reported before: the stream has ended.
+                None => Ok(0),
+                Some(e) => Err(e),
+            },
         }
     }
 
-    /// An error reported by a data call: Linux reports a connection's
-    /// error once (then reads see end of stream).
-    fn take_conn_error(&mut self, fd: i32, e: TcpError) -> Errno {
-        if let Ok(s) = self.sock_mut(fd) {
-            s.so_error = None;
+    /// A connection error met by a call: Linux reports it once (`sk_err`
+    /// is cleared); None if it was reported already.
+    fn take_conn_error(&mut self, fd: i32, e: TcpError) -> Option<Errno> {
+        let s = self.sock_mut(fd).ok()?;
+        s.so_error = None;
+        if s.err_reported && e != TcpError::WouldBlock {
+            return None;
         }
-        tcp_errno(e)
+        s.err_reported = true;
+        Some(tcp_errno(e))
     }
 
     /// `send(2)`: bytes queued (`EAGAIN` when none fit).
@@ -733,7 +757,7 @@ impl Host {
         let h = self.conn(fd)?;
         if let Ok(st) = self.stack.tcp_status(h) {
             if let Some(e) = st.pending_error {
-                return Err(self.take_conn_error(fd, e));
+                return Err(self.take_conn_error(fd, e).unwrap_or(libc::EPIPE));
             }
         }
         if data.is_empty() {
@@ -746,7 +770,7 @@ impl Host {
             Ok(0) => Err(libc::EAGAIN),
             Ok(n) => Ok(n),
             Err(TcpError::WouldBlock) => Err(libc::EAGAIN),
-            Err(e) => Err(self.take_conn_error(fd, e)),
+            Err(e) => Err(self.take_conn_error(fd, e).unwrap_or(libc::EPIPE)),
         }
     }
 
@@ -961,7 +985,7 @@ impl Host {
                         m |= POLLOUT | POLLWRNORM;
                     }
                 }
-                if st.pending_error.is_some() || s.so_error.is_some() {
+                if (st.pending_error.is_some() && !s.err_reported) || s.so_error.is_some() {
                     m |= POLLERR;
                 }
             }

@@ -6,7 +6,7 @@ use ustack_core::time::Duration;
 use ustack_core::CcAlgorithm;
 
 use crate::sysctl::Tunables;
-use crate::{tcp_errno, tcp_info, Host, SockResult, Tcp};
+use crate::{tcp_info, Host, SockResult, Tcp};
 
 /// The options of one socket (inherited by connections a listener accepts).
 #[derive(Debug, Clone)]
@@ -28,6 +28,10 @@ pub struct SockOpts {
     pub keepcnt: u32,
     /// `TCP_USER_TIMEOUT` in milliseconds (0 = off).
     pub user_timeout: u32,
+    /// `TCP_LINGER2` in seconds (0: the `tcp_fin_timeout` sysctl).
+    pub linger2: i32,
+    /// `TCP_SYNCNT`: SYN retransmissions before giving up (None: sysctl).
+    pub syncnt: Option<u32>,
     pub notsent_lowat: Option<u32>,
     pub inq: bool,
     pub congestion: Option<CcAlgorithm>,
@@ -56,6 +60,8 @@ impl SockOpts {
             keepintvl: secs(ka.interval),
             keepcnt: ka.count,
             user_timeout: 0,
+            linger2: 0,
+            syncnt: None,
             notsent_lowat: None,
             inq: false,
             congestion: None,
@@ -80,6 +86,9 @@ impl SockOpts {
             c.snd_buf_initial = c.snd_buf;
         }
         c.user_mss = self.maxseg;
+        if let Some(n) = self.syncnt {
+            c.syn_retries = n;
+        }
         c.nodelay = self.nodelay;
         c.keepalive = self.keepalive_params();
         if let Some(cc) = self.congestion {
@@ -225,6 +234,12 @@ pub(crate) fn setsockopt(
             }
             o.user_timeout = v as u32;
         }
+        (libc::IPPROTO_TCP, libc::TCP_LINGER2) => {
+            // Linux: negative turns FIN-WAIT-2 off (-1 when read back),
+            // 0 follows the sysctl, anything else is seconds, at most 120.
+            let v = int(val)?;
+            o.linger2 = if v < 0 { -1 } else { v.min(120) };
+        }
         (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => {
             let v = int(val)?;
             o.notsent_lowat = (v > 0).then_some(v as u32);
@@ -245,7 +260,14 @@ pub(crate) fn setsockopt(
                 _ => return Err(libc::ENOENT),
             });
         }
-        (libc::IPPROTO_TCP, libc::TCP_QUICKACK | libc::TCP_DEFER_ACCEPT | libc::TCP_SYNCNT) => {
+        (libc::IPPROTO_TCP, libc::TCP_SYNCNT) => {
+            let v = int(val)?;
+            if !(1..=127).contains(&v) {
+                return Err(libc::EINVAL);
+            }
+            o.syncnt = Some(v as u32);
+        }
+        (libc::IPPROTO_TCP, libc::TCP_QUICKACK | libc::TCP_DEFER_ACCEPT) => {
             int(val)?;
         }
         (libc::IPPROTO_TCP, _) => return Err(libc::ENOPROTOOPT),
@@ -281,10 +303,18 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
             int_bytes(i64::from(matches!(s.tcp, Tcp::Listen(_))))
         }
         (libc::SOL_SOCKET, libc::SO_ERROR) => {
+            // A handshake that failed since the last look moves its error
+            // to `so_error` first.
+            if let Tcp::Conn {
+                connecting: true, ..
+            } = s.tcp
+            {
+                let _ = host.connect_done(fd);
+            }
             let mut e = host.sock_mut(fd)?.so_error.take().unwrap_or(0);
             if e == 0 {
                 if let Some(err) = info.as_ref().and_then(|i| i.pending_error) {
-                    e = tcp_errno(err);
+                    e = host.take_conn_error(fd, err).unwrap_or(0);
                 }
             }
             int_bytes(e.into())
@@ -336,6 +366,17 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
         (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => int_bytes(o.keepintvl.into()),
         (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => int_bytes(o.keepcnt.into()),
         (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT) => int_bytes(o.user_timeout.into()),
+        (libc::IPPROTO_TCP, libc::TCP_SYNCNT) => {
+            int_bytes(o.syncnt.unwrap_or(host.base.tcp.syn_retries).into())
+        }
+        (libc::IPPROTO_TCP, libc::TCP_LINGER2) => {
+            let v = if o.linger2 == 0 {
+                host.base.tcp.fin_wait2_timeout.as_secs() as i64
+            } else {
+                o.linger2.into()
+            };
+            int_bytes(v)
+        }
         (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => {
             // Linux reports 0 while the socket follows the sysctl.
             int_bytes(o.notsent_lowat.map_or(0, i64::from))

@@ -26,6 +26,7 @@ pub const NAMES: &[&str] = &[
     "tcp_keepalive_intvl",
     "tcp_keepalive_probes",
     "tcp_challenge_ack_limit",
+    "tcp_rfc1337",
     "tcp_mtu_probing",
     "tcp_base_mss",
     "tcp_probe_threshold",
@@ -131,6 +132,7 @@ pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlErro
                 _ => ka.count = u32::try_from(v).map_err(|_| bad())?,
             }
         }
+        "tcp_rfc1337" => cfg.rfc1337 = one()? != 0,
         "tcp_challenge_ack_limit" => {
             cfg.challenge_ack_limit = u32::try_from(one()?).map_err(|_| bad())?
         }

@@ -41,7 +41,14 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
         return w.0;
     };
     let smss = i.smss.max(1);
-    w.u8(0, linux_state(i.state));
+    // Linux hands a connection entering TIME-WAIT to a mini socket and
+    // closes the full one: a descriptor's socket reads as CLOSE.
+    let state = if i.state == State::TimeWait {
+        State::Closed
+    } else {
+        i.state
+    };
+    w.u8(0, linux_state(state));
     w.u8(1, i.ca_state);
     w.u8(2, i.rto_retries.min(255) as u8);
     w.u8(4, i.rto_retries.min(255) as u8);

@@ -331,7 +331,10 @@ impl Connection {
                 // "In addition to the processing for the ESTABLISHED state, if
                 // the FIN segment is now acknowledged, then enter FIN-WAIT-2".
                 State::FinWait1 => {
-                    let orphan_until = self.app.closed.then(|| now + self.cfg.fin_wait2_timeout);
+                    let orphan_until = self
+                        .app
+                        .closed
+                        .then(|| now + self.cfg.fin_wait2_timeout.get());
                     self.set_state(Phase::FinWait2 { orphan_until }, Some(ctr));
                 }
                 // "if the ACK acknowledges our FIN, then enter the TIME-WAIT state"

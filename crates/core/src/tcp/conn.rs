@@ -179,16 +179,31 @@ impl Phase {
     }
 }
 
+/// A duration kept in 32 bits, in milliseconds (saturating at 49 days):
+/// what [`Params`] holds, so that an idle connection stays small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ms(u32);
+
+impl Ms {
+    pub(super) fn new(d: Duration) -> Ms {
+        Ms(u32::try_from(d.as_millis()).unwrap_or(u32::MAX))
+    }
+
+    pub(super) fn get(self) -> Duration {
+        Duration::from_millis(u64::from(self.0))
+    }
+}
+
 /// The tunables of [`TcpConfig`] a connection still needs once it exists
 /// (the rest went into its buffers, estimator and options when it was
 /// created): a copy of these, not of the whole configuration, is what
 /// every connection holds.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Params {
-    pub(super) time_wait: Duration,
-    pub(super) delayed_ack: Duration,
-    pub(super) fin_wait2_timeout: Duration,
-    pub(super) max_rto: Duration,
+    pub(super) time_wait: Ms,
+    pub(super) delayed_ack: Ms,
+    pub(super) fin_wait2_timeout: Ms,
+    pub(super) max_rto: Ms,
     pub(super) ooo_limit: usize,
     pub(super) initial_cwnd: u32,
     /// The send buffer's ceiling (autotuning grows it up to this).
@@ -206,16 +221,18 @@ pub(super) struct Params {
     pub(super) mtu_probe_floor: u16,
     /// `TcpConfig::user_mss` (Linux `TCP_MAXSEG`).
     pub(super) user_mss: Option<u16>,
+    pub(super) rfc1337: bool,
 }
 
 impl Params {
     fn new(cfg: &TcpConfig) -> Params {
         Params {
             user_mss: cfg.user_mss,
-            time_wait: cfg.time_wait,
-            delayed_ack: cfg.delayed_ack,
-            fin_wait2_timeout: cfg.fin_wait2_timeout,
-            max_rto: cfg.max_rto,
+            rfc1337: cfg.rfc1337,
+            time_wait: Ms::new(cfg.time_wait),
+            delayed_ack: Ms::new(cfg.delayed_ack),
+            fin_wait2_timeout: Ms::new(cfg.fin_wait2_timeout),
+            max_rto: Ms::new(cfg.max_rto),
             ooo_limit: cfg.ooo_limit,
             initial_cwnd: cfg.initial_cwnd,
             snd_buf_max: cfg.snd_buf.max(1),
@@ -550,6 +567,11 @@ impl Connection {
         );
     }
 
+    /// SND.MAX: the highest sequence number sent (plus one).
+    pub fn snd_max(&self) -> SeqNum {
+        self.snd.max
+    }
+
     pub fn state(&self) -> State {
         self.st.state()
     }
@@ -757,10 +779,16 @@ impl Connection {
         }
     }
 
+    /// `TCP_LINGER2` (Linux): how long an orphaned connection waits in
+    /// FIN-WAIT-2 for the peer's FIN.
+    pub fn set_fin_wait2_timeout(&mut self, t: Duration) {
+        self.cfg.fin_wait2_timeout = Ms::new(t);
+    }
+
     /// `TCP_USER_TIMEOUT` (RFC 5482): abort when data stays unacknowledged
     /// this long; zero restores the default (retry count).
     pub fn set_user_timeout(&mut self, t: Duration) {
-        self.rtx.user_timeout = (!t.is_zero()).then_some(t);
+        self.rtx.user_timeout = (!t.is_zero()).then_some(Ms::new(t));
     }
 
     /// `TCP_CORK`: hold partial segments while on; turning it off pushes.
@@ -950,7 +978,7 @@ impl Connection {
             State::SynReceived => self.abort_with(false),
             _ => {
                 self.shutdown();
-                let until = self.timers.last_rcv_at + self.cfg.fin_wait2_timeout;
+                let until = self.timers.last_rcv_at + self.cfg.fin_wait2_timeout.get();
                 if let Phase::FinWait2 { orphan_until } = &mut self.st {
                     *orphan_until = Some(until);
                 }
@@ -993,7 +1021,7 @@ impl Connection {
     /// TIME-WAIT from now on (2*MSL, RFC 9293 3.6.1).
     pub(super) fn time_wait(&self) -> Phase {
         Phase::TimeWait {
-            until: self.now_hint() + self.cfg.time_wait,
+            until: self.now_hint() + self.cfg.time_wait.get(),
         }
     }
 

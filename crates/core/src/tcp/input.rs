@@ -150,6 +150,10 @@ impl Connection {
             }
             seg.syn = false;
             seg.seq += 1u32;
+            // The SYN-ACK of a simultaneous open repeats the peer's SYN:
+            // acknowledge it (as Linux does), which also completes the
+            // peer's side of the handshake.
+            self.ack.now = true;
         }
 
         // RFC 7323 5.3 PAWS: "If there is a Timestamps option in the
@@ -397,7 +401,7 @@ impl Connection {
 
     fn restart_time_wait(&mut self, now: Instant) {
         if let Phase::TimeWait { until } = &mut self.st {
-            *until = now + self.cfg.time_wait;
+            *until = now + self.cfg.time_wait.get();
         }
     }
 
@@ -410,6 +414,10 @@ impl Connection {
     }
 
     fn on_reset(&mut self, ctr: &mut TcpCounters) {
+        if self.state() == State::TimeWait && self.cfg.rfc1337 {
+            // RFC 1337 "TIME-WAIT assassination": ignore the RST.
+            return;
+        }
         match self.state() {
             State::SynReceived => {
                 // "If this connection was initiated with a passive OPEN ...
@@ -438,6 +446,12 @@ impl Connection {
             if ack.le(self.snd.iss) || ack.gt(self.snd.max) {
                 if !seg.rst {
                     self.rst.reply = Some((ack, None));
+                }
+                // Linux: the peer may hold an old connection and have
+                // dropped our SYN for it; retransmit the SYN at once (once:
+                // `TCP_TIMEOUT_MIN` while nothing was retransmitted yet).
+                if self.rtx.retries == 0 {
+                    self.rtx.rto_at = Some(now + crate::time::Duration::from_millis(2));
                 }
                 return;
             }
@@ -534,9 +548,34 @@ impl Connection {
         if self.app.closed {
             // Linux: data for a socket the application closed is answered
             // with RST (TCPAbortOnData, RFC 2525 2.17).
+            // Linux `tcp_reset` then `tcp_v4_send_reset`: the RST answers
+            // the segment (<SEQ=SEG.ACK><CTL=RST>), and the connection is
+            // gone.
             ctr.TCPAbortOnData += 1;
-            self.rst.pending = true;
+            match seg.ack {
+                Some(ack) => {
+                    self.rst.reply = Some((ack, None));
+                    self.set_state(Phase::Closed, Some(ctr));
+                }
+                None => self.rst.pending = true,
+            }
             return;
+        }
+        // RFC 2883 4: a duplicate of data held out of order is reported in
+        // a D-SACK block too.
+        if self.opt.sack && seg.seq.gt(self.rcv.nxt) {
+            let max = if self.opt.ts { 3 } else { 4 };
+            let held = self
+                .rcv
+                .queue
+                .sack_blocks(self.rcv.nxt, max)
+                .into_iter()
+                .flatten()
+                .any(|(l, r)| !seg.seq.lt(l) && !end.gt(r));
+            if held {
+                self.ack.dsack = Some((seg.seq, end));
+                ctr.TCPDSACKOfoSent += 1;
+            }
         }
         // Trim what we already have.
         let (off, data) = if seg.seq.lt(self.rcv.nxt) {
@@ -562,6 +601,7 @@ impl Connection {
         // Quick-ack: filling a hole (RFC 5681 4.2 "if the segment fills in
         // all or part of a gap"), or the first data after an idle period
         // longer than the RTO (Linux quick-ack mode).
+        let first = self.ack.last_data_at.is_none();
         let idle = match self.ack.last_data_at {
             None => true,
             Some(t) => now.saturating_duration_since(t) > self.rtx.rtt.rto(),
@@ -576,10 +616,14 @@ impl Connection {
             .ack
             .rcv_mss
             .max(wire_seg.min(usize::from(self.opt.adv_mss)));
-        if idle {
-            // Linux `tcp_incr_quickack`: ACK at once for a while, about
-            // half a window's worth of segments (2 to 16), so a sender in
-            // slow start is not held back by delayed ACKs.
+        if first {
+            // Linux `tcp_incr_quickack` at the first data: ACK at once for
+            // a while, about half a window's worth of segments (2 to 16),
+            // so a sender in slow start is not held back by delayed ACKs.
+            // (Linux grants it again after a gap longer than the RTO; here
+            // that costs loss recovery: twice the RTOs in
+            // tcp_loss_recovery's netem runs. After a gap the first segment
+            // is still acknowledged at once, below.)
             let q = (self.rcv_wnd() / (2 * self.ack.rcv_mss.max(1))).clamp(2, MAX_QUICKACKS);
             self.ack.quick = self.ack.quick.max(q as u32);
         }
@@ -592,7 +636,7 @@ impl Connection {
             self.ack.now = true;
         } else if self.ack.delay_at.is_none() {
             // RFC 1122 4.2.3.2 delayed ACK.
-            self.ack.delay_at = Some(now + self.cfg.delayed_ack);
+            self.ack.delay_at = Some(now + self.cfg.delayed_ack.get());
         }
     }
 

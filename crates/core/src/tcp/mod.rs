@@ -209,6 +209,9 @@ pub struct TcpConfig {
     /// Linux `TCP_MAXSEG`: a clamp on the MSS sent *and* advertised
     /// (`mss_clamp`); None: the peer's and the path's only.
     pub user_mss: Option<u16>,
+    /// RFC 1337 (Linux `tcp_rfc1337`): a RST does not end TIME-WAIT
+    /// ("TIME-WAIT assassination"). Off by default, as on Linux.
+    pub rfc1337: bool,
     /// Receive buffer bytes (also the largest window we offer).
     pub rcv_buf: usize,
     /// Send buffer bytes: the most the send buffer grows to (Linux
@@ -301,6 +304,7 @@ impl Default for TcpConfig {
         TcpConfig {
             mss: 1460,
             user_mss: None,
+            rfc1337: false,
             rcv_buf: 256 * 1024,
             snd_buf: 4 * 1024 * 1024,
             snd_buf_initial: 256 * 1024,
@@ -372,6 +376,7 @@ counters!(
     TCPLossProbeRecovery,
     TCPDSACKRecv,
     TCPDSACKOldSent,
+    TCPDSACKOfoSent,
     TCPFullUndo,
     TCPLossUndo,
     TCPSackRecovery,

@@ -222,7 +222,10 @@ impl Connection {
             self.mtu_probe_sent(seq, n);
             sent_new = true;
         }
-        for burst in 0..MAX_BURST {
+        // Bytes of the current Linux skb (see `linux_size_goal`) sent in
+        // this burst.
+        let mut piece = 0usize;
+        for _ in 0..MAX_BURST {
             if self.cong.pacer.budget(now, rate, mss) == 0 {
                 break;
             }
@@ -233,10 +236,18 @@ impl Connection {
             self.timers.force_send = false;
             // Linux sets PSH on the last segment of every multi-segment
             // (TSO) packet, so a receiver's GRO delivers it at once: here
-            // the last segment of a burst of two or more.
+            // the last segment sent of one of its skbs, when two or more
+            // of them went out together.
             // A push by the persist timer (the cork ceiling) is marked too;
             // data held by MSG_MORE or a cork is not.
-            let psh = force || (burst > 0 && !self.corked() && self.burst_ends_after(seq, n));
+            let goal = self.linux_size_goal();
+            let start = seq.wrapping_sub(self.snd.iss + 1u32) as usize;
+            if start.is_multiple_of(goal) {
+                piece = 0;
+            }
+            piece += n;
+            let piece_ends = (start + n).is_multiple_of(goal) || self.burst_ends_after(seq, n);
+            let psh = force || (piece > self.max_payload() && piece_ends && !self.corked());
             if !self.send_segment_psh(now, ctr, out, seq, n, fin, psh) {
                 self.timers.force_send = force;
                 return self.blocked(now);
@@ -271,7 +282,7 @@ impl Connection {
             for _ in 0..self.timers.persist_backoff.min(16) {
                 d = d.saturating_mul(2);
             }
-            self.timers.persist_at = Some(now + d.min(self.cfg.max_rto));
+            self.timers.persist_at = Some(now + d.min(self.cfg.max_rto.get()));
         } else if !self.has_unsent() {
             self.timers.persist_at = None;
         }
@@ -444,19 +455,34 @@ impl Connection {
         true
     }
 
-    /// Does the burst end after `[seq, seq + n)` because the queue is
-    /// empty, Nagle holds the rest, or cwnd leaves less than a segment?
-    /// (Matching what Linux's packets show: a TSO packet cut by cwnd or
-    /// Nagle carries PSH on its last segment, one cut by the peer's window
-    /// does not.)
+    /// Does the burst end after `[seq, seq + n)`: the queue is empty,
+    /// Nagle holds the rest, or cwnd or the peer's window leaves less than
+    /// a segment?
     fn burst_ends_after(&self, seq: SeqNum, n: usize) -> bool {
         let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
         let avail = self.snd.queue.ring.len().saturating_sub(off + n);
         let cwnd_room = self.send_cwnd().saturating_sub(self.pipe() + n);
+        let flight = (seq + n).wrapping_sub(self.snd.una) as usize;
+        let wnd_room = self.snd.wnd.saturating_sub(flight);
         let maxp = self.max_payload();
         // Nagle holds a partial rest while this segment is in flight.
         let nagle_holds = avail < maxp && !self.app.nodelay && !self.snd.queue.fin_queued;
-        avail == 0 || nagle_holds || cwnd_room < maxp.min(avail)
+        avail == 0 || nagle_holds || cwnd_room < maxp.min(avail) || wnd_room < maxp.min(avail)
+    }
+
+    /// Linux's `size_goal` (`tcp_xmit_size_goal`): the size of the buffers
+    /// (skbs) a write is cut into, whole segments up to 64 KB and at most
+    /// half the largest window the peer offered. Linux sends each as one
+    /// TSO packet (or pieces of one), which shows in where PSH falls.
+    fn linux_size_goal(&self) -> usize {
+        let mss = self.max_payload().max(1);
+        let half = if self.snd.max_wnd > 536 {
+            self.snd.max_wnd / 2
+        } else {
+            self.snd.max_wnd
+        };
+        let cap = if half > 0 { half.min(65_536) } else { 65_536 };
+        (cap / mss).max(1) * mss
     }
 
     /// Emit one data/FIN segment at `seq`; false if `emit` refused it.
@@ -495,7 +521,7 @@ impl Connection {
             && self
                 .ack
                 .last_data_at
-                .is_some_and(|t| now.saturating_duration_since(t) < self.cfg.delayed_ack)
+                .is_some_and(|t| now.saturating_duration_since(t) < self.cfg.delayed_ack.get())
         {
             // Linux `tcp_event_data_sent`: new data within the delayed-ACK
             // time of the peer's: an exchange, enter pingpong mode.
@@ -634,6 +660,20 @@ impl Connection {
     }
 
     fn sack_blocks(&self) -> [Option<(SeqNum, SeqNum)>; 4] {
+        let mut b = self.sack_blocks_data();
+        // A FIN received out of order is held too: the block that ends at
+        // it covers it (as Linux's, whose skb carries the FIN).
+        if let Some(fin) = self.rcv.fin {
+            for (_, r) in b.iter_mut().flatten() {
+                if *r == fin {
+                    *r = fin + 1u32;
+                }
+            }
+        }
+        b
+    }
+
+    fn sack_blocks_data(&self) -> [Option<(SeqNum, SeqNum)>; 4] {
         if !self.opt.sack {
             return [None; 4];
         }

@@ -42,7 +42,7 @@ pub(super) struct Rtx {
     pub(super) rack_at: Option<Instant>,
     /// `TCP_USER_TIMEOUT` (RFC 5482): give up when data stays
     /// unacknowledged this long. None: `max_retries` decides.
-    pub(super) user_timeout: Option<Duration>,
+    pub(super) user_timeout: Option<super::conn::Ms>,
     /// Since when SND.UNA has not moved with data outstanding (about when
     /// the oldest unacknowledged segment was first sent).
     pub(super) stall_since: Option<Instant>,

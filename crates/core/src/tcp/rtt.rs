@@ -49,10 +49,12 @@ impl RttEstimator {
             }
         }
         let srtt = self.srtt.unwrap_or(r);
-        // RFC 6298 2.4/2.5: RTO below 1 s rounded up (we use Linux's 200 ms
-        // floor instead); "A maximum value MAY be placed on RTO provided it
-        // is at least 60 seconds."
-        self.rto = (srtt + G.max(self.rttvar * 4)).clamp(self.min_rto, self.max_rto);
+        // RFC 6298 2.4/2.5: RTO below 1 s rounded up; we follow Linux,
+        // which floors the variance term instead (`rttvar_us` is at least
+        // `tcp_rto_min`, 200 ms): RTO = SRTT + max(4 * RTTVAR, min_rto), so
+        // a 100 ms path gets 300 ms, not 250. "A maximum value MAY be placed
+        // on RTO provided it is at least 60 seconds."
+        self.rto = (srtt + G.max(self.rttvar * 4).max(self.min_rto)).min(self.max_rto);
         // RFC 6298 5: a new sample after backoff collapses the backoff.
         self.backoff = 0;
     }
@@ -108,12 +110,19 @@ mod tests {
         // 100 + 4*50 = 300 ms
         assert_eq!(e.rto(), Duration::from_millis(300));
         e.sample(Duration::from_millis(100));
-        // rttvar = 37.5, srtt = 100 -> 250 ms
-        assert_eq!(e.rto(), Duration::from_micros(250_000));
+        // rttvar = 37.5, srtt = 100: 4 * rttvar = 150 < 200 -> 300 ms
+        // (RFC 6298 alone would give 250 ms; Linux floors the variance).
+        assert_eq!(e.rto(), Duration::from_millis(300));
         for _ in 0..50 {
             e.sample(Duration::from_millis(10));
         }
-        assert_eq!(e.rto(), Duration::from_millis(200), "floored at min_rto");
+        let srtt = e.srtt().unwrap();
+        assert!(srtt < Duration::from_millis(11));
+        assert_eq!(
+            e.rto(),
+            srtt + Duration::from_millis(200),
+            "variance floored at min_rto"
+        );
     }
 
     #[test]

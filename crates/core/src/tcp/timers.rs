@@ -221,7 +221,7 @@ impl Connection {
     pub(super) fn rto_deadline(&self, now: Instant) -> Instant {
         let at = now + self.rtx.rtt.rto();
         match (self.rtx.user_timeout, self.rtx.stall_since) {
-            (Some(ut), Some(t0)) => at.min((t0 + ut).max(now)),
+            (Some(ut), Some(t0)) => at.min((t0 + ut.get()).max(now)),
             _ => at,
         }
     }
@@ -229,7 +229,7 @@ impl Connection {
     /// RFC 5482: data has been unacknowledged for the user timeout.
     pub(super) fn user_timed_out(&self, now: Instant) -> bool {
         match (self.rtx.user_timeout, self.rtx.stall_since) {
-            (Some(ut), Some(t0)) => now >= t0 + ut,
+            (Some(ut), Some(t0)) => now >= t0 + ut.get(),
             _ => false,
         }
     }
