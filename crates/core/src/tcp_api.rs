@@ -354,6 +354,12 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.set_keepalive_params(ka))
     }
 
+    /// `MSG_EOR` (Linux): the data queued so far ends a record, which no
+    /// segment will share with later data.
+    pub fn tcp_mark_record_end(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.mark_record_end())
+    }
+
     /// `TCP_LINGER2` (Linux): an orphan's FIN-WAIT-2 lifetime.
     pub fn tcp_set_fin_wait2_timeout(&mut self, h: TcpHandle, t: Duration) -> Result<(), TcpError> {
         self.tcp.with_conn(h, |c| c.set_fin_wait2_timeout(t))

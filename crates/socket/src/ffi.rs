@@ -365,6 +365,9 @@ fn do_send(c: &Ctx, fd: i32, bufs: &[iovec], flags: c_int) -> SockResult<usize> 
                 sent += n;
                 // Linux's blocking send returns once everything is queued.
                 let nb = nonblock || !c.lock().is_blocking(fd);
+                if sent >= data.len() && flags & libc::MSG_EOR != 0 {
+                    c.lock().mark_record_end(fd);
+                }
                 if sent >= data.len() || nb || n == 0 {
                     return Ok(sent);
                 }

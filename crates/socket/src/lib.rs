@@ -774,6 +774,13 @@ impl Host {
         }
     }
 
+    /// `MSG_EOR`: what `fd` queued so far ends a record.
+    pub fn mark_record_end(&mut self, fd: i32) {
+        if let Ok(Tcp::Conn { h, .. }) = self.sock(fd).map(|s| s.tcp) {
+            let _ = self.stack.tcp_mark_record_end(h);
+        }
+    }
+
     /// `shutdown(2)`.
     pub fn shutdown(&mut self, fd: i32, how: i32) -> SockResult<()> {
         if !(0..=2).contains(&how) {

@@ -241,8 +241,9 @@ pub(crate) fn setsockopt(
             o.linger2 = if v < 0 { -1 } else { v.min(120) };
         }
         (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => {
-            let v = int(val)?;
-            o.notsent_lowat = (v > 0).then_some(v as u32);
+            // An unsigned value; 0 follows the sysctl again.
+            let v = int(val)? as u32;
+            o.notsent_lowat = (v > 0).then_some(v);
         }
         (libc::IPPROTO_TCP, libc::TCP_INQ) => {
             let v = int(val)?;
@@ -271,11 +272,15 @@ pub(crate) fn setsockopt(
             int(val)?;
         }
         (libc::IPPROTO_TCP, _) => return Err(libc::ENOPROTOOPT),
-        (libc::IPPROTO_IP, libc::IP_TOS | libc::IP_TTL | libc::IP_RECVERR | libc::IP_FREEBIND) => {
-            int(val)?;
-        }
-        (libc::IPPROTO_IP, libc::IP_MTU_DISCOVER) => {
-            // Linux accepts an int of any size here down to one byte.
+        (
+            libc::IPPROTO_IP,
+            libc::IP_TOS
+            | libc::IP_TTL
+            | libc::IP_RECVERR
+            | libc::IP_FREEBIND
+            | libc::IP_MTU_DISCOVER,
+        ) => {
+            // Linux reads an int, or a single byte when optlen < 4.
             if val.is_empty() {
                 return Err(libc::EINVAL);
             }
@@ -379,7 +384,7 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
         }
         (libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT) => {
             // Linux reports 0 while the socket follows the sysctl.
-            int_bytes(o.notsent_lowat.map_or(0, i64::from))
+            o.notsent_lowat.unwrap_or(0).to_ne_bytes().to_vec()
         }
         (libc::IPPROTO_TCP, libc::TCP_INQ) => int_bytes(o.inq.into()),
         (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => {

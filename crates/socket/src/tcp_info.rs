@@ -72,6 +72,10 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     w.u32(28, i.sacked_segs as u64);
     w.u32(32, i.lost_segs as u64);
     w.u32(36, i.retrans_segs as u64);
+    let ms_since =
+        |t: ustack_core::time::Instant| host.now().saturating_duration_since(t).as_millis() as u64;
+    w.u32(52, ms_since(i.last_data_recv_at));
+    w.u32(56, ms_since(i.last_recv_at));
     w.u32(60, (smss + 40) as u64);
     w.u32(64, i.rcv_wnd as u64);
     w.u32(68, i.srtt.map_or(0, |d| d.as_micros() as u64));

@@ -82,6 +82,11 @@ pub struct TcpConnInfo {
     /// RACK's reordering degree in segments (`tcpi_reordering`; 3 until
     /// reordering is seen).
     pub reordering: u32,
+    /// When data last came in (or, before any, the last segment:
+    /// `tcpi_last_data_recv` counts from the handshake).
+    pub last_data_recv_at: Instant,
+    /// When any segment last came in (`tcpi_last_ack_recv`).
+    pub last_recv_at: Instant,
 }
 
 /// One TCP connection (a TCB), sans-IO. Its fields are grouped by concern,
@@ -750,6 +755,8 @@ impl Connection {
             adv_mss: usize::from(self.opt.adv_mss),
             rcv_mss: self.ack.rcv_mss,
             reordering: 3,
+            last_data_recv_at: self.ack.last_data_at.unwrap_or(self.timers.last_rcv_at),
+            last_recv_at: self.timers.last_rcv_at,
         }
     }
 
@@ -789,6 +796,12 @@ impl Connection {
     /// this long; zero restores the default (retry count).
     pub fn set_user_timeout(&mut self, t: Duration) {
         self.rtx.user_timeout = (!t.is_zero()).then_some(Ms::new(t));
+    }
+
+    /// `MSG_EOR` (Linux): what is queued so far ends a record; later data
+    /// never shares a segment with it.
+    pub fn mark_record_end(&mut self) {
+        self.snd.queue.mark_record_end();
     }
 
     /// `TCP_CORK`: hold partial segments while on; turning it off pushes.

@@ -358,8 +358,12 @@ impl Connection {
         if off > qlen {
             return None;
         }
-        let avail = qlen - off;
-        let fin_pending = self.snd.queue.fin_queued;
+        let mut avail = qlen - off;
+        // A record written with MSG_EOR ends its segment.
+        if let Some(mark) = self.snd.queue.record_end_after(seq) {
+            avail = avail.min(mark.wrapping_sub(seq) as usize);
+        }
+        let fin_pending = self.snd.queue.fin_queued && avail == qlen - off;
         if avail == 0 && !fin_pending {
             return None;
         }
@@ -389,7 +393,9 @@ impl Connection {
                 avail,
                 max_payload: maxp,
                 idle: self.snd.max == self.snd.una,
-                nodelay: self.app.nodelay,
+                // Linux applies Nagle to the last skb only: a record
+                // (MSG_EOR) with data queued behind it goes out whole.
+                nodelay: self.app.nodelay || avail < qlen - off,
                 fin_queued: fin_pending,
                 max_snd_wnd: self.snd.max_wnd,
                 corked: self.corked() && !self.app.push_now,
@@ -532,6 +538,15 @@ impl Connection {
         r.fin = fin;
         // The last queued byte is pushed unless MSG_MORE left it unmarked.
         let tail = off + n == self.snd.queue.ring.len() && !self.app.unmarked_tail;
+        // The end of a record (MSG_EOR) was the end of a write: pushed.
+        let record_end = n > 0
+            && self
+                .snd
+                .queue
+                .eor
+                .as_ref()
+                .is_some_and(|m| m.contains(&(seq + n)));
+        let tail = tail || record_end;
         r.psh = n > 0 && (psh || tail);
         let ok = {
             let contiguous = self.snd.queue.ring.contiguous(off, n);

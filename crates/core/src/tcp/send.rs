@@ -13,6 +13,10 @@ pub(crate) struct SendQueue {
     pub(crate) ring: Ring,
     pub(crate) seq: SeqNum,
     pub(crate) fin_queued: bool,
+    /// Ends of records written with `MSG_EOR`, not yet acknowledged: no
+    /// segment carries bytes from both sides of one (Linux's `eor` skbs).
+    /// Boxed and absent until used: most connections never have one.
+    pub(crate) eor: Option<Box<std::collections::VecDeque<SeqNum>>>,
 }
 
 impl SendQueue {
@@ -21,7 +25,22 @@ impl SendQueue {
             ring: Ring::new(capacity),
             seq: first,
             fin_queued: false,
+            eor: None,
         }
+    }
+
+    /// Mark the end of the data queued so far as the end of a record.
+    pub(crate) fn mark_record_end(&mut self) {
+        let end = self.seq + self.ring.len();
+        let marks = self.eor.get_or_insert_with(Default::default);
+        if marks.back() != Some(&end) && marks.len() < 4096 {
+            marks.push_back(end);
+        }
+    }
+
+    /// The first record end after `seq`, if any.
+    pub(crate) fn record_end_after(&self, seq: SeqNum) -> Option<SeqNum> {
+        self.eor.as_ref()?.iter().copied().find(|m| m.gt(seq))
     }
 
     /// Sequence number of the FIN (valid once `fin_queued`).
@@ -37,6 +56,14 @@ impl SendQueue {
         let n = (ack.wrapping_sub(self.seq) as usize).min(self.ring.len());
         self.ring.consume(n);
         self.seq += n;
+        if let Some(marks) = self.eor.as_mut() {
+            while marks.front().is_some_and(|m| m.le(self.seq)) {
+                marks.pop_front();
+            }
+            if marks.is_empty() {
+                self.eor = None;
+            }
+        }
         n
     }
 }
