@@ -210,6 +210,10 @@ impl Connection {
                     self.rtx.rto_at = Some(self.rto_deadline(now));
                 }
             }
+            // Nothing probed: the RTO, which the probe stood in for.
+            if self.rtx.rto_at.is_none() && self.snd.una != self.snd.max {
+                self.arm_rto(now);
+            }
         }
 
         let mut sent_new = false;

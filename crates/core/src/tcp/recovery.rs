@@ -277,9 +277,17 @@ impl Connection {
         if self.snd.max.wrapping_sub(self.snd.una) as usize <= self.max_payload_base() {
             pto += WC_DEL_ACK;
         }
-        let at = now + pto;
-        if self.rtx.rto_at.is_some_and(|r| at >= r) {
-            return;
+        let mut at = now + pto;
+        // Linux (`tcp_schedule_loss_probe`): "If the RTO formula yields an
+        // earlier time, then use that time" -- the probe takes the
+        // retransmission timer's place and re-arms it when sent (a lone
+        // FIN or small segment is probed at the RTO, and the RTO proper
+        // comes one RTO later, not backed off).
+        if let Some(r) = self.rtx.rto_at {
+            if at >= r {
+                at = r;
+                self.rtx.rto_at = None;
+            }
         }
         self.tlp.at = Some(at);
     }

@@ -150,6 +150,9 @@ impl Connection {
             self.tlp.at = None;
             if self.recovery.is_none() && self.snd.una != self.snd.max {
                 self.tlp.pending = true;
+            } else if self.snd.una != self.snd.max {
+                // The probe stood in for the RTO: the RTO again.
+                self.arm_rto(now);
             }
         }
         if self.timers.persist_at.is_some_and(|t| now >= t) {
