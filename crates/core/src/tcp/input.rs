@@ -253,7 +253,9 @@ impl Connection {
             if ack.gt(self.snd.una) && ack.le(self.snd.max) {
                 self.established(ctr);
                 self.snd.wnd = usize::from(seg.window) << self.opt.snd_wscale;
-                self.snd.max_wnd = self.snd.max_wnd.max(self.snd.wnd);
+                // Linux (`tcp_create_openreq_child`): the largest window
+                // starts from this ACK's, not the SYN's unscaled one.
+                self.snd.max_wnd = self.snd.wnd;
                 self.snd.wl1 = seg.seq;
                 self.snd.wl2 = ack;
             } else {
