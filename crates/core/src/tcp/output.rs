@@ -283,7 +283,9 @@ impl Connection {
         // Persist timer: unsent data, nothing in flight, window too small.
         if self.persist_needed() {
             let mut d = self.rtx.rtt.rto();
-            for _ in 0..self.timers.persist_backoff.min(16) {
+            // Linux (`tcp_send_probe0`) stops doubling the probe interval
+            // after `tcp_retries2` backoffs.
+            for _ in 0..self.timers.persist_backoff.min(self.cfg.max_retries).min(16) {
                 d = d.saturating_mul(2);
             }
             self.timers.persist_at = Some(now + d.min(self.cfg.max_rto.get()));
