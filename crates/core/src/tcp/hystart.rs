@@ -25,8 +25,12 @@ pub(crate) const N_RTT_SAMPLE: u32 = 8;
 pub(crate) const CSS_GROWTH_DIVISOR: usize = 4;
 /// RFC 9406 4.3: "CSS_ROUNDS = 5".
 pub(crate) const CSS_ROUNDS: u32 = 5;
-/// RFC 9406 4.3: "L = infinity if paced, L = 8 if non-paced".
-pub(crate) const NON_PACED_L: usize = 8;
+/// RFC 9406 4.3: "L = infinity if paced, L = 8 if non-paced". We use
+/// infinity in both cases, as Linux does (`tcp_slow_start` adds every
+/// segment acknowledged): a non-paced sender's ACK covering ten segments
+/// grows cwnd by ten, which Linux's own tests (packetdrill's slow_start
+/// and cubic scripts) expect.
+pub(crate) const NON_PACED_L: usize = usize::MAX;
 
 /// What an ACK in slow start decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,13 +209,19 @@ mod tests {
     }
 
     #[test]
-    fn growth_is_limited_by_l_and_divided_in_css() {
+    fn growth_is_not_limited_and_divided_in_css() {
         let paced = HyStart::new(true);
         assert_eq!(paced.growth(20 * MSS, MSS), 20 * MSS, "L = infinity");
+        // Linux's L (not RFC 9406's 8 for a non-paced sender): every
+        // segment acknowledged counts.
         let mut unpaced = HyStart::new(false);
-        assert_eq!(unpaced.growth(20 * MSS, MSS), 8 * MSS, "L = 8");
+        assert_eq!(
+            unpaced.growth(20 * MSS, MSS),
+            20 * MSS,
+            "L = infinity, as Linux"
+        );
         unpaced.css_baseline = Some(Duration::from_millis(50));
-        assert_eq!(unpaced.growth(20 * MSS, MSS), 2 * MSS, "CSS: / 4");
+        assert_eq!(unpaced.growth(20 * MSS, MSS), 5 * MSS, "CSS: / 4");
         assert_eq!(unpaced.growth(1000, MSS), 250);
     }
 

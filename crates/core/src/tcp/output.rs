@@ -229,6 +229,10 @@ impl Connection {
         // Bytes of the current Linux skb (see `linux_size_goal`) sent in
         // this burst.
         let mut piece = 0usize;
+        // Linux (`tcp_cwnd_test`): a TSO packet carries at most half of
+        // cwnd, so that at least two are in flight.
+        let half_cwnd =
+            (self.send_cwnd() / self.max_payload().max(1) / 2).max(1) * self.max_payload();
         for _ in 0..MAX_BURST {
             if self.cong.pacer.budget(now, rate, mss) == 0 {
                 break;
@@ -240,8 +244,9 @@ impl Connection {
             self.timers.force_send = false;
             // Linux sets PSH on the last segment of every multi-segment
             // (TSO) packet, so a receiver's GRO delivers it at once: here
-            // the last segment sent of one of its skbs, when two or more
-            // of them went out together.
+            // the last segment of each packet Linux would build -- a piece
+            // of one of its skbs (`linux_size_goal`) sent in one burst, at
+            // most half of cwnd -- when it holds two segments or more.
             // A push by the persist timer (the cork ceiling) is marked too;
             // data held by MSG_MORE or a cork is not.
             let goal = self.linux_size_goal();
@@ -250,11 +255,16 @@ impl Connection {
                 piece = 0;
             }
             piece += n;
-            let piece_ends = (start + n).is_multiple_of(goal) || self.burst_ends_after(seq, n);
+            let piece_ends = (start + n).is_multiple_of(goal)
+                || piece >= half_cwnd
+                || self.burst_ends_after(seq, n);
             let psh = force || (piece > self.max_payload() && piece_ends && !self.corked());
             if !self.send_segment_psh(now, ctr, out, seq, n, fin, psh) {
                 self.timers.force_send = force;
                 return self.blocked(now);
+            }
+            if piece_ends {
+                piece = 0;
             }
             self.snd.nxt = self.snd.max;
             sent_new = true;
@@ -285,7 +295,12 @@ impl Connection {
             let mut d = self.rtx.rtt.rto();
             // Linux (`tcp_send_probe0`) stops doubling the probe interval
             // after `tcp_retries2` backoffs.
-            for _ in 0..self.timers.persist_backoff.min(self.cfg.max_retries).min(16) {
+            for _ in 0..self
+                .timers
+                .persist_backoff
+                .min(self.cfg.max_retries)
+                .min(16)
+            {
                 d = d.saturating_mul(2);
             }
             self.timers.persist_at = Some(now + d.min(self.cfg.max_rto.get()));
