@@ -542,6 +542,15 @@ pub unsafe extern "C" fn packetdrill_interface_init(
     }
 }
 
+/// The running instance, as the `ctx` of the ffi calls, if `fd` is one of
+/// its descriptors (the interposed libc calls below serve only those).
+fn instance_owning(fd: c_int) -> Option<*mut c_void> {
+    let cur = CURRENT.load(Ordering::Acquire);
+    // SAFETY: CURRENT is null or the live instance (cleared before free).
+    let c = unsafe { cur.as_ref() }?;
+    c.lock().is_fd(fd).then_some(cur as *mut c_void)
+}
+
 /// libc's `getsockopt`, for descriptors that are not ours.
 type LibcGetsockopt =
     unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
@@ -561,15 +570,9 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
-    let cur = CURRENT.load(Ordering::Acquire);
-    // SAFETY: CURRENT is null or the live instance (cleared before free).
-    if let Some(c) = unsafe { cur.as_ref() } {
-        if c.lock().is_fd(fd) {
-            // SAFETY: forwarded.
-            return unsafe {
-                ffi::ustack_getsockopt(cur as *mut c_void, fd, level, name, val, len)
-            };
-        }
+    if let Some(cur) = instance_owning(fd) {
+        // SAFETY: forwarded.
+        return unsafe { ffi::ustack_getsockopt(cur, fd, level, name, val, len) };
     }
     // SAFETY: dlsym with RTLD_NEXT and a C string; the symbol is libc's
     // getsockopt with this signature.
@@ -595,13 +598,9 @@ type LibcClose = unsafe extern "C" fn(c_int) -> c_int;
 /// As `close(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    let cur = CURRENT.load(Ordering::Acquire);
-    // SAFETY: CURRENT is null or the live instance (cleared before free).
-    if let Some(c) = unsafe { cur.as_ref() } {
-        if c.lock().is_fd(fd) {
-            // SAFETY: forwarded.
-            return unsafe { ffi::ustack_close(cur as *mut c_void, fd) };
-        }
+    if let Some(cur) = instance_owning(fd) {
+        // SAFETY: forwarded.
+        return unsafe { ffi::ustack_close(cur, fd) };
     }
     // SAFETY: dlsym with RTLD_NEXT and a C string; the symbol is libc's
     // close with this signature.

@@ -123,6 +123,8 @@ pub struct Host {
     /// Callers blocked in [`ffi`]: (id, the generation they last looked at).
     waiters: Vec<(u64, u64)>,
     next_waiter: u64,
+    /// Scratch for `flush`'s readiness events.
+    scratch_events: Vec<TcpHandle>,
 }
 
 /// Linux's `TCP_*` state numbers (`tcpi_state`).
@@ -201,6 +203,7 @@ impl Host {
             fd_base: FIRST_FD,
             waiters: Vec::new(),
             next_waiter: 0,
+            scratch_events: Vec::new(),
         }
     }
 
@@ -301,19 +304,21 @@ impl Host {
         } = self;
         let at = *now;
         stack.poll(at, &mut |f| out.push_back((at, f.to_vec())));
-        let mut evs = Vec::new();
+        // A reused buffer: flush runs after every call and every timer.
+        let mut evs = std::mem::take(&mut self.scratch_events);
         stack.take_events(&mut |e| {
             if let SocketEvent::Tcp(h, _) = e {
                 evs.push(h);
             }
         });
-        for h in evs {
+        for h in evs.drain(..) {
             if let Some(&fd) = self.by_handle.get(&h) {
                 if let Some(s) = self.sock_mut_opt(fd) {
                     s.events += 1;
                 }
             }
         }
+        self.scratch_events = evs;
         self.generation += 1;
     }
 
@@ -1070,26 +1075,22 @@ impl Host {
             None => return Err(libc::EBADF),
         };
         let pos = set.interest.iter().position(|i| i.fd == fd);
+        // A registration (new, or re-armed by EPOLL_CTL_MOD).
+        let fresh = Interest {
+            fd,
+            events,
+            data,
+            seen: None,
+            last: 0,
+        };
         match (op, pos) {
             (libc::EPOLL_CTL_ADD, Some(_)) => Err(libc::EEXIST),
             (libc::EPOLL_CTL_ADD, None) => {
-                set.interest.push(Interest {
-                    fd,
-                    events,
-                    data,
-                    seen: None,
-                    last: 0,
-                });
+                set.interest.push(fresh);
                 Ok(())
             }
             (libc::EPOLL_CTL_MOD, Some(p)) => {
-                set.interest[p] = Interest {
-                    fd,
-                    events,
-                    data,
-                    seen: None,
-                    last: 0,
-                };
+                set.interest[p] = fresh;
                 Ok(())
             }
             (libc::EPOLL_CTL_DEL, Some(p)) => {
