@@ -598,7 +598,7 @@ impl Domain {
                 Some(k) => {
                     crate::bell::ring_slot(self, i, s.gen.load(Ordering::Acquire), k);
                 }
-                None => sys::futex_wake(&s.futex),
+                None => sys::futex_wake_taken(&s.futex),
             },
         }
     }

@@ -333,7 +333,10 @@ fn wait_inner<R>(
         // Sleep. Anyone who changes our condition bumps `futex` after the change, then
         // looks at `sleeping`; we announce `sleeping`, then look at `futex` (both
         // sequentially consistent): either we see the change, or the waker sees us asleep
-        // and wakes us. A change after the check makes `futex_wait` return at once.
+        // and wakes us. A change after the check makes `futex_wait` return at once. A
+        // waker that takes our announcement away bumps `futex` once more before its
+        // FUTEX_WAKE (`sys::futex_wake_taken`): it may be one whose change we have already
+        // seen, and the waker of a later change then finds no announcement.
         *slept = true;
         let mut tmo = match dl {
             Deadline::At(t) => Some(t.saturating_sub(now).max(1)),
@@ -579,7 +582,7 @@ impl Endpoint {
                     crate::bell::forbid(s);
                 }
             }
-            None => sys::futex_wake(&s.futex),
+            None => sys::futex_wake_taken(&s.futex),
         }
     }
 

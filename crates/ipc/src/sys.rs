@@ -32,6 +32,21 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Durati
     }
 }
 
+/// Wake a futex sleeper whose `sleeping` announcement the caller has just swapped away
+/// (after bumping `word` for its own change).
+///
+/// The second bump is what makes the swap safe. The sleeper announces itself after reading
+/// the word's value `v` it will sleep on, so the announcement can be taken by a waker whose
+/// change the sleeper has already seen (its bump is included in `v`): that waker's
+/// FUTEX_WAKE may find nobody queued yet, and the next waker, whose change the sleeper has
+/// not seen, finds no announcement and stays silent. A bump after the swap moves the word
+/// past `v`, so the sleeper either sees the word changed when the kernel checks it
+/// (EAGAIN) or is already queued when our FUTEX_WAKE comes.
+pub(crate) fn futex_wake_taken(word: &AtomicU32) {
+    word.fetch_add(1, Ordering::SeqCst);
+    futex_wake(word);
+}
+
 /// Wake every waiter sleeping on a (process-shared) futex word.
 pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: `word` is a valid aligned futex word; FUTEX_WAKE does not access memory
@@ -302,6 +317,70 @@ mod tests {
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(child, &mut st, 0) };
         libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0
+    }
+
+    /// The endpoints' sleep protocol reduced to its words: a sleeper that always sleeps
+    /// and a waker that changes the word without pause, each change followed by taking
+    /// the sleeper's announcement. A wake-up lost by the protocol shows as a sleep that
+    /// runs into its 200 ms timeout while the word has moved. With a plain FUTEX_WAKE
+    /// after the swap (no second bump) this loses a wake-up within a second on a 2-CPU
+    /// machine; on one CPU the race cannot happen and the test passes either way.
+    #[test]
+    fn a_taken_sleep_announcement_never_loses_the_wake_up() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        struct Words {
+            futex: AtomicU32,
+            sleeping: AtomicU32,
+            stop: AtomicBool,
+        }
+        let w = Arc::new(Words {
+            futex: AtomicU32::new(0),
+            sleeping: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let ws = w.clone();
+        let sleeper = std::thread::spawn(move || {
+            let (mut sleeps, mut lost) = (0u64, 0u64);
+            while !ws.stop.load(Ordering::Relaxed) {
+                let v = ws.futex.load(Ordering::SeqCst);
+                ws.sleeping.swap(1, Ordering::SeqCst);
+                if ws.futex.load(Ordering::SeqCst) == v {
+                    let t0 = std::time::Instant::now();
+                    futex_wait(&ws.futex, v, Some(Duration::from_millis(200)));
+                    if t0.elapsed() >= Duration::from_millis(200)
+                        && ws.futex.load(Ordering::SeqCst) != v
+                    {
+                        lost += 1;
+                    }
+                }
+                ws.sleeping.store(0, Ordering::Relaxed);
+                sleeps += 1;
+            }
+            (sleeps, lost)
+        });
+        let ww = w.clone();
+        let waker = std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !ww.stop.load(Ordering::Relaxed) {
+                ww.futex.fetch_add(1, Ordering::SeqCst);
+                if ww.sleeping.swap(0, Ordering::SeqCst) != 0 {
+                    futex_wake_taken(&ww.futex);
+                }
+                n = n.wrapping_add(1);
+                if n.is_multiple_of(8) {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        w.stop.store(true, Ordering::Relaxed);
+        w.futex.fetch_add(1, Ordering::SeqCst);
+        futex_wake(&w.futex);
+        waker.join().expect("waker");
+        let (sleeps, lost) = sleeper.join().expect("sleeper");
+        assert_eq!(lost, 0, "{lost} lost wake-ups in {sleeps} sleeps");
+        assert!(sleeps > 100, "only {sleeps} sleeps");
     }
 
     #[test]
