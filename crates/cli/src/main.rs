@@ -13,6 +13,7 @@ mod get;
 mod http;
 mod kernel;
 mod netns;
+mod ops;
 mod ping;
 mod scale;
 mod serve;
@@ -52,6 +53,14 @@ enum Command {
     Attach(ustack_relay::cli::AttachArgs),
     /// Benchmark `ustack run` against pasta and slirp4netns (iperf3 both ways, TCP RR).
     RunBench(ustack_relay::bench::RunBenchArgs),
+    /// The running stacks (name, PID, mode, devices, addresses, connections).
+    Ps(ops::PsArgs),
+    /// A running stack's sockets, like ss(8): -t -l -a -i -e, filters.
+    Ss(ops::SsArgs),
+    /// A running stack's counters with Linux's names, like nstat(8).
+    Nstat(ops::NstatArgs),
+    /// Read or change a running stack's tunables by Linux name, like sysctl(8).
+    Sysctl(ops::SysctlArgs),
     /// Minix-3-style IPC: list, create and end domains; run the IPC benchmark.
     Ipc {
         #[command(subcommand)]
@@ -117,6 +126,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Run(a) => ustack_relay::cli::run(a),
         Command::Attach(a) => ustack_relay::cli::attach(a),
         Command::RunBench(a) => ustack_relay::bench::run(a),
+        Command::Ps(a) => ops::ps(a),
+        Command::Ss(a) => ops::ss(a),
+        Command::Nstat(a) => ops::nstat(a),
+        Command::Sysctl(a) => ops::sysctl(a),
         Command::Ipc { cmd } => ustack_ipc::cli::run(cmd),
         Command::Kserve { bind } => {
             signals::block_termination()?;

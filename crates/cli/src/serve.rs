@@ -31,6 +31,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
           value_parser = parse_max_connections)]
     pub max_connections: usize,
+    /// Register the stack's control endpoint under NAME, for `ustack ps`,
+    /// `ss`, `nstat` and `sysctl --stack NAME` (default: serve-PID).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 fn parse_max_connections(s: &str) -> std::result::Result<usize, String> {
@@ -161,10 +165,20 @@ pub fn start_services(
 }
 
 pub fn run(args: ServeArgs) -> Result<i32> {
+    if let Some(n) = &args.name {
+        ustack_ctl::check_name(n).map_err(anyhow::Error::msg)?;
+    }
     let limits = serve_limits(args.max_connections);
     let up = setup::bring_up_with(&args.net, "ustk0", limits)?;
     let ip = up.addr.addr;
     start_services(&up.net, ip, args.max_connections)?;
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| ustack_ctl::default_name("serve"));
+    let provider = Arc::new(ustack_ctl::NetProvider::new(up.net.clone(), &up.tap));
+    let control =
+        ustack_ctl::Control::start(&name, "serve", provider).map_err(anyhow::Error::msg)?;
 
     let where_ = match &up.netns {
         Some(ns) => format!(" (kernel side {} in netns {ns})", up.host_addr),
@@ -182,11 +196,15 @@ pub fn run(args: ServeArgs) -> Result<i32> {
     if let Some(p) = &args.net.pcap {
         println!("capturing to {}", p.display());
     }
+    println!(
+        "control endpoint {name:?}: ustack ps, ustack ss --stack {name}, ustack nstat, ustack sysctl"
+    );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
     let sig = signals::wait_termination(None);
     tracing::info!("signal {sig:?}: shutting down");
+    drop(control);
     up.finish();
     eprintln!(
         "ustack: stopped (TAP {} goes away as the process exits)",

@@ -62,7 +62,13 @@ impl Stack {
             self.counters.tcp.InErrs += 1;
             return;
         };
-        self.counters.tcp.InSegs += 1;
+        // A GSO super-frame counts as the segments it stands for, as Linux
+        // counts a GRO packet (`max(1, gso_segs)`).
+        let data = payload.len().saturating_sub(pkt.header_len());
+        self.counters.tcp.InSegs += match self.rx_gso_size {
+            Some(g) if g > 0 => data.div_ceil(g).max(1) as u64,
+            _ => 1,
+        };
         let seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, !self.rx_csum_ok) {
             Ok(s) => s,
             Err(WireError::Checksum) => {
@@ -450,6 +456,12 @@ impl Stack {
     /// Every TCP socket (listeners, connections, orphans), for `ss`-like views.
     pub fn tcp_sockets(&self) -> Vec<TcpInfo> {
         self.tcp.sockets()
+    }
+
+    /// Every TCP socket with its handle and, for connections, their
+    /// `TCP_INFO` details (`ss -i`).
+    pub fn tcp_sockets_detailed(&self) -> Vec<(TcpHandle, TcpInfo, Option<TcpConnInfo>)> {
+        self.tcp.sockets_with(TcpConnInfo::clone)
     }
 
     /// Number of TCP control blocks held (diagnostics, memory bounds).

@@ -705,31 +705,55 @@ impl TcpTable {
     }
 
     pub(crate) fn sockets(&self) -> Vec<TcpInfo> {
+        self.sockets_with(|_| ())
+            .into_iter()
+            .map(|(_, t, _)| t)
+            .collect()
+    }
+
+    /// Every socket with its handle and, for connections, `detail` of its
+    /// connection.
+    pub(crate) fn sockets_with<D>(
+        &self,
+        mut detail: impl FnMut(&TcpConnInfo) -> D,
+    ) -> Vec<(TcpHandle, TcpInfo, Option<D>)> {
         let mut v = Vec::with_capacity(self.live);
-        for slot in &self.slots {
+        for (index, slot) in self.slots.iter().enumerate() {
+            let h = TcpHandle {
+                index: index as u32,
+                generation: slot.generation,
+            };
             match &slot.sock {
-                Some(Sock::Listener(l)) => v.push(TcpInfo {
-                    state: State::Listen,
-                    local: l.local,
-                    remote: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
-                    recv_queue: l.accept.len(),
-                    send_queue: l.backlog,
-                    srtt_us: None,
-                    cwnd: 0,
-                    orphan: false,
-                }),
+                Some(Sock::Listener(l)) => v.push((
+                    h,
+                    TcpInfo {
+                        state: State::Listen,
+                        local: l.local,
+                        remote: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+                        recv_queue: l.accept.len(),
+                        send_queue: l.backlog,
+                        srtt_us: None,
+                        cwnd: 0,
+                        orphan: false,
+                    },
+                    None,
+                )),
                 Some(Sock::Conn(c)) => {
                     let i = c.conn.info();
-                    v.push(TcpInfo {
-                        state: c.conn.state(),
-                        local: c.local,
-                        remote: c.remote,
-                        recv_queue: i.recv_queue,
-                        send_queue: i.send_queue,
-                        srtt_us: i.srtt.map(|d| d.as_micros() as u64),
-                        cwnd: i.cwnd,
-                        orphan: c.owner == Owner::Released,
-                    })
+                    v.push((
+                        h,
+                        TcpInfo {
+                            state: c.conn.state(),
+                            local: c.local,
+                            remote: c.remote,
+                            recv_queue: i.recv_queue,
+                            send_queue: i.send_queue,
+                            srtt_us: i.srtt.map(|d| d.as_micros() as u64),
+                            cwnd: i.cwnd,
+                            orphan: c.owner == Owner::Released,
+                        },
+                        Some(detail(&i)),
+                    ))
                 }
                 None => {}
             }

@@ -95,6 +95,10 @@ pub struct RelayArgs {
     /// Print a summary of the relay's counters on exit (stderr).
     #[arg(long)]
     pub stats: bool,
+    /// Register the control endpoint under NAME, for `ustack ps`, `ss`,
+    /// `nstat` and `sysctl --stack NAME` (default: run-PID / attach-PID).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     /// Open the TAP without the virtio-net header: no checksum offload and
     /// no TSO/GSO, so every frame is at most one MTU both ways (by default
     /// the guest's kernel hands over 64 KB segments whatever the MTU).
@@ -301,6 +305,9 @@ pub fn run_report_with<G: GuestStack>(
         },
         offload: !args.relay.no_offload,
     };
+    if let Some(n) = &args.relay.name {
+        ustack_ctl::check_name(n).map_err(|e| anyhow!("ustack run: {e}"))?;
+    }
     let mut sandbox =
         Sandbox::spawn(&cfg, &args.cmd).context("ustack run: cannot create the sandbox")?;
     // After the fork: the command keeps the descriptor limit it was given.
@@ -312,6 +319,7 @@ pub fn run_report_with<G: GuestStack>(
     let dev = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
     let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack run: relay")?;
+    let control = start_control(&mut relay, &args.relay, "run").context("ustack run")?;
     let _fwd = signals::forward_to(sandbox.pid()).context("installing signal forwarding")?;
     match sandbox.start() {
         Ok(()) => {}
@@ -339,6 +347,7 @@ pub fn run_report_with<G: GuestStack>(
         served = relay.drain(drain).map(|()| crate::relay::Stop::StopFd);
     }
     let code = sandbox.wait().context("waiting for the command")?;
+    drop(control);
     relay.shutdown();
     let stats = *relay.stats();
     if args.relay.stats {
@@ -350,6 +359,22 @@ pub fn run_report_with<G: GuestStack>(
         bail!("ustack run: relay failed: {e}");
     }
     Ok(RunReport { code, stats })
+}
+
+/// Open the relay's control endpoint (crates/ctl) under `--name` or
+/// `MODE-PID`.
+fn start_control<G: GuestStack>(
+    relay: &mut Relay<G>,
+    args: &RelayArgs,
+    mode: &str,
+) -> anyhow::Result<ustack_ctl::Control> {
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| ustack_ctl::default_name(mode));
+    let (link, provider) = crate::control::link().context("control endpoint")?;
+    relay.set_control(link).context("control endpoint")?;
+    ustack_ctl::Control::start(&name, mode, std::sync::Arc::new(provider)).map_err(|e| anyhow!(e))
 }
 
 /// Descriptors the relay keeps besides one per flow (epoll, the TAP,
@@ -410,7 +435,9 @@ pub fn attach_with<G: GuestStack>(
     let dev = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
     let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack attach: relay")?;
+    let control = start_control(&mut relay, &args.relay, "attach").context("ustack attach")?;
     let served = relay.run_until(stop_fd, None);
+    drop(control);
     relay.shutdown();
     if args.relay.stats {
         eprint!("{}", relay.stats());

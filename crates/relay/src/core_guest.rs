@@ -236,6 +236,49 @@ fn code(u: Unreachable) -> DstUnreachable {
 }
 
 impl GuestStack for CoreGuest {
+    fn ctl_devices(&self) -> Vec<ustack_ctl::DeviceInfo> {
+        let c = self.stack.config();
+        vec![ustack_ctl::DeviceInfo {
+            name: "tap (guest link)".into(),
+            mac: c.mac.to_string(),
+            addrs: vec![c.addr.to_string()],
+            mtu: c.mtu as u32,
+        }]
+    }
+
+    fn ctl_sockets(&self, detail: bool) -> Vec<(ustack_ctl::SocketEntry, Option<ConnId>)> {
+        let now = self.core_now(Instant::now());
+        self.stack
+            .tcp_sockets_detailed()
+            .iter()
+            .map(|(h, t, d)| {
+                let d = if detail { d.as_ref() } else { None };
+                (
+                    ustack_ctl::socket_entry(t, d, now),
+                    self.by_handle.get(h).map(|&id| ConnId(id)),
+                )
+            })
+            .collect()
+    }
+
+    fn ctl_counters(&self) -> Vec<(String, u64)> {
+        ustack_ctl::counter_names(self.stack.counters())
+    }
+
+    fn ctl_tunables(&self) -> Option<ustack_socket::sysctl::Tunables> {
+        let tcp = self.stack.config().tcp.clone();
+        let keepalive = tcp.keepalive.unwrap_or_default();
+        Some(ustack_socket::sysctl::Tunables { tcp, keepalive })
+    }
+
+    fn ctl_set_tunables(&mut self, t: ustack_socket::sysctl::Tunables) {
+        let mut tcp = t.tcp;
+        if tcp.keepalive.is_some() {
+            tcp.keepalive = Some(t.keepalive);
+        }
+        self.stack.set_tcp_config(tcp);
+    }
+
     fn raw_fd(&self) -> Option<RawFd> {
         self.dev.raw_fd()
     }

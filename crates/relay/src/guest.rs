@@ -92,6 +92,29 @@ pub struct EchoRequest {
 pub trait GuestStack {
     /// Descriptor to wait on for guest frames (`None` = only timers).
     fn raw_fd(&self) -> Option<RawFd>;
+
+    /// For the control endpoint (`ustack ps`): the guest-side device.
+    fn ctl_devices(&self) -> Vec<ustack_ctl::DeviceInfo> {
+        Vec::new()
+    }
+    /// For `ustack ss`: the engine's sockets, each with the connection it
+    /// stands for in this trait's terms (if it is one the relay holds).
+    fn ctl_sockets(&self, detail: bool) -> Vec<(ustack_ctl::SocketEntry, Option<ConnId>)> {
+        let _ = detail;
+        Vec::new()
+    }
+    /// For `ustack nstat`: the engine's counters by `nstat` name.
+    fn ctl_counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+    /// For `ustack sysctl`: the engine's tunables (None: it has none).
+    fn ctl_tunables(&self) -> Option<ustack_socket::sysctl::Tunables> {
+        None
+    }
+    /// For `ustack sysctl NAME=VALUE`: new tunables for new connections.
+    fn ctl_set_tunables(&mut self, t: ustack_socket::sysctl::Tunables) {
+        let _ = t;
+    }
     /// Receive what the guest sent, run timers and transmit what is queued.
     fn poll(&mut self, now: Instant) -> io::Result<()>;
     /// When `poll` must be called next even without guest frames.

@@ -16,6 +16,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod control;
 pub mod core_guest;
 pub mod dns;
 pub mod guest;

@@ -57,6 +57,8 @@ impl Default for RelayConfig {
 
 const TOKEN_GUEST: u64 = 0;
 const TOKEN_STOP: u64 = 1;
+/// The control endpoint's doorbell (`set_control`).
+const TOKEN_CONTROL: u64 = 2;
 const TOKEN_LISTENER0: u64 = 16;
 const FIRST_FLOW: u64 = 1 << 20;
 const SCRATCH: usize = 64 * 1024;
@@ -188,6 +190,8 @@ pub struct Relay<G: GuestStack> {
     expiry: BinaryHeap<Reverse<(Instant, u64)>>,
     /// When the last wait found events (for `RelayConfig::busy_poll`).
     last_active: Instant,
+    /// The control endpoint's queries (`set_control`).
+    control: Option<crate::control::ControlLink>,
 }
 
 fn unreachable_for(e: &io::Error) -> Refusal {
@@ -252,7 +256,69 @@ impl<G: GuestStack> Relay<G> {
             conn_events: Vec::new(),
             expiry: BinaryHeap::new(),
             last_active: Instant::now(),
+            control: None,
         })
+    }
+
+    /// Answer the control endpoint's queries arriving on `link` (see
+    /// `control.rs`) between iterations.
+    pub fn set_control(&mut self, link: crate::control::ControlLink) -> io::Result<()> {
+        self.epoll.add(link.bell_fd(), EV_IN, TOKEN_CONTROL)?;
+        self.control = Some(link);
+        Ok(())
+    }
+
+    /// Answer every query the control endpoint posted.
+    fn serve_control(&mut self) {
+        use crate::control::{Answer, Query};
+        let Some(link) = &self.control else {
+            return;
+        };
+        sys::eventfd_clear(link.bell_fd());
+        let queries: Vec<_> = link.rx.try_iter().collect();
+        for (q, reply) in queries {
+            let a = match q {
+                Query::Devices => Answer::Devices(self.guest.ctl_devices()),
+                Query::Sockets(detail) => Answer::Sockets(self.ctl_sockets(detail)),
+                Query::Counters => {
+                    let mut c = self.guest.ctl_counters();
+                    c.extend(
+                        self.stats
+                            .named()
+                            .into_iter()
+                            .map(|(n, v)| (n.to_string(), v)),
+                    );
+                    Answer::Counters(c)
+                }
+                Query::Tunables => Answer::Tunables(self.guest.ctl_tunables().map(Box::new)),
+                Query::SetTunables(t) => {
+                    self.guest.ctl_set_tunables(*t);
+                    Answer::Done
+                }
+            };
+            // The asker may have given up (timed out): its answer is dropped.
+            let _ = reply.try_send(a);
+        }
+    }
+
+    /// The engine's sockets, each relayed connection with its host socket.
+    fn ctl_sockets(&self, detail: bool) -> Vec<ustack_ctl::SocketEntry> {
+        self.guest
+            .ctl_sockets(detail)
+            .into_iter()
+            .map(|(mut e, conn)| {
+                let sock = conn
+                    .and_then(|c| self.conn_flow.get(&c))
+                    .and_then(|id| self.flows.get(id))
+                    .and_then(|f| f.sock.as_ref());
+                if let Some(s) = sock {
+                    let local = sys::local_addr(s).map_or_else(|_| "?".into(), |a| a.to_string());
+                    let peer = sys::peer_addr(s).map_or_else(|_| "?".into(), |a| a.to_string());
+                    e.host = Some(format!("{local}->{peer}"));
+                }
+                e
+            })
+            .collect()
     }
 
     pub fn stats(&self) -> &Stats {
@@ -329,11 +395,13 @@ impl<G: GuestStack> Relay<G> {
         // otherwise cost a read(2) that finds nothing. The descriptor is
         // level-triggered, so frames left behind are reported again.
         let guest_rx = ready.is_empty() || ready.iter().any(|&(t, _)| t == TOKEN_GUEST);
+        let mut control = false;
         if r.is_ok() {
             for &(token, ev) in &ready {
                 match token {
                     TOKEN_GUEST => {}
                     TOKEN_STOP => stop = true,
+                    TOKEN_CONTROL => control = true,
                     t if (TOKEN_LISTENER0..FIRST_FLOW).contains(&t) => {
                         self.on_listener(now, (t - TOKEN_LISTENER0) as usize)
                     }
@@ -344,6 +412,9 @@ impl<G: GuestStack> Relay<G> {
         self.ready = ready;
         r?;
         self.service_with(now, guest_rx)?;
+        if control {
+            self.serve_control();
+        }
         Ok(stop)
     }
 

@@ -40,6 +40,41 @@ impl Stats {
     pub fn limits_hit(&self) -> u64 {
         self.limit_flows + self.limit_half_open + self.limit_rate + self.limit_buffer
     }
+
+    /// Every counter with an `nstat`-style name (`RelayTcpOpened`), for
+    /// `ustack nstat` on a running `ustack run`.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("RelayTcpOpened", self.tcp_opened),
+            ("RelayTcpInbound", self.tcp_inbound),
+            ("RelayTcpRefusedRst", self.tcp_refused_rst),
+            ("RelayTcpRefusedUnreachable", self.tcp_refused_unreachable),
+            ("RelayTcpConnectTimeouts", self.tcp_connect_timeouts),
+            ("RelayTcpClosed", self.tcp_closed),
+            ("RelayTcpResetByGuest", self.tcp_reset_by_guest),
+            ("RelayTcpResetByHost", self.tcp_reset_by_host),
+            ("RelayTcpIdleReaped", self.tcp_idle_reaped),
+            ("RelayUdpFlows", self.udp_flows),
+            ("RelayUdpInboundFlows", self.udp_inbound_flows),
+            ("RelayUdpDatagramsOut", self.udp_datagrams_out),
+            ("RelayUdpDatagramsIn", self.udp_datagrams_in),
+            ("RelayUdpIdleReaped", self.udp_idle_reaped),
+            ("RelayUdpErrors", self.udp_errors),
+            ("RelayDnsQueries", self.dns_queries),
+            ("RelayIcmpEchoGateway", self.icmp_echo_gateway),
+            ("RelayIcmpEchoRelayed", self.icmp_echo_relayed),
+            ("RelayIcmpEchoReplies", self.icmp_echo_replies),
+            ("RelayIcmpUnreachable", self.icmp_unreachable),
+            ("RelayBytesGuestToHost", self.bytes_guest_to_host),
+            ("RelayBytesHostToGuest", self.bytes_host_to_guest),
+            ("RelayLimitFlows", self.limit_flows),
+            ("RelayLimitHalfOpen", self.limit_half_open),
+            ("RelayLimitRate", self.limit_rate),
+            ("RelayLimitBuffer", self.limit_buffer),
+            ("RelayPeakFlows", self.peak_flows),
+            ("RelayPeakBuffered", self.peak_buffered),
+        ]
+    }
 }
 
 impl fmt::Display for Stats {

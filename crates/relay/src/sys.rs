@@ -195,6 +195,45 @@ pub fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
     Ok(from_sockaddr(&sa))
 }
 
+/// The peer a connected socket is connected to.
+pub fn peer_addr(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
+    // SAFETY: zeroed sockaddr_in is valid; length matches.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: valid out-pointers.
+    cvt(unsafe {
+        libc::getpeername(
+            fd.as_raw_fd(),
+            (&mut sa as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(from_sockaddr(&sa))
+}
+
+/// A non-blocking, close-on-exec `eventfd` (a doorbell for another thread).
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd has no pointer arguments.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    // SAFETY: a descriptor we just created and own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Ring an `eventfd`.
+pub fn eventfd_ring(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a valid u64; an error (counter full) is
+    // harmless: the reader is already due to wake.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Clear an `eventfd`'s counter.
+pub fn eventfd_clear(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a valid u64; EAGAIN (nothing rung) is fine.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
 /// Accept one connection (non-blocking, close-on-exec).
 pub fn accept(fd: &OwnedFd) -> io::Result<(OwnedFd, SocketAddrV4)> {
     // SAFETY: zeroed sockaddr_in is valid; length matches.

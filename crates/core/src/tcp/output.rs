@@ -594,6 +594,10 @@ impl Connection {
             self.cong.cc.on_idle(now, self.max_payload_base());
         }
         self.sent_ack(ctr, now);
+        // Linux counts a TSO segment as the segments it stands for
+        // (`tcp_skb_pcount`), as the wire carries them.
+        let pcount = n.div_ceil(self.max_payload().max(1)).max(1);
+        ctr.OutSegs += (pcount - 1) as u64;
         let end = seq + n + usize::from(fin);
         let len = n + usize::from(fin);
         self.cong.pacer.on_sent(len);

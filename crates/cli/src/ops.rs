@@ -1,0 +1,532 @@
+//! `ustack ps`, `ss`, `nstat` and `sysctl`: operate a running stack from
+//! another process, through its control endpoint (crates/ctl).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use clap::Args;
+use ustack_ctl::{Client, Request, Response, SocketEntry, StackRef};
+
+/// Which stack to ask.
+#[derive(Args, Debug, Clone)]
+pub struct StackSel {
+    /// The stack to ask: its name (see `ustack ps`) or its PID. Default: the
+    /// only one running.
+    #[arg(long, value_name = "NAME|PID")]
+    pub stack: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn connect(sel: &StackSel) -> Result<Client> {
+    let s = StackRef::select(sel.stack.as_deref()).map_err(|e| anyhow!(e))?;
+    Client::connect(&s.name).map_err(|e| anyhow!(e))
+}
+
+fn call(c: &mut Client, r: &Request) -> Result<Response> {
+    match c.call(r).map_err(|e| anyhow!(e))? {
+        Response::Error { message } => Err(anyhow!(message)),
+        other => Ok(other),
+    }
+}
+
+fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+// ------------------------------------------------------------------- ps
+
+#[derive(Args, Debug)]
+pub struct PsArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn ps(a: PsArgs) -> Result<i32> {
+    let mut infos = vec![];
+    let mut errors = vec![];
+    for name in ustack_ctl::list() {
+        match Client::connect(&name).and_then(|mut c| c.info()) {
+            Ok(i) => infos.push(i),
+            Err(e) => errors.push(e),
+        }
+    }
+    if a.json {
+        print_json(&infos)?;
+    } else {
+        println!(
+            "{:<20} {:>8} {:<7} {:<24} {:>6} {:>6}  DEVICES",
+            "NAME", "PID", "MODE", "ADDRESSES", "ESTAB", "TCP"
+        );
+        for i in &infos {
+            let addrs: Vec<&str> = i
+                .devices
+                .iter()
+                .flat_map(|d| d.addrs.iter().map(String::as_str))
+                .collect();
+            let devs: Vec<String> = i
+                .devices
+                .iter()
+                .map(|d| format!("{} ({}, mtu {})", d.name, d.mac, d.mtu))
+                .collect();
+            println!(
+                "{:<20} {:>8} {:<7} {:<24} {:>6} {:>6}  {}",
+                i.name,
+                i.pid,
+                i.mode,
+                addrs.join(","),
+                i.established,
+                i.tcp_sockets,
+                devs.join(", ")
+            );
+        }
+    }
+    for e in errors {
+        eprintln!("ustack ps: {e}");
+    }
+    Ok(0)
+}
+
+// ------------------------------------------------------------------- ss
+
+#[derive(Args, Debug)]
+pub struct SsArgs {
+    #[command(flatten)]
+    pub sel: StackSel,
+    /// TCP sockets (the default).
+    #[arg(short = 't', long = "tcp")]
+    pub tcp: bool,
+    /// UDP sockets.
+    #[arg(short = 'u', long = "udp")]
+    pub udp: bool,
+    /// Listening sockets only.
+    #[arg(short = 'l', long = "listening")]
+    pub listening: bool,
+    /// Listening and non-listening sockets.
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Numeric addresses (always; accepted for `ss` compatibility).
+    #[arg(short = 'n', long = "numeric")]
+    pub numeric: bool,
+    /// TCP internals (`ss -i`): rtt, rto, cwnd, ssthresh, mss, wscale, ...
+    #[arg(short = 'i', long = "info")]
+    pub info: bool,
+    /// Extended: orphaned sockets and, in `ustack run`, the host socket.
+    #[arg(short = 'e', long = "extended")]
+    pub extended: bool,
+    /// Filter, as `ss`: `state NAME`, `sport = :PORT`, `dport = :PORT`,
+    /// `src ADDR[:PORT]`, `dst ADDR[:PORT]` (all must match).
+    #[arg(value_name = "FILTER", trailing_var_arg = true)]
+    pub filter: Vec<String>,
+}
+
+/// One term of an `ss` filter.
+#[derive(Debug, PartialEq)]
+enum Term {
+    State(String),
+    Sport(u16),
+    Dport(u16),
+    Src(String),
+    Dst(String),
+}
+
+fn port_of(v: &str) -> Result<u16> {
+    v.trim_start_matches(':')
+        .parse()
+        .map_err(|_| anyhow!("bad port {v:?} in filter (use :PORT)"))
+}
+
+/// `ss`'s state names, and its groups `connected` and `all`.
+fn state_name(v: &str) -> Result<String> {
+    let s = match v.to_ascii_lowercase().as_str() {
+        "established" | "estab" => "ESTAB",
+        "syn-sent" => "SYN-SENT",
+        "syn-recv" => "SYN-RECV",
+        "fin-wait-1" => "FIN-WAIT-1",
+        "fin-wait-2" => "FIN-WAIT-2",
+        "time-wait" => "TIME-WAIT",
+        "close-wait" => "CLOSE-WAIT",
+        "last-ack" => "LAST-ACK",
+        "closing" => "CLOSING",
+        "listening" | "listen" => "LISTEN",
+        "closed" => "UNCONN",
+        "connected" => "connected",
+        "all" => "all",
+        _ => bail!("unknown state {v:?} in filter"),
+    };
+    Ok(s.to_string())
+}
+
+fn parse_filter(words: &[String]) -> Result<Vec<Term>> {
+    // Accept `sport = :80`, `sport == :80`, `sport eq :80` and `sport=:80`.
+    let mut toks: Vec<String> = vec![];
+    for w in words {
+        for (i, part) in w.splitn(2, '=').enumerate() {
+            if i == 1 {
+                toks.push("=".into());
+            }
+            if !part.is_empty() {
+                toks.push(part.to_string());
+            }
+        }
+    }
+    let mut out = vec![];
+    let mut it = toks.iter().map(String::as_str).peekable();
+    while let Some(k) = it.next() {
+        if k == "and" || k == "&&" {
+            continue;
+        }
+        while matches!(it.peek(), Some(&"=") | Some(&"==") | Some(&"eq")) {
+            it.next();
+        }
+        let v = it
+            .next()
+            .ok_or_else(|| anyhow!("filter {k:?} needs a value"))?;
+        out.push(match k {
+            "state" => Term::State(state_name(v)?),
+            "sport" => Term::Sport(port_of(v)?),
+            "dport" => Term::Dport(port_of(v)?),
+            "src" => Term::Src(v.to_string()),
+            "dst" => Term::Dst(v.to_string()),
+            _ => bail!(
+                "unknown filter {k:?} (use state, sport, dport, src, dst; e.g. `sport = :80`)"
+            ),
+        });
+    }
+    Ok(out)
+}
+
+fn addr_matches(addr: &str, want: &str) -> bool {
+    // `10.0.0.1` matches any port; `10.0.0.1:80` and `:80` match exactly.
+    let (a_ip, a_port) = addr.rsplit_once(':').unwrap_or((addr, ""));
+    match want.rsplit_once(':') {
+        Some((ip, port)) => (ip.is_empty() || ip == a_ip) && port == a_port,
+        None => want == a_ip,
+    }
+}
+
+fn port(addr: &str) -> Option<u16> {
+    addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
+}
+
+fn keep(s: &SocketEntry, a: &SsArgs, terms: &[Term]) -> bool {
+    let mut state_terms = terms.iter().filter_map(|t| match t {
+        Term::State(n) => Some(n.as_str()),
+        _ => None,
+    });
+    let listening = s.state == "LISTEN";
+    let by_state = match state_terms.next() {
+        Some(first) => std::iter::once(first)
+            .chain(state_terms)
+            .any(|n| n == "all" || n == s.state || (n == "connected" && !listening)),
+        None => a.all || (a.listening == listening),
+    };
+    by_state
+        && terms.iter().all(|t| match t {
+            Term::State(_) => true,
+            Term::Sport(p) => port(&s.local) == Some(*p),
+            Term::Dport(p) => port(&s.peer) == Some(*p),
+            Term::Src(w) => addr_matches(&s.local, w),
+            Term::Dst(w) => addr_matches(&s.peer, w),
+        })
+}
+
+fn detail_line(s: &SocketEntry) -> Option<String> {
+    let d = s.info.as_ref()?;
+    let mut l = String::new();
+    let _ = write!(l, "\t {}", d.congestion_control);
+    if d.wscale_snd > 0 || d.wscale_rcv > 0 {
+        let _ = write!(l, " wscale:{},{}", d.wscale_snd, d.wscale_rcv);
+    }
+    let _ = write!(l, " rto:{}", d.rto_ms);
+    if let Some(r) = d.rtt_ms {
+        let _ = write!(l, " rtt:{r:.3}/{:.3}", d.rttvar_ms);
+    }
+    let _ = write!(
+        l,
+        " mss:{} advmss:{} rcvmss:{} cwnd:{}",
+        d.mss, d.advmss, d.rcvmss, d.cwnd_segs
+    );
+    if let Some(t) = d.ssthresh_segs {
+        let _ = write!(l, " ssthresh:{t}");
+    }
+    if let Some(p) = d.pacing_rate_bps {
+        let _ = write!(l, " pacing_rate {}", human_bps(p));
+    }
+    let _ = write!(
+        l,
+        " snd_wnd:{} rcv_wnd:{} lastrcv:{} lastack:{}",
+        d.snd_wnd, d.rcv_wnd, d.lastrcv_ms, d.lastack_ms
+    );
+    if d.unacked > 0 {
+        let _ = write!(l, " unacked:{}", d.unacked);
+    }
+    if d.retrans > 0 || d.retransmits_total > 0 {
+        let _ = write!(l, " retrans:{}/{}", d.retrans, d.retransmits_total);
+    }
+    if d.sacked > 0 {
+        let _ = write!(l, " sacked:{}", d.sacked);
+    }
+    if d.lost > 0 {
+        let _ = write!(l, " lost:{}", d.lost);
+    }
+    if d.notsent > 0 {
+        let _ = write!(l, " notsent:{}", d.notsent);
+    }
+    if d.reordering != 3 {
+        let _ = write!(l, " reordering:{}", d.reordering);
+    }
+    if d.ca_state != "open" {
+        let _ = write!(l, " ca_state:{}", d.ca_state);
+    }
+    if d.timestamps {
+        l.push_str(" ts");
+    }
+    if d.sack {
+        l.push_str(" sack");
+    }
+    Some(l)
+}
+
+fn human_bps(b: u64) -> String {
+    match b {
+        b if b >= 1_000_000_000 => format!("{:.1}Gbps", b as f64 / 1e9),
+        b if b >= 1_000_000 => format!("{:.1}Mbps", b as f64 / 1e6),
+        b if b >= 1_000 => format!("{:.1}Kbps", b as f64 / 1e3),
+        b => format!("{b}bps"),
+    }
+}
+
+pub fn ss(a: SsArgs) -> Result<i32> {
+    let terms = parse_filter(&a.filter)?;
+    let mut c = connect(&a.sel)?;
+    let Response::Sockets { sockets } = call(&mut c, &Request::Sockets { detail: a.info })? else {
+        bail!("unexpected answer from stack {:?}", c.name());
+    };
+    // Only TCP sockets exist in the table so far: `-u` alone shows none.
+    let want_tcp = a.tcp || !a.udp;
+    let rows: Vec<&SocketEntry> = sockets
+        .iter()
+        .filter(|s| (s.proto == "tcp" && want_tcp) || (s.proto == "udp" && a.udp))
+        .filter(|s| keep(s, &a, &terms))
+        .collect();
+    if a.sel.json {
+        return print_json(&rows).map(|_| 0);
+    }
+    println!(
+        "{:<11} {:>7} {:>7} {:>22} {:>22}{}",
+        "State",
+        "Recv-Q",
+        "Send-Q",
+        "Local Address:Port",
+        "Peer Address:Port",
+        if a.extended { "  Process" } else { "" }
+    );
+    for s in rows {
+        let mut extra = String::new();
+        if a.extended {
+            if s.orphan {
+                extra.push_str("  orphan");
+            }
+            if let Some(h) = &s.host {
+                let _ = write!(extra, "  host:{h}");
+            }
+        }
+        println!(
+            "{:<11} {:>7} {:>7} {:>22} {:>22}{extra}",
+            s.state, s.recv_q, s.send_q, s.local, s.peer
+        );
+        if a.info {
+            if let Some(l) = detail_line(s) {
+                println!("{l}");
+            }
+        }
+    }
+    Ok(0)
+}
+
+// ---------------------------------------------------------------- nstat
+
+#[derive(Args, Debug)]
+pub struct NstatArgs {
+    #[command(flatten)]
+    pub sel: StackSel,
+    /// Absolute values instead of increments since the last `nstat`.
+    #[arg(short = 'a', long = "ignore")]
+    pub absolute: bool,
+    /// Show counters that are zero too.
+    #[arg(short = 'z', long = "zeros")]
+    pub zeros: bool,
+    /// Do not update the history (the next `nstat` shows increments since
+    /// the previous one still).
+    #[arg(short = 's', long = "no-update")]
+    pub no_update: bool,
+    /// Print increments every SECS seconds until interrupted.
+    #[arg(long, value_name = "SECS")]
+    pub watch: Option<f64>,
+    /// Counter names to show (`*` matches any text: `Tcp*`, `*Retrans*`).
+    #[arg(value_name = "PATTERN")]
+    pub patterns: Vec<String>,
+}
+
+/// Does `name` match shell-like `pat` (`*` only)?
+fn glob(pat: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pat.split('*').collect();
+    if parts.len() == 1 {
+        return pat == name;
+    }
+    let mut rest = name;
+    for (i, p) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(p) else {
+                return false;
+            };
+            rest = r;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(p);
+        } else if let Some(k) = rest.find(p) {
+            rest = &rest[k + p.len()..];
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+pub fn nstat(a: NstatArgs) -> Result<i32> {
+    if let Some(w) = a.watch {
+        if !(w.is_finite() && w > 0.0) {
+            bail!("--watch needs a positive number of seconds");
+        }
+    }
+    let mut c = connect(&a.sel)?;
+    loop {
+        let update = !a.no_update || a.watch.is_some();
+        let Response::Counters { counters } = call(&mut c, &Request::Counters { update })? else {
+            bail!("unexpected answer from stack {:?}", c.name());
+        };
+        let rows: Vec<(String, u64)> = counters
+            .iter()
+            .filter(|e| a.patterns.is_empty() || a.patterns.iter().any(|p| glob(p, &e.name)))
+            .map(|e| {
+                let v = if a.absolute {
+                    e.value
+                } else {
+                    e.value.wrapping_sub(e.previous)
+                };
+                (e.name.clone(), v)
+            })
+            .filter(|(_, v)| a.zeros || *v != 0)
+            .collect();
+        if a.sel.json {
+            let m: serde_json::Map<String, serde_json::Value> =
+                rows.into_iter().map(|(k, v)| (k, v.into())).collect();
+            print_json(&m)?;
+        } else {
+            println!("#ustack {}", c.name());
+            for (n, v) in rows {
+                println!("{n:<32}{v:>20}");
+            }
+        }
+        match a.watch {
+            Some(w) => std::thread::sleep(Duration::from_secs_f64(w)),
+            None => return Ok(0),
+        }
+    }
+}
+
+// --------------------------------------------------------------- sysctl
+
+#[derive(Args, Debug)]
+pub struct SysctlArgs {
+    #[command(flatten)]
+    pub sel: StackSel,
+    /// Show every tunable.
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// `NAME` to read, `NAME=VALUE` to change (all changes apply together,
+    /// or none if one is refused). Names as Linux's: `net.ipv4.tcp_wmem`.
+    #[arg(value_name = "NAME[=VALUE]")]
+    pub items: Vec<String>,
+}
+
+pub fn sysctl(a: SysctlArgs) -> Result<i32> {
+    if a.items.is_empty() && !a.all {
+        bail!("name a tunable (e.g. net.ipv4.tcp_wmem), or -a for all of them");
+    }
+    let mut c = connect(&a.sel)?;
+    let (sets, gets): (Vec<&String>, Vec<&String>) = a.items.iter().partition(|s| s.contains('='));
+    let mut values = vec![];
+    if !sets.is_empty() {
+        let assignments = sets
+            .iter()
+            .map(|s| {
+                let (k, v) = s.split_once('=').unwrap_or((s.as_str(), ""));
+                (k.trim().to_string(), v.trim().to_string())
+            })
+            .collect();
+        if let Response::Sysctl { values: v } = call(&mut c, &Request::SysctlSet { assignments })? {
+            values.extend(v);
+        }
+    }
+    if !gets.is_empty() || a.all {
+        let names = if a.all {
+            vec![]
+        } else {
+            gets.iter().map(|s| s.to_string()).collect()
+        };
+        if let Response::Sysctl { values: v } = call(&mut c, &Request::SysctlGet { names })? {
+            values.extend(v);
+        }
+    }
+    if a.sel.json {
+        let m: serde_json::Map<String, serde_json::Value> =
+            values.into_iter().map(|(k, v)| (k, v.into())).collect();
+        return print_json(&m).map(|_| 0);
+    }
+    for (k, v) in values {
+        println!("{k} = {v}");
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_parse_like_ss() {
+        let w = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            parse_filter(&w("state established sport = :80 dst 10.0.0.1")).expect("ok"),
+            vec![
+                Term::State("ESTAB".into()),
+                Term::Sport(80),
+                Term::Dst("10.0.0.1".into())
+            ]
+        );
+        assert_eq!(
+            parse_filter(&w("dport=:443")).expect("ok"),
+            vec![Term::Dport(443)]
+        );
+        assert!(parse_filter(&w("sport")).is_err());
+        assert!(parse_filter(&w("bogus 1")).is_err());
+        assert!(parse_filter(&w("state nonsense")).is_err());
+        assert!(addr_matches("10.0.0.1:80", "10.0.0.1"));
+        assert!(addr_matches("10.0.0.1:80", ":80"));
+        assert!(!addr_matches("10.0.0.1:80", "10.0.0.1:81"));
+    }
+
+    #[test]
+    fn globs_match_counter_names() {
+        assert!(glob("Tcp*", "TcpActiveOpens"));
+        assert!(glob("*Retrans*", "TcpRetransSegs"));
+        assert!(glob("*Opens", "TcpActiveOpens"));
+        assert!(!glob("Ip*", "TcpActiveOpens"));
+        assert!(glob("TcpActiveOpens", "TcpActiveOpens"));
+    }
+}

@@ -1,0 +1,393 @@
+//! `ustack ps`, `ss`, `nstat` and `sysctl` from another process against a
+//! live `ustack serve`, and its control endpoint refusing another user.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddrV4;
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn ustack(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run ustack")
+}
+
+/// Run and parse `--json` output; the command must succeed.
+fn json(args: &[&str]) -> Value {
+    let out = ustack(args);
+    assert!(
+        out.status.success(),
+        "ustack {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "ustack {args:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn counter(v: &Value, name: &str) -> u64 {
+    v.get(name).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// Echo `n` bytes on a new connection to port 7 from `ns`, then hold the
+/// connection open until `hold` yields (or is dropped).
+fn echo_and_hold(
+    ns: &NetNs,
+    n: usize,
+    hold: mpsc::Receiver<()>,
+    done: mpsc::Sender<u16>,
+) -> std::thread::JoinHandle<()> {
+    ns.spawn(move || {
+        let mut s = connect(SocketAddrV4::new(USTACK_IP, 7));
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let data = random_block(7, n);
+        let mut w = s.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || w.write_all(&data).expect("write"));
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).expect("echo back");
+        writer.join().expect("writer");
+        assert_eq!(got, random_block(7, n), "echo differs");
+        let port = s.local_addr().expect("local").port();
+        done.send(port).expect("report");
+        let _ = hold.recv();
+    })
+}
+
+#[test]
+fn ps_ss_nstat_sysctl_against_a_live_serve() {
+    let ns = NetNs::new();
+    let name = format!("ops-{}", unique());
+    let srv = Serve::start(&ns, &["--name", &name]);
+    let pid = srv.proc.child.id();
+
+    // ps: the stack is listed with its PID, mode and address.
+    let ps = json(&["ps", "--json"]);
+    let me = ps
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|s| s["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} not in ps: {ps}"));
+    assert_eq!(me["pid"].as_u64(), Some(u64::from(pid)));
+    assert_eq!(me["mode"], "serve");
+    assert!(me["devices"][0]["addrs"][0]
+        .as_str()
+        .is_some_and(|a| a.starts_with("10.77.0.2/")));
+    // Selecting by PID finds the same stack.
+    let by_pid = json(&["ss", "-l", "--json", "--stack", &pid.to_string()]);
+    let listen: Vec<&str> = by_pid
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|s| s["local"].as_str())
+        .collect();
+    for p in [":7", ":9", ":19", ":80"] {
+        assert!(
+            listen.iter().any(|l| l.ends_with(p)),
+            "no listener on {p}: {listen:?}"
+        );
+    }
+    // Only the services listen: the control endpoint is not on the network.
+    assert_eq!(listen.len(), 4, "unexpected listeners: {listen:?}");
+
+    // nstat: take the history now, then a known transfer moves the counters.
+    json(&["nstat", "--json", "--stack", &name]);
+    let (hold_tx, hold_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let n = 200_000;
+    let client = echo_and_hold(&ns, n, hold_rx, done_tx);
+    let port = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("echo transfer finished");
+    let d = json(&["nstat", "--json", "--stack", &name]);
+    assert_eq!(counter(&d, "TcpPassiveOpens"), 1, "{d}");
+    // At least one segment per MSS of data came in, and as many went out.
+    let segs = (n as u64).div_ceil(1460);
+    assert!(counter(&d, "TcpInSegs") >= segs, "{d}");
+    assert!(counter(&d, "TcpOutSegs") >= segs, "{d}");
+    // -s does not update the history, so the next call sees the same
+    // increments; without it they are gone.
+    let a = json(&["nstat", "--json", "-s", "-z", "--stack", &name]);
+    assert_eq!(counter(&a, "TcpPassiveOpens"), 0, "{a}");
+    let abs = json(&["nstat", "--json", "-a", "--stack", &name, "Tcp*"]);
+    assert!(counter(&abs, "TcpPassiveOpens") >= 1, "{abs}");
+    assert!(abs
+        .as_object()
+        .expect("object")
+        .keys()
+        .all(|k| k.starts_with("Tcp")));
+
+    // ss: the held connection is established, with ss -i's fields.
+    let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
+    let row = ss
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|s| s["peer"].as_str() == Some(&format!("10.77.0.1:{port}")))
+        .unwrap_or_else(|| panic!("connection from port {port} not in ss: {ss}"));
+    assert_eq!(row["state"], "ESTAB");
+    assert_eq!(row["local"], "10.77.0.2:7");
+    let info = &row["info"];
+    assert_eq!(info["congestion_control"], "cubic");
+    assert!(info["rtt_ms"].as_f64().is_some(), "{info}");
+    assert!(info["mss"].as_u64().is_some_and(|m| m > 500), "{info}");
+    // Filters as ss's.
+    let f = json(&[
+        "ss",
+        "--json",
+        "--stack",
+        &name,
+        "state",
+        "established",
+        "dport",
+        "=",
+        &format!(":{port}"),
+    ]);
+    assert_eq!(f.as_array().map(Vec::len), Some(1), "{f}");
+    let none = json(&["ss", "--json", "--stack", &name, "sport", "=", ":9"]);
+    assert_eq!(none.as_array().map(Vec::len), Some(0), "{none}");
+    let text = ustack(&["ss", "-ti", "--stack", &name]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("ESTAB") && text.contains("cwnd:"), "{text}");
+
+    // sysctl: read, change live, refuse a bad value without changing anything.
+    let w = json(&["sysctl", "--json", "--stack", &name, "net.ipv4.tcp_wmem"]);
+    assert!(w["net.ipv4.tcp_wmem"].is_string(), "{w}");
+    let set = ustack(&[
+        "sysctl",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_wmem=4096 32768 65536",
+    ]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    assert!(String::from_utf8_lossy(&set.stdout).contains("net.ipv4.tcp_wmem = 4096\t32768\t65536"));
+    let bad = ustack(&[
+        "sysctl",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_sack=0",
+        "net.ipv4.tcp_wmem=lots",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("tcp_wmem"));
+    let after = json(&[
+        "sysctl",
+        "--json",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_wmem",
+        "net.ipv4.tcp_sack",
+    ]);
+    assert_eq!(after["net.ipv4.tcp_wmem"], "4096\t32768\t65536");
+    assert_eq!(
+        after["net.ipv4.tcp_sack"], "1",
+        "a refused set changed tcp_sack"
+    );
+    let unknown = ustack(&["sysctl", "--stack", &name, "net.ipv4.tcp_nonsense"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown tunable"));
+    // A new connection takes the new send buffer (the held one keeps its own).
+    drop(hold_tx);
+    client.join().expect("client");
+    let (hold_tx, hold_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let client = echo_and_hold(&ns, 1000, hold_rx, done_tx);
+    let port = done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("second connection");
+    let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
+    let row = ss
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|s| s["peer"].as_str() == Some(&format!("10.77.0.1:{port}")))
+        .unwrap_or_else(|| panic!("second connection not in ss: {ss}"));
+    let sb = row["info"]["send_buffer"].as_u64().expect("send_buffer");
+    assert!(
+        sb <= 65536,
+        "send buffer {sb} above the new tcp_wmem maximum"
+    );
+    drop(hold_tx);
+    client.join().expect("client");
+
+    // Another user is refused, with a clear message.
+    let other = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            BIN,
+            "ss",
+            "--stack",
+            &name,
+        ])
+        .output()
+        .expect("run setpriv (util-linux)");
+    assert!(
+        !other.status.success(),
+        "another UID could read the socket table"
+    );
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("permission denied"), "{err}");
+
+    srv.stop_clean();
+    // Gone from the list once stopped.
+    let ps = json(&["ps", "--json"]);
+    assert!(
+        ps.as_array()
+            .expect("array")
+            .iter()
+            .all(|s| s["name"] != name.as_str()),
+        "{name} still listed after it stopped: {ps}"
+    );
+}
+
+#[test]
+fn a_clear_error_without_a_stack_and_for_a_bad_name() {
+    let out = ustack(&["ss", "--stack", "no-such-stack-here"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no running stack is named"), "{err}");
+    let ns = NetNs::new();
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--tap",
+            &format!("ut{}", unique()),
+            "--netns",
+            &ns.name,
+        ])
+        .args(["--name", "bad name!"])
+        .output()
+        .expect("run serve");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bad stack name"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn ss_nstat_sysctl_against_a_live_run() {
+    use std::net::{Ipv4Addr, TcpListener};
+    let host = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = host.local_addr().expect("addr").port();
+    let name = format!("opsrun-{}", unique());
+    let n = 300_000;
+    // The command sends n bytes to the host through the gateway, then waits
+    // for a line from the host before it exits.
+    let script = format!(
+        "exec 3<>/dev/tcp/10.0.2.2/{port}; head -c {n} /dev/zero >&3; read -r x <&3; echo got $x"
+    );
+    let mut run = ChildGuard {
+        child: Command::new(BIN)
+            .args(["run", "--name", &name, "--", "bash", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack run"),
+    };
+    host.set_nonblocking(false).expect("blocking");
+    let (mut s, _) = host.accept().expect("the sandbox connects");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut got = vec![0u8; n];
+    s.read_exact(&mut got).expect("the sandbox's bytes");
+
+    let ss = json(&["ss", "-tie", "--json", "--stack", &name]);
+    let row = ss
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|r| r["local"].as_str() == Some(&format!("10.0.2.2:{port}")))
+        .unwrap_or_else(|| panic!("the relayed connection is not in ss: {ss}"));
+    assert_eq!(row["state"], "ESTAB");
+    let hostside = row["host"].as_str().unwrap_or_default();
+    assert!(
+        hostside.ends_with(&format!("->127.0.0.1:{port}")),
+        "host socket {hostside:?}"
+    );
+    assert!(row["info"]["mss"].as_u64().is_some(), "{row}");
+    let ps = json(&["ps", "--json"]);
+    assert!(
+        ps.as_array()
+            .expect("array")
+            .iter()
+            .any(|s| s["name"] == name.as_str() && s["mode"] == "run"),
+        "{ps}"
+    );
+    let c = json(&["nstat", "--json", "--stack", &name]);
+    assert_eq!(counter(&c, "RelayTcpOpened"), 1, "{c}");
+    assert!(counter(&c, "RelayBytesGuestToHost") >= n as u64, "{c}");
+    assert!(
+        counter(&c, "TcpInSegs") >= (n as u64).div_ceil(65480),
+        "{c}"
+    );
+    let set = ustack(&[
+        "sysctl",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_congestion_control=reno",
+    ]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let v = json(&[
+        "sysctl",
+        "--json",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_congestion_control",
+    ]);
+    assert_eq!(v["net.ipv4.tcp_congestion_control"], "reno");
+
+    let read_all = |p: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut t = String::new();
+            if let Some(mut p) = p {
+                let _ = p.read_to_string(&mut t);
+            }
+            t
+        })
+    };
+    let out = read_all(run.child.stdout.take().map(|p| Box::new(p) as _));
+    let err = read_all(run.child.stderr.take().map(|p| Box::new(p) as _));
+    s.write_all(b"done\n").expect("release the command");
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = run.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ustack run did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().expect("stdout"), err.join().expect("stderr"));
+    assert!(status.success(), "ustack run failed: {err}");
+    assert!(out.contains("got done"), "{out}");
+    let ps = json(&["ps", "--json"]);
+    assert!(
+        ps.as_array()
+            .expect("array")
+            .iter()
+            .all(|s| s["name"] != name.as_str()),
+        "{name} still listed after it exited: {ps}"
+    );
+}

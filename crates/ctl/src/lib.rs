@@ -1,0 +1,120 @@
+//! Operate a running ustack from another process.
+//!
+//! Every running stack (`ustack serve`, `run`, `attach`, or a program that
+//! calls [`Control::start`]) can open a **control endpoint**: an IPC domain of
+//! its own (crates/ipc), named `ctl.NAME`, with one server thread answering
+//! requests ([`Request`]) from clients such as `ustack ps`, `ss`, `nstat` and
+//! `sysctl`. The domain's shared-memory file is created with mode 0600, so only
+//! the stack's owner (same UID) or root can open it; other users are refused
+//! by the kernel before any request is read. It is never reachable through a
+//! network interface: a guest that only sends packets to the stack cannot
+//! reach it.
+//!
+//! The server thread never blocks the data path for longer than it takes to
+//! copy a snapshot out of the stack (one lock of the stack, as an application
+//! call takes). A client that dies mid-request leaves nothing behind: the IPC
+//! reclaims its endpoint and the server's reply fails and is dropped.
+
+pub mod proto;
+pub mod sysctl;
+
+mod client;
+mod net;
+mod server;
+
+pub use client::{list, Client, StackRef};
+pub use net::NetProvider;
+pub use proto::{CounterEntry, DeviceInfo, Request, Response, SocketEntry, StackInfo, TcpDetail};
+pub use server::{check_name, default_name, Control};
+
+use ustack_core::tcp::TcpConnInfo;
+use ustack_core::time::Instant;
+use ustack_core::{Counters, TcpInfo};
+use ustack_socket::sysctl::Tunables;
+
+/// Prefix of control domains' names.
+pub const DOMAIN_PREFIX: &str = "ctl.";
+
+/// What a stack tells its control endpoint. Called on the server thread;
+/// each call should take a snapshot quickly (one lock of the stack).
+pub trait Provider: Send + Sync + 'static {
+    /// Devices with their addresses.
+    fn devices(&self) -> Vec<DeviceInfo>;
+    /// The socket table; with `detail`, `ss -i`'s fields for connections.
+    fn sockets(&self, detail: bool) -> Vec<SocketEntry>;
+    /// Every counter by `nstat` name.
+    fn counters(&self) -> Vec<(String, u64)>;
+    /// The tunables in force.
+    fn tunables(&self) -> Tunables;
+    /// Put new tunables in force (for new connections, as Linux's sysctls).
+    fn set_tunables(&self, t: Tunables);
+}
+
+/// Every counter of `c` by its `nstat` name (`IpInReceives`, `TcpExtListenDrops`).
+pub fn counter_names(c: &Counters) -> Vec<(String, u64)> {
+    c.iter().map(|(g, n, v)| (format!("{g}{n}"), v)).collect()
+}
+
+/// The `ss` row of one socket of the engine's table (`detail`: its
+/// `TCP_INFO`, for connections), at engine time `now`.
+pub fn socket_entry(t: &TcpInfo, detail: Option<&TcpConnInfo>, now: Instant) -> SocketEntry {
+    SocketEntry {
+        proto: "tcp".into(),
+        state: t.state.name().to_string(),
+        recv_q: t.recv_queue as u64,
+        send_q: t.send_queue as u64,
+        local: t.local.to_string(),
+        peer: if t.state == ustack_core::tcp::State::Listen {
+            "0.0.0.0:*".into()
+        } else {
+            t.remote.to_string()
+        },
+        orphan: t.orphan,
+        info: detail.map(|i| tcp_detail(i, now)),
+        host: None,
+    }
+}
+
+fn tcp_detail(i: &TcpConnInfo, now: Instant) -> TcpDetail {
+    let ms = |d: ustack_core::time::Duration| d.as_micros() as f64 / 1000.0;
+    let mss = i.smss.max(1) as u64;
+    let ca_state = match i.ca_state {
+        0 => "open",
+        1 => "disorder",
+        2 => "cwr",
+        3 => "recovery",
+        _ => "loss",
+    };
+    TcpDetail {
+        congestion_control: i.congestion_control.to_string(),
+        wscale_snd: i.snd_wscale,
+        wscale_rcv: i.rcv_wscale,
+        rto_ms: ms(i.rto),
+        rtt_ms: i.srtt.map(ms),
+        rttvar_ms: ms(i.rttvar),
+        mss,
+        advmss: i.adv_mss as u64,
+        rcvmss: i.rcv_mss as u64,
+        cwnd_segs: i.cwnd as u64 / mss,
+        // Linux shows no ssthresh while it is still "infinite".
+        ssthresh_segs: (i.ssthresh < (1 << 30)).then_some(i.ssthresh as u64 / mss),
+        snd_wnd: i.snd_wnd as u64,
+        rcv_wnd: i.rcv_wnd as u64,
+        pacing_rate_bps: i.pacing_rate.map(|r| r.saturating_mul(8)),
+        unacked: i.unacked_segs as u64,
+        sacked: i.sacked_segs as u64,
+        lost: i.lost_segs as u64,
+        retrans: i.retrans_segs as u64,
+        retransmits_total: u64::from(i.retransmits),
+        notsent: i.notsent as u64,
+        reordering: i.reordering,
+        timestamps: i.timestamps,
+        sack: i.sack,
+        ca_state: ca_state.into(),
+        send_buffer: i.send_buffer as u64,
+        lastrcv_ms: now
+            .saturating_duration_since(i.last_data_recv_at)
+            .as_millis() as u64,
+        lastack_ms: now.saturating_duration_since(i.last_recv_at).as_millis() as u64,
+    }
+}

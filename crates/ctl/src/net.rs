@@ -1,0 +1,78 @@
+//! The control endpoint of a stack run by `ustack_net` (the Rust library,
+//! `ustack serve`, `ustack bench`).
+
+use std::sync::Mutex;
+
+use ustack_core::tcp::KeepAlive;
+use ustack_net::Net;
+use ustack_socket::sysctl::Tunables;
+
+use crate::proto::{DeviceInfo, SocketEntry};
+use crate::{counter_names, socket_entry, Provider};
+
+/// [`Provider`] for a [`Net`]. It holds a handle of the stack: drop the
+/// [`Control`](crate::Control) that uses it before expecting the stack to stop.
+pub struct NetProvider {
+    net: Net,
+    device: String,
+    /// Keep-alive tunables (what a socket uses once it turns keep-alive on
+    /// without its own values).
+    keepalive: Mutex<KeepAlive>,
+}
+
+impl NetProvider {
+    /// Serve `net`, whose device is called `device` (`tap0`, `veth-us`).
+    pub fn new(net: Net, device: &str) -> NetProvider {
+        NetProvider {
+            net,
+            device: device.to_string(),
+            keepalive: Mutex::new(KeepAlive::default()),
+        }
+    }
+}
+
+impl Provider for NetProvider {
+    fn devices(&self) -> Vec<DeviceInfo> {
+        let c = self.net.with_stack(|s| s.config().clone());
+        vec![DeviceInfo {
+            name: self.device.clone(),
+            mac: c.mac.to_string(),
+            addrs: vec![c.addr.to_string()],
+            mtu: c.mtu as u32,
+        }]
+    }
+
+    fn sockets(&self, detail: bool) -> Vec<SocketEntry> {
+        let now = self.net.now();
+        if detail {
+            let v = self.net.with_stack(|s| s.tcp_sockets_detailed());
+            v.iter()
+                .map(|(_, t, d)| socket_entry(t, d.as_ref(), now))
+                .collect()
+        } else {
+            let v = self.net.sockets();
+            v.iter().map(|t| socket_entry(t, None, now)).collect()
+        }
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        counter_names(&self.net.counters())
+    }
+
+    fn tunables(&self) -> Tunables {
+        let tcp = self.net.with_stack(|s| s.config().tcp.clone());
+        let keepalive = tcp
+            .keepalive
+            .unwrap_or_else(|| *self.keepalive.lock().unwrap_or_else(|e| e.into_inner()));
+        Tunables { tcp, keepalive }
+    }
+
+    fn set_tunables(&self, t: Tunables) {
+        *self.keepalive.lock().unwrap_or_else(|e| e.into_inner()) = t.keepalive;
+        let mut tcp = t.tcp;
+        if tcp.keepalive.is_some() {
+            tcp.keepalive = Some(t.keepalive);
+        }
+        self.net.with_stack(|s| s.set_tcp_config(tcp));
+    }
+}

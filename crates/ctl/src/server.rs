@@ -1,0 +1,303 @@
+//! The control endpoint's server: one thread per stack.
+//!
+//! Framing over the IPC (one `sendrec` per request): the client writes the
+//! request's JSON into a buffer of its own in the domain's shared arena and
+//! sends `MT_REQUEST` with the buffer's address (word 0), the request's length
+//! (word 1) and the buffer's capacity (word 2). The server copies the request
+//! out (`vcopy`, a `memcpy` inside the arena), answers, copies the answer's
+//! JSON into the same buffer and replies `MT_OK` with its length; an answer
+//! that does not fit is replied `MT_TOO_SMALL` with the length needed, and the
+//! client asks again with a larger buffer. Every address and length comes from
+//! another process and is checked by `vcopy` (a bad one is an error reply,
+//! never a crash).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ustack_ipc::{Domain, DomainConfig, Error as IpcError, Message, MsgKind, ANY};
+
+use crate::proto::{CounterEntry, Request, Response, StackInfo};
+use crate::{sysctl, Provider, DOMAIN_PREFIX};
+
+pub(crate) const MT_REQUEST: u16 = 1;
+pub(crate) const MT_OK: u16 = 2;
+pub(crate) const MT_TOO_SMALL: u16 = 3;
+pub(crate) const MT_BAD: u16 = 4;
+/// The server's endpoint number in its domain.
+pub(crate) const SERVER: i32 = 0;
+/// Largest request accepted.
+pub(crate) const MAX_REQUEST: u64 = 1 << 20;
+/// Largest answer (a socket table with details of ~100,000 connections).
+pub(crate) const MAX_ANSWER: u64 = 64 << 20;
+
+/// A running control endpoint. Dropping it ends the domain and joins the
+/// server thread.
+pub struct Control {
+    dom: Domain,
+    name: String,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// `MODE-PID`: the name a stack registers under when not given one (the
+/// second and later stacks of one process: `MODE-PID.N`).
+pub fn default_name(mode: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid = std::process::id();
+    if n == 0 {
+        format!("{mode}-{pid}")
+    } else {
+        format!("{mode}-{pid}.{}", n + 1)
+    }
+}
+
+/// Is `name` a valid stack name? The error says what is allowed.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if valid(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "bad stack name {name:?}: use at most 40 letters, digits, '_', '-' or '.'"
+        ))
+    }
+}
+
+fn valid(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+}
+
+impl Control {
+    /// Register the stack as `name` (letters, digits, `_`, `-`, `.`; at most
+    /// 40) in `mode` and serve requests from `provider` on a thread of its own.
+    pub fn start(name: &str, mode: &str, provider: Arc<dyn Provider>) -> Result<Control, String> {
+        check_name(name)?;
+        let dname = format!("{DOMAIN_PREFIX}{name}");
+        let cfg = DomainConfig {
+            max_endpoints: 32,
+            max_copy: MAX_ANSWER,
+            arena_size: 2 * MAX_ANSWER,
+        };
+        let dom = match Domain::create(&dname, cfg) {
+            Ok(d) => d,
+            Err(IpcError::DomainExists) => {
+                return Err(format!(
+                    "a stack named {name:?} is already running (choose another --name)"
+                ))
+            }
+            Err(e) => return Err(format!("control endpoint {name:?}: {e}")),
+        };
+        let mut ep = dom
+            .bind_as(SERVER, "control")
+            .map_err(|e| format!("control endpoint {name:?}: {e}"))?;
+        let started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let state = Arc::new(Mutex::new(State {
+            info: StackInfo {
+                name: name.to_string(),
+                pid: std::process::id(),
+                mode: mode.to_string(),
+                command,
+                devices: vec![],
+                tcp_sockets: 0,
+                established: 0,
+                started_unix,
+            },
+            history: HashMap::new(),
+        }));
+        let d2 = dom.clone();
+        let thread = std::thread::Builder::new()
+            .name("ustack-control".into())
+            .spawn(move || loop {
+                let m = match ep.receive(ANY) {
+                    Ok(m) => m,
+                    Err(IpcError::DomainEnded) => return,
+                    Err(_) => continue,
+                };
+                if m.kind() != MsgKind::SendRec {
+                    continue;
+                }
+                let reply = serve_one(&d2, &mut ep, &m, &provider, &state);
+                // A client that died or stopped listening loses its answer.
+                let _ = ep.send_timeout(m.source, &reply, Duration::from_secs(1));
+            })
+            .map_err(|e| format!("control endpoint {name:?}: {e}"))?;
+        Ok(Control {
+            dom,
+            name: name.to_string(),
+            thread: Some(thread),
+        })
+    }
+
+    /// The name this stack registered under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = self.dom.end();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct State {
+    info: StackInfo,
+    /// `nstat`'s history: counter values at the last updating request.
+    history: HashMap<String, u64>,
+}
+
+/// Why a request message was refused (word 0 of `MT_BAD`).
+pub(crate) const BAD_TYPE: u64 = 1;
+pub(crate) const BAD_LENGTH: u64 = 2;
+pub(crate) const BAD_ROOM: u64 = 3;
+pub(crate) const BAD_ADDRESS: u64 = 4;
+
+fn bad(why: u64) -> Message {
+    Message::new(MT_BAD).with_u64(0, why)
+}
+
+/// Answer one request message; the reply message to send back.
+fn serve_one(
+    dom: &Domain,
+    ep: &mut ustack_ipc::Endpoint,
+    m: &Message,
+    provider: &Arc<dyn Provider>,
+    state: &Mutex<State>,
+) -> Message {
+    if m.mtype != MT_REQUEST {
+        return bad(BAD_TYPE);
+    }
+    let (addr, len, cap) = (m.u64_at(0), m.u64_at(1), m.u64_at(2));
+    if len == 0 || len > MAX_REQUEST {
+        return bad(BAD_LENGTH);
+    }
+    let Ok(mut buf) = dom.alloc(len as usize) else {
+        return bad(BAD_ROOM);
+    };
+    let me = ep.id();
+    if ep
+        .vcopy(m.source, addr as usize, me, buf.addr(), len as usize)
+        .is_err()
+    {
+        return bad(BAD_ADDRESS);
+    }
+    let mut req = vec![0u8; len as usize];
+    if buf.read_at(0, &mut req).is_err() {
+        return bad(BAD_ADDRESS);
+    }
+    let resp = match serde_json::from_slice::<Request>(&req) {
+        Ok(r) => answer(&r, provider, state),
+        Err(e) => Response::Error {
+            message: format!("malformed request: {e}"),
+        },
+    };
+    let out = match serde_json::to_vec(&resp) {
+        Ok(v) => v,
+        Err(_) => return bad(BAD_ROOM),
+    };
+    let n = out.len() as u64;
+    if n > cap {
+        return Message::new(MT_TOO_SMALL).with_u64(0, n);
+    }
+    if n > buf.capacity() as u64 {
+        match dom.alloc(out.len()) {
+            Ok(b) => buf = b,
+            Err(_) => return bad(BAD_ROOM),
+        }
+    }
+    if buf.write_at(0, &out).is_err()
+        || ep
+            .vcopy(me, buf.addr(), m.source, addr as usize, out.len())
+            .is_err()
+    {
+        return bad(BAD_ADDRESS);
+    }
+    Message::new(MT_OK).with_u64(0, n)
+}
+
+fn answer(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Response {
+    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+    match r {
+        Request::Info => {
+            let socks = p.sockets(false);
+            st.info.devices = p.devices();
+            st.info.tcp_sockets = socks.len();
+            st.info.established = socks.iter().filter(|s| s.state == "ESTAB").count();
+            Response::Info(st.info.clone())
+        }
+        Request::Sockets { detail } => Response::Sockets {
+            sockets: p.sockets(*detail),
+        },
+        Request::Counters { update } => {
+            let now = p.counters();
+            let counters = now
+                .iter()
+                .map(|(n, v)| CounterEntry {
+                    name: n.clone(),
+                    value: *v,
+                    previous: st.history.get(n).copied().unwrap_or(0),
+                })
+                .collect();
+            if *update {
+                st.history = now.into_iter().collect();
+            }
+            Response::Counters { counters }
+        }
+        Request::SysctlGet { names } => {
+            let t = p.tunables();
+            let names: Vec<String> = if names.is_empty() {
+                sysctl::names().collect()
+            } else {
+                names.clone()
+            };
+            let mut values = Vec::with_capacity(names.len());
+            for n in names {
+                match sysctl::get(&t, &n) {
+                    Some(v) => values.push((full(&n), v)),
+                    None => {
+                        return Response::Error {
+                            message: format!("unknown tunable {}", full(&n)),
+                        }
+                    }
+                }
+            }
+            Response::Sysctl { values }
+        }
+        Request::SysctlSet { assignments } => {
+            let t = p.tunables();
+            match sysctl::set(&t, assignments) {
+                Ok(n) => {
+                    let values = assignments
+                        .iter()
+                        .map(|(k, _)| (full(k), sysctl::get(&n, k).unwrap_or_default()))
+                        .collect();
+                    p.set_tunables(n);
+                    Response::Sysctl { values }
+                }
+                Err(message) => Response::Error { message },
+            }
+        }
+    }
+}
+
+/// `tcp_sack` or `net/ipv4/tcp_sack` → `net.ipv4.tcp_sack`.
+fn full(name: &str) -> String {
+    let n = name.trim().replace('/', ".");
+    if n.starts_with("net.") {
+        n
+    } else {
+        format!("net.ipv4.{n}")
+    }
+}

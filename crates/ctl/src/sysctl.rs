@@ -1,0 +1,127 @@
+//! Tunables by their Linux names (`net.ipv4.tcp_wmem`), read from and written
+//! to a running stack's configuration. Setting goes through
+//! `ustack_socket::sysctl::apply`, the same mapping packetdrill scripts use;
+//! reading formats the values as Linux's `/proc/sys` shows them.
+
+use ustack_core::tcp::{MtuProbing, SynCookies};
+use ustack_core::CcAlgorithm;
+use ustack_socket::sysctl::{apply, SysctlError, Tunables, NAMES};
+
+const PREFIX: &str = "net.ipv4.";
+
+/// Every tunable a stack has, by full name.
+pub fn names() -> impl Iterator<Item = String> {
+    NAMES.iter().map(|n| format!("{PREFIX}{n}"))
+}
+
+/// `net.ipv4.tcp_sack`, `net/ipv4/tcp_sack` or `tcp_sack` → `tcp_sack`.
+fn short(name: &str) -> String {
+    let n = name.trim().replace('/', ".");
+    n.strip_prefix(PREFIX).unwrap_or(&n).to_string()
+}
+
+/// The value of tunable `name` as `sysctl` prints it; None if unknown.
+pub fn get(t: &Tunables, name: &str) -> Option<String> {
+    let c = &t.tcp;
+    let b = |v: bool| u8::from(v).to_string();
+    let secs = |d: ustack_core::time::Duration| (d.as_secs()).to_string();
+    Some(match short(name).as_str() {
+        "tcp_timestamps" => b(c.timestamps),
+        "tcp_sack" => b(c.sack),
+        "tcp_window_scaling" => b(c.window_scale),
+        "tcp_syn_retries" => c.syn_retries.to_string(),
+        "tcp_synack_retries" => c.synack_retries.to_string(),
+        "tcp_retries2" => c.max_retries.to_string(),
+        // Linux's minimum and default receive buffer; the maximum is ours.
+        "tcp_rmem" => format!("4096\t131072\t{}", c.rcv_buf),
+        "tcp_wmem" => format!("4096\t{}\t{}", c.snd_buf_initial, c.snd_buf),
+        "tcp_congestion_control" => match c.congestion_control {
+            CcAlgorithm::Cubic => "cubic".into(),
+            CcAlgorithm::NewReno => "reno".into(),
+        },
+        "tcp_syncookies" => match c.syncookies {
+            SynCookies::Off => "0".into(),
+            SynCookies::WhenNeeded => "1".into(),
+            SynCookies::Always => "2".into(),
+        },
+        "tcp_fin_timeout" => secs(c.fin_wait2_timeout),
+        "tcp_keepalive_time" => secs(t.keepalive.idle),
+        "tcp_keepalive_intvl" => secs(t.keepalive.interval),
+        "tcp_keepalive_probes" => t.keepalive.count.to_string(),
+        "tcp_challenge_ack_limit" => c.challenge_ack_limit.to_string(),
+        "tcp_rfc1337" => b(c.rfc1337),
+        "tcp_mtu_probing" => match c.mtu_probing {
+            MtuProbing::Off => "0".into(),
+            MtuProbing::OnBlackHole => "1".into(),
+            MtuProbing::Always => "2".into(),
+        },
+        "tcp_base_mss" => c.base_mss.to_string(),
+        "tcp_probe_threshold" => c.probe_threshold.to_string(),
+        "tcp_probe_interval" => secs(c.probe_interval),
+        _ => return None,
+    })
+}
+
+/// Apply every assignment to a copy of `t`: the new tunables, or the first
+/// refusal (then nothing changes).
+pub fn set(t: &Tunables, assignments: &[(String, String)]) -> Result<Tunables, String> {
+    let mut n = t.clone();
+    for (name, value) in assignments {
+        let s = short(name);
+        if get(t, &s).is_none() {
+            return Err(format!("unknown tunable {PREFIX}{s}"));
+        }
+        apply(&mut n, &s, value).map_err(|e| match e {
+            SysctlError::BadValue { name, value } => {
+                format!(
+                    "bad value {value:?} for {PREFIX}{name} (now {:?})",
+                    get(t, &name).unwrap_or_default()
+                )
+            }
+            other => other.to_string(),
+        })?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_reads_and_writes_back_its_own_value() {
+        let t = Tunables::default();
+        for n in names() {
+            let v = get(&t, &n).unwrap_or_else(|| panic!("{n} unreadable"));
+            let t2 = set(&t, &[(n.clone(), v.clone())]).unwrap_or_else(|e| panic!("{n}: {e}"));
+            assert_eq!(get(&t2, &n), Some(v), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_bad_assignment_changes_nothing() {
+        let t = Tunables::default();
+        let r = set(
+            &t,
+            &[
+                ("net.ipv4.tcp_sack".into(), "0".into()),
+                ("net.ipv4.tcp_wmem".into(), "lots".into()),
+            ],
+        );
+        let e = r.expect_err("a bad tcp_wmem must be refused");
+        assert!(e.contains("tcp_wmem"), "{e}");
+        assert!(set(&t, &[("net.ipv4.tcp_nonsense".into(), "1".into())])
+            .expect_err("unknown")
+            .contains("unknown tunable net.ipv4.tcp_nonsense"));
+        let t2 = set(
+            &t,
+            &[("net/ipv4/tcp_wmem".into(), "4096 65536 1048576".into())],
+        )
+        .expect("valid");
+        assert_eq!(
+            get(&t2, "tcp_wmem").as_deref(),
+            Some("4096\t65536\t1048576")
+        );
+        assert_eq!(get(&t2, "net.ipv4.tcp_sack").as_deref(), Some("1"));
+    }
+}
