@@ -61,6 +61,8 @@ enum Command {
     Nstat(ops::NstatArgs),
     /// Read or change a running stack's tunables by Linux name, like sysctl(8).
     Sysctl(ops::SysctlArgs),
+    /// Capture a running stack's frames live, in pcap format (-w - | tcpdump -r -).
+    Capture(ops::CaptureArgs),
     /// Minix-3-style IPC: list, create and end domains; run the IPC benchmark.
     Ipc {
         #[command(subcommand)]
@@ -130,6 +132,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Ss(a) => ops::ss(a),
         Command::Nstat(a) => ops::nstat(a),
         Command::Sysctl(a) => ops::sysctl(a),
+        Command::Capture(a) => ops::capture(a),
         Command::Ipc { cmd } => ustack_ipc::cli::run(cmd),
         Command::Kserve { bind } => {
             signals::block_termination()?;

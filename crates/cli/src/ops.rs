@@ -494,6 +494,209 @@ pub fn sysctl(a: SysctlArgs) -> Result<i32> {
     Ok(0)
 }
 
+// -------------------------------------------------------------- capture
+
+#[derive(Args, Debug)]
+pub struct CaptureArgs {
+    #[command(flatten)]
+    pub sel: StackSel,
+    /// The device to capture on (each stack has one; `any` is accepted).
+    #[arg(short = 'i', value_name = "DEV")]
+    pub interface: Option<String>,
+    /// Stop after N frames.
+    #[arg(short = 'c', value_name = "N")]
+    pub count: Option<u64>,
+    /// Bytes kept of each frame.
+    #[arg(short = 's', value_name = "SNAPLEN", default_value_t = 65535,
+          value_parser = clap::value_parser!(u32).range(64..=262_144))]
+    pub snaplen: u32,
+    /// Write a pcap file (`-` for stdout: `ustack capture -w - | tcpdump -r -`);
+    /// without it, print one line per frame.
+    #[arg(short = 'w', value_name = "FILE")]
+    pub write: Option<String>,
+    /// KiB of frames the stack holds for a slow reader; beyond, frames are
+    /// dropped (and counted) rather than slowing the stack.
+    #[arg(short = 'B', value_name = "KIB", default_value_t = 8192,
+          value_parser = clap::value_parser!(u64).range(64..=262_144))]
+    pub buffer_kib: u64,
+    /// Filter: `host ADDR`, `port N`, `tcp`, `udp`, `icmp`, `arp`, joined by
+    /// `and` (all must hold).
+    #[arg(value_name = "FILTER", trailing_var_arg = true)]
+    pub filter: Vec<String>,
+}
+
+fn parse_capture_filter(words: &[String]) -> Result<ustack_ctl::CaptureSpec> {
+    let mut f = ustack_ctl::CaptureSpec::default();
+    let mut it = words.iter().map(String::as_str);
+    while let Some(w) = it.next() {
+        match w {
+            "and" | "&&" => {}
+            "tcp" | "udp" | "icmp" | "arp" => {
+                if f.proto.replace(w.to_string()).is_some() {
+                    bail!("capture filter: one protocol at most");
+                }
+            }
+            "host" => {
+                let v = it.next().ok_or_else(|| anyhow!("capture filter: host needs an address"))?;
+                f.host = Some(v.parse().map_err(|_| anyhow!("capture filter: bad address {v:?}"))?);
+            }
+            "port" => {
+                let v = it.next().ok_or_else(|| anyhow!("capture filter: port needs a number"))?;
+                f.port = Some(v.parse().map_err(|_| anyhow!("capture filter: bad port {v:?}"))?);
+            }
+            _ => bail!(
+                "capture filter: unknown word {w:?} (use host ADDR, port N, tcp, udp, icmp, arp, and)"
+            ),
+        }
+    }
+    Ok(f)
+}
+
+/// One line about a captured Ethernet frame (without -w).
+fn frame_line(ts_s: u32, ts_us: u32, frame: &[u8], len: u32) -> String {
+    let t = format!(
+        "{:02}:{:02}:{:02}.{ts_us:06}",
+        (ts_s / 3600) % 24,
+        (ts_s / 60) % 60,
+        ts_s % 60
+    );
+    let et = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    let ip = frame.get(14..).unwrap_or(&[]);
+    match et {
+        Some(0x0806) => format!("{t} ARP, length {len}"),
+        Some(0x0800) if ip.len() >= 20 => {
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let src = std::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+            let dst = std::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+            let ports = ip.get(ihl..ihl + 4).map(|p| {
+                (
+                    u16::from_be_bytes([p[0], p[1]]),
+                    u16::from_be_bytes([p[2], p[3]]),
+                )
+            });
+            let total = u16::from_be_bytes([ip[2], ip[3]]);
+            match (ip[9], ports) {
+                (6, Some((a, b))) => {
+                    format!("{t} IP {src}.{a} > {dst}.{b}: tcp, ip length {total}")
+                }
+                (17, Some((a, b))) => {
+                    format!("{t} IP {src}.{a} > {dst}.{b}: udp, ip length {total}")
+                }
+                (1, _) => format!("{t} IP {src} > {dst}: ICMP, ip length {total}"),
+                (p, _) => format!("{t} IP {src} > {dst}: proto {p}, ip length {total}"),
+            }
+        }
+        _ => format!("{t} ethertype {:#06x}, length {len}", et.unwrap_or(0)),
+    }
+}
+
+pub fn capture(a: CaptureArgs) -> Result<i32> {
+    use std::io::Write as _;
+    crate::signals::block_termination()?;
+    let filter = parse_capture_filter(&a.filter)?;
+    let mut c = connect(&a.sel)?;
+    if let Some(dev) = &a.interface {
+        let info = c.info().map_err(|e| anyhow!(e))?;
+        if dev != "any" && !info.devices.iter().any(|d| &d.name == dev) {
+            let names: Vec<&str> = info.devices.iter().map(|d| d.name.as_str()).collect();
+            bail!(
+                "stack {:?} has no device {dev:?} (it has: {})",
+                c.name(),
+                names.join(", ")
+            );
+        }
+    }
+    let mut out: Option<Box<dyn std::io::Write>> = match a.write.as_deref() {
+        None => None,
+        Some("-") => Some(Box::new(std::io::BufWriter::new(std::io::stdout()))),
+        Some(p) => Some(Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| anyhow!("cannot create {p}: {e}"))?,
+        ))),
+    };
+    if let Some(o) = out.as_mut() {
+        o.write_all(&ustack_net::dev::live::pcap_header(a.snaplen))?;
+        o.flush()?;
+    }
+    call(
+        &mut c,
+        &Request::CaptureStart {
+            snaplen: a.snaplen,
+            filter,
+            queue_bytes: a.buffer_kib * 1024,
+        },
+    )?;
+    eprintln!(
+        "ustack capture: listening on stack {:?}, snapshot length {} bytes",
+        c.name(),
+        a.snaplen
+    );
+    let mut got = 0u64;
+    let mut dropped;
+    let mut broken_pipe = false;
+    'outer: loop {
+        let (resp, data) = c
+            .call_with_data(&Request::CaptureRead { max: 4 << 20 })
+            .map_err(|e| anyhow!(e))?;
+        let (frames, d) = match resp {
+            Response::Capture {
+                frames, dropped, ..
+            } => (frames, dropped),
+            Response::Error { message } => bail!(message),
+            _ => bail!("unexpected answer from stack {:?}", c.name()),
+        };
+        dropped = d;
+        let mut off = 0usize;
+        while let Some(h) = data.get(off..off + 16) {
+            let w = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+            let cap = w(8) as usize;
+            let Some(rec) = data.get(off..off + 16 + cap) else {
+                break;
+            };
+            let r = match out.as_mut() {
+                Some(o) => o.write_all(rec),
+                None => writeln!(
+                    std::io::stdout(),
+                    "{}",
+                    frame_line(w(0), w(4), &rec[16..], w(12))
+                ),
+            };
+            if r.is_err() {
+                broken_pipe = true;
+                break 'outer;
+            }
+            off += 16 + cap;
+            got += 1;
+            if a.count.is_some_and(|n| got >= n) {
+                break 'outer;
+            }
+        }
+        if let Some(o) = out.as_mut() {
+            if o.flush().is_err() {
+                broken_pipe = true;
+                break;
+            }
+        }
+        // Read again at once while frames come; otherwise wait a little
+        // (and for Ctrl-C).
+        let wait = if frames > 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(20)
+        };
+        if crate::signals::wait_termination(Some(wait)).is_some() {
+            break;
+        }
+    }
+    let _ = c.call(&Request::CaptureStop);
+    if let Some(mut o) = out {
+        let _ = o.flush();
+    }
+    if !broken_pipe || a.write.as_deref() != Some("-") {
+        eprintln!("{got} frames captured, {dropped} dropped by the stack (reader too slow)");
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,6 +722,20 @@ mod tests {
         assert!(addr_matches("10.0.0.1:80", "10.0.0.1"));
         assert!(addr_matches("10.0.0.1:80", ":80"));
         assert!(!addr_matches("10.0.0.1:80", "10.0.0.1:81"));
+    }
+
+    #[test]
+    fn capture_filters_parse() {
+        let w = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let f = parse_capture_filter(&w("tcp and port 80 and host 10.0.0.1")).expect("ok");
+        assert_eq!(f.proto.as_deref(), Some("tcp"));
+        assert_eq!(f.port, Some(80));
+        assert_eq!(f.host, Some(std::net::Ipv4Addr::new(10, 0, 0, 1)));
+        assert!(parse_capture_filter(&w("port")).is_err());
+        assert!(parse_capture_filter(&w("host nonsense")).is_err());
+        assert!(parse_capture_filter(&w("tcp udp")).is_err());
+        assert!(parse_capture_filter(&w("vlan 3")).is_err());
+        assert!(frame_line(0, 0, &[0u8; 3], 3).contains("ethertype"));
     }
 
     #[test]

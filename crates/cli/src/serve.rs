@@ -176,7 +176,9 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         .name
         .clone()
         .unwrap_or_else(|| ustack_ctl::default_name("serve"));
-    let provider = Arc::new(ustack_ctl::NetProvider::new(up.net.clone(), &up.tap));
+    let provider = Arc::new(
+        ustack_ctl::NetProvider::new(up.net.clone(), &up.tap).with_capture(up.hub.clone()),
+    );
     let control =
         ustack_ctl::Control::start(&name, "serve", provider).map_err(anyhow::Error::msg)?;
 

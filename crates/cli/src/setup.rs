@@ -15,6 +15,7 @@ use ustack_net::core::{
     tcp::{CcAlgorithm, TcpConfig},
     Config, Limits,
 };
+use ustack_net::dev::live::{CaptureHub, Tapped};
 use ustack_net::dev::netem::{ImpairSpec, Netem, NetemConfig, NetemCounters};
 use ustack_net::dev::{pcap::Capture, tap::Tap, Device, FrameBatch};
 use ustack_net::{Net, RuntimeOptions};
@@ -250,6 +251,8 @@ pub struct Up {
     pub addr: Cidr,
     pub host_addr: Cidr,
     pub netns: Option<String>,
+    /// Live captures (`ustack capture`) take frames from here.
+    pub hub: Arc<CaptureHub>,
     capture: Option<Arc<Mutex<Captured>>>,
     impaired: Option<NetemCounters>,
 }
@@ -425,6 +428,9 @@ pub fn start_stack(
         }
         None => (device, None),
     };
+    // Outermost: live capture (`ustack capture`), what ustack sees, as --pcap.
+    let hub = CaptureHub::new();
+    let device: Box<dyn Device + Send> = Box::new(Tapped::new(device, hub.clone()));
     let net = Net::start(config, device, opts).context("cannot start the stack")?;
     // --no-gro, or USTACK_GRO=off for commands without the flag: for
     // measuring what receive coalescing is worth.
@@ -437,6 +443,7 @@ pub fn start_stack(
         addr: args.addr,
         host_addr,
         netns: args.netns.clone(),
+        hub,
         capture,
         impaired,
     })

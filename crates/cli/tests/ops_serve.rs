@@ -391,3 +391,104 @@ fn ss_nstat_sysctl_against_a_live_run() {
         "{name} still listed after it exited: {ps}"
     );
 }
+
+/// Seconds to fetch /bytes/N with curl from `ns` (byte-exact check included).
+fn fetch(ns: &NetNs, n: u64) -> f64 {
+    curl_bytes(ns, n, 120)
+}
+
+#[test]
+fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed() {
+    let ns = NetNs::new();
+    let name = format!("cap-{}", unique());
+    let srv = Serve::start(&ns, &["--name", &name]);
+    let dir = std::env::temp_dir().join(format!("ustack-capture-{}", unique()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("c.pcap");
+    let file_s = file.to_string_lossy().to_string();
+
+    // A capture of port 80 into a file, while curl fetches a page.
+    let mut cap = ChildGuard {
+        child: Command::new(BIN)
+            .args(["capture", "--stack", &name, "-c", "6", "-w", &file_s])
+            .args(["tcp", "and", "port", "80"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack capture"),
+    };
+    // Synchronise on the capture being on: its banner on stderr.
+    let mut err = cap.child.stderr.take().expect("stderr");
+    let mut banner = [0u8; 22];
+    err.read_exact(&mut banner).expect("capture banner");
+    assert_eq!(&banner, b"ustack capture: listen");
+    // ICMP does not pass the filter; the HTTP exchange does.
+    let _ = ns
+        .cmd("ping")
+        .args(["-c", "1", "-W", "2", "10.77.0.2"])
+        .output();
+    fetch(&ns, 100_000);
+    let t0 = std::time::Instant::now();
+    while cap.child.try_wait().expect("wait").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "capture did not stop after -c 6"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    assert!(rest.contains("6 frames captured"), "{rest}");
+    let td = Command::new("tcpdump")
+        .args(["-nr", &file_s])
+        .output()
+        .expect("run tcpdump (install it: scripts/deps.sh)");
+    let text = String::from_utf8_lossy(&td.stdout);
+    assert!(
+        td.status.success(),
+        "tcpdump: {}",
+        String::from_utf8_lossy(&td.stderr)
+    );
+    assert_eq!(text.lines().count(), 6, "{text}");
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("> 10.77.0.2.80: Flags [S]"),
+        "the first frame is not the SYN to port 80: {text}"
+    );
+    assert!(!text.contains("ICMP"), "{text}");
+
+    // A reader that stops reading (its stdout pipe is full and nobody reads
+    // it) with a small buffer: the stack drops frames and a transfer runs on.
+    let mut stalled = ChildGuard {
+        child: Command::new(BIN)
+            .args(["capture", "--stack", &name, "-B", "64", "-w", "-"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn a stalled capture"),
+    };
+    let mut serr = stalled.child.stderr.take().expect("stderr");
+    serr.read_exact(&mut banner)
+        .expect("stalled capture banner");
+    fetch(&ns, 50_000_000);
+    // Let the reader go: read its output to the end after asking it to stop.
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(stalled.child.id() as i32, libc::SIGTERM) };
+    let mut sout = stalled.child.stdout.take().expect("stdout");
+    let mut pcap = Vec::new();
+    sout.read_to_end(&mut pcap).expect("capture output");
+    let mut summary = String::new();
+    let _ = serr.read_to_string(&mut summary);
+    let st = stalled.child.wait().expect("wait");
+    assert!(st.success(), "stalled capture: {summary}");
+    let dropped: u64 = summary
+        .lines()
+        .last()
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no drop count in {summary:?}"));
+    assert!(dropped > 0, "a stalled reader lost nothing? {summary}");
+    assert!(pcap.len() >= 24, "no pcap header");
+    srv.stop_clean();
+    let _ = std::fs::remove_dir_all(&dir);
+}

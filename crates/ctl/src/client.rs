@@ -124,6 +124,12 @@ impl Client {
 
     /// Ask; the stack's answer (a refusal is `Ok(Response::Error)`).
     pub fn call(&mut self, req: &Request) -> Result<Response, String> {
+        self.call_with_data(req).map(|(r, _)| r)
+    }
+
+    /// Ask; the stack's answer and the bytes that follow it (a capture
+    /// read's pcap records).
+    pub fn call_with_data(&mut self, req: &Request) -> Result<(Response, Vec<u8>), String> {
         let body = serde_json::to_vec(req).map_err(|e| e.to_string())?;
         let name = self.name.clone();
         let fail = |e: IpcError| match e {
@@ -154,8 +160,14 @@ impl Client {
                     }
                     let mut out = vec![0u8; n];
                     self.buf.read_at(0, &mut out).map_err(fail)?;
-                    return serde_json::from_slice(&out)
-                        .map_err(|e| format!("stack {name:?}: malformed answer: {e}"));
+                    let json = match r.u64_at(1) as usize {
+                        0 => n,
+                        j => j.min(n),
+                    };
+                    let data = out.split_off(json);
+                    let resp = serde_json::from_slice(&out)
+                        .map_err(|e| format!("stack {name:?}: malformed answer: {e}"))?;
+                    return Ok((resp, data));
                 }
                 MT_TOO_SMALL => {
                     let need = r.u64_at(0);

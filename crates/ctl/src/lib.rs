@@ -24,7 +24,9 @@ mod server;
 
 pub use client::{list, Client, StackRef};
 pub use net::NetProvider;
-pub use proto::{CounterEntry, DeviceInfo, Request, Response, SocketEntry, StackInfo, TcpDetail};
+pub use proto::{
+    CaptureSpec, CounterEntry, DeviceInfo, Request, Response, SocketEntry, StackInfo, TcpDetail,
+};
 pub use server::{check_name, default_name, Control};
 
 use ustack_core::tcp::TcpConnInfo;
@@ -48,6 +50,11 @@ pub trait Provider: Send + Sync + 'static {
     fn tunables(&self) -> Tunables;
     /// Put new tunables in force (for new connections, as Linux's sysctls).
     fn set_tunables(&self, t: Tunables);
+    /// Where the stack's device puts frames for a live capture (None: this
+    /// stack cannot be captured from).
+    fn capture_hub(&self) -> Option<std::sync::Arc<ustack_net::dev::live::CaptureHub>> {
+        None
+    }
 }
 
 /// Every counter of `c` by its `nstat` name (`IpInReceives`, `TcpExtListenDrops`).

@@ -1,7 +1,9 @@
 //! The control endpoint of a stack run by `ustack_net` (the Rust library,
 //! `ustack serve`, `ustack bench`).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use ustack_net::dev::live::CaptureHub;
 
 use ustack_core::tcp::KeepAlive;
 use ustack_net::Net;
@@ -18,6 +20,7 @@ pub struct NetProvider {
     /// Keep-alive tunables (what a socket uses once it turns keep-alive on
     /// without its own values).
     keepalive: Mutex<KeepAlive>,
+    hub: Option<Arc<CaptureHub>>,
 }
 
 impl NetProvider {
@@ -27,7 +30,15 @@ impl NetProvider {
             net,
             device: device.to_string(),
             keepalive: Mutex::new(KeepAlive::default()),
+            hub: None,
         }
+    }
+
+    /// Serve live captures from `hub` (fed by a
+    /// [`Tapped`](ustack_net::dev::live::Tapped) device under the stack).
+    pub fn with_capture(mut self, hub: Arc<CaptureHub>) -> NetProvider {
+        self.hub = Some(hub);
+        self
     }
 }
 
@@ -65,6 +76,10 @@ impl Provider for NetProvider {
             .keepalive
             .unwrap_or_else(|| *self.keepalive.lock().unwrap_or_else(|e| e.into_inner()));
         Tunables { tcp, keepalive }
+    }
+
+    fn capture_hub(&self) -> Option<Arc<CaptureHub>> {
+        self.hub.clone()
     }
 
     fn set_tunables(&self, t: Tunables) {

@@ -10,15 +10,46 @@ pub enum Request {
     /// What the stack is (`ustack ps`).
     Info,
     /// The socket table (`ustack ss`); `detail` adds `ss -i`'s fields.
-    Sockets { detail: bool },
+    Sockets {
+        detail: bool,
+    },
     /// The counters (`ustack nstat`). The stack keeps `nstat`'s history: each
     /// answer carries the values of the last request that updated it, and
     /// `update` makes this request's values the new history.
-    Counters { update: bool },
+    Counters {
+        update: bool,
+    },
     /// Read tunables by Linux name (`net.ipv4.tcp_wmem`); empty: all of them.
-    SysctlGet { names: Vec<String> },
+    SysctlGet {
+        names: Vec<String>,
+    },
     /// Change tunables, all or none: `(name, value)` pairs.
-    SysctlSet { assignments: Vec<(String, String)> },
+    SysctlSet {
+        assignments: Vec<(String, String)>,
+    },
+    /// Start a live capture (one at a time per stack; it is stopped when its
+    /// client stops reading for a few seconds).
+    CaptureStart {
+        snaplen: u32,
+        filter: CaptureSpec,
+        /// Bytes of frames the stack may hold for a slow reader.
+        queue_bytes: u64,
+    },
+    /// The frames captured since the last read, as pcap records after the
+    /// JSON answer (at most about `max` bytes).
+    CaptureRead {
+        max: u64,
+    },
+    CaptureStop,
+}
+
+/// Which frames to capture (all given conditions hold).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureSpec {
+    pub host: Option<std::net::Ipv4Addr>,
+    pub port: Option<u16>,
+    /// `tcp`, `udp`, `icmp` or `arp`.
+    pub proto: Option<String>,
 }
 
 /// A stack's answer.
@@ -35,6 +66,15 @@ pub enum Response {
     Sysctl {
         values: Vec<(String, String)>,
     },
+    /// A capture read: `frames` pcap records (`bytes` long) follow the JSON;
+    /// `dropped` frames were lost since the capture started (queue full).
+    Capture {
+        frames: u64,
+        bytes: u64,
+        dropped: u64,
+    },
+    /// Done (a capture started or stopped).
+    Ok,
     /// The request was refused; nothing changed.
     Error {
         message: String,

@@ -14,12 +14,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ustack_ipc::{Domain, DomainConfig, Error as IpcError, Message, MsgKind, ANY};
 
 use crate::proto::{CounterEntry, Request, Response, StackInfo};
 use crate::{sysctl, Provider, DOMAIN_PREFIX};
+use ustack_net::dev::live::{CaptureFilter, CaptureProto};
 
 pub(crate) const MT_REQUEST: u16 = 1;
 pub(crate) const MT_OK: u16 = 2;
@@ -112,15 +113,22 @@ impl Control {
                 started_unix,
             },
             history: HashMap::new(),
+            capture: None,
         }));
         let d2 = dom.clone();
         let thread = std::thread::Builder::new()
             .name("ustack-control".into())
             .spawn(move || loop {
-                let m = match ep.receive(ANY) {
+                let m = match ep.receive_timeout(ANY, REAP_PERIOD) {
                     Ok(m) => m,
-                    Err(IpcError::DomainEnded) => return,
-                    Err(_) => continue,
+                    Err(IpcError::DomainEnded) => {
+                        stop_capture(&provider, &state);
+                        return;
+                    }
+                    Err(_) => {
+                        reap_capture(&provider, &state);
+                        continue;
+                    }
                 };
                 if m.kind() != MsgKind::SendRec {
                     continue;
@@ -156,6 +164,32 @@ struct State {
     info: StackInfo,
     /// `nstat`'s history: counter values at the last updating request.
     history: HashMap<String, u64>,
+    /// The running capture: its client's endpoint and when it last read.
+    capture: Option<(i32, Instant)>,
+}
+
+/// How often the server looks for an abandoned capture.
+const REAP_PERIOD: Duration = Duration::from_secs(1);
+/// A capture whose client has not read for this long is stopped.
+const CAPTURE_ABANDONED: Duration = Duration::from_secs(5);
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn stop_capture(p: &Arc<dyn Provider>, state: &Mutex<State>) {
+    if lock(state).capture.take().is_some() {
+        if let Some(h) = p.capture_hub() {
+            h.stop();
+        }
+    }
+}
+
+fn reap_capture(p: &Arc<dyn Provider>, state: &Mutex<State>) {
+    let stale = matches!(lock(state).capture, Some((_, t)) if t.elapsed() >= CAPTURE_ABANDONED);
+    if stale {
+        stop_capture(p, state);
+    }
 }
 
 /// Why a request message was refused (word 0 of `MT_BAD`).
@@ -197,16 +231,21 @@ fn serve_one(
     if buf.read_at(0, &mut req).is_err() {
         return bad(BAD_ADDRESS);
     }
-    let resp = match serde_json::from_slice::<Request>(&req) {
-        Ok(r) => answer(&r, provider, state),
-        Err(e) => Response::Error {
-            message: format!("malformed request: {e}"),
-        },
+    let (resp, data) = match serde_json::from_slice::<Request>(&req) {
+        Ok(r) => answer(&r, m.source, cap, provider, state),
+        Err(e) => (
+            Response::Error {
+                message: format!("malformed request: {e}"),
+            },
+            Vec::new(),
+        ),
     };
-    let out = match serde_json::to_vec(&resp) {
+    let mut out = match serde_json::to_vec(&resp) {
         Ok(v) => v,
         Err(_) => return bad(BAD_ROOM),
     };
+    let json_len = out.len() as u64;
+    out.extend_from_slice(&data);
     let n = out.len() as u64;
     if n > cap {
         return Message::new(MT_TOO_SMALL).with_u64(0, n);
@@ -224,11 +263,97 @@ fn serve_one(
     {
         return bad(BAD_ADDRESS);
     }
-    Message::new(MT_OK).with_u64(0, n)
+    Message::new(MT_OK).with_u64(0, n).with_u64(1, json_len)
 }
 
-fn answer(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Response {
-    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+/// The answer to `r` from endpoint `src` whose buffer holds `cap` bytes,
+/// and the bytes that follow it (a capture read's records).
+fn answer(
+    r: &Request,
+    src: i32,
+    cap: u64,
+    p: &Arc<dyn Provider>,
+    state: &Mutex<State>,
+) -> (Response, Vec<u8>) {
+    match r {
+        Request::CaptureStart { .. } | Request::CaptureRead { .. } | Request::CaptureStop => {
+            capture(r, src, cap, p, state)
+        }
+        _ => (answer_plain(r, p, state), Vec::new()),
+    }
+}
+
+fn capture(
+    r: &Request,
+    src: i32,
+    cap: u64,
+    p: &Arc<dyn Provider>,
+    state: &Mutex<State>,
+) -> (Response, Vec<u8>) {
+    let err = |message: String| (Response::Error { message }, Vec::new());
+    let Some(hub) = p.capture_hub() else {
+        return err("this stack cannot be captured from".into());
+    };
+    reap_capture(p, state);
+    let mut st = lock(state);
+    match r {
+        Request::CaptureStart {
+            snaplen,
+            filter,
+            queue_bytes,
+        } => {
+            if st.capture.is_some() {
+                return err("a capture of this stack is already running".into());
+            }
+            let proto = match filter.proto.as_deref() {
+                None => None,
+                Some("tcp") => Some(CaptureProto::Tcp),
+                Some("udp") => Some(CaptureProto::Udp),
+                Some("icmp") => Some(CaptureProto::Icmp),
+                Some("arp") => Some(CaptureProto::Arp),
+                Some(o) => return err(format!("unknown protocol {o:?} (tcp, udp, icmp, arp)")),
+            };
+            let f = CaptureFilter {
+                host: filter.host,
+                port: filter.port,
+                proto,
+            };
+            let q = usize::try_from(*queue_bytes)
+                .unwrap_or(usize::MAX)
+                .min(256 << 20);
+            hub.start(f, *snaplen as usize, q);
+            st.capture = Some((src, Instant::now()));
+            (Response::Ok, Vec::new())
+        }
+        Request::CaptureRead { max } => {
+            match &mut st.capture {
+                Some((owner, last)) if *owner == src => *last = Instant::now(),
+                _ => return err("no capture of yours is running".into()),
+            }
+            // Leave room for the JSON in front of the records.
+            let room = cap.min(*max).saturating_sub(256).max(1);
+            let d = hub.drain(usize::try_from(room).unwrap_or(usize::MAX));
+            (
+                Response::Capture {
+                    frames: d.frames,
+                    bytes: d.records.len() as u64,
+                    dropped: d.dropped,
+                },
+                d.records,
+            )
+        }
+        _ => {
+            if matches!(st.capture, Some((owner, _)) if owner == src) {
+                st.capture = None;
+                hub.stop();
+            }
+            (Response::Ok, Vec::new())
+        }
+    }
+}
+
+fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Response {
+    let mut st = lock(state);
     match r {
         Request::Info => {
             let socks = p.sockets(false);
@@ -287,6 +412,11 @@ fn answer(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Response 
                     Response::Sysctl { values }
                 }
                 Err(message) => Response::Error { message },
+            }
+        }
+        Request::CaptureStart { .. } | Request::CaptureRead { .. } | Request::CaptureStop => {
+            Response::Error {
+                message: "internal: capture request".into(),
             }
         }
     }

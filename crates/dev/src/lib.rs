@@ -84,6 +84,7 @@ macro_rules! forward_device {
 
 pub mod batch;
 mod impair;
+pub mod live;
 pub mod memlink;
 pub mod netem;
 pub mod packet;

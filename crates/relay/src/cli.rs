@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use std::sync::Arc;
 use ustack_core::tcp::CcAlgorithm;
+use ustack_dev::live::{CaptureHub, Tapped};
 use ustack_dev::pcap::Capture;
 use ustack_dev::Device;
 use ustack_sandbox::{attach as sb_attach, signals, Sandbox, SandboxConfig, UserNs};
@@ -245,14 +247,18 @@ pub fn gro_off_by_env() -> bool {
     })
 }
 
+/// The guest device as the engine uses it: recorded to `--pcap` if given,
+/// and tapped for live captures (`ustack capture`) into the returned hub.
 fn wrap_pcap<D: Device + Send + 'static>(
     dev: D,
     pcap: &Option<PathBuf>,
-) -> io::Result<Box<dyn Device + Send>> {
-    Ok(match pcap {
+) -> io::Result<(Box<dyn Device + Send>, Arc<CaptureHub>)> {
+    let dev: Box<dyn Device + Send> = match pcap {
         Some(path) => Box::new(Capture::to_file(dev, path)?),
         None => Box::new(dev),
-    })
+    };
+    let hub = CaptureHub::new();
+    Ok((Box::new(Tapped::new(dev, hub.clone())), hub))
 }
 
 /// `ustack run`: returns the command's exit code (signal N → 128+N).
@@ -316,10 +322,10 @@ pub fn run_report_with<G: GuestStack>(
     let tap = sandbox
         .take_tap()
         .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
-    let dev = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
+    let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
     let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack run: relay")?;
-    let control = start_control(&mut relay, &args.relay, "run").context("ustack run")?;
+    let control = start_control(&mut relay, &args.relay, "run", hub).context("ustack run")?;
     let _fwd = signals::forward_to(sandbox.pid()).context("installing signal forwarding")?;
     match sandbox.start() {
         Ok(()) => {}
@@ -367,12 +373,13 @@ fn start_control<G: GuestStack>(
     relay: &mut Relay<G>,
     args: &RelayArgs,
     mode: &str,
+    hub: Arc<CaptureHub>,
 ) -> anyhow::Result<ustack_ctl::Control> {
     let name = args
         .name
         .clone()
         .unwrap_or_else(|| ustack_ctl::default_name(mode));
-    let (link, provider) = crate::control::link().context("control endpoint")?;
+    let (link, provider) = crate::control::link(hub).context("control endpoint")?;
     relay.set_control(link).context("control endpoint")?;
     ustack_ctl::Control::start(&name, mode, std::sync::Arc::new(provider)).map_err(|e| anyhow!(e))
 }
@@ -432,10 +439,10 @@ pub fn attach_with<G: GuestStack>(
     }
     .with_context(|| format!("ustack attach: cannot open TAP {}", args.tap))?;
     let mtu = tap.mtu();
-    let dev = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
+    let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
     let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack attach: relay")?;
-    let control = start_control(&mut relay, &args.relay, "attach").context("ustack attach")?;
+    let control = start_control(&mut relay, &args.relay, "attach", hub).context("ustack attach")?;
     let served = relay.run_until(stop_fd, None);
     drop(control);
     relay.shutdown();

@@ -8,8 +8,10 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
+use ustack_dev::live::CaptureHub;
 
 use ustack_ctl::{DeviceInfo, Provider, SocketEntry};
 use ustack_socket::sysctl::Tunables;
@@ -53,11 +55,13 @@ impl ControlLink {
 pub struct RelayProvider {
     tx: Mutex<Sender<(Query, SyncSender<Answer>)>>,
     bell: OwnedFd,
+    hub: Arc<CaptureHub>,
 }
 
 /// A linked pair: give the [`ControlLink`] to [`crate::Relay::set_control`]
 /// and the [`RelayProvider`] to `ustack_ctl::Control::start`.
-pub fn link() -> std::io::Result<(ControlLink, RelayProvider)> {
+/// Live captures read `hub` (fed by a `Tapped` guest device) directly.
+pub fn link(hub: Arc<CaptureHub>) -> std::io::Result<(ControlLink, RelayProvider)> {
     let bell = crate::sys::eventfd()?;
     let (tx, rx) = mpsc::channel();
     let bell2 = bell.try_clone()?;
@@ -66,6 +70,7 @@ pub fn link() -> std::io::Result<(ControlLink, RelayProvider)> {
         RelayProvider {
             tx: Mutex::new(tx),
             bell: bell2,
+            hub,
         },
     ))
 }
@@ -115,5 +120,9 @@ impl Provider for RelayProvider {
 
     fn set_tunables(&self, t: Tunables) {
         let _ = self.ask(Query::SetTunables(Box::new(t)));
+    }
+
+    fn capture_hub(&self) -> Option<Arc<CaptureHub>> {
+        Some(self.hub.clone())
     }
 }
