@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// `ss`, `nstat` and `sysctl --stack NAME` (default: serve-PID).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Serve the counters in Prometheus' text format at
+    /// http://ADDR:PORT/metrics (on the host's sockets, not ustack's).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
 }
 
 fn parse_max_connections(s: &str) -> std::result::Result<usize, String> {
@@ -179,6 +183,12 @@ pub fn run(args: ServeArgs) -> Result<i32> {
     let provider = Arc::new(
         ustack_ctl::NetProvider::new(up.net.clone(), &up.tap).with_capture(up.hub.clone()),
     );
+    let metrics = match args.metrics {
+        Some(a) => Some(
+            ustack_ctl::Metrics::start(a, &name, provider.clone()).map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
     let control =
         ustack_ctl::Control::start(&name, "serve", provider).map_err(anyhow::Error::msg)?;
 
@@ -201,12 +211,16 @@ pub fn run(args: ServeArgs) -> Result<i32> {
     println!(
         "control endpoint {name:?}: ustack ps, ustack ss --stack {name}, ustack nstat, ustack sysctl"
     );
+    if let Some(m) = &metrics {
+        println!("metrics: http://{}/metrics", m.addr());
+    }
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
     let sig = signals::wait_termination(None);
     tracing::info!("signal {sig:?}: shutting down");
     drop(control);
+    drop(metrics);
     up.finish();
     eprintln!(
         "ustack: stopped (TAP {} goes away as the process exits)",

@@ -32,6 +32,27 @@ fn json(args: &[&str]) -> Value {
     })
 }
 
+/// A TCP port free on 127.0.0.1 now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// GET http://127.0.0.1:port/metrics from this process.
+fn scrape(port: u16) -> String {
+    let mut s = connect(SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port));
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut r = String::new();
+    s.read_to_string(&mut r).expect("response");
+    assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+    r
+}
+
 fn counter(v: &Value, name: &str) -> u64 {
     v.get(name).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -65,7 +86,11 @@ fn echo_and_hold(
 fn ps_ss_nstat_sysctl_against_a_live_serve() {
     let ns = NetNs::new();
     let name = format!("ops-{}", unique());
-    let srv = Serve::start(&ns, &["--name", &name]);
+    let mport = free_port().to_string();
+    let srv = Serve::start(
+        &ns,
+        &["--name", &name, "--metrics", &format!("127.0.0.1:{mport}")],
+    );
     let pid = srv.proc.child.id();
 
     // ps: the stack is listed with its PID, mode and address.
@@ -109,6 +134,15 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
         .expect("echo transfer finished");
     let d = json(&["nstat", "--json", "--stack", &name]);
     assert_eq!(counter(&d, "TcpPassiveOpens"), 1, "{d}");
+    // The same counters for Prometheus.
+    let m = scrape(mport.parse().expect("port"));
+    assert!(
+        m.contains(&format!(
+            "ustack_tcp_passive_opens_total{{stack=\"{name}\"}} 1\n"
+        )),
+        "{m}"
+    );
+    assert!(m.contains("# TYPE ustack_tcp_curr_estab gauge"), "{m}");
     // At least one segment per MSS of data came in, and as many went out.
     let segs = (n as u64).div_ceil(1460);
     assert!(counter(&d, "TcpInSegs") >= segs, "{d}");
@@ -289,12 +323,27 @@ fn ss_nstat_sysctl_against_a_live_run() {
     let n = 300_000;
     // The command sends n bytes to the host through the gateway, then waits
     // for a line from the host before it exits.
+    let mport = free_port();
+    // The metrics endpoint is out of the guest's reach, also through the
+    // gateway (which leads to the host's loopback).
     let script = format!(
-        "exec 3<>/dev/tcp/10.0.2.2/{port}; head -c {n} /dev/zero >&3; read -r x <&3; echo got $x"
+        "(exec 4<>/dev/tcp/10.0.2.2/{mport}) 2>/dev/null && echo metrics-reachable || echo metrics-refused; \
+         exec 3<>/dev/tcp/10.0.2.2/{port}; head -c {n} /dev/zero >&3; read -r x <&3; echo got $x"
     );
+    let metrics = format!("127.0.0.1:{mport}");
     let mut run = ChildGuard {
         child: Command::new(BIN)
-            .args(["run", "--name", &name, "--", "bash", "-c", &script])
+            .args([
+                "run",
+                "--name",
+                &name,
+                "--metrics",
+                &metrics,
+                "--",
+                "bash",
+                "-c",
+                &script,
+            ])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -355,6 +404,13 @@ fn ss_nstat_sysctl_against_a_live_run() {
         "net.ipv4.tcp_congestion_control",
     ]);
     assert_eq!(v["net.ipv4.tcp_congestion_control"], "reno");
+    let m = scrape(mport);
+    assert!(
+        m.contains(&format!(
+            "ustack_relay_bytes_guest_to_host_total{{stack=\"{name}\"}} {n}\n"
+        )),
+        "{m}"
+    );
 
     let read_all = |p: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
@@ -382,6 +438,10 @@ fn ss_nstat_sysctl_against_a_live_run() {
     let (out, err) = (out.join().expect("stdout"), err.join().expect("stderr"));
     assert!(status.success(), "ustack run failed: {err}");
     assert!(out.contains("got done"), "{out}");
+    assert!(
+        out.contains("metrics-refused"),
+        "the guest reached the metrics: {out}"
+    );
     let ps = json(&["ps", "--json"]);
     assert!(
         ps.as_array()

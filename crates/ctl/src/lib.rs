@@ -15,6 +15,7 @@
 //! call takes). A client that dies mid-request leaves nothing behind: the IPC
 //! reclaims its endpoint and the server's reply fails and is dropped.
 
+pub mod metrics;
 pub mod proto;
 pub mod sysctl;
 
@@ -23,6 +24,7 @@ mod net;
 mod server;
 
 pub use client::{list, Client, StackRef};
+pub use metrics::Metrics;
 pub use net::NetProvider;
 pub use proto::{
     CaptureSpec, CounterEntry, DeviceInfo, Request, Response, SocketEntry, StackInfo, TcpDetail,

@@ -101,6 +101,11 @@ pub struct RelayArgs {
     /// `nstat` and `sysctl --stack NAME` (default: run-PID / attach-PID).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Serve the counters in Prometheus' text format at
+    /// http://ADDR:PORT/metrics. The guest can never reach it (connections
+    /// from the guest to it are refused, also through the gateway).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Open the TAP without the virtio-net header: no checksum offload and
     /// no TSO/GSO, so every frame is at most one MTU both ways (by default
     /// the guest's kernel hands over 64 KB segments whatever the MTU).
@@ -156,6 +161,7 @@ impl RelayArgs {
             forwards: self.publish.clone(),
             icmp_ping_sockets: true,
             busy_poll: self.busy_poll.map(Duration::from_micros),
+            deny: Vec::new(),
         }
     }
 }
@@ -324,8 +330,10 @@ pub fn run_report_with<G: GuestStack>(
         .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
-    let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack run: relay")?;
-    let control = start_control(&mut relay, &args.relay, "run", hub).context("ustack run")?;
+    let ops = Operations::start(&args.relay, "run", hub).context("ustack run")?;
+    let mut relay =
+        Relay::new(guest, ops.relay_config(&args.relay)).context("ustack run: relay")?;
+    let control = ops.attach(&mut relay).context("ustack run")?;
     let _fwd = signals::forward_to(sandbox.pid()).context("installing signal forwarding")?;
     match sandbox.start() {
         Ok(()) => {}
@@ -367,21 +375,68 @@ pub fn run_report_with<G: GuestStack>(
     Ok(RunReport { code, stats })
 }
 
-/// Open the relay's control endpoint (crates/ctl) under `--name` or
-/// `MODE-PID`.
-fn start_control<G: GuestStack>(
-    relay: &mut Relay<G>,
-    args: &RelayArgs,
-    mode: &str,
-    hub: Arc<CaptureHub>,
-) -> anyhow::Result<ustack_ctl::Control> {
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| ustack_ctl::default_name(mode));
-    let (link, provider) = crate::control::link(hub).context("control endpoint")?;
-    relay.set_control(link).context("control endpoint")?;
-    ustack_ctl::Control::start(&name, mode, std::sync::Arc::new(provider)).map_err(|e| anyhow!(e))
+/// The operator's side of a relay: the control endpoint (crates/ctl) under
+/// `--name` or `MODE-PID`, and the `--metrics` endpoint.
+struct Operations {
+    name: String,
+    mode: &'static str,
+    link: crate::control::ControlLink,
+    provider: Arc<dyn ustack_ctl::Provider>,
+    metrics: Option<ustack_ctl::Metrics>,
+}
+
+/// What `attach` returns: dropped when the relay stops.
+struct Running {
+    _control: ustack_ctl::Control,
+    _metrics: Option<ustack_ctl::Metrics>,
+}
+
+impl Operations {
+    fn start(args: &RelayArgs, mode: &'static str, hub: Arc<CaptureHub>) -> anyhow::Result<Self> {
+        let name = args
+            .name
+            .clone()
+            .unwrap_or_else(|| ustack_ctl::default_name(mode));
+        ustack_ctl::check_name(&name).map_err(|e| anyhow!(e))?;
+        let (link, provider) = crate::control::link(hub).context("control endpoint")?;
+        let provider: Arc<dyn ustack_ctl::Provider> = Arc::new(provider);
+        let metrics = match args.metrics {
+            Some(a) => Some(
+                ustack_ctl::Metrics::start(a, &name, provider.clone()).map_err(|e| anyhow!(e))?,
+            ),
+            None => None,
+        };
+        Ok(Operations {
+            name,
+            mode,
+            link,
+            provider,
+            metrics,
+        })
+    }
+
+    /// The relay's configuration, with the metrics endpoint out of the
+    /// guest's reach.
+    fn relay_config(&self, args: &RelayArgs) -> RelayConfig {
+        let mut cfg = args.relay_config();
+        if let Some(m) = &self.metrics {
+            if let std::net::SocketAddr::V4(a) = m.addr() {
+                cfg.deny.push(a);
+            }
+        }
+        cfg
+    }
+
+    /// Let the relay answer the control endpoint, and open it.
+    fn attach<G: GuestStack>(self, relay: &mut Relay<G>) -> anyhow::Result<Running> {
+        relay.set_control(self.link).context("control endpoint")?;
+        let control = ustack_ctl::Control::start(&self.name, self.mode, self.provider)
+            .map_err(|e| anyhow!(e))?;
+        Ok(Running {
+            _control: control,
+            _metrics: self.metrics,
+        })
+    }
 }
 
 /// Descriptors the relay keeps besides one per flow (epoll, the TAP,
@@ -441,8 +496,10 @@ pub fn attach_with<G: GuestStack>(
     let mtu = tap.mtu();
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
-    let mut relay = Relay::new(guest, args.relay.relay_config()).context("ustack attach: relay")?;
-    let control = start_control(&mut relay, &args.relay, "attach", hub).context("ustack attach")?;
+    let ops = Operations::start(&args.relay, "attach", hub).context("ustack attach")?;
+    let mut relay =
+        Relay::new(guest, ops.relay_config(&args.relay)).context("ustack attach: relay")?;
+    let control = ops.attach(&mut relay).context("ustack attach")?;
     let served = relay.run_until(stop_fd, None);
     drop(control);
     relay.shutdown();

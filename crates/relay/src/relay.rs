@@ -36,6 +36,10 @@ pub struct RelayConfig {
     /// request/response latency, one CPU kept busy while traffic flows.
     /// None (the default) sleeps at once.
     pub busy_poll: Option<Duration>,
+    /// Host sockets the guest may never reach (the metrics endpoint): an
+    /// unspecified address stands for the loopback and every address of
+    /// the host.
+    pub deny: Vec<SocketAddrV4>,
 }
 
 impl Default for RelayConfig {
@@ -51,6 +55,7 @@ impl Default for RelayConfig {
             forwards: Vec::new(),
             icmp_ping_sockets: true,
             busy_poll: None,
+            deny: Vec::new(),
         }
     }
 }
@@ -192,6 +197,8 @@ pub struct Relay<G: GuestStack> {
     last_active: Instant,
     /// The control endpoint's queries (`set_control`).
     control: Option<crate::control::ControlLink>,
+    /// The host's own IPv4 addresses (for `RelayConfig::deny`).
+    host_addrs: Vec<Ipv4Addr>,
 }
 
 fn unreachable_for(e: &io::Error) -> Refusal {
@@ -232,6 +239,7 @@ impl<G: GuestStack> Relay<G> {
             listeners.push(Listener { fwd: *fwd, sock });
         }
         let bucket = TokenBucket::new(cfg.limits.new_flows_per_sec);
+        let cfg_has_deny = !cfg.deny.is_empty();
         Ok(Relay {
             guest,
             cfg,
@@ -257,6 +265,11 @@ impl<G: GuestStack> Relay<G> {
             expiry: BinaryHeap::new(),
             last_active: Instant::now(),
             control: None,
+            host_addrs: if cfg_has_deny {
+                sys::host_ipv4_addrs()
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -660,6 +673,20 @@ impl<G: GuestStack> Relay<G> {
 
     /// Where a guest destination goes on the host; `Err` = unreachable.
     fn map_dst(&self, dst: SocketAddrV4) -> Result<SocketAddrV4, Unreachable> {
+        let t = self.map_dst_inner(dst)?;
+        let denied = self.cfg.deny.iter().any(|d| {
+            d.port() == t.port()
+                && (d.ip() == t.ip()
+                    || t.ip().is_loopback()
+                    || (d.ip().is_unspecified() && self.host_addrs.contains(t.ip())))
+        });
+        if denied {
+            return Err(Unreachable::AdminProhibited);
+        }
+        Ok(t)
+    }
+
+    fn map_dst_inner(&self, dst: SocketAddrV4) -> Result<SocketAddrV4, Unreachable> {
         let ip = *dst.ip();
         if ip == self.cfg.gateway {
             return if self.cfg.gateway_to_loopback {

@@ -211,6 +211,34 @@ pub fn peer_addr(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
     Ok(from_sockaddr(&sa))
 }
 
+/// Every IPv4 address of the host's interfaces (empty if they cannot be
+/// listed).
+pub fn host_ipv4_addrs() -> Vec<Ipv4Addr> {
+    let mut v = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return v;
+    }
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, alive until
+        // freeifaddrs; `ifa_addr` is null or points to a sockaddr whose
+        // family says its type.
+        unsafe {
+            let a = (*p).ifa_addr;
+            if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET {
+                let sin = &*(a as *const libc::sockaddr_in);
+                v.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+            p = (*p).ifa_next;
+        }
+    }
+    // SAFETY: the list getifaddrs allocated, freed once.
+    unsafe { libc::freeifaddrs(head) };
+    v
+}
+
 /// A non-blocking, close-on-exec `eventfd` (a doorbell for another thread).
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd has no pointer arguments.
