@@ -63,6 +63,8 @@ enum Command {
     Sysctl(ops::SysctlArgs),
     /// Capture a running stack's frames live, in pcap format (-w - | tcpdump -r -).
     Capture(ops::CaptureArgs),
+    /// List, add and remove a running `ustack run`'s port forwards.
+    Ports(ops::PortsArgs),
     /// Minix-3-style IPC: list, create and end domains; run the IPC benchmark.
     Ipc {
         #[command(subcommand)]
@@ -133,6 +135,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Nstat(a) => ops::nstat(a),
         Command::Sysctl(a) => ops::sysctl(a),
         Command::Capture(a) => ops::capture(a),
+        Command::Ports(a) => ops::ports(a),
         Command::Ipc { cmd } => ustack_ipc::cli::run(cmd),
         Command::Kserve { bind } => {
             signals::block_termination()?;

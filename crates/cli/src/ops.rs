@@ -697,6 +697,38 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
     Ok(0)
 }
 
+// ---------------------------------------------------------------- ports
+
+#[derive(Args, Debug)]
+pub struct PortsArgs {
+    #[command(flatten)]
+    pub sel: StackSel,
+    /// `add SPEC` or `remove SPEC` (SPEC as `ustack run -p`:
+    /// [HOST_IP:]HOST_PORT:GUEST_PORT[/udp]); nothing: list them.
+    #[arg(value_name = "add|remove SPEC", num_args = 0..=2)]
+    pub action: Vec<String>,
+}
+
+pub fn ports(a: PortsArgs) -> Result<i32> {
+    let (add, remove) = match a.action.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] => (None, None),
+        ["add", spec] => (Some(spec.to_string()), None),
+        ["remove" | "rm" | "del", spec] => (None, Some(spec.to_string())),
+        _ => bail!("usage: ustack ports [add SPEC | remove SPEC] (SPEC as ustack run -p)"),
+    };
+    let mut c = connect(&a.sel)?;
+    let Response::Ports { forwards } = call(&mut c, &Request::Ports { add, remove })? else {
+        bail!("unexpected answer from stack {:?}", c.name());
+    };
+    if a.sel.json {
+        return print_json(&forwards).map(|_| 0);
+    }
+    for f in forwards {
+        println!("{f}");
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -326,9 +326,14 @@ fn ss_nstat_sysctl_against_a_live_run() {
     let mport = free_port();
     // The metrics endpoint is out of the guest's reach, also through the
     // gateway (which leads to the host's loopback).
+    // A service in the guest on port 8080 for `ports add`, listening before
+    // the command connects to the host.
     let script = format!(
-        "(exec 4<>/dev/tcp/10.0.2.2/{mport}) 2>/dev/null && echo metrics-reachable || echo metrics-refused; \
-         exec 3<>/dev/tcp/10.0.2.2/{port}; head -c {n} /dev/zero >&3; read -r x <&3; echo got $x"
+        "socat TCP-LISTEN:8080,reuseaddr,fork SYSTEM:'echo hello-from-guest' & \
+         for i in $(seq 200); do ss -ltn | grep -q ':8080 ' && break; sleep 0.05; done; \
+         (exec 4<>/dev/tcp/10.0.2.2/{mport}) 2>/dev/null && echo metrics-reachable || echo metrics-refused; \
+         exec 3<>/dev/tcp/10.0.2.2/{port}; head -c {n} /dev/zero >&3; read -r x <&3; echo got $x; \
+         kill %1"
     );
     let metrics = format!("127.0.0.1:{mport}");
     let mut run = ChildGuard {
@@ -423,6 +428,43 @@ fn ss_nstat_sysctl_against_a_live_run() {
     };
     let out = read_all(run.child.stdout.take().map(|p| Box::new(p) as _));
     let err = read_all(run.child.stderr.take().map(|p| Box::new(p) as _));
+    // ports: add a forward to the guest's service while it runs, use it,
+    // remove it.
+    let fport = free_port();
+    let spec = format!("127.0.0.1:{fport}:8080");
+    let added = ustack(&["ports", "--stack", &name, "add", &spec]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let list = json(&["ports", "--json", "--stack", &name]);
+    assert!(list.to_string().contains(&format!(":{fport}")), "{list}");
+    let again = ustack(&["ports", "--stack", &name, "add", &spec]);
+    assert!(
+        !again.status.success(),
+        "the same host port was forwarded twice"
+    );
+    let mut g = connect(SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, fport));
+    g.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut hello = String::new();
+    let _ = g.read_to_string(&mut hello);
+    assert_eq!(hello.trim(), "hello-from-guest");
+    let removed = ustack(&["ports", "--stack", &name, "remove", &spec]);
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", fport)).is_err(),
+        "the removed forward still accepts"
+    );
+    let gone = ustack(&["ports", "--stack", &name, "remove", &spec]);
+    assert!(!gone.status.success());
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no port forward"));
+
     s.write_all(b"done\n").expect("release the command");
     let t0 = std::time::Instant::now();
     let status = loop {

@@ -57,6 +57,12 @@ pub trait Provider: Send + Sync + 'static {
     fn capture_hub(&self) -> Option<std::sync::Arc<ustack_net::dev::live::CaptureHub>> {
         None
     }
+    /// The port forwards after adding `add` or removing `remove` (specs as
+    /// `ustack run -p`), as text; an error says why nothing changed.
+    fn ports(&self, add: Option<&str>, remove: Option<&str>) -> Result<Vec<String>, String> {
+        let _ = (add, remove);
+        Err("this stack has no port forwards (ustack run and attach have)".into())
+    }
 }
 
 /// Every counter of `c` by its `nstat` name (`IpInReceives`, `TcpExtListenDrops`).

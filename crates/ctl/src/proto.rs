@@ -41,6 +41,12 @@ pub enum Request {
         max: u64,
     },
     CaptureStop,
+    /// List `run`'s port forwards, after adding or removing one (specs as
+    /// `-p`'s: `[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]`).
+    Ports {
+        add: Option<String>,
+        remove: Option<String>,
+    },
 }
 
 /// Which frames to capture (all given conditions hold).
@@ -75,6 +81,10 @@ pub enum Response {
     },
     /// Done (a capture started or stopped).
     Ok,
+    /// The port forwards in force.
+    Ports {
+        forwards: Vec<String>,
+    },
     /// The request was refused; nothing changed.
     Error {
         message: String,

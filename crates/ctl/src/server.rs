@@ -419,6 +419,10 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
                 message: "internal: capture request".into(),
             }
         }
+        Request::Ports { add, remove } => match p.ports(add.as_deref(), remove.as_deref()) {
+            Ok(forwards) => Response::Ports { forwards },
+            Err(message) => Response::Error { message },
+        },
     }
 }
 

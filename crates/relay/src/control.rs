@@ -27,6 +27,10 @@ pub(crate) enum Query {
     Counters,
     Tunables,
     SetTunables(Box<Tunables>),
+    Ports {
+        add: Option<String>,
+        remove: Option<String>,
+    },
 }
 
 /// The relay thread's answer.
@@ -36,6 +40,7 @@ pub(crate) enum Answer {
     Sockets(Vec<SocketEntry>),
     Counters(Vec<(String, u64)>),
     Tunables(Option<Box<Tunables>>),
+    Ports(Result<Vec<String>, String>),
     Done,
 }
 
@@ -120,6 +125,16 @@ impl Provider for RelayProvider {
 
     fn set_tunables(&self, t: Tunables) {
         let _ = self.ask(Query::SetTunables(Box::new(t)));
+    }
+
+    fn ports(&self, add: Option<&str>, remove: Option<&str>) -> Result<Vec<String>, String> {
+        match self.ask(Query::Ports {
+            add: add.map(str::to_owned),
+            remove: remove.map(str::to_owned),
+        }) {
+            Some(Answer::Ports(r)) => r,
+            _ => Err("the relay did not answer".into()),
+        }
     }
 
     fn capture_hub(&self) -> Option<Arc<CaptureHub>> {

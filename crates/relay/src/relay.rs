@@ -172,7 +172,9 @@ pub struct Relay<G: GuestStack> {
     udp_index: HashMap<(SocketAddrV4, SocketAddrV4), u64>,
     udp_in_index: HashMap<(usize, SocketAddrV4), u64>,
     icmp_index: HashMap<(Ipv4Addr, Ipv4Addr, u16), u64>,
-    listeners: Vec<Listener>,
+    /// Port-forward listeners; a removed one leaves `None` (its index is
+    /// its epoll token and inbound UDP flows refer to it).
+    listeners: Vec<Option<Listener>>,
     stats: Stats,
     bucket: TokenBucket,
     half_open: usize,
@@ -201,6 +203,24 @@ pub struct Relay<G: GuestStack> {
     host_addrs: Vec<Ipv4Addr>,
 }
 
+/// Most port forwards a relay holds (added and removed ones together).
+const MAX_FORWARDS: usize = 4096;
+
+/// A bound (and, for TCP, listening) host socket for `fwd`.
+fn open_listener(fwd: &PortForward) -> io::Result<OwnedFd> {
+    let ty = match fwd.proto {
+        Proto::Tcp => libc::SOCK_STREAM,
+        Proto::Udp => libc::SOCK_DGRAM,
+    };
+    let sock = sys::socket(ty, 0)?;
+    sys::bind(&sock, SocketAddrV4::new(fwd.host_ip, fwd.host_port))
+        .map_err(|e| io::Error::new(e.kind(), format!("port forward {fwd}: cannot bind: {e}")))?;
+    if fwd.proto == Proto::Tcp {
+        sys::listen(&sock, 128)?;
+    }
+    Ok(sock)
+}
+
 fn unreachable_for(e: &io::Error) -> Refusal {
     match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => Refusal::Reset,
@@ -224,19 +244,9 @@ impl<G: GuestStack> Relay<G> {
         }
         let mut listeners = Vec::new();
         for (i, fwd) in cfg.forwards.iter().enumerate() {
-            let ty = match fwd.proto {
-                Proto::Tcp => libc::SOCK_STREAM,
-                Proto::Udp => libc::SOCK_DGRAM,
-            };
-            let sock = sys::socket(ty, 0)?;
-            sys::bind(&sock, SocketAddrV4::new(fwd.host_ip, fwd.host_port)).map_err(|e| {
-                io::Error::new(e.kind(), format!("port forward {fwd}: cannot bind: {e}"))
-            })?;
-            if fwd.proto == Proto::Tcp {
-                sys::listen(&sock, 128)?;
-            }
+            let sock = open_listener(fwd)?;
             epoll.add(sock.as_raw_fd(), EV_IN, TOKEN_LISTENER0 + i as u64)?;
-            listeners.push(Listener { fwd: *fwd, sock });
+            listeners.push(Some(Listener { fwd: *fwd, sock }));
         }
         let bucket = TokenBucket::new(cfg.limits.new_flows_per_sec);
         let cfg_has_deny = !cfg.deny.is_empty();
@@ -308,10 +318,41 @@ impl<G: GuestStack> Relay<G> {
                     self.guest.ctl_set_tunables(*t);
                     Answer::Done
                 }
+                Query::Ports { add, remove } => Answer::Ports(self.ctl_ports(add, remove)),
             };
             // The asker may have given up (timed out): its answer is dropped.
             let _ = reply.try_send(a);
         }
+    }
+
+    /// `ustack ports [add|remove]`.
+    fn ctl_ports(
+        &mut self,
+        add: Option<String>,
+        remove: Option<String>,
+    ) -> Result<Vec<String>, String> {
+        if let Some(spec) = add {
+            let f: PortForward = spec.parse()?;
+            self.add_forward(f).map_err(|e| e.to_string())?;
+        }
+        if let Some(spec) = remove {
+            let f: PortForward = spec.parse()?;
+            if !self.remove_forward(&f) {
+                return Err(format!(
+                    "no port forward on host port {}/{}",
+                    f.host_port,
+                    match f.proto {
+                        Proto::Tcp => "tcp",
+                        Proto::Udp => "udp",
+                    }
+                ));
+            }
+        }
+        Ok(self
+            .forwards()
+            .into_iter()
+            .map(|(f, a)| format!("{f} (listening on {a})"))
+            .collect())
     }
 
     /// The engine's sockets, each relayed connection with its host socket.
@@ -359,8 +400,65 @@ impl<G: GuestStack> Relay<G> {
     pub fn listener_addrs(&self) -> Vec<SocketAddrV4> {
         self.listeners
             .iter()
+            .flatten()
             .filter_map(|l| sys::local_addr(&l.sock).ok())
             .collect()
+    }
+
+    /// The port forwards in force, each with the address it listens on.
+    pub fn forwards(&self) -> Vec<(PortForward, SocketAddrV4)> {
+        self.listeners
+            .iter()
+            .flatten()
+            .map(|l| {
+                let a = sys::local_addr(&l.sock)
+                    .unwrap_or(SocketAddrV4::new(l.fwd.host_ip, l.fwd.host_port));
+                (l.fwd, a)
+            })
+            .collect()
+    }
+
+    /// Add a port forward while running (`ustack ports add`).
+    pub fn add_forward(&mut self, fwd: PortForward) -> io::Result<SocketAddrV4> {
+        let same = |l: &Listener| {
+            l.fwd.proto == fwd.proto && l.fwd.host_port == fwd.host_port && fwd.host_port != 0
+        };
+        if self.listeners.iter().flatten().any(same) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("port forward {fwd}: host port already forwarded"),
+            ));
+        }
+        if self.listeners.len() >= MAX_FORWARDS {
+            return Err(io::Error::other(format!(
+                "port forward {fwd}: at most {MAX_FORWARDS} forwards per run"
+            )));
+        }
+        let sock = open_listener(&fwd)?;
+        let token = TOKEN_LISTENER0 + self.listeners.len() as u64;
+        self.epoll.add(sock.as_raw_fd(), EV_IN, token)?;
+        let a = sys::local_addr(&sock)?;
+        self.listeners.push(Some(Listener { fwd, sock }));
+        Ok(a)
+    }
+
+    /// Remove the port forward listening on `fwd`'s host port (and
+    /// protocol); connections it made stay. False if there is none.
+    pub fn remove_forward(&mut self, fwd: &PortForward) -> bool {
+        let hit = self.listeners.iter().position(|l| {
+            l.as_ref().is_some_and(|l| {
+                l.fwd.proto == fwd.proto
+                    && l.fwd.host_port == fwd.host_port
+                    && (fwd.host_ip.is_unspecified() || l.fwd.host_ip == fwd.host_ip)
+            })
+        });
+        let Some(i) = hit else {
+            return false;
+        };
+        if let Some(l) = self.listeners.get_mut(i).and_then(Option::take) {
+            self.epoll.delete(l.sock.as_raw_fd());
+        }
+        true
     }
 
     /// Run until `stop_fd` is readable, or `max_time` has passed.
@@ -782,14 +880,14 @@ impl<G: GuestStack> Relay<G> {
     }
 
     fn on_listener(&mut self, now: Instant, idx: usize) {
-        let Some(l) = self.listeners.get(idx) else {
+        let Some(l) = self.listeners.get(idx).and_then(Option::as_ref) else {
             return;
         };
         let fwd = l.fwd;
         match fwd.proto {
             Proto::Tcp => {
                 for _ in 0..64 {
-                    let Some(l) = self.listeners.get(idx) else {
+                    let Some(l) = self.listeners.get(idx).and_then(Option::as_ref) else {
                         return;
                     };
                     let (sock, peer) = match sys::accept(&l.sock) {
@@ -801,7 +899,7 @@ impl<G: GuestStack> Relay<G> {
             }
             Proto::Udp => {
                 for _ in 0..64 {
-                    let Some(l) = self.listeners.get(idx) else {
+                    let Some(l) = self.listeners.get(idx).and_then(Option::as_ref) else {
                         return;
                     };
                     let mut buf = std::mem::take(&mut self.scratch);
@@ -1367,6 +1465,7 @@ impl<G: GuestStack> Relay<G> {
             Kind::UdpIn { listener, peer, .. } => self
                 .listeners
                 .get(*listener)
+                .and_then(Option::as_ref)
                 .map(|l| sys::send_to(&l.sock, data, *peer)),
             _ => None,
         };
