@@ -357,7 +357,14 @@ fn do_send(c: &Ctx, fd: i32, bufs: &[iovec], flags: c_int) -> SockResult<usize> 
     let mut sent = 0usize;
     loop {
         let more = flags & libc::MSG_MORE != 0;
+        // A writer that waited for room goes on only once it is woken
+        // (Linux `sk_stream_wait_memory`), not as soon as one skb fits.
+        let mut waited = false;
         let r = c.blocking(fd, nonblock, timeout, |h| {
+            if waited && h.send_waits(fd) {
+                return Err(libc::EAGAIN);
+            }
+            waited = true;
             h.send_more(fd, &data[sent..], more)
         });
         match r {

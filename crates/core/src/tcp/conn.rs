@@ -896,7 +896,9 @@ impl Connection {
         if !queued && self.chrono.is_none() {
             return;
         }
-        let ch = self.chrono.get_or_insert_with(|| Box::new(Chrono::new(now)));
+        let ch = self
+            .chrono
+            .get_or_insert_with(|| Box::new(Chrono::new(now)));
         if !queued {
             if ch.kind != CHRONO_NONE {
                 ch.set(now, CHRONO_NONE);
@@ -1009,6 +1011,14 @@ impl Connection {
             // A push asked for before this write is spent: this one holds.
             self.app.push_now = false;
         }
+    }
+
+    /// The data queued so far is not the end of a write (more of it
+    /// follows): leave the last queued byte's segment unmarked by PSH
+    /// while on. For a socket layer that transmits part of a write before
+    /// queueing the rest (Linux `tcp_push_one`).
+    pub fn set_write_continues(&mut self, on: bool) {
+        self.app.unmarked_tail = on || self.app.more;
     }
 
     /// Partial segments held back (`TCP_CORK` or `MSG_MORE`).
