@@ -918,7 +918,11 @@ impl Host {
             };
             let sb = &mut s.sb;
             sb.sync(info.send_queue, info.notsent);
-            let cwnd_segs = info.cwnd / info.smss.max(1);
+            // cwnd in segments of the payload it is counted in.
+            let payload = info
+                .smss
+                .saturating_sub(if info.timestamps { 12 } else { 0 });
+            let cwnd_segs = info.cwnd / payload.max(1);
             let synced = !matches!(
                 info.state,
                 State::SynSent | State::SynReceived | State::Closed
