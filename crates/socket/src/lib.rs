@@ -5,7 +5,9 @@
 //! It owns what the engine deliberately does not: small-integer
 //! descriptors, errno values as Linux gives them, the options a socket
 //! carries before it has a connection (and hands to the engine when it
-//! gets one), `poll`/`epoll` readiness with Linux's rules, and blocking.
+//! gets one), `poll`/`epoll` readiness with Linux's rules, Linux's
+//! send-buffer accounting ([`wmem`]: how much a write takes, when a
+//! writer waiting for room wakes), and blocking.
 //!
 //! Two layers:
 //! - [`Host`]: single-threaded and non-blocking. Every call returns
