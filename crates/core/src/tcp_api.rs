@@ -389,6 +389,21 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.set_more(on))
     }
 
+    /// The data queued so far is not the end of the write: its last
+    /// segment is not marked PSH while on (see
+    /// [`crate::tcp::Connection::set_write_continues`]).
+    pub fn tcp_set_write_continues(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_write_continues(on))
+    }
+
+    /// The application waits for send-buffer space (Linux `SOCK_NOSPACE`),
+    /// or no longer: what `tcpi_sndbuf_limited` times (see
+    /// [`TcpConnInfo::sndbuf_limited`]). A socket layer that keeps its own
+    /// send-buffer accounting reports it here.
+    pub fn tcp_set_send_blocked(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_send_blocked(on))
+    }
+
     pub fn tcp_set_linger_zero(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
         self.tcp.with_conn(h, |c| c.set_linger_zero(on))
     }

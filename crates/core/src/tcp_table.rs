@@ -665,7 +665,7 @@ impl TcpTable {
     /// The connection's own view (`ss -i`, Linux `TCP_INFO`).
     pub(crate) fn conn_info(&self, h: TcpHandle) -> Result<TcpConnInfo, TcpError> {
         match self.sock(h)? {
-            Sock::Conn(c) if c.owner == Owner::App => Ok(c.conn.info()),
+            Sock::Conn(c) if c.owner == Owner::App => Ok(c.conn.info_at(self.now)),
             Sock::Conn(_) => Err(TcpError::InvalidHandle),
             Sock::Listener(_) => Err(TcpError::InvalidState),
         }
@@ -1087,6 +1087,7 @@ impl TcpTable {
             c.conn.dispatch(now, ctr, &mut self.shared, &mut |seg| {
                 emit(local, remote, seg, smss)
             });
+            c.conn.update_chrono(now);
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
                 self.advice.push((*remote.ip(), adv));

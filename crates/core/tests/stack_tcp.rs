@@ -435,3 +435,51 @@ fn short_frames_after_long_ones_carry_no_stale_bytes() {
         assert_eq!(&fresh, f, "frame of {} bytes", f.len());
     }
 }
+
+/// Linux's chronographs (`tcpi_busy_time`, `tcpi_rwnd_limited`): a sender
+/// facing a closed window is busy and limited by the receive window until
+/// the reader opens it; nothing is timed once everything is acknowledged.
+#[test]
+fn tcp_info_times_busy_and_receive_window_limited() {
+    let mut cb = config(B_MAC, B_IP, 2);
+    cb.tcp.rcv_buf = 16 * 1024;
+    let mut n = Net::with_configs(config(A_MAC, A_IP, 1), cb);
+    n.keep_log = false;
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+            .unwrap();
+    let s = established(&mut n, l, c);
+    assert_eq!(n.a.tcp_info(c).unwrap().busy_time, Duration::ZERO);
+
+    // More than B's buffer, which B does not read.
+    let data = vec![1u8; 100_000];
+    let sent = n.a.tcp_send(c, &data).unwrap();
+    n.advance(Duration::from_secs(2));
+    let i = n.a.tcp_info(c).unwrap();
+    assert!(
+        i.rwnd_limited >= Duration::from_millis(1500),
+        "rwnd-limited {:?}",
+        i.rwnd_limited
+    );
+    // (Busy all along; the link has no delay, so the window closed at once.)
+    assert!(i.busy_time >= i.rwnd_limited);
+    assert_eq!(i.sndbuf_limited, Duration::ZERO);
+
+    let mut buf = vec![0u8; 65536];
+    let mut got = 0;
+    assert!(n.run_until(Duration::from_secs(60), |n| {
+        while let Ok(k) = n.b.tcp_recv(s, &mut buf) {
+            if k == 0 {
+                break;
+            }
+            got += k;
+        }
+        got == sent && n.a.tcp_status(c).unwrap().send_queue == 0
+    }));
+    let done = n.a.tcp_info(c).unwrap();
+    n.advance(Duration::from_secs(1));
+    let later = n.a.tcp_info(c).unwrap();
+    assert_eq!(later.busy_time, done.busy_time, "idle: not timed");
+    assert_eq!(later.rwnd_limited, done.rwnd_limited);
+}

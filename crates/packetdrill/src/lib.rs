@@ -229,7 +229,7 @@ pub fn linux_tcp_defaults() -> TcpConfig {
 fn tunables() -> Tunables {
     let base = Tunables {
         tcp: linux_tcp_defaults(),
-        keepalive: Default::default(),
+        ..Default::default()
     };
     sysctl::read_dir(Path::new("/proc/sys/net/ipv4"), base)
 }

@@ -353,28 +353,42 @@ fn do_send(c: &Ctx, fd: i32, bufs: &[iovec], flags: c_int) -> SockResult<usize> 
         });
     }
     let nonblock = flags & libc::MSG_DONTWAIT != 0;
+    let more = flags & libc::MSG_MORE != 0;
     let timeout = c.lock().timeout(fd, true);
     let mut sent = 0usize;
-    loop {
-        let more = flags & libc::MSG_MORE != 0;
-        let r = c.blocking(fd, nonblock, timeout, |h| {
-            h.send_more(fd, &data[sent..], more)
-        });
-        match r {
+    // A writer that waited for room goes on only once it is woken (Linux
+    // `sk_stream_wait_memory`), not as soon as one skb fits. The whole
+    // write runs in one `blocking` call, so that between a partial send
+    // and the wait for more room the writer never lets go of the host
+    // unregistered (a packet could come and go unseen by it).
+    let mut waited = false;
+    let r = c.blocking(fd, nonblock, timeout, |h| loop {
+        if waited && h.send_waits(fd) {
+            return Err(libc::EAGAIN);
+        }
+        waited = true;
+        match h.send_more(fd, &data[sent..], more) {
             Ok(n) => {
                 sent += n;
-                // Linux's blocking send returns once everything is queued.
-                let nb = nonblock || !c.lock().is_blocking(fd);
                 if sent >= data.len() && flags & libc::MSG_EOR != 0 {
-                    c.lock().mark_record_end(fd);
+                    h.mark_record_end(fd);
                 }
-                if sent >= data.len() || nb || n == 0 {
+                // Linux's blocking send returns once everything is queued.
+                if sent >= data.len() || nonblock || !h.is_blocking(fd) || n == 0 {
                     return Ok(sent);
                 }
             }
+            // Room for none: wait (or, non-blocking, report what went).
+            Err(libc::EAGAIN) if sent > 0 && (nonblock || !h.is_blocking(fd)) => return Ok(sent),
+            Err(libc::EAGAIN) => return Err(libc::EAGAIN),
             Err(_) if sent > 0 => return Ok(sent),
             Err(e) => return Err(e),
         }
+    });
+    match r {
+        // A timeout (SO_SNDTIMEO) or an error after part of the data.
+        Err(_) if sent > 0 => Ok(sent),
+        r => r,
     }
 }
 

@@ -5,7 +5,9 @@
 //! It owns what the engine deliberately does not: small-integer
 //! descriptors, errno values as Linux gives them, the options a socket
 //! carries before it has a connection (and hands to the engine when it
-//! gets one), `poll`/`epoll` readiness with Linux's rules, and blocking.
+//! gets one), `poll`/`epoll` readiness with Linux's rules, Linux's
+//! send-buffer accounting ([`wmem`]: how much a write takes, when a
+//! writer waiting for room wakes), and blocking.
 //!
 //! Two layers:
 //! - [`Host`]: single-threaded and non-blocking. Every call returns
@@ -25,6 +27,7 @@ pub mod ffi;
 mod opts;
 pub mod sysctl;
 mod tcp_info;
+pub mod wmem;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -36,6 +39,7 @@ use ustack_core::time::{Duration, Instant};
 use ustack_core::{BindError, Config, ConnectError, SocketEvent, Stack, TcpError, TcpHandle};
 
 pub use opts::SockOpts;
+use wmem::SendBuf;
 
 /// An errno value (`libc::E*`).
 pub type Errno = i32;
@@ -86,6 +90,9 @@ struct Sock {
     err_reported: bool,
     /// Readiness events seen for this socket (edge-triggered epoll).
     events: u64,
+    /// Linux's send-buffer accounting (boxed: most descriptors of a
+    /// table are small).
+    sb: Box<SendBuf>,
 }
 
 /// One registration of an epoll set.
@@ -191,6 +198,7 @@ impl Host {
         let base = Tunables {
             tcp: config.tcp.clone(),
             keepalive: config.tcp.keepalive.unwrap_or_default(),
+            notsent_lowat: None,
         };
         Host {
             stack: Stack::new(config, now),
@@ -319,6 +327,7 @@ impl Host {
             }
         }
         self.scratch_events = evs;
+        self.sync_send_bufs();
         self.generation += 1;
     }
 
@@ -422,6 +431,7 @@ impl Host {
             return Err(libc::EPROTONOSUPPORT);
         }
         let opts = SockOpts::new(&self.base);
+        let sb = Box::new(SendBuf::new(opts.default_sndbuf, false));
         Ok(self.alloc(Entry::Sock(Sock {
             tcp: Tcp::Fresh { bound: None },
             nonblock: ty & libc::SOCK_NONBLOCK != 0,
@@ -431,6 +441,7 @@ impl Host {
             so_error: None,
             err_reported: false,
             events: 0,
+            sb,
         })))
     }
 
@@ -513,6 +524,9 @@ impl Host {
             return Err(libc::EINVAL);
         };
         let opts = s.opts.clone();
+        // The child starts with the listener's buffer size and lock
+        // (Linux copies `sk_sndbuf` and `sk_userlocks`).
+        let sb = Box::new(SendBuf::new(s.sb.sndbuf, s.sb.locked));
         let Some(h) = self.stack.tcp_accept(l).map_err(tcp_errno)? else {
             return Err(libc::EAGAIN);
         };
@@ -533,6 +547,7 @@ impl Host {
             so_error: None,
             err_reported: false,
             events: 0,
+            sb,
         }));
         self.by_handle.insert(h, nfd);
         self.apply_conn_opts(nfd, None);
@@ -769,7 +784,7 @@ impl Host {
             return Ok(0);
         }
         let _ = self.stack.tcp_set_more(h, more);
-        let r = self.stack.tcp_send(h, data);
+        let r = self.queue_write(fd, h, data);
         self.flush();
         match r {
             Ok(0) => Err(libc::EAGAIN),
@@ -779,10 +794,170 @@ impl Host {
         }
     }
 
+    /// Queue what Linux's `tcp_sendmsg` takes of `data` (see [`wmem`]):
+    /// skb by skb, each filled up to the size goal, a new one only while
+    /// `sk_stream_memory_free`; a full skb at the head of the unsent data
+    /// goes out at once (`tcp_push_one`). Stopping short sets
+    /// `SOCK_NOSPACE`.
+    fn queue_write(&mut self, fd: i32, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
+        let lowat = self.notsent_lowat(fd);
+        let mut off = 0;
+        let mut full = false;
+        loop {
+            let info = self.stack.tcp_info(h)?;
+            let goal = info.size_goal.max(1);
+            let Some(s) = self.sock_mut_opt(fd) else {
+                break;
+            };
+            let sb = &mut s.sb;
+            sb.sync(info.send_queue, info.notsent);
+            if off == data.len() {
+                break;
+            }
+            let mut room = sb.tail_room(goal);
+            if room == 0 {
+                if !sb.memory_free(false, lowat) {
+                    full = true;
+                    break;
+                }
+                sb.new_skb();
+                room = goal;
+            }
+            let n = room.min(data.len() - off);
+            let r = self.stack.tcp_send(h, &data[off..off + n]);
+            let Some(s) = self.sock_mut_opt(fd) else {
+                break;
+            };
+            let k = match r {
+                Ok(k) => k,
+                Err(e) => {
+                    s.sb.remove_empty_tail();
+                    if off == 0 {
+                        return Err(e);
+                    }
+                    break;
+                }
+            };
+            s.sb.append(k);
+            off += k;
+            if k < n {
+                full = true;
+                break;
+            }
+            if off < data.len() && s.sb.tail_full_at_head(goal) {
+                // Sent now, not marked as the end of the write.
+                let _ = self.stack.tcp_set_write_continues(h, true);
+                self.flush();
+                let _ = self.stack.tcp_set_write_continues(h, false);
+            }
+        }
+        if let Some(s) = self.sock_mut_opt(fd) {
+            s.sb.remove_empty_tail();
+            if full {
+                s.sb.set_nospace(true);
+            }
+        }
+        if full {
+            let _ = self.stack.tcp_set_send_blocked(h, true);
+        }
+        Ok(off)
+    }
+
+    /// The unsent bytes over which `fd` is not writable: its
+    /// `TCP_NOTSENT_LOWAT`, else the `tcp_notsent_lowat` sysctl.
+    fn notsent_lowat(&self, fd: i32) -> u32 {
+        self.sock(fd)
+            .ok()
+            .and_then(|s| s.opts.notsent_lowat)
+            .or(self.base.notsent_lowat)
+            .unwrap_or(u32::MAX)
+    }
+
+    /// A blocking write on `fd` that found no room keeps waiting: Linux's
+    /// writer sleeps until the socket is writable again
+    /// (`sk_stream_write_space` clears `SOCK_NOSPACE`), unless the
+    /// connection fails or is shut down meanwhile.
+    pub fn send_waits(&self, fd: i32) -> bool {
+        let Ok(s) = self.sock(fd) else {
+            return false;
+        };
+        let Tcp::Conn { h, .. } = s.tcp else {
+            return false;
+        };
+        s.sb.nospace()
+            && !s.wr_shut
+            && self.stack.tcp_status(h).is_ok_and(|st| {
+                st.pending_error.is_none()
+                    && matches!(st.state, State::Established | State::CloseWait)
+            })
+    }
+
+    /// After the engine ran: every connection's send-buffer model follows
+    /// it (acknowledged skbs freed, sends split skbs), a fresh connection
+    /// gets its first buffer size, and a socket waiting for space that
+    /// has it again is woken (Linux `tcp_check_space`: the buffer grows
+    /// first if the congestion window is not the limit).
+    fn sync_send_bufs(&mut self) {
+        let max = self.base.tcp.snd_buf;
+        for i in 0..self.fds.len() {
+            let fd = i as i32 + self.fd_base;
+            let (h, idle) = match self.fds.get(i) {
+                Some(Some(Entry::Sock(s))) => match s.tcp {
+                    Tcp::Conn { h, .. } => (h, !s.sb.has_data() && !s.sb.nospace() && s.sb.sized()),
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            if idle {
+                continue;
+            }
+            let Ok(info) = self.stack.tcp_info(h) else {
+                continue;
+            };
+            let lowat = self.notsent_lowat(fd);
+            let Some(s) = self.sock_mut_opt(fd) else {
+                continue;
+            };
+            let sb = &mut s.sb;
+            sb.sync(info.send_queue, info.notsent);
+            // cwnd in segments of the payload it is counted in.
+            let payload = info
+                .smss
+                .saturating_sub(if info.timestamps { 12 } else { 0 });
+            let cwnd_segs = info.cwnd / payload.max(1);
+            let synced = !matches!(
+                info.state,
+                State::SynSent | State::SynReceived | State::Closed
+            );
+            if !sb.sized() && synced {
+                sb.expand(info.smss, cwnd_segs, max);
+            }
+            let mut woke = false;
+            if sb.nospace() {
+                let in_flight = (info.unacked_segs + info.retrans_segs)
+                    .saturating_sub(info.sacked_segs + info.lost_segs);
+                if in_flight < cwnd_segs {
+                    sb.expand(info.smss, cwnd_segs, max);
+                }
+                if sb.writable(lowat) {
+                    sb.set_nospace(false);
+                    s.events += 1;
+                    woke = true;
+                }
+            }
+            if woke {
+                let _ = self.stack.tcp_set_send_blocked(h, false);
+            }
+        }
+    }
+
     /// `MSG_EOR`: what `fd` queued so far ends a record.
     pub fn mark_record_end(&mut self, fd: i32) {
         if let Ok(Tcp::Conn { h, .. }) = self.sock(fd).map(|s| s.tcp) {
             let _ = self.stack.tcp_mark_record_end(h);
+            if let Ok(s) = self.sock_mut(fd) {
+                s.sb.close_tail();
+            }
         }
     }
 
@@ -993,7 +1168,7 @@ impl Host {
                     if st.recv_queue > 0 || (r.is_readable() && st.pending_error.is_none()) {
                         m |= POLLIN | POLLRDNORM;
                     }
-                    if wr_shut || self.writable(fd, &st) {
+                    if wr_shut || self.writable(fd) {
                         m |= POLLOUT | POLLWRNORM;
                     }
                 }
@@ -1005,28 +1180,21 @@ impl Host {
         m
     }
 
-    /// Linux `__sk_stream_is_writeable(sk, 1)`: free space at least half
-    /// of what is queued, and fewer unsent bytes than `TCP_NOTSENT_LOWAT`
-    /// (counted twice, as Linux does for a wake-up).
-    fn writable(&self, fd: i32, st: &ustack_core::TcpStatus) -> bool {
+    /// Linux `tcp_poll`'s `__sk_stream_is_writeable(sk, 1)` (see
+    /// [`wmem::SendBuf::writable`]); when not, `SOCK_NOSPACE` is set, so
+    /// that the socket's waiters are woken once it is.
+    fn writable(&self, fd: i32) -> bool {
         let Ok(s) = self.sock(fd) else {
             return false;
         };
-        let buf = s.opts.sndbuf.unwrap_or(st.send_buffer).max(st.send_buffer);
-        let free = buf.saturating_sub(st.send_queue);
-        if free < st.send_queue / 2 || free == 0 {
-            return false;
+        let w = s.sb.writable(self.notsent_lowat(fd));
+        if !w {
+            s.sb.set_nospace(true);
         }
-        if let Some(lowat) = s.opts.notsent_lowat {
-            let notsent = self.notsent(fd);
-            if (notsent as u64) << 1 >= u64::from(lowat) {
-                return false;
-            }
-        }
-        true
+        w
     }
 
-    /// Bytes queued and never sent.
+    /// Bytes queued and never sent (`SIOCOUTQNSD`).
     fn notsent(&self, fd: i32) -> usize {
         let Ok(s) = self.sock(fd) else {
             return 0;

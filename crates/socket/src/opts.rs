@@ -81,10 +81,14 @@ impl SockOpts {
             // (and its scale) follow the whole.
             c.rcv_buf = b.max(2048);
         }
-        if let Some(b) = self.sndbuf {
-            c.snd_buf = b.max(4608);
-            c.snd_buf_initial = c.snd_buf;
-        }
+        // The socket keeps Linux's send-buffer accounting (`wmem.rs`),
+        // which decides what a write takes: the engine's buffer only has
+        // to hold what that lets in, the largest `sk_sndbuf` (`tcp_wmem[2]`
+        // or `SO_SNDBUF`'s largest) and one more skb. Its storage grows
+        // only as it is used.
+        let most = base.snd_buf.max(2 * BUF_MAX) + SKB_MAX;
+        c.snd_buf = most;
+        c.snd_buf_initial = most;
         c.user_mss = self.maxseg;
         if let Some(n) = self.syncnt {
             c.syn_retries = n;
@@ -158,6 +162,10 @@ const TCP_CC_INFO: i32 = 26;
 /// defaults), before doubling.
 const BUF_MAX: usize = 212_992;
 
+/// The most bytes one skb of a write holds (Linux's size goal is at most
+/// the GSO limit, 64 KB).
+const SKB_MAX: usize = 65_536;
+
 pub(crate) fn setsockopt(
     host: &mut Host,
     fd: i32,
@@ -175,7 +183,9 @@ pub(crate) fn setsockopt(
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => o.keepalive = int(val)? != 0,
         (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
             let v = usize::try_from(int(val)?.max(0)).unwrap_or(0).min(BUF_MAX);
-            o.sndbuf = Some((v * 2).max(4608));
+            let b = (v * 2).max(4608);
+            o.sndbuf = Some(b);
+            s.sb.set_size(b);
         }
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
             let v = usize::try_from(int(val)?.max(0)).unwrap_or(0).min(BUF_MAX);
@@ -326,13 +336,7 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
         }
         (libc::SOL_SOCKET, libc::SO_REUSEADDR) => int_bytes(o.reuseaddr.into()),
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => int_bytes(o.keepalive.into()),
-        (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
-            let v = o
-                .sndbuf
-                .or(info.as_ref().map(|i| i.send_buffer))
-                .unwrap_or(o.default_sndbuf);
-            int_bytes(v as i64)
-        }
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => int_bytes(s.sb.sndbuf as i64),
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
             int_bytes(o.rcvbuf.unwrap_or(o.default_rcvbuf) as i64)
         }
@@ -348,11 +352,9 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
             // u32 sk_meminfo[SK_MEMINFO_VARS]: rmem_alloc, rcvbuf,
             // wmem_alloc, sndbuf, fwd_alloc, wmem_queued, optmem, backlog,
             // drops.
-            let (rq, sq, sb) = info.as_ref().map_or((0, 0, o.default_sndbuf), |i| {
-                (i.recv_queue, i.send_queue, i.send_buffer)
-            });
+            let rq = info.as_ref().map_or(0, |i| i.recv_queue);
             let rb = o.rcvbuf.unwrap_or(o.default_rcvbuf);
-            [rq, rb, 0, o.sndbuf.unwrap_or(sb), 0, sq, 0, 0, 0]
+            [rq, rb, 0, s.sb.sndbuf, 0, s.sb.wmem_queued(), 0, 0, 0]
                 .iter()
                 .flat_map(|v| (u32::try_from(*v).unwrap_or(u32::MAX)).to_ne_bytes())
                 .collect()

@@ -31,6 +31,7 @@ pub const NAMES: &[&str] = &[
     "tcp_base_mss",
     "tcp_probe_threshold",
     "tcp_probe_interval",
+    "tcp_notsent_lowat",
 ];
 
 /// Why a value was refused.
@@ -63,6 +64,10 @@ fn nums(v: &str) -> Option<Vec<u64>> {
 pub struct Tunables {
     pub tcp: TcpConfig,
     pub keepalive: KeepAlive,
+    /// `tcp_notsent_lowat`: the unsent bytes above which a socket without
+    /// `TCP_NOTSENT_LOWAT` is not writable (None: Linux's default,
+    /// `UINT_MAX`, no limit).
+    pub notsent_lowat: Option<u32>,
 }
 
 /// Set one tunable (`name` without the `net.ipv4.` prefix).
@@ -147,6 +152,11 @@ pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlErro
         "tcp_base_mss" => cfg.base_mss = u16::try_from(one()?).map_err(|_| bad())?,
         "tcp_probe_threshold" => cfg.probe_threshold = u16::try_from(one()?).map_err(|_| bad())?,
         "tcp_probe_interval" => cfg.probe_interval = secs(one()?),
+        "tcp_notsent_lowat" => {
+            t.notsent_lowat = u32::try_from(one()?)
+                .map_err(|_| bad())
+                .map(|v| (v != u32::MAX).then_some(v))?
+        }
         _ => return Err(SysctlError::UnknownName(name.to_string())),
     }
     Ok(())

@@ -94,6 +94,10 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     w.u64(104, i.pacing_rate.unwrap_or(0));
     w.u64(112, u64::MAX);
     w.u32(144, i.notsent as u64);
+    // tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited (µs).
+    w.u64(168, i.busy_time.as_micros() as u64);
+    w.u64(176, i.rwnd_limited.as_micros() as u64);
+    w.u64(184, i.sndbuf_limited.as_micros() as u64);
     w.u32(228, i.snd_wnd as u64);
     w.u32(232, i.rcv_wnd as u64);
     w.0

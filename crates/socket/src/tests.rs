@@ -169,3 +169,62 @@ fn options_round_trip_like_linux() {
         Err(libc::EBADF)
     );
 }
+
+/// Linux's send-buffer accounting: a write takes whole skbs while
+/// `sk_wmem_queued < sk_sndbuf` (so more bytes than `SO_SNDBUF` asked
+/// for, less than the buffer's double plus an skb), then `EAGAIN` and no
+/// `POLLOUT` until the peer's ACKs free a third of the buffer.
+#[test]
+fn writes_follow_linux_send_buffer_accounting() {
+    let (mut a, mut b) = (host(1), host(2));
+    let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+        .unwrap();
+    b.listen(l, 5).unwrap();
+    let c = a
+        .socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0)
+        .unwrap();
+    assert_eq!(a.connect(c, addr(2, 80)), Err(libc::EINPROGRESS));
+    pump(&mut a, &mut b, 1);
+    let (s, _) = b.accept(l, 0).unwrap();
+    a.setsockopt(
+        c,
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUF,
+        &10_000i32.to_ne_bytes(),
+    )
+    .unwrap();
+    let meminfo = |h: &mut Host| {
+        let v = h
+            .getsockopt(c, libc::SOL_SOCKET, 55 /* SO_MEMINFO */)
+            .unwrap();
+        let at = |i: usize| u32::from_ne_bytes(v[i * 4..i * 4 + 4].try_into().unwrap());
+        (at(3), at(5))
+    };
+
+    let data = vec![7u8; 200_000];
+    let n = a.send(c, &data).unwrap();
+    assert!((20_000..20_000 + 2 * 65_536).contains(&n), "took {n}");
+    let (sndbuf, queued) = meminfo(&mut a);
+    assert_eq!(sndbuf, 20_000, "SO_SNDBUF doubled, locked");
+    assert!(queued as usize > n, "bytes plus skb overhead: {queued}");
+    assert_eq!(a.send(c, &data), Err(libc::EAGAIN));
+    assert_eq!(a.readiness(c) & POLLOUT, 0, "no third of the buffer free");
+
+    let mut buf = vec![0u8; 300_000];
+    let mut got = 0;
+    for _ in 0..100 {
+        pump(&mut a, &mut b, 1);
+        while let Ok(k) = b.recv(s, &mut buf, false) {
+            got += k;
+        }
+        if got == n {
+            break;
+        }
+    }
+    assert_eq!(got, n);
+    pump(&mut a, &mut b, 1);
+    assert_ne!(a.readiness(c) & POLLOUT, 0, "all acknowledged: writable");
+    assert_eq!(meminfo(&mut a).1, 0, "nothing queued");
+    assert!(a.send(c, &data).unwrap() > 0);
+}

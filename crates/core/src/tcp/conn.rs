@@ -87,6 +87,16 @@ pub struct TcpConnInfo {
     pub last_data_recv_at: Instant,
     /// When any segment last came in (`tcpi_last_ack_recv`).
     pub last_recv_at: Instant,
+    /// How many bytes Linux puts in one skb of a write (`tcp_send_mss`'s
+    /// size goal: half the largest window the peer offered, in whole
+    /// MSS, at most 64 KB): the socket layer's model of the send buffer.
+    pub size_goal: usize,
+    /// Time with data queued (`tcpi_busy_time`), of which limited by the
+    /// peer's window (`tcpi_rwnd_limited`) or by the send buffer
+    /// (`tcpi_sndbuf_limited`): Linux's chronographs (`tcp_chrono_*`).
+    pub busy_time: Duration,
+    pub rwnd_limited: Duration,
+    pub sndbuf_limited: Duration,
 }
 
 /// One TCP connection (a TCB), sans-IO. Its fields are grouped by concern,
@@ -126,6 +136,75 @@ pub struct Connection {
     pub(super) app: App,
     pub(super) rst: Rst,
     pub(super) report: Report,
+    /// Where the sender's time goes (`Connection::update_chrono`): boxed,
+    /// and absent until the connection first queues data, as an idle
+    /// connection must stay small.
+    pub(super) chrono: Option<Box<Chrono>>,
+}
+
+/// Linux's chronographs (`tcp_chrono_start`/`tcp_chrono_stop`): the time
+/// spent with data queued, split by what limited the sender, in
+/// milliseconds (Linux counts jiffies).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Chrono {
+    /// What is being timed now (`CHRONO_*`), since `start`.
+    kind: u8,
+    start: Instant,
+    /// Milliseconds spent busy, rwnd-limited, sndbuf-limited.
+    stat: [u32; 3],
+    /// The application is waiting for send-buffer space (Linux
+    /// `SOCK_NOSPACE`), as the socket layer reports it.
+    pub(super) nospace: bool,
+}
+
+/// `tcp_chrono` values, in Linux's order of precedence.
+const CHRONO_NONE: u8 = 0;
+const CHRONO_BUSY: u8 = 1;
+const CHRONO_RWND: u8 = 2;
+const CHRONO_SNDBUF: u8 = 3;
+
+impl Chrono {
+    fn new(now: Instant) -> Chrono {
+        Chrono {
+            kind: CHRONO_NONE,
+            start: now,
+            stat: [0; 3],
+            nospace: false,
+        }
+    }
+
+    /// Linux `tcp_chrono_set`: close the running interval, open `kind`'s.
+    fn set(&mut self, now: Instant, kind: u8) {
+        if let Some(s) = usize::from(self.kind)
+            .checked_sub(1)
+            .and_then(|i| self.stat.get_mut(i))
+        {
+            *s = s.saturating_add(ms_between(self.start, now));
+        }
+        self.start = now;
+        self.kind = kind;
+    }
+
+    /// The totals as of `now`: (busy, rwnd-limited, sndbuf-limited);
+    /// busy counts all three, as Linux's `tcpi_busy_time` does.
+    fn totals(&self, now: Instant) -> (Duration, Duration, Duration) {
+        let mut st = self.stat;
+        if let Some(s) = usize::from(self.kind)
+            .checked_sub(1)
+            .and_then(|i| st.get_mut(i))
+        {
+            *s = s.saturating_add(ms_between(self.start, now));
+        }
+        let ms = |v: u32| Duration::from_millis(u64::from(v));
+        let busy = st.iter().map(|v| u64::from(*v)).sum::<u64>();
+        (Duration::from_millis(busy), ms(st[1]), ms(st[2]))
+    }
+}
+
+/// Whole milliseconds between two instants as a clock ticking each
+/// millisecond counts them (Linux's jiffies).
+fn ms_between(a: Instant, b: Instant) -> u32 {
+    u32::try_from(b.total_millis().saturating_sub(a.total_millis())).unwrap_or(u32::MAX)
 }
 
 /// The connection's state (RFC 9293 3.3.2) with the data that exists only
@@ -480,6 +559,7 @@ impl Connection {
             },
             rst: Rst::default(),
             report: Report::default(),
+            chrono: None,
         }
     }
 
@@ -718,6 +798,10 @@ impl Connection {
 
     pub fn info(&self) -> TcpConnInfo {
         let totals = self.rtx.scoreboard.totals();
+        let (busy_time, rwnd_limited, sndbuf_limited) = self
+            .chrono
+            .as_ref()
+            .map_or_else(Default::default, |c| c.totals(c.start));
         TcpConnInfo {
             state: self.state(),
             local: self.local,
@@ -757,6 +841,115 @@ impl Connection {
             reordering: 3,
             last_data_recv_at: self.ack.last_data_at.unwrap_or(self.timers.last_rcv_at),
             last_recv_at: self.timers.last_rcv_at,
+            size_goal: self.size_goal(),
+            busy_time,
+            rwnd_limited,
+            sndbuf_limited,
+        }
+    }
+
+    /// [`Connection::info`] with the chronographs' running interval
+    /// counted up to `now`.
+    pub fn info_at(&self, now: Instant) -> TcpConnInfo {
+        let mut i = self.info();
+        if let Some(c) = &self.chrono {
+            (i.busy_time, i.rwnd_limited, i.sndbuf_limited) = c.totals(now);
+        }
+        i
+    }
+
+    /// Linux's size goal for one skb of a write (`tcp_xmit_size_goal`
+    /// with `tcp_bound_to_half_wnd`): half the largest window the peer
+    /// offered (all of it when under 536 bytes), at most 64 KB (the GSO
+    /// limit), in whole MSS, at least one.
+    fn size_goal(&self) -> usize {
+        let mss = self.max_payload_base();
+        let wnd = self.snd.max_wnd;
+        let half = if wnd > 536 { wnd / 2 } else { wnd };
+        let cap = if half > 0 { half.min(65_536) } else { 65_536 };
+        (cap / mss).max(1) * mss
+    }
+
+    /// The application waits for send-buffer space (Linux `SOCK_NOSPACE`,
+    /// set when a write finds the buffer full, cleared when the buffer
+    /// has room again): the send-buffer-limited chronograph's condition.
+    pub fn set_send_blocked(&mut self, on: bool) {
+        if on || self.chrono.is_some() {
+            // Nothing is timed yet: the start is set when something is.
+            let c = self
+                .chrono
+                .get_or_insert_with(|| Box::new(Chrono::new(Instant::ZERO)));
+            c.nospace = on;
+        }
+    }
+
+    /// Linux's chronographs after a transmission attempt (where Linux
+    /// calls `tcp_chrono_start`/`tcp_chrono_stop`): busy from the moment
+    /// data is queued until everything is acknowledged; limited by the
+    /// peer's window while the next new segment does not fit in it with
+    /// congestion window to spare (`tcp_write_xmit`); limited by the send
+    /// buffer while everything queued is sent, the congestion window is
+    /// not the limit and the application waits for space
+    /// (`tcp_cwnd_validate`), until it has space (`tcp_check_space`).
+    pub(crate) fn update_chrono(&mut self, now: Instant) {
+        let queued = self.send_queue() > 0;
+        if !queued && self.chrono.is_none() {
+            return;
+        }
+        let ch = self
+            .chrono
+            .get_or_insert_with(|| Box::new(Chrono::new(now)));
+        if !queued {
+            if ch.kind != CHRONO_NONE {
+                ch.set(now, CHRONO_NONE);
+            }
+            return;
+        }
+        if ch.kind == CHRONO_NONE {
+            ch.set(now, CHRONO_BUSY);
+        }
+        let nospace = ch.nospace;
+        let notsent = self.notsent();
+        let cwnd_room = self.send_cwnd().saturating_sub(self.pipe());
+        let rwnd_limited = notsent > 0 && self.can_send_data_state() && cwnd_room > 0 && {
+            let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
+            let room = self.snd.wnd.saturating_sub(flight);
+            room < notsent.min(self.max_payload_base())
+        };
+        if rwnd_limited {
+            self.chrono_start(now, CHRONO_RWND);
+        } else {
+            self.chrono_stop(now, CHRONO_RWND);
+        }
+        let sending = matches!(self.state(), State::Established | State::CloseWait);
+        if nospace {
+            if notsent == 0 && sending && cwnd_room >= self.max_payload_base() {
+                self.chrono_start(now, CHRONO_SNDBUF);
+            }
+        } else {
+            self.chrono_stop(now, CHRONO_SNDBUF);
+        }
+    }
+
+    /// Linux `tcp_chrono_start`: a more interesting condition takes over.
+    fn chrono_start(&mut self, now: Instant, kind: u8) {
+        if let Some(c) = &mut self.chrono {
+            if kind > c.kind {
+                c.set(now, kind);
+            }
+        }
+    }
+
+    /// Linux `tcp_chrono_stop`: back to busy (or idle with nothing queued)
+    /// if `kind` is what is being timed.
+    fn chrono_stop(&mut self, now: Instant, kind: u8) {
+        let empty = self.send_queue() == 0;
+        if let Some(c) = &mut self.chrono {
+            if empty {
+                c.set(now, CHRONO_NONE);
+            } else if kind == c.kind {
+                c.set(now, CHRONO_BUSY);
+            }
         }
     }
 
@@ -818,6 +1011,14 @@ impl Connection {
             // A push asked for before this write is spent: this one holds.
             self.app.push_now = false;
         }
+    }
+
+    /// The data queued so far is not the end of a write (more of it
+    /// follows): leave the last queued byte's segment unmarked by PSH
+    /// while on. For a socket layer that transmits part of a write before
+    /// queueing the rest (Linux `tcp_push_one`).
+    pub fn set_write_continues(&mut self, on: bool) {
+        self.app.unmarked_tail = on || self.app.more;
     }
 
     /// Partial segments held back (`TCP_CORK` or `MSG_MORE`).
