@@ -127,8 +127,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Get(a) => get::run(a),
         Command::Bench(a) => bench::run(a),
-        Command::Run(a) => ustack_relay::cli::run(a),
-        Command::Attach(a) => ustack_relay::cli::attach(a),
+        Command::Run(a) => ustack_relay::cli::run_hardened(a),
+        Command::Attach(a) => ustack_relay::cli::attach_hardened(a),
         Command::RunBench(a) => ustack_relay::bench::run(a),
         Command::Ps(a) => ops::ps(a),
         Command::Ss(a) => ops::ss(a),

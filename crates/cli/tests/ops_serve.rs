@@ -361,6 +361,27 @@ fn ss_nstat_sysctl_against_a_live_run() {
     let mut got = vec![0u8; n];
     s.read_exact(&mut got).expect("the sandbox's bytes");
 
+    // The relay gave up its privileges: every thread runs with no_new_privs
+    // and at most CAP_NET_BIND_SERVICE (0x400), bounding set included.
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", run.child.id())).expect("tasks");
+    let mut threads = 0;
+    for t in tasks.flatten() {
+        let st = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let field = |k: &str| {
+            st.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(field("NoNewPrivs:"), "1", "{st}");
+        for k in ["CapEff:", "CapPrm:", "CapBnd:", "CapInh:", "CapAmb:"] {
+            let v = u64::from_str_radix(&field(k), 16).unwrap_or(u64::MAX);
+            assert_eq!(v & !0x400, 0, "{k} {v:#x} in\n{st}");
+        }
+        threads += 1;
+    }
+    assert!(threads >= 2, "the relay and its control thread");
+
     let ss = json(&["ss", "-tie", "--json", "--stack", &name]);
     let row = ss
         .as_array()

@@ -20,6 +20,8 @@ pub struct NetProvider {
     /// Keep-alive tunables (what a socket uses once it turns keep-alive on
     /// without its own values).
     keepalive: Mutex<KeepAlive>,
+    /// `tcp_notsent_lowat` (what the socket layer applies; kept for reads).
+    notsent_lowat: Mutex<Option<u32>>,
     hub: Option<Arc<CaptureHub>>,
 }
 
@@ -30,6 +32,7 @@ impl NetProvider {
             net,
             device: device.to_string(),
             keepalive: Mutex::new(KeepAlive::default()),
+            notsent_lowat: Mutex::new(None),
             hub: None,
         }
     }
@@ -75,7 +78,11 @@ impl Provider for NetProvider {
         let keepalive = tcp
             .keepalive
             .unwrap_or_else(|| *self.keepalive.lock().unwrap_or_else(|e| e.into_inner()));
-        Tunables { tcp, keepalive }
+        Tunables {
+            tcp,
+            keepalive,
+            notsent_lowat: *self.notsent_lowat.lock().unwrap_or_else(|e| e.into_inner()),
+        }
     }
 
     fn capture_hub(&self) -> Option<Arc<CaptureHub>> {
@@ -84,6 +91,7 @@ impl Provider for NetProvider {
 
     fn set_tunables(&self, t: Tunables) {
         *self.keepalive.lock().unwrap_or_else(|e| e.into_inner()) = t.keepalive;
+        *self.notsent_lowat.lock().unwrap_or_else(|e| e.into_inner()) = t.notsent_lowat;
         let mut tcp = t.tcp;
         if tcp.keepalive.is_some() {
             tcp.keepalive = Some(t.keepalive);

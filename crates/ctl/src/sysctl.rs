@@ -58,6 +58,8 @@ pub fn get(t: &Tunables, name: &str) -> Option<String> {
         "tcp_base_mss" => c.base_mss.to_string(),
         "tcp_probe_threshold" => c.probe_threshold.to_string(),
         "tcp_probe_interval" => secs(c.probe_interval),
+        // Linux shows "no limit" as 4294967295.
+        "tcp_notsent_lowat" => t.notsent_lowat.unwrap_or(u32::MAX).to_string(),
         _ => return None,
     })
 }

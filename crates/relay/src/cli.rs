@@ -268,8 +268,17 @@ fn wrap_pcap<D: Device + Send + 'static>(
 }
 
 /// `ustack run`: returns the command's exit code (signal N → 128+N).
+/// Leaves the calling process's privileges as they are (tests, embedding);
+/// the `ustack` binary uses [`run_hardened`].
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
-    run_with(args, Box::new(default_guest))
+    run_report_inner(args, Box::new(default_guest), false).map(|r| r.code)
+}
+
+/// `ustack run` as the `ustack` binary does it: once the sandbox, its TAP
+/// and the host listeners exist, the process gives up the privileges it no
+/// longer needs (`harden.rs`), for the rest of its life.
+pub fn run_hardened(args: RunArgs) -> anyhow::Result<i32> {
+    run_report_inner(args, Box::new(default_guest), true).map(|r| r.code)
 }
 
 /// `ustack run` with a given guest-side engine (tests use a fake one).
@@ -298,6 +307,14 @@ pub fn run_report(args: RunArgs) -> anyhow::Result<RunReport> {
 pub fn run_report_with<G: GuestStack>(
     args: RunArgs,
     make_guest: Box<GuestFactory<G>>,
+) -> anyhow::Result<RunReport> {
+    run_report_inner(args, make_guest, false)
+}
+
+fn run_report_inner<G: GuestStack>(
+    args: RunArgs,
+    make_guest: Box<GuestFactory<G>>,
+    harden: bool,
 ) -> anyhow::Result<RunReport> {
     let cfg = SandboxConfig {
         tap_name: args.tap.clone(),
@@ -330,6 +347,9 @@ pub fn run_report_with<G: GuestStack>(
         .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
+    if harden {
+        crate::harden::harden().context("ustack run: giving up privileges")?;
+    }
     let ops = Operations::start(&args.relay, "run", hub).context("ustack run")?;
     let mut relay =
         Relay::new(guest, ops.relay_config(&args.relay)).context("ustack run: relay")?;
@@ -476,15 +496,33 @@ fn check_descriptors(who: &str, relay: &mut RelayArgs) {
 }
 
 /// `ustack attach`: serve an existing namespace/TAP until interrupted.
+/// Leaves the calling process's privileges as they are; the `ustack`
+/// binary uses [`attach_hardened`].
 pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
-    attach_with(args, Box::new(default_guest), None)
+    attach_inner(args, Box::new(default_guest), None, false)
+}
+
+/// `ustack attach` as the binary does it: privileges given up once set up,
+/// as [`run_hardened`].
+pub fn attach_hardened(args: AttachArgs) -> anyhow::Result<i32> {
+    attach_inner(args, Box::new(default_guest), None, true)
 }
 
 /// `ustack attach` with a given engine; stops when `stop_fd` is readable (or SIGINT/SIGTERM).
+/// Leaves the calling process's privileges as they are.
 pub fn attach_with<G: GuestStack>(
     args: AttachArgs,
     make_guest: Box<GuestFactory<G>>,
     stop_fd: Option<std::os::fd::RawFd>,
+) -> anyhow::Result<i32> {
+    attach_inner(args, make_guest, stop_fd, false)
+}
+
+fn attach_inner<G: GuestStack>(
+    args: AttachArgs,
+    make_guest: Box<GuestFactory<G>>,
+    stop_fd: Option<std::os::fd::RawFd>,
+    harden: bool,
 ) -> anyhow::Result<i32> {
     let mut args = args;
     check_descriptors("ustack attach", &mut args.relay);
@@ -496,6 +534,9 @@ pub fn attach_with<G: GuestStack>(
     let mtu = tap.mtu();
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
+    if harden {
+        crate::harden::harden().context("ustack attach: giving up privileges")?;
+    }
     let ops = Operations::start(&args.relay, "attach", hub).context("ustack attach")?;
     let mut relay =
         Relay::new(guest, ops.relay_config(&args.relay)).context("ustack attach: relay")?;

@@ -268,7 +268,11 @@ impl GuestStack for CoreGuest {
     fn ctl_tunables(&self) -> Option<ustack_socket::sysctl::Tunables> {
         let tcp = self.stack.config().tcp.clone();
         let keepalive = tcp.keepalive.unwrap_or_default();
-        Some(ustack_socket::sysctl::Tunables { tcp, keepalive })
+        Some(ustack_socket::sysctl::Tunables {
+            tcp,
+            keepalive,
+            notsent_lowat: None,
+        })
     }
 
     fn ctl_set_tunables(&mut self, t: ustack_socket::sysctl::Tunables) {

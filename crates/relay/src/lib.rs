@@ -20,6 +20,7 @@ pub mod control;
 pub mod core_guest;
 pub mod dns;
 pub mod guest;
+pub mod harden;
 pub mod limits;
 pub mod portfwd;
 mod relay;
