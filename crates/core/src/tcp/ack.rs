@@ -120,14 +120,22 @@ impl Connection {
             let blocks = seg.sack_ranges;
             let second = blocks.get(1).copied().flatten();
             let rack = &mut self.rtx.rack;
-            for (i, &(l, r)) in blocks.iter().flatten().enumerate() {
+            let mut sorted = blocks;
+            if let Some(Some((l, r))) = sorted.first().copied() {
                 // RFC 2883 4: "If the first SACK block ... is covered by
                 // the cumulative acknowledgement field ... or if the
                 // first block is covered by the second, it is a D-SACK".
-                if i == 0 && (r.le(ack) || second.is_some_and(|(l2, r2)| l.ge(l2) && r.le(r2))) {
+                if r.le(ack) || second.is_some_and(|(l2, r2)| l.ge(l2) && r.le(r2)) {
                     dsack = true;
-                    continue;
+                    sorted[0] = None;
                 }
+            }
+            // In sequence order, as Linux (`tcp_sacktag_write_queue`)
+            // walks them: RACK keeps the RTT of the last segment it is
+            // told about.
+            let una = self.snd.una;
+            sorted.sort_by_key(|b| b.map(|(l, _)| l.wrapping_sub(una)));
+            for &(l, r) in sorted.iter().flatten() {
                 self.rtx.scoreboard.sack(l, r, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
                     sample(s);
@@ -284,7 +292,11 @@ impl Connection {
             self.rtx.rack_at = None;
         }
         // RFC 6937: what fast recovery may send in answer to this ACK.
-        if self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) {
+        // Not on one below SND.UNA (reordered): Linux (`tcp_ack`'s
+        // "old_ack") takes its SACK information and marks losses, but
+        // leaves cwnd as the last in-order ACK set it, so what it newly
+        // SACKed makes room under that window.
+        if self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) && !ack.lt(una_before) {
             let advanced = self.snd.una.wrapping_sub(una_before) as usize;
             let delivered = if self.opt.sack {
                 // "DeliveredData = change_in(snd.una) + change_in(SACKd)"

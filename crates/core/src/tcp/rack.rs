@@ -69,14 +69,20 @@ impl Rack {
         if seg.rtx && (echo_before_xmit || self.min_rtt.is_some_and(|m| rtt < m)) {
             return;
         }
-        // "RACK.rtt = Segment's RTT; if the segment was sent later (ties
-        // broken by end sequence), update RACK.xmit_ts and RACK.end_seq."
+        // "RACK.rtt = Segment's RTT"; then "if RACK_sent_after(...)" (the
+        // segment was sent later, ties broken by end sequence) "update
+        // RACK.xmit_ts and RACK.end_seq". RACK.rtt takes every
+        // unambiguous sample, whether or not the segment was the latest
+        // sent: Linux (`tcp_rack_advance`) walks the newly SACKed, then
+        // the cumulatively acknowledged segments in sequence order, and
+        // keeps the RTT of the last one, an original transmission acked
+        // after an earlier-sent retransmission included.
+        self.rtt = rtt;
         let newer = match self.xmit {
             None => true,
             Some(x) => seg.xmit > x || (seg.xmit == x && seg.end.gt(self.end)),
         };
         if newer {
-            self.rtt = rtt;
             self.xmit = Some(seg.xmit);
             self.end = seg.end;
         }
