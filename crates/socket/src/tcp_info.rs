@@ -94,6 +94,7 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     w.u64(104, i.pacing_rate.unwrap_or(0));
     w.u64(112, u64::MAX);
     w.u32(144, i.notsent as u64);
+    w.u32(220, u64::from(i.reord_seen));
     w.u32(228, i.snd_wnd as u64);
     w.u32(232, i.rcv_wnd as u64);
     w.0

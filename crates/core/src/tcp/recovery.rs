@@ -331,6 +331,10 @@ impl Connection {
         // RFC 5681 3.1: a timeout "for a segment [that] has already been
         // retransmitted by the retransmission timer" holds ssthresh.
         let repeated = self.rtx.retries > 1;
+        if self.recovery.is_none() {
+            let sacked = self.rtx.scoreboard.sacked_count();
+            self.rtx.rack.on_rto_in_disorder(sacked);
+        }
         self.cong
             .cc
             .on_timeout(now, flight, self.max_payload_base(), repeated);
