@@ -115,7 +115,7 @@ impl Connection {
             }
         };
         // The RTT of the most recently sent never-retransmitted segment
-        // this ACK delivers (HyStart++'s per-ACK sample).
+        // this ACK delivers (HyStart's per-ACK sample, Linux `rtt_us`).
         let mut ack_rtt: Option<Duration> = None;
         let mut sample = |s: &super::sack::Seg| {
             if !s.rtx {
