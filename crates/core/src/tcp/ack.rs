@@ -231,20 +231,18 @@ impl Connection {
                     self.recovery = None;
                     self.rtx.last_recover = Some(r.recover);
                 }
-                Some(r) => {
-                    // After an RTO the window slow-starts again (RFC 5681
-                    // 3.1) while the lost segments go out: below.
-                    if !r.in_loss && !self.opt.sack {
-                        // RFC 6582 3.2 (5) partial ACK: "retransmit the
-                        // first unacknowledged segment".
-                        self.rtx.scoreboard.mark_head_lost();
-                        newly_lost = true;
-                        if let Some(r) = self.recovery.as_mut() {
-                            r.rtx_head_now = true;
-                        }
+                // After an RTO the window slow-starts again (RFC 5681 3.1)
+                // while the lost segments go out: below.
+                Some(r) if !r.in_loss && !self.opt.sack => {
+                    // RFC 6582 3.2 (5) partial ACK: "retransmit the first
+                    // unacknowledged segment".
+                    self.rtx.scoreboard.mark_head_lost();
+                    newly_lost = true;
+                    if let Some(r) = self.recovery.as_mut() {
+                        r.rtx_head_now = true;
                     }
                 }
-                None => {}
+                Some(_) | None => {}
             }
             if self.cong.usage_seq.is_some_and(|s| self.snd.una.ge(s)) {
                 self.cong.usage_seq = None;
