@@ -106,7 +106,7 @@ pub struct NetArgs {
     /// default; the environment variable USTACK_GRO=off does the same).
     #[arg(long)]
     pub no_gro: bool,
-    /// TCP congestion control: cubic (RFC 9438 with HyStart++, the
+    /// TCP congestion control: cubic (RFC 9438 with HyStart, the
     /// default) or newreno (RFC 6582), like Linux's
     /// net.ipv4.tcp_congestion_control.
     #[arg(long, value_name = "ALG", default_value_t = CcAlgorithm::default())]

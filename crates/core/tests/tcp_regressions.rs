@@ -630,9 +630,9 @@ fn loss_recovery_keeps_working_across_a_full_sequence_wrap() {
 /// For both algorithms. This harness acknowledges each flight at once, so
 /// in slow start cwnd grows to twice whatever limits the flight (the send
 /// buffer here): CUBIC's paced slow start (RFC 9406's L = infinity) gets
-/// there in the first megabyte. A loss episode first ends its slow start
-/// (ssthresh = 0.7 FlightSize), so that cwnd, not the buffer, limits the
-/// flight below.
+/// there in the first megabyte. Loss episodes first end its slow start
+/// and bring cwnd below the buffer (each to 0.7 cwnd, as Linux reduces
+/// it), so that cwnd, not the buffer, limits the flight below.
 #[test]
 fn entering_recovery_retransmits_snd_una_at_once() {
     // (SACK, time passes between sending and the ACKs)
@@ -645,14 +645,24 @@ fn entering_recovery_retransmits_snd_una_at_once() {
         let mut b = Bulk::with(sack, alg, 1 << 20);
         b.push(1 << 20);
         if alg == CcAlgorithm::Cubic {
-            let ended = if sack {
-                b.sack_retransmit(4)
-            } else {
-                b.dupacks_retransmit(4)
-            };
-            assert!(ended, "{case}: the first loss episode");
-            // Past its "recover" (RFC 6582), in congestion avoidance.
-            b.push(1);
+            for episode in 0.. {
+                assert!(
+                    episode < 4,
+                    "{case}: cwnd {} stays above the buffer",
+                    b.c.cwnd()
+                );
+                let ended = if sack {
+                    b.sack_retransmit(4)
+                } else {
+                    b.dupacks_retransmit(4)
+                };
+                assert!(ended, "{case}: loss episode {episode}");
+                // Past its "recover" (RFC 6582), in congestion avoidance.
+                b.push(1);
+                if b.c.cwnd() < 1 << 20 {
+                    break;
+                }
+            }
         }
         let fast_retrans = b.ctr.TCPFastRetrans;
         while b.c.send(&b.chunk).unwrap() > 0 {}

@@ -86,7 +86,7 @@ fn zero_window_with_lost_window_update_recovers() {
 /// (queue 200, 250, 300 frames; delay 9, 10, 11 ms).
 ///
 /// Why an average there: on such a path both senders overshoot in slow
-/// start (HyStart++'s delay test sees the queue a round late) and lose
+/// start (HyStart's delay test sees the queue a round late) and lose
 /// about a window; the time then depends on which round the exit falls
 /// in, which pacing's smoothing or a few extra ACKs (Linux's quick-ACK at
 /// the start of a connection) shift by one round either way. Measured

@@ -98,6 +98,7 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     w.u64(168, i.busy_time.as_micros() as u64);
     w.u64(176, i.rwnd_limited.as_micros() as u64);
     w.u64(184, i.sndbuf_limited.as_micros() as u64);
+    w.u32(220, u64::from(i.reord_seen));
     w.u32(228, i.snd_wnd as u64);
     w.u32(232, i.rcv_wnd as u64);
     w.0

@@ -105,8 +105,17 @@ impl Connection {
         // the SACKed bytes and duplicate ACKs before this ACK.
         let sacked_before = self.rtx.scoreboard.sacked_bytes();
         let dupacks_before = self.rtx.dupacks;
+        // Reordering (Linux `tcp_sacktag_one`, `tcp_clean_rtx_queue`): a
+        // never-retransmitted segment delivered below the forward-most
+        // SACKed sequence from before this ACK arrived late.
+        let prior_fack = self.rtx.scoreboard.highest_sack().unwrap_or(self.snd.una);
+        let note_reord = |reord: &mut Option<SeqNum>, s: &super::sack::Seg| {
+            if !s.rtx && s.start.lt(prior_fack) && reord.is_none_or(|r| s.start.lt(r)) {
+                *reord = Some(s.start);
+            }
+        };
         // The RTT of the most recently sent never-retransmitted segment
-        // this ACK delivers (HyStart++'s per-ACK sample).
+        // this ACK delivers (HyStart's per-ACK sample, Linux `rtt_us`).
         let mut ack_rtt: Option<Duration> = None;
         let mut sample = |s: &super::sack::Seg| {
             if !s.rtx {
@@ -120,18 +129,33 @@ impl Connection {
             let blocks = seg.sack_ranges;
             let second = blocks.get(1).copied().flatten();
             let rack = &mut self.rtx.rack;
-            for (i, &(l, r)) in blocks.iter().flatten().enumerate() {
+            let mut sorted = blocks;
+            if let Some(Some((l, r))) = sorted.first().copied() {
                 // RFC 2883 4: "If the first SACK block ... is covered by
                 // the cumulative acknowledgement field ... or if the
                 // first block is covered by the second, it is a D-SACK".
-                if i == 0 && (r.le(ack) || second.is_some_and(|(l2, r2)| l.ge(l2) && r.le(r2))) {
+                if r.le(ack) || second.is_some_and(|(l2, r2)| l.ge(l2) && r.le(r2)) {
                     dsack = true;
-                    continue;
+                    sorted[0] = None;
                 }
+            }
+            // In sequence order, as Linux (`tcp_sacktag_write_queue`)
+            // walks them: RACK keeps the RTT of the last segment it is
+            // told about.
+            let una = self.snd.una;
+            sorted.sort_by_key(|b| b.map(|(l, _)| l.wrapping_sub(una)));
+            let mut reord = None;
+            for &(l, r) in sorted.iter().flatten() {
                 self.rtx.scoreboard.sack(l, r, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
                     sample(s);
+                    note_reord(&mut reord, s);
                 });
+            }
+            if let Some(low) = reord {
+                let fack = self.rtx.scoreboard.highest_sack().unwrap_or(self.snd.una);
+                let mss = self.max_payload_base();
+                self.rtx.rack.check_reordering(low, fack, mss);
             }
         }
         if dsack {
@@ -139,10 +163,10 @@ impl Connection {
             self.rtx.rack.on_dsack(self.snd.una, self.snd.max);
         }
         let mut newly_lost = false;
+        let mut ended_fast_recovery = false;
         if ack.gt(self.snd.una) {
             // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
             self.report.advice.confirm = true;
-            let acked_seq = ack.wrapping_sub(self.snd.una) as usize;
             self.snd.queue.ack_to(ack);
             if !self.snd.syn_acked && ack.gt(self.snd.iss) {
                 // The first advance of SND.UNA (within 2^31 of ISS).
@@ -155,12 +179,19 @@ impl Connection {
                 self.snd.nxt = ack;
             }
             {
+                let mss = self.max_payload_base();
                 let rack = &mut self.rtx.rack;
+                let mut reord = None;
                 self.rtx.scoreboard.ack(ack, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
                     sample(s);
+                    note_reord(&mut reord, s);
                 });
                 rack.on_ack(ack);
+                if let Some(low) = reord {
+                    let fack = self.rtx.scoreboard.highest_sack().unwrap_or(ack);
+                    rack.check_reordering(low, fack, mss);
+                }
             }
             // RTT measurement: RFC 7323 4.1 from TSecr, else one timed
             // segment, never a retransmitted one (Karn).
@@ -192,31 +223,26 @@ impl Connection {
             match self.recovery.as_deref().copied() {
                 Some(r) if ack.ge(r.recover) => {
                     // Full acknowledgment: leave recovery.
-                    if r.in_loss {
-                        self.grow_cwnd(now, acked_seq, ack_rtt);
-                    } else {
+                    if !r.in_loss {
                         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
                         self.cong.cc.on_exit_recovery(now, flight, mss);
+                        ended_fast_recovery = true;
                     }
                     self.recovery = None;
                     self.rtx.last_recover = Some(r.recover);
                 }
-                Some(r) => {
-                    if r.in_loss {
-                        // After an RTO the window slow-starts again
-                        // (RFC 5681 3.1) while the lost segments go out.
-                        self.grow_cwnd(now, acked_seq, ack_rtt);
-                    } else if !self.opt.sack {
-                        // RFC 6582 3.2 (5) partial ACK: "retransmit the
-                        // first unacknowledged segment".
-                        self.rtx.scoreboard.mark_head_lost();
-                        newly_lost = true;
-                        if let Some(r) = self.recovery.as_mut() {
-                            r.rtx_head_now = true;
-                        }
+                // After an RTO the window slow-starts again (RFC 5681 3.1)
+                // while the lost segments go out: below.
+                Some(r) if !r.in_loss && !self.opt.sack => {
+                    // RFC 6582 3.2 (5) partial ACK: "retransmit the first
+                    // unacknowledged segment".
+                    self.rtx.scoreboard.mark_head_lost();
+                    newly_lost = true;
+                    if let Some(r) = self.recovery.as_mut() {
+                        r.rtx_head_now = true;
                     }
                 }
-                None => self.grow_cwnd(now, acked_seq, ack_rtt),
+                Some(_) | None => {}
             }
             if self.cong.usage_seq.is_some_and(|s| self.snd.una.ge(s)) {
                 self.cong.usage_seq = None;
@@ -283,8 +309,34 @@ impl Connection {
         } else {
             self.rtx.rack_at = None;
         }
+        // Congestion window growth, after loss detection as Linux does it
+        // (`tcp_cong_control` after `tcp_fastretrans_alert`): not in fast
+        // recovery (PRR rules there, also when this ACK started it), by
+        // the data this ACK delivered (cumulatively acknowledged and not
+        // SACKed before, or newly SACKed: `acked_sacked`), when it
+        // advanced SND.UNA -- or, once reordering beyond DupThresh was
+        // seen, also when it only SACKed (`tcp_may_raise_cwnd`). The ACK
+        // that ends fast recovery sets cwnd to ssthresh and no more (Linux
+        // counts it towards CUBIC's next increment, a whole segment away).
+        if !ack.lt(una_before)
+            && !ended_fast_recovery
+            && self.recovery.as_ref().is_none_or(|r| r.in_loss)
+        {
+            let advanced = self.snd.una.wrapping_sub(una_before) as usize;
+            let delivered =
+                (advanced + self.rtx.scoreboard.sacked_bytes()).saturating_sub(sacked_before);
+            let may_raise = advanced > 0
+                || (self.rtx.rack.reordering > super::rack::DUP_THRESH as u32 && delivered > 0);
+            if may_raise && delivered > 0 {
+                self.grow_cwnd(now, delivered, ack_rtt);
+            }
+        }
         // RFC 6937: what fast recovery may send in answer to this ACK.
-        if self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) {
+        // Not on one below SND.UNA (reordered): Linux (`tcp_ack`'s
+        // "old_ack") takes its SACK information and marks losses, but
+        // leaves cwnd as the last in-order ACK set it, so what it newly
+        // SACKed makes room under that window.
+        if self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) && !ack.lt(una_before) {
             let advanced = self.snd.una.wrapping_sub(una_before) as usize;
             let delivered = if self.opt.sack {
                 // "DeliveredData = change_in(snd.una) + change_in(SACKd)"

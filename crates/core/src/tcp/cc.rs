@@ -1,5 +1,5 @@
-//! Congestion control behind a trait: CUBIC (RFC 9438, with HyStart++,
-//! RFC 9406, in `cubic.rs` and `hystart.rs`), the default, and NewReno
+//! Congestion control behind a trait: CUBIC (RFC 9438, with Linux's
+//! HyStart, in `cubic.rs` and `hystart.rs`), the default, and NewReno
 //! (RFC 5681, RFC 6582), selectable per stack ([`TcpConfig`]) and per
 //! connection ([`Connection::set_congestion_algorithm`]).
 //!
@@ -26,7 +26,7 @@ pub(crate) const INITIAL_SSTHRESH: usize = usize::MAX / 2;
 /// The congestion control algorithms built in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CcAlgorithm {
-    /// CUBIC (RFC 9438) with HyStart++ (RFC 9406): Linux's default.
+    /// CUBIC (RFC 9438) with HyStart as Linux's: Linux's default.
     #[default]
     Cubic,
     /// NewReno (RFC 5681 and RFC 6582; Linux's `reno`).
@@ -46,8 +46,8 @@ impl CcAlgorithm {
 
     /// A controller in its initial state: cwnd = `initial_segments` *
     /// `mss` (at least one segment), ssthresh arbitrarily high. `paced`:
-    /// the connection paces its sends (HyStart++ then lets slow start
-    /// grow by every acknowledged byte, RFC 9406 4.3).
+    /// the connection paces its sends (HyStart's ACK train then may span
+    /// the whole minimum RTT).
     pub fn build(
         self,
         initial_segments: u32,
@@ -105,7 +105,7 @@ pub struct AckSample {
     pub mss: usize,
     /// SND.UNA after this ACK.
     pub una: SeqNum,
-    /// The highest sequence number sent so far (SND.NXT in RFC 9406's
+    /// The highest sequence number sent so far (SND.NXT in HyStart's
     /// rounds; SND.MAX here, as SND.NXT rewinds on a timeout).
     pub snd_nxt: SeqNum,
     /// The round-trip time of the most recently sent, never retransmitted

@@ -69,7 +69,8 @@ pub struct TcpConnInfo {
     pub unacked_segs: usize,
     /// Of those, SACKed (`tcpi_sacked`).
     pub sacked_segs: usize,
-    /// Deemed lost and not SACKed (`tcpi_lost`).
+    /// Deemed lost and not SACKed, retransmitted since or not
+    /// (`tcpi_lost`, Linux `lost_out`).
     pub lost_segs: usize,
     /// Retransmitted and still in flight (`tcpi_retrans`).
     pub retrans_segs: usize,
@@ -82,6 +83,8 @@ pub struct TcpConnInfo {
     /// RACK's reordering degree in segments (`tcpi_reordering`; 3 until
     /// reordering is seen).
     pub reordering: u32,
+    /// Times reordering was seen (`tcpi_reord_seen`).
+    pub reord_seen: u32,
     /// When data last came in (or, before any, the last segment:
     /// `tcpi_last_data_recv` counts from the handshake).
     pub last_data_recv_at: Instant,
@@ -832,13 +835,14 @@ impl Connection {
             notsent: self.notsent(),
             ca_state: self.ca_state(),
             unacked_segs: self.rtx.scoreboard.seg_count(),
-            sacked_segs: totals.sacked,
-            lost_segs: totals.lost,
-            retrans_segs: totals.retrans_out,
+            sacked_segs: totals.sacked as usize,
+            lost_segs: totals.lost_out as usize,
+            retrans_segs: totals.retrans_out as usize,
             rto_retries: self.rtx.retries,
             adv_mss: usize::from(self.opt.adv_mss),
             rcv_mss: self.ack.rcv_mss,
-            reordering: 3,
+            reordering: self.rtx.rack.reordering,
+            reord_seen: self.rtx.rack.reord_seen,
             last_data_recv_at: self.ack.last_data_at.unwrap_or(self.timers.last_rcv_at),
             last_recv_at: self.timers.last_rcv_at,
             size_goal: self.size_goal(),

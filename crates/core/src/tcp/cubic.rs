@@ -1,4 +1,4 @@
-//! CUBIC (RFC 9438), with HyStart++ (RFC 9406) for the initial slow start.
+//! CUBIC (RFC 9438), with Linux's HyStart (`hystart.rs`) ending slow start.
 //!
 //! All integer (no floating point): windows in bytes, times in
 //! microseconds, the cubic function in 128-bit integers and K by an
@@ -16,7 +16,7 @@
 //! cwnd_epoch) / (C * SMSS)).
 
 use super::cc::{AckSample, CcAlgorithm, CcSnapshot, CongestionControl, INITIAL_SSTHRESH};
-use super::hystart::{HyStart, Verdict};
+use super::hystart::{HyStart, Round, Verdict, EPOCH_QUIET};
 use crate::time::{Duration, Instant};
 
 /// RFC 9438's C, "the aggressiveness of window increase", 0.4 segments
@@ -132,7 +132,7 @@ pub struct Cubic {
 
 impl Cubic {
     /// cwnd = `initial_segments` * `mss`; ssthresh arbitrarily high (RFC
-    /// 5681 3.1); `paced`: the sender paces (HyStart++'s L, RFC 9406 4.3).
+    /// 5681 3.1); `paced`: the sender paces (HyStart's ACK train allowance).
     pub fn new(initial_segments: u32, mss: usize, paced: bool) -> Cubic {
         let initial_segments = (initial_segments as usize).max(1);
         Cubic {
@@ -167,11 +167,6 @@ impl Cubic {
         (self.w_est >> WEST_SHIFT) as usize
     }
 
-    #[cfg(test)]
-    pub(crate) fn in_css(&self) -> bool {
-        self.hystart.in_css()
-    }
-
     /// The start of a congestion avoidance stage (at its first ACK).
     fn start_epoch(&mut self, now: Instant, mss: usize) {
         self.epoch = Some(now);
@@ -184,7 +179,7 @@ impl Cubic {
             // to 0, and W_max is set to the congestion window size at the
             // beginning of the current congestion avoidance stage." The
             // same when no congestion event set W_max above cwnd (slow
-            // start ended by HyStart++, or cwnd grew past it), as Linux.
+            // start ended by HyStart, or cwnd grew past it), as Linux.
             self.k_us = 0;
             self.w_max = self.cwnd;
         } else {
@@ -296,23 +291,44 @@ impl CongestionControl for Cubic {
 
     fn on_ack(&mut self, ack: &AckSample) {
         let mss = ack.mss.max(1);
+        // Linux `cubictcp_acked` (before the window grows for this ACK,
+        // cwnd-limited or not): the RTT sample, unless the congestion
+        // avoidance epoch started less than a second ago (right after a
+        // recovery); in slow start, HyStart may end it: ssthresh = cwnd.
+        if let Some(rtt) = ack.rtt {
+            let quiet = self
+                .epoch
+                .is_some_and(|e| ack.now.saturating_duration_since(e) < EPOCH_QUIET);
+            if !quiet {
+                self.hystart.on_rtt(rtt);
+                if self.cwnd < self.ssthresh {
+                    // The pacing rate Linux computes in slow start (200%
+                    // of cwnd per SRTT), for the ACK train's allowance.
+                    let rate = ack.srtt.filter(|d| !d.is_zero()).map(|d| {
+                        let r = self.cwnd as u128 * 2 * 1_000_000 / d.as_micros().max(1);
+                        u64::try_from(r).unwrap_or(u64::MAX)
+                    });
+                    let round = Round {
+                        now: ack.now,
+                        una: ack.una,
+                        snd_nxt: ack.snd_nxt,
+                        rtt,
+                        cwnd_segs: self.cwnd / mss,
+                        rate,
+                    };
+                    if self.hystart.on_ack(&round) == Verdict::EnterCongestionAvoidance {
+                        self.ssthresh = self.cwnd;
+                    }
+                }
+            }
+        }
         if self.cwnd < self.ssthresh {
-            let hystart = self.ssthresh == INITIAL_SSTHRESH;
             if !ack.cwnd_limited {
                 return;
             }
             let grow = self.hystart.growth(ack.acked, mss);
             let room = self.ssthresh - self.cwnd;
             self.cwnd += grow.min(room);
-            if hystart
-                && self.hystart.on_ack(ack.una, ack.snd_nxt, ack.rtt)
-                    == Verdict::EnterCongestionAvoidance
-            {
-                // RFC 9406 4.2: "If CSS_ROUNDS rounds are complete, enter
-                // congestion avoidance by setting the ssthresh to the
-                // current cwnd."
-                self.ssthresh = self.cwnd;
-            }
             return;
         }
         if !ack.cwnd_limited {
@@ -414,6 +430,8 @@ impl CongestionControl for Cubic {
         self.epoch = None;
         self.after_timeout = true;
         self.app_limited_since = None;
+        // Linux (`cubictcp_state` on TCP_CA_Loss): HyStart starts afresh.
+        self.hystart.reset();
     }
 
     fn on_idle(&mut self, _now: Instant, mss: usize) {
@@ -735,8 +753,9 @@ mod tests {
         assert!(a0.abs_diff(a1) <= 2 * MSS, "same curve: {a0} vs {a1}");
     }
 
-    /// HyStart++ ends the initial slow start on an RTT increase: ssthresh
-    /// becomes cwnd after CSS, well before a loss would.
+    /// HyStart ends the initial slow start on an RTT increase: ssthresh
+    /// becomes cwnd in the round the RTT rose (after eight samples of it),
+    /// well before a loss would.
     #[test]
     fn hystart_ends_slow_start() {
         let mut c = Cubic::new(10, MSS, true);
@@ -767,10 +786,10 @@ mod tests {
                 break;
             }
         }
-        let (round, cwnd) = exit_cwnd.expect("HyStart++ ended slow start");
-        // CSS entered in round 6, five CSS rounds growing by 1/4.
-        assert!((9..=12).contains(&round), "round {round}");
-        assert_eq!(c.ssthresh(), cwnd);
-        assert!(!c.in_css());
+        let (round, cwnd) = exit_cwnd.expect("HyStart ended slow start");
+        // Round 6: 50 ms > 40 ms + 5 ms. ssthresh is cwnd before this
+        // ACK, which then counts towards congestion avoidance.
+        assert_eq!(round, 6);
+        assert!(c.ssthresh() <= cwnd && cwnd - c.ssthresh() < MSS);
     }
 }

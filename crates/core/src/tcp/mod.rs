@@ -20,7 +20,7 @@
 //! | `rtt.rs` | RTT estimation and the retransmission timer (RFC 6298) |
 //! | `cc.rs` | congestion control behind a trait, the algorithm choice; NewReno (RFC 5681, RFC 6582) |
 //! | `cubic.rs` | CUBIC (RFC 9438), the default, in integer arithmetic |
-//! | `hystart.rs` | HyStart++ (RFC 9406): CUBIC's initial slow start |
+//! | `hystart.rs` | HyStart (Linux's delay test): CUBIC's slow start exit |
 //! | `prr.rs` | Proportional Rate Reduction (RFC 6937): what fast recovery sends per ACK |
 //! | `pacing.rs` | pacing rate and bursts (Linux's internal pacing and TSO autosizing) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |

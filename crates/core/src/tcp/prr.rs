@@ -14,7 +14,7 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReductionBound {
     /// PRR-CRB: "limit = prr_delivered - prr_out" (strict packet
-    /// conservation).
+    /// conservation), in RFC 9937's form: at least DeliveredData.
     Conservative,
     /// PRR-SSRB: "limit = MAX(prr_delivered - prr_out, DeliveredData) +
     /// MSS" (slow start during recovery).
@@ -90,21 +90,27 @@ impl Prr {
             // "// Two versions of the Reduction Bound ... // Attempt to
             // catch up, as permitted by limit
             //  sndcnt = MIN(ssthresh - pipe, limit)"
+            // As RFC 9937 (which obsoletes RFC 6937) and Linux
+            // (`tcp_cwnd_reduction`) have it, the conservative bound
+            // allows at least what this ACK delivered: "sndcnt =
+            // MAX(prr_delivered - prr_out, DeliveredData)", plus one SMSS
+            // on a "safe" ACK (PRR-SSRB).
             let banked = self.prr_delivered.saturating_sub(self.prr_out);
+            let conservative = banked.max(delivered);
             let limit = match bound {
-                ReductionBound::Conservative => banked,
-                ReductionBound::SlowStart => banked.max(delivered) + mss,
+                ReductionBound::Conservative => conservative,
+                ReductionBound::SlowStart => conservative + mss,
             };
             let room = self.ssthresh - pipe;
             let sndcnt = room.min(limit);
             via.ssthresh = sndcnt == room;
-            match bound {
-                ReductionBound::Conservative => via.banked = sndcnt == banked,
-                ReductionBound::SlowStart => {
-                    via.banked = sndcnt == banked + mss;
-                    via.delivered = sndcnt == delivered + mss;
-                }
-            }
+            let extra = match bound {
+                ReductionBound::Conservative => 0,
+                ReductionBound::SlowStart => mss,
+            };
+            via.banked = sndcnt == banked + extra;
+            via.delivered =
+                sndcnt == delivered + extra && (bound == ReductionBound::SlowStart || !via.banked);
             sndcnt
         };
         // Linux (tcp_cwnd_reduction): "Force a fast retransmit upon
@@ -350,11 +356,21 @@ mod tests {
         assert_eq!(q.on_ack(0, 40 * MSS, MSS, c).0, MSS);
         q.on_sent(MSS);
         assert_eq!(q.on_ack(0, 40 * MSS, MSS, c).0, 0);
-        assert_eq!(
-            q.on_ack(MSS, 40 * MSS, MSS, c).0,
-            0,
-            "CRB: 1 delivered, 1 sent"
-        );
+        // RFC 9937 / Linux: the conservative bound sends at least what
+        // the ACK delivered, even with nothing banked (1 delivered, 1 sent).
         assert_eq!(q.on_ack(MSS, 40 * MSS, MSS, c).0, MSS);
+        q.on_sent(2 * MSS);
+        // 2 delivered, 3 sent: nothing banked, the ACK's 2 segments go.
+        assert_eq!(q.on_ack(2 * MSS, 40 * MSS, MSS, c).0, 2 * MSS);
+        // Nothing sent since: 4, then 5 delivered, 3 sent. The banked
+        // 2 segments exceed the ACK's 1; the slow start bound adds one.
+        assert_eq!(q.on_ack(MSS, 40 * MSS, MSS, c).0, MSS);
+        let mut r = q;
+        assert_eq!(r.on_ack(MSS, 40 * MSS, MSS, c).0, 2 * MSS, "banked");
+        assert_eq!(
+            q.on_ack(MSS, 40 * MSS, MSS, ReductionBound::SlowStart).0,
+            3 * MSS,
+            "banked + 1 SMSS"
+        );
     }
 }

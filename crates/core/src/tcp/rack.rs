@@ -8,9 +8,11 @@ use super::sack::{Scoreboard, Seg};
 use crate::time::{Duration, Instant};
 
 /// RFC 8985 constants: "DupThresh" (3) for the pre-reordering behaviour.
-const DUP_THRESH: usize = 3;
+pub(crate) const DUP_THRESH: usize = 3;
 /// Largest multiplier of min_RTT/4 the window grows to after DSACKs.
 const MAX_REO_STEPS: u32 = 256;
+/// Linux `tcp_max_reordering`: the reordering degree's ceiling.
+const MAX_REORDERING: u32 = 300;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Rack {
@@ -19,13 +21,17 @@ pub(crate) struct Rack {
     xmit: Option<Instant>,
     end: SeqNum,
     rtt: Duration,
-    /// "RACK.fack": the highest end sequence delivered.
-    fack: SeqNum,
     /// "RACK.min_RTT" (over the connection's lifetime; RFC 8985 suggests
     /// a windowed minimum, which this simplifies).
     min_rtt: Option<Duration>,
     /// "RACK.reordering_seen".
     pub(crate) reordering_seen: bool,
+    /// The reordering degree in segments (Linux `tp->reordering`,
+    /// `tcpi_reordering`): 3 (DupThresh, Linux's `tcp_reordering`) until
+    /// more is seen.
+    pub(crate) reordering: u32,
+    /// Times reordering was seen (Linux `reord_seen`, `tcpi_reord_seen`).
+    pub(crate) reord_seen: u32,
     /// "RACK.reo_wnd_mult".
     reo_steps: u32,
     /// "RACK.dsack_round": no further growth until SND.UNA passes this.
@@ -38,9 +44,10 @@ impl Rack {
             xmit: None,
             end: iss,
             rtt: Duration::ZERO,
-            fack: iss,
             min_rtt: None,
             reordering_seen: false,
+            reordering: DUP_THRESH as u32,
+            reord_seen: 0,
             reo_steps: 1,
             dsack_round: None,
         }
@@ -55,28 +62,26 @@ impl Rack {
     /// transmission (so it was triggered by an earlier copy).
     pub(crate) fn on_delivered(&mut self, seg: &Seg, now: Instant, echo_before_xmit: bool) {
         let rtt = now.saturating_duration_since(seg.xmit);
-        // Step 3 (before the ambiguity test, as the RFC's reordering
-        // detection concerns never-retransmitted segments only):
-        // "If Segment.end_seq < RACK.fack and Segment.retransmitted is
-        // FALSE, set RACK.reordering_seen to TRUE."
-        if !seg.rtx && seg.end.lt(self.fack) {
-            self.reordering_seen = true;
-        }
-        self.fack = self.fack.max(seg.end);
         // Step 2: "If Segment.retransmitted is TRUE and either ...
         // ACK.ts_option.echo_reply < Segment.xmit_ts [or] Now -
         // Segment.xmit_ts < RACK.min_RTT ... return" (ambiguous).
         if seg.rtx && (echo_before_xmit || self.min_rtt.is_some_and(|m| rtt < m)) {
             return;
         }
-        // "RACK.rtt = Segment's RTT; if the segment was sent later (ties
-        // broken by end sequence), update RACK.xmit_ts and RACK.end_seq."
+        // "RACK.rtt = Segment's RTT"; then "if RACK_sent_after(...)" (the
+        // segment was sent later, ties broken by end sequence) "update
+        // RACK.xmit_ts and RACK.end_seq". RACK.rtt takes every
+        // unambiguous sample, whether or not the segment was the latest
+        // sent: Linux (`tcp_rack_advance`) walks the newly SACKed, then
+        // the cumulatively acknowledged segments in sequence order, and
+        // keeps the RTT of the last one, an original transmission acked
+        // after an earlier-sent retransmission included.
+        self.rtt = rtt;
         let newer = match self.xmit {
             None => true,
             Some(x) => seg.xmit > x || (seg.xmit == x && seg.end.gt(self.end)),
         };
         if newer {
-            self.rtt = rtt;
             self.xmit = Some(seg.xmit);
             self.end = seg.end;
         }
@@ -87,13 +92,42 @@ impl Rack {
     /// RACK.dsack_round: RACK.dsack_round = None". Done here, not when the
     /// next DSACK arrives: that may be 2^31 bytes later, when the
     /// modulo-2^32 comparison has flipped and a stale round would block
-    /// all further growth of the window. RACK.fack follows SND.UNA for
-    /// the same reason (everything below SND.UNA was delivered).
+    /// all further growth of the window.
     pub(crate) fn on_ack(&mut self, snd_una: SeqNum) {
         if self.dsack_round.is_some_and(|r| snd_una.ge(r)) {
             self.dsack_round = None;
         }
-        self.fack = self.fack.max(snd_una);
+    }
+
+    /// RFC 8985 6.2 step 3 ("If Segment.end_seq < RACK.fack and
+    /// Segment.retransmitted is FALSE, set RACK.reordering_seen to
+    /// TRUE") as Linux does it (`tcp_check_sack_reordering`), once per
+    /// ACK for what it SACKed and once for what it cumulatively
+    /// acknowledged: `low` is the lowest start of a never-retransmitted
+    /// segment it delivered below the forward-most SACKed sequence from
+    /// before it, `fack` that sequence now (the end of the highest
+    /// SACKed segment, or SND.UNA). The degree is how far, in segments.
+    pub(crate) fn check_reordering(&mut self, low: SeqNum, fack: SeqNum, mss: usize) {
+        if !low.lt(fack) {
+            return;
+        }
+        let metric = fack.wrapping_sub(low) as usize;
+        let mss = mss.max(1);
+        if metric > self.reordering as usize * mss {
+            let segs = u32::try_from(metric.div_ceil(mss)).unwrap_or(u32::MAX);
+            self.reordering = segs.min(MAX_REORDERING);
+        }
+        self.reord_seen = self.reord_seen.saturating_add(1);
+        self.reordering_seen = true;
+    }
+
+    /// A retransmission timeout in the Open or Disorder state with
+    /// DupThresh segments SACKed: the degree was over-estimated (Linux
+    /// `tcp_enter_loss`).
+    pub(crate) fn on_rto_in_disorder(&mut self, sacked: usize) {
+        if sacked >= DUP_THRESH {
+            self.reordering = self.reordering.min(DUP_THRESH as u32);
+        }
     }
 
     /// A DSACK arrived (RFC 8985 6.2 step 4): widen the window, once per
@@ -208,13 +242,24 @@ mod tests {
         let (m, at) = rack.detect(&mut sb, t(25), w);
         assert!(m && at.is_none());
         assert_eq!(sb.first_lost(), Some((SeqNum(0), SeqNum(100))));
-        // Delivering the older one afterwards shows reordering.
+        // Delivering the older one afterwards shows reordering: it lies
+        // below the highest SACKed sequence (200) from before the ACK.
+        let fack = sb.highest_sack().unwrap_or(SeqNum(0));
+        assert_eq!(fack, SeqNum(200));
         let mut d = Vec::new();
         sb.ack(SeqNum(100), &mut |s| d.push(*s));
         for s in &d {
             rack.on_delivered(s, t(26), false);
         }
+        let low = d.iter().find(|s| !s.rtx).map(|s| s.start);
+        assert_eq!(low, Some(SeqNum(0)));
+        rack.check_reordering(SeqNum(0), fack, 100);
         assert!(rack.reordering_seen);
+        assert_eq!((rack.reord_seen, rack.reordering), (1, 3), "2 segments");
+        rack.check_reordering(SeqNum(100), SeqNum(1_000), 100);
+        assert_eq!((rack.reord_seen, rack.reordering), (2, 9), "9 segments");
+        rack.check_reordering(SeqNum(1_000), SeqNum(1_000), 100);
+        assert_eq!(rack.reord_seen, 2, "not below: no reordering");
     }
 
     #[test]

@@ -205,17 +205,18 @@ impl Connection {
         marked
     }
 
-    /// The FlightSize a window reduction starts from: at most the window
-    /// in use. RFC 5681 3.2: "When [RFC3042] is in use, additional data
-    /// sent in limited transmit MUST NOT be included in this calculation";
-    /// likewise what SACKs clocked out while RACK waited for its
-    /// reordering window, up to a round trip of data beyond cwnd: counted,
-    /// a "reduction" to beta times it raised the window on every loss.
-    /// Linux bases ssthresh on cwnd (RFC 9438 4.6 allows it with cwnd
-    /// validation, which `ack.rs` does); the FlightSize stays the base
-    /// when it is the smaller (an application-limited sender).
-    fn reduction_base(&self, flight: usize) -> usize {
-        flight.min(self.send_cwnd())
+    /// The window a reduction starts from: cwnd, as Linux has it (the
+    /// controllers' `ssthresh` hooks, `tcp_reno_ssthresh` and
+    /// `cubictcp_recalc_ssthresh`, take `snd_cwnd`), not the FlightSize:
+    /// RFC 9438 4.6 allows it with cwnd validation (RFC 7661), which
+    /// `ack.rs` does, so an application-limited sender's cwnd did not
+    /// grow past what it used. RFC 5681 3.2's "additional data sent in
+    /// limited transmit MUST NOT be included" holds the same way: what
+    /// SACKs clocked out beyond cwnd does not count. (A sender that went
+    /// quiet for a while and lost its one segment to the timer keeps
+    /// beta times the window it had, as Linux does.)
+    fn reduction_base(&self, _flight: usize) -> usize {
+        self.send_cwnd()
     }
 
     /// The window the sender obeys: the controller's, or in fast recovery
@@ -329,8 +330,15 @@ impl Connection {
             },
         };
         // RFC 5681 3.1: a timeout "for a segment [that] has already been
-        // retransmitted by the retransmission timer" holds ssthresh.
-        let repeated = self.rtx.retries > 1;
+        // retransmitted by the retransmission timer" holds ssthresh. So
+        // does one in the middle of fast recovery, which reduced it for
+        // this episode already (Linux `tcp_enter_loss` recomputes it only
+        // from Open or Disorder, or once the recovery point is passed).
+        let repeated = self.rtx.retries > 1 || self.recovery.as_ref().is_some_and(|r| !r.in_loss);
+        if self.recovery.is_none() {
+            let sacked = self.rtx.scoreboard.sacked_count();
+            self.rtx.rack.on_rto_in_disorder(sacked);
+        }
         self.cong
             .cc
             .on_timeout(now, flight, self.max_payload_base(), repeated);

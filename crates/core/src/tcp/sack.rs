@@ -33,8 +33,13 @@ pub(crate) struct Seg {
     pub(crate) rtx: bool,
     /// Reported held by the receiver.
     pub(crate) sacked: bool,
-    /// Deemed lost and not retransmitted since (Linux `TCPCB_LOST`).
+    /// Deemed lost and not retransmitted since (Linux `TCPCB_LOST`
+    /// without `TCPCB_SACKED_RETRANS`).
     pub(crate) lost: bool,
+    /// Retransmitted after it was deemed lost, that retransmission not
+    /// known lost (Linux `TCPCB_LOST | TCPCB_SACKED_RETRANS`): Linux still
+    /// counts it in `lost_out`, `tcpi_lost`.
+    pub(crate) lost_rtx: bool,
 }
 
 impl Seg {
@@ -57,12 +62,16 @@ pub(crate) struct Totals {
     pub(crate) pipe: usize,
     /// Bytes SACKed.
     pub(crate) sacked_bytes: usize,
-    /// Segments SACKed.
-    pub(crate) sacked: usize,
+    /// Segments SACKed. (Segment counts are 32-bit, as Linux's are: an
+    /// idle connection's footprint counts every byte.)
+    pub(crate) sacked: u32,
     /// Segments deemed lost (and not SACKed).
-    pub(crate) lost: usize,
+    pub(crate) lost: u32,
     /// Retransmitted segments still in flight (Linux `retrans_out`).
-    pub(crate) retrans_out: usize,
+    pub(crate) retrans_out: u32,
+    /// Segments deemed lost, retransmitted since or not (Linux
+    /// `lost_out`, `tcpi_lost`).
+    pub(crate) lost_out: u32,
 }
 
 impl Totals {
@@ -78,6 +87,9 @@ impl Totals {
             self.sacked_bytes += s.len();
         } else if s.lost {
             self.lost += 1;
+        }
+        if !s.sacked && (s.lost || s.lost_rtx) {
+            self.lost_out += 1;
         }
     }
 
@@ -97,6 +109,9 @@ impl Totals {
         } else if s.lost {
             self.lost = self.lost.saturating_sub(1);
         }
+        if !s.sacked && (s.lost || s.lost_rtx) {
+            self.lost_out = self.lost_out.saturating_sub(1);
+        }
     }
 
     /// Change `s` by `f`, keeping the totals right.
@@ -114,6 +129,10 @@ pub(crate) struct Scoreboard {
     /// No segment before this index is deemed lost (a lower bound on the
     /// first lost one's index; `first_lost` moves it forward as it looks).
     lost_hint: Cell<usize>,
+    /// The end of the highest SACKed segment (Linux
+    /// `tcp_highest_sack_seq`, the forward-most SACKed sequence), None
+    /// when nothing is SACKed.
+    highest_sack: Option<SeqNum>,
 }
 
 impl Scoreboard {
@@ -156,6 +175,11 @@ impl Scoreboard {
                 !self.segs.range(..hint).any(|s| s.lost && !s.sacked),
                 "a lost segment before the hint"
             );
+            debug_assert_eq!(
+                self.highest_sack,
+                self.segs.iter().rev().find(|s| s.sacked).map(|s| s.end),
+                "highest SACKed segment"
+            );
         }
     }
 
@@ -196,6 +220,7 @@ impl Scoreboard {
             rtx: false,
             sacked: false,
             lost: false,
+            lost_rtx: false,
         };
         self.totals.add(&s);
         self.segs.push_back(s);
@@ -249,6 +274,9 @@ impl Scoreboard {
         }
         self.lost_hint
             .set(self.lost_hint.get().saturating_sub(popped));
+        if self.totals.sacked == 0 {
+            self.highest_sack = None;
+        }
         self.check();
     }
 
@@ -270,13 +298,22 @@ impl Scoreboard {
         }
         self.split_at(left);
         self.split_at(right);
-        let Scoreboard { segs, totals, .. } = self;
+        let Scoreboard {
+            segs,
+            totals,
+            highest_sack,
+            ..
+        } = self;
         let mut n = 0;
         let mut mark = |s: &mut Seg| {
             if !s.sacked {
+                if highest_sack.is_none_or(|h| s.end.gt(h)) {
+                    *highest_sack = Some(s.end);
+                }
                 totals.update(s, |s| {
                     s.sacked = true;
                     s.lost = false;
+                    s.lost_rtx = false;
                 });
                 n += s.len();
                 delivered(s);
@@ -319,7 +356,7 @@ impl Scoreboard {
 
     /// Segments SACKed (for RFC 8985's DupThresh test).
     pub(crate) fn sacked_count(&self) -> usize {
-        self.totals.sacked
+        self.totals.sacked as usize
     }
 
     /// Bytes SACKed (RFC 6937 "SACKd").
@@ -329,6 +366,13 @@ impl Scoreboard {
 
     pub(crate) fn any_sacked(&self) -> bool {
         self.totals.sacked_bytes > 0
+    }
+
+    /// The end of the highest SACKed segment (Linux
+    /// `tcp_highest_sack_seq`, the reference for reordering), None when
+    /// nothing is SACKed. O(1).
+    pub(crate) fn highest_sack(&self) -> Option<SeqNum> {
+        self.highest_sack
     }
 
     /// The first segment deemed lost (RFC 6675 NextSeg rule 1, with
@@ -383,6 +427,7 @@ impl Scoreboard {
                 totals.update(s, |s| {
                     s.xmit = now;
                     s.rtx = true;
+                    s.lost_rtx |= s.lost;
                     s.lost = false;
                 });
             }
@@ -397,6 +442,7 @@ impl Scoreboard {
             segs,
             totals,
             lost_hint,
+            ..
         } = self;
         if let Some(s) = segs.get_mut(i).filter(|s| s.start == start) {
             if !s.sacked {
@@ -436,8 +482,11 @@ impl Scoreboard {
     pub(crate) fn clear_lost(&mut self) {
         let Scoreboard { segs, totals, .. } = self;
         for s in segs.iter_mut() {
-            if s.lost {
-                totals.update(s, |s| s.lost = false);
+            if s.lost || s.lost_rtx {
+                totals.update(s, |s| {
+                    s.lost = false;
+                    s.lost_rtx = false;
+                });
             }
         }
         self.check();
@@ -450,6 +499,7 @@ impl Scoreboard {
 
     /// Forget the SACK state (the receiver may renege, RFC 2018 8).
     pub(crate) fn forget_sacks(&mut self) {
+        self.highest_sack = None;
         let Scoreboard { segs, totals, .. } = self;
         for s in segs.iter_mut() {
             if s.sacked {
@@ -517,39 +567,45 @@ mod tests {
             s.push(a, a + 100usize, t(u64::from(i)));
         }
         let at = |o: u32| SeqNum(base.wrapping_add(o));
-        let want = |pipe, sacked_bytes, sacked, lost, retrans_out| Totals {
+        let want = |pipe, sacked_bytes, sacked, lost, retrans_out, lost_out| Totals {
             pipe,
             sacked_bytes,
             sacked,
             lost,
             retrans_out,
+            lost_out,
         };
-        assert_eq!(s.totals(), want(600, 0, 0, 0, 0));
+        assert_eq!(s.totals(), want(600, 0, 0, 0, 0, 0));
         s.sack(at(150), at(350), &mut |_| {});
-        assert_eq!(s.totals(), want(400, 200, 3, 0, 0), "split in three");
+        assert_eq!(s.totals(), want(400, 200, 3, 0, 0, 0), "split in three");
         s.mark_lost(at(0));
         s.mark_lost(at(100));
         s.mark_lost(at(150)); // SACKed: stays SACKed, not lost
-        assert_eq!(s.totals(), want(250, 200, 3, 2, 0));
+        assert_eq!(s.totals(), want(250, 200, 3, 2, 0, 2));
         assert_eq!(s.first_lost(), Some((at(0), at(100))));
         s.retransmitted(at(0), at(50), t(10));
-        assert_eq!(s.totals(), want(300, 200, 3, 2, 1), "half retransmitted");
+        // Linux's lost_out still counts the retransmitted half.
+        assert_eq!(s.totals(), want(300, 200, 3, 2, 1, 3), "half retransmitted");
         assert_eq!(s.first_lost(), Some((at(50), at(100))));
         s.retransmitted(at(50), at(100), t(11));
         assert_eq!(s.first_lost(), Some((at(100), at(150))));
         s.forget_sacks();
-        assert_eq!(s.totals(), want(550, 0, 0, 1, 2));
+        assert_eq!(s.totals(), want(550, 0, 0, 1, 2, 3));
         s.mark_all_lost();
-        assert_eq!(s.totals(), want(0, 0, 0, 9, 0));
+        assert_eq!(s.totals(), want(0, 0, 0, 9, 0, 9));
         assert_eq!(s.first_lost(), Some((at(0), at(50))));
         s.ack(at(120), &mut |_| {});
-        assert_eq!(s.totals(), want(0, 0, 0, 7, 0), "two popped, one trimmed");
+        assert_eq!(
+            s.totals(),
+            want(0, 0, 0, 7, 0, 7),
+            "two popped, one trimmed"
+        );
         assert_eq!(s.first_lost(), Some((at(120), at(150))));
         s.clear_lost();
-        assert_eq!(s.totals(), want(480, 0, 0, 0, 0));
+        assert_eq!(s.totals(), want(480, 0, 0, 0, 0, 0));
         assert_eq!(s.first_lost(), None);
         s.mark_head_lost();
-        assert_eq!(s.totals(), want(450, 0, 0, 1, 0));
+        assert_eq!(s.totals(), want(450, 0, 0, 1, 0, 1));
         s.ack(at(600), &mut |_| {});
         assert_eq!(s.totals(), Totals::default());
         assert!(s.is_empty());
@@ -574,6 +630,7 @@ mod tests {
                 rtx: false,
                 sacked: false,
                 lost: false,
+                lost_rtx: false,
             });
         }
         fn split_at(&mut self, seq: SeqNum) {
@@ -625,6 +682,7 @@ mod tests {
                 if s.start.ge(left) && s.end.le(right) && !s.sacked {
                     s.sacked = true;
                     s.lost = false;
+                    s.lost_rtx = false;
                     n += s.len();
                     delivered.push(*s);
                 }
@@ -654,6 +712,7 @@ mod tests {
                 if s.start.ge(start) {
                     s.xmit = now;
                     s.rtx = true;
+                    s.lost_rtx |= s.lost;
                     s.lost = false;
                 }
             }
@@ -787,7 +846,10 @@ mod tests {
                     }
                     Op::ClearLost => {
                         s.clear_lost();
-                        r.segs.iter_mut().for_each(|g| g.lost = false);
+                        r.segs.iter_mut().for_each(|g| {
+                            g.lost = false;
+                            g.lost_rtx = false;
+                        });
                     }
                     Op::ForgetSacks => {
                         s.forget_sacks();
@@ -800,6 +862,10 @@ mod tests {
                 prop_assert_eq!(s.pipe(), r.pipe());
                 prop_assert_eq!(s.sacked_count(), r.segs.iter().filter(|g| g.sacked).count());
                 prop_assert_eq!(s.any_sacked(), r.segs.iter().any(|g| g.sacked));
+                prop_assert_eq!(
+                    s.highest_sack(),
+                    r.segs.iter().rev().find(|g| g.sacked).map(|g| g.end)
+                );
                 prop_assert_eq!(
                     s.retrans_out(),
                     r.segs.iter().any(|g| g.rtx && g.in_flight())

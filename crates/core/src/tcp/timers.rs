@@ -143,7 +143,15 @@ impl Connection {
             // RFC 8985 6.3: "When the reordering timer expires: RACK_detect_loss()".
             self.rtx.rack_at = None;
             if self.can_send_data_state() {
-                self.rack_detect(now, ctr);
+                let entering = self.recovery.is_none();
+                if self.rack_detect(now, ctr) && entering {
+                    // Linux (`tcp_rack_reo_timeout`): recovery entered
+                    // from the timer counts one segment delivered for
+                    // PRR (`tcp_cwnd_reduction(sk, 1, newly_lost, 0)`),
+                    // which lets the retransmission go.
+                    let mss = self.max_payload_base();
+                    self.prr_on_ack(mss, false, true);
+                }
             }
         }
         if self.tlp.at.is_some_and(|t| now >= t) {
