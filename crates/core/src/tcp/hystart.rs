@@ -79,17 +79,28 @@ pub(crate) struct HyStart {
     /// `round_start`, `last_ack`: the round's start and the train's last ACK.
     round_start: Instant,
     last_ack: Instant,
-    /// `curr_rtt`: the least RTT of the round's samples so far.
-    curr_rtt: Option<Duration>,
+    /// `curr_rtt`: the least RTT of the round's samples so far (µs, as
+    /// Linux keeps it; 4 bytes where a `Duration` takes 16, which keeps
+    /// the connection within its size budget).
+    curr_rtt: Option<u32>,
     /// `sample_cnt`.
     samples: u32,
-    /// `delay_min`: the least RTT seen (since the last loss).
-    delay_min: Option<Duration>,
+    /// `delay_min`: the least RTT seen since the last loss (µs).
+    delay_min: Option<u32>,
     /// The sender paces (Linux `sk_pacing_status`): the ACK train may
     /// then span the whole minimum RTT, not half of it.
     paced: bool,
     /// ACK-train detection on ([`TRAIN`]).
     train: bool,
+}
+
+/// Microseconds, saturating (RTTs above ~71 minutes are clamped).
+fn us(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
+fn dur(us: u32) -> Duration {
+    Duration::from_micros(u64::from(us))
 }
 
 impl HyStart {
@@ -126,7 +137,7 @@ impl HyStart {
     /// An RTT sample (`cubictcp_acked`), whatever the state: the minimum
     /// RTT follows it.
     pub(crate) fn on_rtt(&mut self, rtt: Duration) {
-        let rtt = rtt.max(Duration::from_micros(1));
+        let rtt = us(rtt).max(1);
         if self.delay_min.is_none_or(|m| rtt < m) {
             self.delay_min = Some(rtt);
         }
@@ -153,7 +164,7 @@ impl HyStart {
         if r.cwnd_segs < LOW_WINDOW {
             return Verdict::Continue;
         }
-        let Some(delay_min) = self.delay_min else {
+        let Some(delay_min) = self.delay_min.map(dur) else {
             return Verdict::Continue;
         };
         // ACK train.
@@ -177,11 +188,12 @@ impl HyStart {
             }
         }
         // Delay.
-        self.curr_rtt = Some(self.curr_rtt.map_or(r.rtt, |c| c.min(r.rtt)));
+        self.curr_rtt = Some(self.curr_rtt.map_or(us(r.rtt), |c| c.min(us(r.rtt))));
         if self.samples < MIN_SAMPLES {
             self.samples += 1;
         } else if self
             .curr_rtt
+            .map(dur)
             .is_some_and(|c| c > delay_min + (delay_min / 8).clamp(DELAY_MIN, DELAY_MAX))
         {
             self.found = true;

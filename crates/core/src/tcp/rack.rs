@@ -22,8 +22,9 @@ pub(crate) struct Rack {
     end: SeqNum,
     rtt: Duration,
     /// "RACK.min_RTT" (over the connection's lifetime; RFC 8985 suggests
-    /// a windowed minimum, which this simplifies).
-    min_rtt: Option<Duration>,
+    /// a windowed minimum, which this simplifies), in µs: a `Duration`
+    /// would take the connection past its size budget.
+    min_rtt: Option<u32>,
     /// "RACK.reordering_seen".
     pub(crate) reordering_seen: bool,
     /// The reordering degree in segments (Linux `tp->reordering`,
@@ -54,7 +55,8 @@ impl Rack {
     }
 
     pub(crate) fn on_rtt_sample(&mut self, r: Duration) {
-        self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        let r_us = u32::try_from(r.as_micros()).unwrap_or(u32::MAX);
+        self.min_rtt = Some(self.min_rtt.map_or(r_us, |m| m.min(r_us)));
     }
 
     /// RFC 8985 6.2 steps 1-3 for one delivered (ACKed or SACKed) segment.
@@ -65,7 +67,12 @@ impl Rack {
         // Step 2: "If Segment.retransmitted is TRUE and either ...
         // ACK.ts_option.echo_reply < Segment.xmit_ts [or] Now -
         // Segment.xmit_ts < RACK.min_RTT ... return" (ambiguous).
-        if seg.rtx && (echo_before_xmit || self.min_rtt.is_some_and(|m| rtt < m)) {
+        if seg.rtx
+            && (echo_before_xmit
+                || self
+                    .min_rtt
+                    .is_some_and(|m| rtt < Duration::from_micros(u64::from(m))))
+        {
             return;
         }
         // "RACK.rtt = Segment's RTT"; then "if RACK_sent_after(...)" (the
@@ -153,7 +160,11 @@ impl Rack {
         // A path that reorders by jumping the queue (netem's `reorder`)
         // shows a min_RTT near zero, which would leave no window at all and
         // make DSACK-driven growth useless: the base is at least SRTT/2.
-        let base = self.min_rtt.unwrap_or(srtt).max(srtt / 2) / 4;
+        let base = self
+            .min_rtt
+            .map_or(srtt, |m| Duration::from_micros(u64::from(m)))
+            .max(srtt / 2)
+            / 4;
         base.saturating_mul(self.reo_steps).min(srtt)
     }
 
