@@ -615,3 +615,24 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     srv.stop_clean();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_forbidden_system_call_stops_the_relay_and_is_named() {
+    // The hidden --seccomp-selftest makes the hardened relay call ptrace(2)
+    // (number 101 on x86_64), as a compromised one might.
+    let out = ustack(&["run", "--seccomp-selftest", "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(159), "{err}");
+    assert!(
+        err.contains("the relay made system call 101, which its seccomp filter forbids"),
+        "{err}"
+    );
+    // Without it, the same hardened relay runs the command normally.
+    let ok = ustack(&["run", "--", "sh", "-c", "exit 4"]);
+    assert_eq!(
+        ok.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}

@@ -172,6 +172,10 @@ pub struct RunArgs {
     /// Name of the TAP inside the namespace.
     #[arg(long, default_value = "eth0")]
     pub tap: String,
+    /// (tests) After giving up privileges, make a system call the seccomp
+    /// filter forbids, to show the relay is stopped and the call named.
+    #[arg(long, hide = true)]
+    pub seccomp_selftest: bool,
     /// Interface MTU. The default, 65520 (as pasta uses), lets the guest's kernel hand
     /// ustack 64 KB segments as single TAP frames: per-packet costs fall ~40x for bulk
     /// transfers. Checksums are then computed in software on both sides (no
@@ -349,6 +353,9 @@ fn run_report_inner<G: GuestStack>(
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
     if harden {
         crate::harden::harden().context("ustack run: giving up privileges")?;
+        if args.seccomp_selftest {
+            crate::harden::selftest_forbidden_call();
+        }
     }
     let ops = Operations::start(&args.relay, "run", hub).context("ustack run")?;
     let mut relay =

@@ -10,9 +10,16 @@
 //!   `CAP_NET_BIND_SERVICE` (if it had it) as permitted and effective, none
 //!   inheritable or ambient.
 //!
+//! - installs a seccomp filter (on every thread) that allows only the system
+//!   calls the relay makes once running: I/O on the descriptors it has,
+//!   sockets, epoll, memory, time, futexes, signals, threads (a new thread,
+//!   never a new process) and a few reads of `/proc`. Anything else (a new
+//!   program, `ptrace`, mounting, namespaces, module loading, `bpf`, another
+//!   process's memory, ...) stops the relay with a message naming the call.
+//!
 //! Capabilities belong to threads: this must run before the process starts
 //! its other threads (the control and metrics endpoints), which then
-//! inherit the reduced sets.
+//! inherit the reduced sets (the seccomp filter is applied to every thread).
 
 use std::io;
 
@@ -120,8 +127,227 @@ pub fn harden() -> io::Result<Hardened> {
         after[0].permitted = 1 << CAP_NET_BIND_SERVICE;
     }
     capset(&after)?;
+    seccomp()?;
     Ok(Hardened {
         kept_bind_service: keep_bind,
         dropped,
     })
+}
+
+/// System calls the relay makes once running (see the module docs).
+const ALLOWED: &[libc::c_long] = &[
+    // Descriptors it has.
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_close,
+    libc::SYS_fstat,
+    libc::SYS_newfstatat,
+    libc::SYS_statx,
+    libc::SYS_lseek,
+    libc::SYS_fcntl,
+    libc::SYS_ioctl,
+    libc::SYS_ftruncate,
+    libc::SYS_fallocate,
+    // /proc reads (the IPC's liveness checks) and the control domain's
+    // file (created before, unlinked when the stack ends).
+    libc::SYS_openat,
+    libc::SYS_getdents64,
+    libc::SYS_readlinkat,
+    libc::SYS_unlink,
+    libc::SYS_unlinkat,
+    // Creating the control domain's file (written aside, linked in place).
+    libc::SYS_linkat,
+    libc::SYS_access,
+    libc::SYS_faccessat,
+    libc::SYS_faccessat2,
+    libc::SYS_fchmod,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_dup,
+    libc::SYS_dup3,
+    // Waiting.
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_create1,
+    libc::SYS_eventfd2,
+    libc::SYS_pipe2,
+    libc::SYS_futex,
+    libc::SYS_sched_yield,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_getres,
+    libc::SYS_gettimeofday,
+    libc::SYS_timerfd_create,
+    libc::SYS_timerfd_settime,
+    libc::SYS_timerfd_gettime,
+    // Sockets.
+    libc::SYS_socket,
+    libc::SYS_connect,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_getsockname,
+    libc::SYS_getpeername,
+    libc::SYS_setsockopt,
+    libc::SYS_getsockopt,
+    libc::SYS_shutdown,
+    libc::SYS_sendto,
+    libc::SYS_recvfrom,
+    libc::SYS_sendmsg,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmmsg,
+    libc::SYS_recvmmsg,
+    // Memory.
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_mremap,
+    libc::SYS_madvise,
+    libc::SYS_brk,
+    // Signals, the command (wait, forward signals), the IPC's peers.
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_sigaltstack,
+    libc::SYS_kill,
+    libc::SYS_tgkill,
+    libc::SYS_tkill,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
+    libc::SYS_pidfd_open,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_pidfd_send_signal,
+    // The process and its threads.
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_getppid,
+    libc::SYS_getuid,
+    libc::SYS_geteuid,
+    libc::SYS_getgid,
+    libc::SYS_getegid,
+    libc::SYS_getrandom,
+    libc::SYS_uname,
+    libc::SYS_sysinfo,
+    libc::SYS_prlimit64,
+    libc::SYS_getrlimit,
+    libc::SYS_capget,
+    libc::SYS_prctl,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_set_robust_list,
+    libc::SYS_set_tid_address,
+    libc::SYS_arch_prctl,
+    libc::SYS_rseq,
+    libc::SYS_restart_syscall,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+    // clone3 passes its flags in memory, out of the filter's sight: it is
+    // refused with ENOSYS (a second filter), and glibc falls back to clone,
+    // allowed for threads only (below).
+    libc::SYS_clone3,
+];
+
+fn seccomp() -> io::Result<()> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule,
+    };
+    use std::collections::BTreeMap;
+    let err = |e: &dyn std::fmt::Display| io::Error::other(format!("seccomp: {e}"));
+    let arch = seccompiler::TargetArch::try_from(std::env::consts::ARCH).map_err(|e| err(&e))?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        ALLOWED.iter().map(|&n| (n, Vec::new())).collect();
+    let thread = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+        libc::CLONE_THREAD as u64,
+    )
+    .map_err(|e| err(&e))?;
+    rules.insert(
+        libc::SYS_clone,
+        vec![SeccompRule::new(vec![thread]).map_err(|e| err(&e))?],
+    );
+    let allow: BpfProgram =
+        SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch)
+            .and_then(TryInto::try_into)
+            .map_err(|e| err(&e))?;
+    let no_clone3: BpfProgram = SeccompFilter::new(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .and_then(TryInto::try_into)
+    .map_err(|e| err(&e))?;
+    install_sigsys_handler()?;
+    // The allow-list last: it forbids seccomp(2) itself.
+    seccompiler::apply_filter_all_threads(&no_clone3).map_err(|e| err(&e))?;
+    seccompiler::apply_filter_all_threads(&allow).map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// On a forbidden call: name it on stderr and stop (exit status 159, as a
+/// death by SIGSYS). Async-signal-safe: no allocation, one write(2).
+extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SIGSYS; its `_sigsys`
+    // member holds the call number at byte 24 on 64-bit Linux (after
+    // si_signo, si_errno, si_code, padding and the 8-byte call address).
+    let nr = unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const i32) };
+    const PRE: &[u8] = b"ustack: the relay made system call ";
+    const POST: &[u8] = b", which its seccomp filter forbids: stopping it (please report this)\n";
+    let mut digits = [0u8; 12];
+    let mut n = nr.unsigned_abs();
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 || i == 0 {
+            break;
+        }
+    }
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffers are
+    // valid for their lengths.
+    unsafe {
+        libc::write(2, PRE.as_ptr().cast(), PRE.len());
+        libc::write(2, digits[i..].as_ptr().cast(), digits.len() - i);
+        libc::write(2, POST.as_ptr().cast(), POST.len());
+        libc::_exit(159);
+    }
+}
+
+fn install_sigsys_handler() -> io::Result<()> {
+    // SAFETY: a zeroed sigaction is valid; we set the handler, SA_SIGINFO
+    // and an empty mask before installing it.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigsys as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGSYS, &sa, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// For the tests: make a call the filter forbids (`ptrace`), as a
+/// compromised relay would.
+#[doc(hidden)]
+pub fn selftest_forbidden_call() {
+    // SAFETY: PTRACE_TRACEME with no other argument; the filter stops us
+    // before it runs.
+    unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0) };
 }
