@@ -17,6 +17,21 @@
 //! clock itself to the next timer or its deadline, so a blocking call never
 //! waits for a clock nobody drives.
 //!
+//! Determinism on a virtual clock: the outcome of a run must not depend on
+//! how fast threads get scheduled, so a thread about to move the clock
+//! first waits in [`Ctx::settle`] (with no real-time limit) until
+//!
+//! - every blocked caller has looked at the host since its last change
+//!   (a read that the last packet completed returns at this time), and
+//! - every caller whose blocking call returned after waiting has called
+//!   again (packetdrill reads the clock right after a blocking call
+//!   returns to time it: the clock must not move in between).
+//!
+//! The real-time fallback of a lone blocked caller applies only when nobody
+//! else can move the clock: no thread is about to call, none owes a call
+//! after a return, and no other thread that has called is runnable (a
+//! thread merely starved of CPU is runnable, so load cannot trigger it).
+//!
 //! # Safety
 //!
 //! The pointers passed must be valid as for the libc call (a buffer of
@@ -25,7 +40,9 @@
 
 use std::ffi::c_void;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 
 use libc::{
     c_int, c_long, c_ulong, iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t,
@@ -57,6 +74,46 @@ pub struct Ctx {
     host: Mutex<Host>,
     cond: Condvar,
     virtual_clock: bool,
+    /// Virtual clock: threads that called, with their kernel thread ids
+    /// (see [`Ctx::others_runnable`]), and which of them returned from a
+    /// blocking call after waiting and have not called since. Locked only
+    /// while holding `host`.
+    threads: Mutex<Threads>,
+    /// Threads between asking for `host` and getting it.
+    coming: AtomicUsize,
+    /// Callers waiting in [`Ctx::settle`] (for tests).
+    settling: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Threads {
+    /// (thread, its kernel thread id).
+    known: Vec<(ThreadId, libc::pid_t)>,
+    /// Returned from a blocking call after waiting; not called since.
+    owed: Vec<ThreadId>,
+}
+
+/// Longest real time [`Ctx::settle`] waits for a caller that returned
+/// from a blocking call to call again. Not a timing fallback (packetdrill
+/// calls again at once): only a guard against a caller that never does.
+const OWED_GUARD: std::time::Duration = std::time::Duration::from_secs(20);
+
+thread_local! {
+    static TID: libc::pid_t = {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::gettid() }
+    };
+}
+
+/// Is kernel thread `tid` of this process running or runnable?
+fn runnable(tid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    // "tid (comm) S ...": the state follows the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|st| st == "R")
 }
 
 impl Ctx {
@@ -67,12 +124,64 @@ impl Ctx {
             host: Mutex::new(host),
             cond: Condvar::new(),
             virtual_clock: true,
+            threads: Mutex::new(Threads::default()),
+            coming: AtomicUsize::new(0),
+            settling: AtomicUsize::new(0),
         }
     }
 
-    /// The host, locked.
+    /// The host, locked. On a virtual clock this also marks the calling
+    /// thread as having called (see [`Ctx::settle`]).
     pub fn lock(&self) -> MutexGuard<'_, Host> {
-        self.host.lock().unwrap_or_else(PoisonError::into_inner)
+        if !self.virtual_clock {
+            return self.host.lock().unwrap_or_else(PoisonError::into_inner);
+        }
+        self.coming.fetch_add(1, Ordering::SeqCst);
+        let g = self.host.lock().unwrap_or_else(PoisonError::into_inner);
+        self.coming.fetch_sub(1, Ordering::SeqCst);
+        let me = std::thread::current().id();
+        let paid = {
+            let mut t = self.threads();
+            if !t.known.iter().any(|k| k.0 == me) {
+                t.known.push((me, TID.with(|t| *t)));
+            }
+            let before = t.owed.len();
+            t.owed.retain(|o| *o != me);
+            t.owed.len() != before
+        };
+        if paid {
+            // Someone may be settling: tell it we called.
+            self.cond.notify_all();
+        }
+        g
+    }
+
+    /// The thread table; call only while holding `host`.
+    fn threads(&self) -> MutexGuard<'_, Threads> {
+        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Is some other thread (that has called before) runnable? Such a
+    /// thread will call again: a blocked caller must not take its silence
+    /// for idleness.
+    fn others_runnable(&self) -> bool {
+        let me = std::thread::current().id();
+        let tids: Vec<libc::pid_t> = self
+            .threads()
+            .known
+            .iter()
+            .filter(|k| k.0 != me)
+            .map(|k| k.1)
+            .collect();
+        tids.into_iter().any(runnable)
+    }
+
+    /// Could another thread still move the clock or change the host? If
+    /// so a blocked caller keeps waiting instead of moving the clock.
+    fn someone_coming(&self) -> bool {
+        self.coming.load(Ordering::SeqCst) > 0
+            || !self.threads().owed.is_empty()
+            || self.others_runnable()
     }
 
     /// Wake blocked callers after changing the host through [`Ctx::lock`].
@@ -118,6 +227,11 @@ impl Ctx {
                 return (g, Woke::Changed);
             }
             if to.timed_out() && self.virtual_clock {
+                if self.someone_coming() {
+                    // Not alone: whoever it is will change the host or
+                    // move the clock; look again after it did.
+                    continue;
+                }
                 let next = [g.next_timer(), deadline].into_iter().flatten().min();
                 if let Some(t) = next {
                     g.advance_to(t);
@@ -142,16 +256,31 @@ impl Ctx {
 
     /// Before moving a virtual clock: let every blocked caller look at the
     /// host as it is now (a read that the last packet completed returns at
-    /// this time, not after the clock moved on), for at most about a second
-    /// of real time.
+    /// this time, not after the clock moved on), and let every caller whose
+    /// blocking call returned after waiting call again (packetdrill reads
+    /// the time a blocking call returned right after it returns).
+    ///
+    /// No real-time limit applies to blocked callers: each one is woken
+    /// here and looks as soon as it runs. A returned caller that never
+    /// calls again is let go after a long guard ([`OWED_GUARD`]).
     pub fn settle<'a>(&'a self, mut g: MutexGuard<'a, Host>) -> MutexGuard<'a, Host> {
+        if !self.virtual_clock {
+            return g;
+        }
         let start = std::time::Instant::now();
-        while g.waiters_behind() && start.elapsed() < std::time::Duration::from_secs(1) {
+        loop {
+            let behind = g.waiters_behind();
+            let owed = !self.threads().owed.is_empty();
+            if !behind && (!owed || start.elapsed() >= OWED_GUARD) {
+                break;
+            }
+            self.settling.fetch_add(1, Ordering::SeqCst);
             self.cond.notify_all();
             let (g2, _) = self
                 .cond
                 .wait_timeout(g, std::time::Duration::from_millis(50))
                 .unwrap_or_else(PoisonError::into_inner);
+            self.settling.fetch_sub(1, Ordering::SeqCst);
             g = g2;
         }
         g
@@ -168,25 +297,35 @@ impl Ctx {
     ) -> SockResult<T> {
         let mut g = self.lock();
         let deadline = timeout.map(|d| g.now() + d);
-        loop {
+        let mut waited = false;
+        let r = loop {
             let r = op(&mut g);
             match r {
                 Err(libc::EAGAIN) if !nonblock && g.is_blocking(fd) => {
                     let (g2, woke) = self.wait(g, deadline);
                     g = g2;
+                    waited = true;
                     match woke {
                         Woke::Changed => {}
-                        Woke::Deadline => return Err(libc::EAGAIN),
-                        Woke::Stuck => return Err(libc::EINTR),
+                        Woke::Deadline => break Err(libc::EAGAIN),
+                        Woke::Stuck => break Err(libc::EINTR),
                     }
                 }
-                r => {
-                    drop(g);
-                    self.cond.notify_all();
-                    return r;
-                }
+                r => break r,
+            }
+        };
+        if waited && self.virtual_clock {
+            // Others went on while we waited: the clock must not move
+            // before we call again (and so read the time we returned at).
+            let me = std::thread::current().id();
+            let mut t = self.threads();
+            if !t.owed.contains(&me) {
+                t.owed.push(me);
             }
         }
+        drop(g);
+        self.cond.notify_all();
+        r
     }
 }
 
@@ -1115,4 +1254,237 @@ pub unsafe extern "C" fn ustack_epoll_wait(
         }
         Ok(ready.len() as c_int)
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use std::sync::mpsc;
+    use std::thread;
+
+    use ustack_core::time::{Duration, Instant};
+    use ustack_core::{Config, Limits};
+    use ustack_wire::ethernet::MacAddr;
+    use ustack_wire::ipv4::Ipv4Cidr;
+
+    use super::*;
+    use crate::TcpConfig;
+
+    fn host(n: u8) -> Host {
+        let cfg = Config {
+            mac: MacAddr([2, 0, 0, 0, 0, n]),
+            addr: Ipv4Cidr {
+                address: Ipv4Addr::new(10, 0, 0, n),
+                prefix_len: 24,
+            },
+            gateway: None,
+            mtu: 1500,
+            tcp: TcpConfig::default(),
+            limits: Limits::default(),
+            secret: [n; 16],
+            seed: u64::from(n),
+        };
+        Host::new(cfg, Instant::ZERO)
+    }
+
+    /// Move frames between the context's host and `b` until quiet.
+    fn pump(c: &Ctx, b: &mut Host) {
+        for _ in 0..1000 {
+            let mut moved = false;
+            {
+                let mut a = c.lock();
+                while let Some((_, f)) = a.link_output() {
+                    b.link_input(&f);
+                    moved = true;
+                }
+                while let Some((_, f)) = b.link_output() {
+                    a.link_input(&f);
+                    moved = true;
+                }
+            }
+            c.notify();
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    /// A virtual context with a blocking socket connected to a peer `b`:
+    /// (context, its socket, the peer, the peer's socket).
+    fn connected() -> (Ctx, i32, Host, i32) {
+        let c = Ctx::new_virtual(host(1));
+        let mut b = host(2);
+        let l = b
+            .socket(libc::AF_INET, libc::SOCK_STREAM, 0)
+            .expect("socket");
+        b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+            .expect("bind");
+        b.listen(l, 5).expect("listen");
+        let fd = c
+            .lock()
+            .socket(libc::AF_INET, libc::SOCK_STREAM, 0)
+            .expect("socket");
+        let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+        assert_eq!(c.lock().connect(fd, peer), Err(libc::EINPROGRESS));
+        pump(&c, &mut b);
+        assert_eq!(c.lock().connect_done(fd), Ok(()));
+        let (s, _) = b.accept(l, 0).expect("accept");
+        (c, fd, b, s)
+    }
+
+    /// Wait until `c` has a blocked caller (spinning, not sleeping).
+    fn until_blocked(c: &Ctx) {
+        while c.lock().waiters.is_empty() {
+            thread::yield_now();
+        }
+    }
+
+    fn recv(c: &Ctx, fd: i32, n: usize) -> isize {
+        let mut buf = vec![0u8; n];
+        let p = c as *const Ctx as *mut c_void;
+        // SAFETY: `p` is a live Ctx, `buf` holds `n` writable bytes.
+        unsafe { ustack_recv(p, fd, buf.as_mut_ptr() as *mut c_void, n, 0) }
+    }
+
+    /// The race packetdrill lost under load: a blocked read completes
+    /// when data arrives at t0; before its thread reads the clock (to time
+    /// the call's return) another thread moves the clock on. The clock
+    /// must wait for the returned caller, however late it runs.
+    #[test]
+    fn clock_waits_for_a_returned_caller_to_call_again() {
+        let (c, fd, mut b, s) = connected();
+        let t0 = c.lock().now();
+        thread::scope(|sc| {
+            let (returned_tx, returned_rx) = mpsc::channel();
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            let cr = &c;
+            let reader = sc.spawn(move || {
+                let c = cr;
+                let n = recv(c, fd, 5);
+                returned_tx.send(n).expect("send");
+                // The injected delay: the reader is slow to run again.
+                go_rx.recv().expect("recv");
+                // packetdrill's end_syscall: read the time of the return.
+                c.lock().now()
+            });
+            until_blocked(&c);
+            assert_eq!(b.send(s, b"hello"), Ok(5));
+            pump(&c, &mut b);
+            assert_eq!(returned_rx.recv().expect("recv"), 5);
+
+            // The main thread moves on: usleep(20 ms).
+            let mover = sc.spawn(|| {
+                let mut h = c.settle(c.lock());
+                let t = h.now() + Duration::from_millis(20);
+                h.advance_to(t);
+                drop(h);
+                c.notify();
+            });
+            // Let the mover get as far as it can before the reader runs.
+            while c.settling.load(Ordering::SeqCst) == 0 && !mover.is_finished() {
+                thread::yield_now();
+            }
+            go_tx.send(()).expect("send");
+            let t1 = reader.join().expect("reader");
+            mover.join().expect("mover");
+            assert_eq!(t1, t0, "the read returned at t0");
+        });
+        assert_eq!(c.lock().now(), t0 + Duration::from_millis(20));
+    }
+
+    /// A blocked caller is let look at every change before the clock
+    /// moves: a write that an ACK completes returns at the ACK's time.
+    #[test]
+    fn clock_waits_for_a_blocked_caller_to_look() {
+        let (c, fd, mut b, s) = connected();
+        thread::scope(|sc| {
+            let reader = sc.spawn(|| {
+                let n = recv(&c, fd, 5);
+                (n, c.lock().now())
+            });
+            until_blocked(&c);
+            assert_eq!(b.send(s, b"hello"), Ok(5));
+            // Inject, then at once move the clock, with no pause between.
+            {
+                let mut a = c.lock();
+                while let Some((_, f)) = b.link_output() {
+                    a.link_input(&f);
+                }
+            }
+            c.notify();
+            let t0 = {
+                let mut h = c.settle(c.lock());
+                let t0 = h.now();
+                h.advance_to(t0 + Duration::from_millis(20));
+                t0
+            };
+            c.notify();
+            let (n, t1) = reader.join().expect("reader");
+            assert_eq!(n, 5);
+            assert_eq!(t1, t0);
+        });
+    }
+
+    /// Alone, a blocked caller still moves the clock: to its deadline
+    /// (`SO_RCVTIMEO`) here, returning `EAGAIN` at exactly that time.
+    #[test]
+    fn lone_blocked_caller_moves_the_clock_to_its_deadline() {
+        let (c, fd, _b, _s) = connected();
+        rcvtimeo(&c, fd, 3);
+        let t0 = c.lock().now();
+        // Nobody else calls (this thread is the only one that ever did).
+        assert_eq!(recv(&c, fd, 5), -1);
+        // SAFETY: this thread's errno.
+        assert_eq!(unsafe { *libc::__errno_location() }, libc::EAGAIN);
+        assert!(c.lock().now() >= t0 + Duration::from_secs(3));
+    }
+
+    /// Set `SO_RCVTIMEO` on `fd`.
+    fn rcvtimeo(c: &Ctx, fd: i32, secs: libc::time_t) {
+        let tv = libc::timeval {
+            tv_sec: secs,
+            tv_usec: 0,
+        };
+        let p = c as *const Ctx as *mut c_void;
+        // SAFETY: a live Ctx and a timeval of the size given.
+        let r = unsafe {
+            ustack_setsockopt(
+                p,
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const libc::timeval as *const c_void,
+                std::mem::size_of::<libc::timeval>() as socklen_t,
+            )
+        };
+        assert_eq!(r, 0);
+    }
+
+    /// A blocked caller does not take another thread's silence for
+    /// idleness while that thread is runnable (starved of CPU, say): only
+    /// once it is gone does the caller move the clock itself.
+    #[test]
+    fn no_idle_advance_while_another_caller_is_runnable() {
+        let (c, fd, _b, _s) = connected();
+        rcvtimeo(&c, fd, 3);
+        let t0 = c.lock().now();
+        thread::scope(|sc| {
+            let reader = sc.spawn(|| recv(&c, fd, 5));
+            until_blocked(&c);
+            // A thread that has called, then stays runnable without
+            // calling for several rounds of IDLE_ADVANCE.
+            let busy = sc.spawn(|| {
+                drop(c.lock());
+                let start = std::time::Instant::now();
+                while start.elapsed() < 3 * IDLE_ADVANCE {
+                    thread::yield_now();
+                }
+                c.lock().now()
+            });
+            assert_eq!(busy.join().expect("busy"), t0, "the clock stood still");
+            // Alone now: the reader moves the clock to its deadline.
+            assert_eq!(reader.join().expect("reader"), -1);
+        });
+        assert!(c.lock().now() >= t0 + Duration::from_secs(3));
+    }
 }
