@@ -31,6 +31,7 @@ pub const NAMES: &[&str] = &[
     "tcp_base_mss",
     "tcp_probe_threshold",
     "tcp_probe_interval",
+    "tcp_min_tso_segs",
 ];
 
 /// Why a value was refused.
@@ -147,6 +148,12 @@ pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlErro
         "tcp_base_mss" => cfg.base_mss = u16::try_from(one()?).map_err(|_| bad())?,
         "tcp_probe_threshold" => cfg.probe_threshold = u16::try_from(one()?).map_err(|_| bad())?,
         "tcp_probe_interval" => cfg.probe_interval = secs(one()?),
+        "tcp_min_tso_segs" => {
+            cfg.min_tso_segs = match one()? {
+                v @ 1..=255 => u8::try_from(v).map_err(|_| bad())?,
+                _ => return Err(bad()),
+            }
+        }
         _ => return Err(SysctlError::UnknownName(name.to_string())),
     }
     Ok(())

@@ -119,6 +119,7 @@ impl Connection {
         if self.opt.sack {
             let blocks = seg.sack_ranges;
             let second = blocks.get(1).copied().flatten();
+            let mss = self.max_payload_base();
             let rack = &mut self.rtx.rack;
             for (i, &(l, r)) in blocks.iter().flatten().enumerate() {
                 // RFC 2883 4: "If the first SACK block ... is covered by
@@ -128,7 +129,7 @@ impl Connection {
                     dsack = true;
                     continue;
                 }
-                self.rtx.scoreboard.sack(l, r, &mut |s| {
+                self.rtx.scoreboard.sack_whole(l, r, mss, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
                     sample(s);
                 });
@@ -188,12 +189,22 @@ impl Connection {
             self.rtx.rtt.reset_backoff();
             self.timers.persist_backoff = 0;
             let mss = self.max_payload_base();
+            // cwnd grows by what this ACK delivered (Linux
+            // `tcp_newly_delivered`): bytes SACKed earlier, or counted by
+            // duplicate ACKs without SACK, were delivered then.
+            let grown = if self.opt.sack {
+                (acked_seq + self.rtx.scoreboard.sacked_bytes()).saturating_sub(sacked_before)
+            } else {
+                acked_seq
+                    .saturating_sub(dupacks_before as usize * mss)
+                    .max(mss.min(acked_seq))
+            };
             self.try_undo(now, ecr, ctr);
             match self.recovery.as_deref().copied() {
                 Some(r) if ack.ge(r.recover) => {
                     // Full acknowledgment: leave recovery.
                     if r.in_loss {
-                        self.grow_cwnd(now, acked_seq, ack_rtt);
+                        self.grow_cwnd(now, grown, ack_rtt);
                     } else {
                         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
                         self.cong.cc.on_exit_recovery(now, flight, mss);
@@ -205,7 +216,7 @@ impl Connection {
                     if r.in_loss {
                         // After an RTO the window slow-starts again
                         // (RFC 5681 3.1) while the lost segments go out.
-                        self.grow_cwnd(now, acked_seq, ack_rtt);
+                        self.grow_cwnd(now, grown, ack_rtt);
                     } else if !self.opt.sack {
                         // RFC 6582 3.2 (5) partial ACK: "retransmit the
                         // first unacknowledged segment".
@@ -216,7 +227,7 @@ impl Connection {
                         }
                     }
                 }
-                None => self.grow_cwnd(now, acked_seq, ack_rtt),
+                None => self.grow_cwnd(now, grown, ack_rtt),
             }
             if self.cong.usage_seq.is_some_and(|s| self.snd.una.ge(s)) {
                 self.cong.usage_seq = None;

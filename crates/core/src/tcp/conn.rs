@@ -227,6 +227,8 @@ pub(super) struct Params {
     /// `TcpConfig::user_mss` (Linux `TCP_MAXSEG`).
     pub(super) user_mss: Option<u16>,
     pub(super) rfc1337: bool,
+    /// `TcpConfig::min_tso_segs` (at least 1).
+    pub(super) min_tso_segs: u8,
 }
 
 impl Params {
@@ -252,6 +254,7 @@ impl Params {
             mtu_probing: cfg.mtu_probing,
             base_mss: cfg.base_mss,
             mtu_probe_floor: cfg.mtu_probe_floor,
+            min_tso_segs: cfg.min_tso_segs.max(1),
         }
     }
 }

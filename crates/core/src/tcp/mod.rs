@@ -297,6 +297,11 @@ pub struct TcpConfig {
     /// A finished search starts again after this long (Linux
     /// `tcp_probe_interval`: 600 s).
     pub probe_interval: Duration,
+    /// The fewest segments Linux puts in one TSO/GSO packet however slow
+    /// the pacing rate (Linux `tcp_min_tso_segs`: 2). It shapes where PSH
+    /// falls in a burst (every multi-segment packet of Linux carries it),
+    /// and how large TSO super-segments are.
+    pub min_tso_segs: u8,
 }
 
 impl Default for TcpConfig {
@@ -333,6 +338,7 @@ impl Default for TcpConfig {
             mtu_probe_floor: 48,
             probe_threshold: 8,
             probe_interval: Duration::from_secs(600),
+            min_tso_segs: 2,
         }
     }
 }

@@ -46,6 +46,11 @@ impl Rack {
         }
     }
 
+    /// "RACK.min_RTT", if any sample was taken.
+    pub(crate) fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
+    }
+
     pub(crate) fn on_rtt_sample(&mut self, r: Duration) {
         self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
     }
