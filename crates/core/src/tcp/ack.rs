@@ -100,6 +100,8 @@ impl Connection {
             _ => None,
         };
         let una_before = self.snd.una;
+        // The receiver saw congestion (RFC 3168 6.1.2, `ecn.rs`).
+        let ece = self.ecn_echoed(seg, ack);
         let off = self.opt.ts_offset;
         // RFC 6937 "DeliveredData = change_in(snd.una) + change_in(SACKd)":
         // the SACKed bytes and duplicate ACKs before this ACK.
@@ -200,6 +202,10 @@ impl Connection {
                     .max(mss.min(acked_seq))
             };
             self.try_undo(now, ecr, ctr);
+            // ECN (`ecn.rs`): the CWR state may end here; while in it,
+            // or about to enter it or fast recovery for an ECE, the window
+            // does not grow.
+            let in_cwr = self.ecn_cwr_exit(now) || ece;
             match self.recovery.as_deref().copied() {
                 Some(r) if ack.ge(r.recover) => {
                     // Full acknowledgment: leave recovery.
@@ -227,6 +233,7 @@ impl Connection {
                         }
                     }
                 }
+                None if in_cwr => {}
                 None => self.grow_cwnd(now, grown, ack_rtt),
             }
             if self.cong.usage_seq.is_some_and(|s| self.snd.una.ge(s)) {
@@ -276,6 +283,9 @@ impl Connection {
                     // 7.4.2: "the TLP episode ... repaired a loss": the
                     // congestion controller must react.
                     ctr.TCPLossProbeRecovery += 1;
+                    // Linux `tcp_process_tlp_ack`: a window reduction,
+                    // signalled with CWR.
+                    self.ecn_queue_cwr();
                     if self.recovery.is_none() {
                         let mss = self.max_payload_base();
                         let cwnd = self.cong.cc.cwnd();
@@ -294,8 +304,14 @@ impl Connection {
         } else {
             self.rtx.rack_at = None;
         }
-        // RFC 6937: what fast recovery may send in answer to this ACK.
-        if self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) {
+        // No loss found: an ECE starts the CWR state (`ecn.rs`).
+        if ece {
+            self.ecn_enter_cwr(now);
+        }
+        // RFC 6937: what fast recovery (or the CWR state, `ecn.rs`) may
+        // send in answer to this ACK.
+        let in_cwr = self.cwr().is_some();
+        if in_cwr || self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) {
             let advanced = self.snd.una.wrapping_sub(una_before) as usize;
             let delivered = if self.opt.sack {
                 // "DeliveredData = change_in(snd.una) + change_in(SACKd)"
@@ -310,7 +326,11 @@ impl Connection {
             } else {
                 advanced.saturating_sub(dupacks_before as usize * self.max_payload_base())
             };
-            self.prr_on_ack(delivered, advanced > 0, newly_lost);
+            if in_cwr {
+                self.ecn_prr_on_ack(delivered, advanced > 0);
+            } else {
+                self.prr_on_ack(delivered, advanced > 0, newly_lost);
+            }
         }
         if ack.gt(una_before) {
             // 7.2: "start or restart a loss probe PTO timer ... upon

@@ -100,12 +100,20 @@ impl Connection {
             let syn_ack = self.state() == State::SynReceived;
             let is_rtx = self.snd.max != self.snd.iss;
             let window = self.advertise_window(true);
+            // RFC 3168 6.1.1: an ECN-setup SYN, or the SYN-ACK agreeing.
+            let (ece, cwr) = if syn_ack {
+                (self.ecn_synack_ece(), false)
+            } else {
+                self.ecn_syn_flags(is_rtx)
+            };
             let r = TcpRepr {
                 src_port: self.local.port(),
                 dst_port: self.remote.port(),
                 seq: self.snd.iss,
                 ack: if syn_ack { Some(self.rcv.nxt) } else { None },
                 syn: true,
+                ece,
+                cwr,
                 window,
                 max_seg_size: Some(self.opt.adv_mss),
                 window_scale: if (syn_ack && self.opt.ws) || (!syn_ack && self.cfg.window_scale) {
@@ -611,6 +619,11 @@ impl Connection {
                 .is_some_and(|m| m.contains(&(seq + n)));
         let tail = tail || record_end;
         r.psh = n > 0 && (psh || tail);
+        // RFC 3168 6.1.2: ECT(0) on new data (not on retransmissions), and
+        // CWR on the first after a window reduction.
+        let (ip_ecn, cwr) = self.ecn_data(seq, n);
+        r.ip_ecn = ip_ecn;
+        r.cwr = cwr;
         let ok = {
             let contiguous = self.snd.queue.ring.contiguous(off, n);
             let payload: &[u8] = if contiguous.len() == n {
@@ -629,6 +642,7 @@ impl Connection {
         if !ok {
             return false;
         }
+        self.ecn_sent(cwr);
         // (A no-op if `dispatch` restarted cwnd before sizing the packet.)
         self.restart_after_idle(now);
         self.sent_ack(ctr, now);
@@ -639,6 +653,8 @@ impl Connection {
         // += (data sent)".
         if let Some(w) = self.recovery.as_mut().and_then(|r| r.prr.as_mut()) {
             w.prr.on_sent(len);
+        } else if let Some(c) = self.cwr_mut() {
+            c.prr.prr.on_sent(len);
         }
         if seq.lt(self.snd.max) {
             ctr.RetransSegs += 1;
@@ -684,6 +700,8 @@ impl Connection {
                 None
             },
             sack_ranges: self.sack_blocks(),
+            // RFC 3168 6.1.3: ECE on every segment until the peer's CWR.
+            ece: self.ecn_ece(),
             ..TcpRepr::default()
         }
     }

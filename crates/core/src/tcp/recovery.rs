@@ -122,14 +122,20 @@ impl Connection {
             prior: self.cong.cc.snapshot(),
             retrans_ts: None,
         };
-        self.cong
-            .cc
-            .on_enter_recovery(now, self.reduction_base(flight), mss);
-        let prr = PrrWindow {
-            prr: Prr::new(flight, self.cong.cc.ssthresh()),
-            // Until an ACK brings sndcnt: nothing but the head's
-            // retransmission (`rtx_head_now`).
-            cwnd: self.pipe(),
+        // An ECN window reduction going on goes on (`ecn.rs`).
+        let prr = match self.ecn_take_cwr() {
+            Some(w) => w,
+            None => {
+                self.cong
+                    .cc
+                    .on_enter_recovery(now, self.reduction_base(flight), mss);
+                PrrWindow {
+                    prr: Prr::new(flight, self.cong.cc.ssthresh()),
+                    // Until an ACK brings sndcnt: nothing but the head's
+                    // retransmission (`rtx_head_now`).
+                    cwnd: self.pipe(),
+                }
+            }
         };
         self.recovery = Some(Box::new(Recovery {
             recover: self.snd.max,
@@ -223,7 +229,8 @@ impl Connection {
     pub(super) fn send_cwnd(&self) -> usize {
         match self.recovery.as_ref().and_then(|r| r.prr) {
             Some(w) => w.cwnd,
-            None => self.cong.cc.cwnd(),
+            // The CWR state's PRR (ECN, `ecn.rs`).
+            None => self.cwr().map_or(self.cong.cc.cwnd(), |c| c.prr.cwnd),
         }
     }
 
@@ -330,7 +337,8 @@ impl Connection {
         };
         // RFC 5681 3.1: a timeout "for a segment [that] has already been
         // retransmitted by the retransmission timer" holds ssthresh.
-        let repeated = self.rtx.retries > 1;
+        // Nor does it reduce again inside an ECN reduction (`ecn.rs`).
+        let repeated = self.ecn_on_rto() || self.rtx.retries > 1;
         self.cong
             .cc
             .on_timeout(now, flight, self.max_payload_base(), repeated);
