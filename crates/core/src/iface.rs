@@ -421,7 +421,9 @@ impl Iface {
             protocol: IpProtocol::Tcp,
             payload_len: tcp_len,
             ttl: DEFAULT_TTL,
-            dscp_ecn: 0,
+            // RFC 3168: the ECN codepoint the connection chose (ECT(0) on
+            // its new data once ECN is on).
+            dscp_ecn: seg.ip_ecn & 3,
             ident: self.next_ident(),
             dont_frag: !self.pmtu.locked(now, dst),
             more_frags: false,
@@ -457,7 +459,9 @@ impl Iface {
                 gso: if gso {
                     Gso::TcpV4 {
                         size: u16::try_from(gso_size).unwrap_or(u16::MAX),
-                        ecn: false,
+                        // CWR on the first segment only (Linux
+                        // `SKB_GSO_TCP_ECN`).
+                        ecn: seg.cwr,
                     }
                 } else {
                     Gso::None

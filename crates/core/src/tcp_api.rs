@@ -101,6 +101,11 @@ impl Stack {
     ) {
         let local = SocketAddrV4::new(ip.dst, seg.dst_port);
         let remote = SocketAddrV4::new(ip.src, seg.src_port);
+        // The datagram's ECN codepoint goes with the segment (RFC 3168).
+        let seg = &TcpRepr {
+            ip_ecn: ip.dscp_ecn & 3,
+            ..*seg
+        };
         if self.transparent_tcp_input(now, local, remote, seg) {
             return;
         }

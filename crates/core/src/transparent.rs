@@ -286,6 +286,7 @@ fn owned_syn(s: &TcpRepr) -> TcpRepr<'static> {
         sack_ranges: s.sack_ranges,
         timestamp: s.timestamp,
         payload: &[],
+        ip_ecn: s.ip_ecn,
     }
 }
 

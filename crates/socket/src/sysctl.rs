@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use ustack_core::tcp::{KeepAlive, MtuProbing, SynCookies, TcpConfig};
+use ustack_core::tcp::{EcnMode, KeepAlive, MtuProbing, SynCookies, TcpConfig};
 use ustack_core::time::Duration;
 use ustack_core::CcAlgorithm;
 
@@ -32,6 +32,8 @@ pub const NAMES: &[&str] = &[
     "tcp_probe_threshold",
     "tcp_probe_interval",
     "tcp_notsent_lowat",
+    "tcp_min_tso_segs",
+    "tcp_ecn",
 ];
 
 /// Why a value was refused.
@@ -157,6 +159,21 @@ pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlErro
                 .map_err(|_| bad())
                 .map(|v| (v != u32::MAX).then_some(v))?
         }
+        "tcp_ecn" => {
+            cfg.ecn = match one()? {
+                0 => EcnMode::Off,
+                1 => EcnMode::On,
+                2 => EcnMode::Passive,
+                // 3..5 are Accurate ECN's (Linux 6.18), which we lack.
+                _ => return Err(bad()),
+            }
+        }
+        "tcp_min_tso_segs" => {
+            cfg.min_tso_segs = match one()? {
+                v @ 1..=255 => u8::try_from(v).map_err(|_| bad())?,
+                _ => return Err(bad()),
+            }
+        }
         _ => return Err(SysctlError::UnknownName(name.to_string())),
     }
     Ok(())
@@ -172,4 +189,29 @@ pub fn read_dir(dir: &Path, mut t: Tunables) -> Tunables {
         }
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_ecn_and_min_tso_segs() {
+        let mut t = Tunables::default();
+        assert_eq!(t.tcp.ecn, EcnMode::Passive, "Linux's default, 2");
+        for (v, want) in [
+            ("0", EcnMode::Off),
+            ("1", EcnMode::On),
+            ("2", EcnMode::Passive),
+        ] {
+            apply(&mut t, "tcp_ecn", v).unwrap();
+            assert_eq!(t.tcp.ecn, want);
+        }
+        assert!(apply(&mut t, "tcp_ecn", "3").is_err(), "Accurate ECN");
+        assert_eq!(t.tcp.ecn, EcnMode::Passive, "unchanged on an error");
+        apply(&mut t, "tcp_min_tso_segs", "10").unwrap();
+        assert_eq!(t.tcp.min_tso_segs, 10);
+        assert!(apply(&mut t, "tcp_min_tso_segs", "0").is_err());
+        assert!(NAMES.contains(&"tcp_ecn") && NAMES.contains(&"tcp_min_tso_segs"));
+    }
 }

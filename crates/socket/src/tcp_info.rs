@@ -13,6 +13,8 @@ pub const TCP_INFO_LEN: usize = 280;
 const TCPI_OPT_TIMESTAMPS: u8 = 1;
 const TCPI_OPT_SACK: u8 = 2;
 const TCPI_OPT_WSCALE: u8 = 4;
+const TCPI_OPT_ECN: u8 = 8;
+const TCPI_OPT_ECN_SEEN: u8 = 16;
 
 struct W(Vec<u8>);
 
@@ -61,6 +63,12 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     }
     if i.snd_wscale > 0 || i.rcv_wscale > 0 {
         opts |= TCPI_OPT_WSCALE;
+    }
+    if i.ecn {
+        opts |= TCPI_OPT_ECN;
+    }
+    if i.ecn_seen {
+        opts |= TCPI_OPT_ECN_SEEN;
     }
     w.u8(5, opts);
     w.u8(6, (i.snd_wscale & 0xf) | (i.rcv_wscale << 4));

@@ -372,6 +372,12 @@ pub struct TcpRepr<'a> {
     /// `(TSval, TSecr)` (RFC 7323 3).
     pub timestamp: Option<(u32, u32)>,
     pub payload: &'a [u8],
+    /// The ECN codepoint of the IP datagram carrying the segment (RFC 3168
+    /// 5: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE). Not part of the TCP
+    /// header: [`TcpRepr::parse`] leaves it 0 for the IP layer to fill in
+    /// from the datagram, and the IP layer writes it into the datagram it
+    /// builds around [`TcpRepr::emit`]'s segment.
+    pub ip_ecn: u8,
 }
 
 /// Largest options area (40 bytes).
@@ -417,6 +423,7 @@ impl<'a> TcpRepr<'a> {
             sack_ranges: [None; 4],
             timestamp: None,
             payload: &[],
+            ip_ecn: 0,
         };
         let hl = packet.header_len();
         let opts: &'a [u8] = buf.get(TCP_HEADER_LEN..hl).unwrap_or(&[]);
@@ -866,6 +873,7 @@ mod tests {
             sack_ranges: [None; 4],
             timestamp: None,
             payload: &[],
+            ip_ecn: 0,
         };
         let mut buf = vec![0u8; r.buffer_len()];
         r.emit(&mut TcpPacket::new_unchecked(&mut buf[..]), LO, LO, true);

@@ -100,6 +100,8 @@ impl Connection {
             _ => None,
         };
         let una_before = self.snd.una;
+        // The receiver saw congestion (RFC 3168 6.1.2, `ecn.rs`).
+        let ece = self.ecn_echoed(seg, ack);
         let off = self.opt.ts_offset;
         // RFC 6937 "DeliveredData = change_in(snd.una) + change_in(SACKd)":
         // the SACKed bytes and duplicate ACKs before this ACK.
@@ -128,6 +130,7 @@ impl Connection {
         if self.opt.sack {
             let blocks = seg.sack_ranges;
             let second = blocks.get(1).copied().flatten();
+            let mss = self.max_payload_base();
             let rack = &mut self.rtx.rack;
             let mut sorted = blocks;
             if let Some(Some((l, r))) = sorted.first().copied() {
@@ -146,7 +149,7 @@ impl Connection {
             sorted.sort_by_key(|b| b.map(|(l, _)| l.wrapping_sub(una)));
             let mut reord = None;
             for &(l, r) in sorted.iter().flatten() {
-                self.rtx.scoreboard.sack(l, r, &mut |s| {
+                self.rtx.scoreboard.sack_whole(l, r, mss, &mut |s| {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
                     sample(s);
                     note_reord(&mut reord, s);
@@ -164,6 +167,8 @@ impl Connection {
         }
         let mut newly_lost = false;
         let mut ended_fast_recovery = false;
+        // In the CWR state of an ECN echo (`ecn.rs`) at this ACK.
+        let mut no_growth_cwr = self.cwr().is_some();
         if ack.gt(self.snd.una) {
             // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
             self.report.advice.confirm = true;
@@ -220,6 +225,9 @@ impl Connection {
             self.timers.persist_backoff = 0;
             let mss = self.max_payload_base();
             self.try_undo(now, ecr, ctr);
+            // ECN (`ecn.rs`): the CWR state may end here; while in it the
+            // window does not grow (below).
+            no_growth_cwr = self.ecn_cwr_exit(now);
             match self.recovery.as_deref().copied() {
                 Some(r) if ack.ge(r.recover) => {
                     // Full acknowledgment: leave recovery.
@@ -291,6 +299,9 @@ impl Connection {
                     // 7.4.2: "the TLP episode ... repaired a loss": the
                     // congestion controller must react.
                     ctr.TCPLossProbeRecovery += 1;
+                    // Linux `tcp_process_tlp_ack`: a window reduction,
+                    // signalled with CWR.
+                    self.ecn_queue_cwr();
                     if self.recovery.is_none() {
                         let mss = self.max_payload_base();
                         let cwnd = self.cong.cc.cwnd();
@@ -309,34 +320,53 @@ impl Connection {
         } else {
             self.rtx.rack_at = None;
         }
+        // No loss found: an ECE starts the CWR state (`ecn.rs`).
+        if ece {
+            self.ecn_enter_cwr(now);
+        }
         // Congestion window growth, after loss detection as Linux does it
         // (`tcp_cong_control` after `tcp_fastretrans_alert`): not in fast
-        // recovery (PRR rules there, also when this ACK started it), by
-        // the data this ACK delivered (cumulatively acknowledged and not
-        // SACKed before, or newly SACKed: `acked_sacked`), when it
-        // advanced SND.UNA -- or, once reordering beyond DupThresh was
-        // seen, also when it only SACKed (`tcp_may_raise_cwnd`). The ACK
-        // that ends fast recovery sets cwnd to ssthresh and no more (Linux
-        // counts it towards CUBIC's next increment, a whole segment away).
+        // recovery (PRR rules there, also when this ACK started it) nor in
+        // the CWR state of an ECN echo (`ecn.rs`: while in it, or about to
+        // enter it, the window does not grow), by the data this ACK
+        // delivered (cumulatively acknowledged and not SACKed before, or
+        // newly SACKed: `acked_sacked`; without SACK, less what duplicate
+        // ACKs already counted, `tcp_newly_delivered`), when it advanced
+        // SND.UNA -- or, once reordering beyond DupThresh was seen, also
+        // when it only SACKed (`tcp_may_raise_cwnd`). The ACK that ends
+        // fast recovery sets cwnd to ssthresh and no more (Linux counts it
+        // towards CUBIC's next increment, a whole segment away).
         if !ack.lt(una_before)
             && !ended_fast_recovery
+            && !no_growth_cwr
+            && !ece
             && self.recovery.as_ref().is_none_or(|r| r.in_loss)
         {
             let advanced = self.snd.una.wrapping_sub(una_before) as usize;
-            let delivered =
-                (advanced + self.rtx.scoreboard.sacked_bytes()).saturating_sub(sacked_before);
+            let mss = self.max_payload_base();
+            let delivered = if self.opt.sack {
+                (advanced + self.rtx.scoreboard.sacked_bytes()).saturating_sub(sacked_before)
+            } else {
+                advanced
+                    .saturating_sub(dupacks_before as usize * mss)
+                    .max(mss.min(advanced))
+            };
             let may_raise = advanced > 0
                 || (self.rtx.rack.reordering > super::rack::DUP_THRESH as u32 && delivered > 0);
             if may_raise && delivered > 0 {
                 self.grow_cwnd(now, delivered, ack_rtt);
             }
         }
-        // RFC 6937: what fast recovery may send in answer to this ACK.
-        // Not on one below SND.UNA (reordered): Linux (`tcp_ack`'s
-        // "old_ack") takes its SACK information and marks losses, but
-        // leaves cwnd as the last in-order ACK set it, so what it newly
-        // SACKed makes room under that window.
-        if self.recovery.as_ref().is_some_and(|r| r.prr.is_some()) && !ack.lt(una_before) {
+        // RFC 6937: what fast recovery (or the CWR state, `ecn.rs`) may
+        // send in answer to this ACK. Not on one below SND.UNA
+        // (reordered): Linux (`tcp_ack`'s "old_ack") takes its SACK
+        // information and marks losses, but leaves cwnd as the last
+        // in-order ACK set it, so what it newly SACKed makes room under
+        // that window.
+        let in_cwr = self.cwr().is_some();
+        if (in_cwr || self.recovery.as_ref().is_some_and(|r| r.prr.is_some()))
+            && !ack.lt(una_before)
+        {
             let advanced = self.snd.una.wrapping_sub(una_before) as usize;
             let delivered = if self.opt.sack {
                 // "DeliveredData = change_in(snd.una) + change_in(SACKd)"
@@ -351,7 +381,11 @@ impl Connection {
             } else {
                 advanced.saturating_sub(dupacks_before as usize * self.max_payload_base())
             };
-            self.prr_on_ack(delivered, advanced > 0, newly_lost);
+            if in_cwr {
+                self.ecn_prr_on_ack(delivered, advanced > 0);
+            } else {
+                self.prr_on_ack(delivered, advanced > 0, newly_lost);
+            }
         }
         if ack.gt(una_before) {
             // 7.2: "start or restart a loss probe PTO timer ... upon

@@ -9,6 +9,7 @@ use ustack_wire::tcp::{SeqNum, TcpRepr, MAX_WINDOW_SHIFT};
 
 use super::ack::{Cong, Snd};
 use super::cc::{CcAlgorithm, CongestionControl};
+use super::ecn::EcnState;
 use super::input::{AckState, Rcv};
 use super::mtu::Mtup;
 use super::pacing::Pacer;
@@ -63,7 +64,8 @@ pub struct TcpConnInfo {
     /// Bytes queued and never sent (Linux `tcpi_notsent_bytes`).
     pub notsent: usize,
     /// Linux's congestion-avoidance state (`tcpi_ca_state`): 0 Open,
-    /// 1 Disorder (SACKs or duplicate ACKs seen), 3 Recovery, 4 Loss.
+    /// 1 Disorder (SACKs or duplicate ACKs seen), 2 CWR (reducing the
+    /// window for an ECN echo), 3 Recovery, 4 Loss.
     pub ca_state: u8,
     /// Segments sent and not cumulatively acknowledged (`tcpi_unacked`).
     pub unacked_segs: usize,
@@ -100,6 +102,10 @@ pub struct TcpConnInfo {
     pub busy_time: Duration,
     pub rwnd_limited: Duration,
     pub sndbuf_limited: Duration,
+    /// ECN is on (`TCPI_OPT_ECN`).
+    pub ecn: bool,
+    /// An ECT or CE datagram arrived (`TCPI_OPT_ECN_SEEN`).
+    pub ecn_seen: bool,
 }
 
 /// One TCP connection (a TCB), sans-IO. Its fields are grouped by concern,
@@ -131,6 +137,9 @@ pub struct Connection {
     /// The loss recovery episode going on, if any (`recovery.rs`); boxed,
     /// as an idle connection has none.
     pub(super) recovery: Option<Box<Recovery>>,
+    /// ECN (`ecn.rs`): what was negotiated, what to signal, the CWR
+    /// state; boxed, and only for a connection that uses ECN.
+    pub(super) ecn: Option<Box<EcnState>>,
     /// Persist, keep-alive, idle clock (`timers.rs`).
     pub(super) timers: Timers,
     /// Path MTU probing, once on (`mtu.rs`): boxed, as few connections
@@ -309,6 +318,8 @@ pub(super) struct Params {
     /// `TcpConfig::user_mss` (Linux `TCP_MAXSEG`).
     pub(super) user_mss: Option<u16>,
     pub(super) rfc1337: bool,
+    /// `TcpConfig::min_tso_segs` (at least 1).
+    pub(super) min_tso_segs: u8,
 }
 
 impl Params {
@@ -334,6 +345,7 @@ impl Params {
             mtu_probing: cfg.mtu_probing,
             base_mss: cfg.base_mss,
             mtu_probe_floor: cfg.mtu_probe_floor,
+            min_tso_segs: cfg.min_tso_segs.max(1),
         }
     }
 }
@@ -536,6 +548,7 @@ impl Connection {
                 pacer: Pacer::new(cfg.pacing),
             },
             recovery: None,
+            ecn: None,
             timers: Timers {
                 persist_at: None,
                 persist_backoff: 0,
@@ -577,6 +590,7 @@ impl Connection {
         now: Instant,
     ) -> Connection {
         let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, Phase::SynSent);
+        c.ecn_request(cfg.ecn);
         c.opt.rcv_wscale = if cfg.window_scale {
             window_shift_for(cfg.rcv_buf)
         } else {
@@ -600,6 +614,7 @@ impl Connection {
         let st = Phase::SynReceived { irs: syn.seq };
         let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, st);
         c.negotiate(syn, now);
+        c.ecn_accept_syn(cfg.ecn, syn);
         c.rcv.nxt = syn.seq + 1u32;
         c.snd.wnd = usize::from(syn.window);
         c.snd.max_wnd = c.snd.wnd;
@@ -849,6 +864,8 @@ impl Connection {
             busy_time,
             rwnd_limited,
             sndbuf_limited,
+            ecn: self.ecn(),
+            ecn_seen: self.ecn_seen(),
         }
     }
 
@@ -969,6 +986,7 @@ impl Connection {
         match &self.recovery {
             Some(r) if r.in_loss => 4,
             Some(_) => 3,
+            None if self.cwr().is_some() => 2,
             None if self.rtx.dupacks > 0 || self.rtx.scoreboard.totals().sacked > 0 => 1,
             None => 0,
         }
@@ -1256,5 +1274,14 @@ impl Connection {
             }
             self.report.in_estab = is;
         }
+    }
+}
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        use super::*;
+        eprintln!("Params {} Snd {} Rcv {} Negotiated {} AckState {} Rtx {} Tlp {} Cong {} Timers {} App {} Rst {} Report {} Phase {}",
+            std::mem::size_of::<Params>(), std::mem::size_of::<Snd>(), std::mem::size_of::<Rcv>(), std::mem::size_of::<Negotiated>(), std::mem::size_of::<AckState>(), std::mem::size_of::<super::super::recovery::Rtx>(), std::mem::size_of::<super::super::recovery::Tlp>(), std::mem::size_of::<Cong>(), std::mem::size_of::<Timers>(), std::mem::size_of::<App>(), std::mem::size_of::<Rst>(), std::mem::size_of::<Report>(), std::mem::size_of::<Phase>());
     }
 }

@@ -472,6 +472,7 @@ impl Connection {
             return;
         }
         self.negotiate(seg, now);
+        self.ecn_rcv_syn_sent(seg);
         self.rcv.nxt = seg.seq + 1u32;
         self.snd.wnd = usize::from(seg.window);
         self.snd.max_wnd = self.snd.wnd;
@@ -536,6 +537,8 @@ impl Connection {
             // remote side. Ignore the segment text."
             return;
         }
+        // RFC 3168 6.1.3: the peer's CWR ends our ECE (duplicates too).
+        self.ecn_accept_cwr(seg);
         let end = seg.seq + seg.payload.len();
         if end.le(self.rcv.nxt) {
             // RFC 2883 4: "the receiver ... reports [duplicate segments]
@@ -592,6 +595,8 @@ impl Connection {
         };
         let had_ooo = self.rcv.queue.has_out_of_order();
         let ins = self.rcv.queue.insert(off, data, self.cfg.ooo_limit.max(1));
+        // RFC 3168 6.1.3: a CE mark on new data, in order or not.
+        self.ecn_check_ce(seg.ip_ecn);
         if ins.out_of_order {
             // RFC 5681 4.2: "an out-of-order data segment SHOULD be
             // acknowledged immediately".

@@ -22,6 +22,7 @@
 //! | `cubic.rs` | CUBIC (RFC 9438), the default, in integer arithmetic |
 //! | `hystart.rs` | HyStart (Linux's delay test): CUBIC's slow start exit |
 //! | `prr.rs` | Proportional Rate Reduction (RFC 6937): what fast recovery sends per ACK |
+//! | `ecn.rs` | Explicit Congestion Notification (RFC 3168): negotiation, ECT marks, the ECE echo, the CWR state |
 //! | `pacing.rs` | pacing rate and bursts (Linux's internal pacing and TSO autosizing) |
 //! | `isn.rs` | initial sequence numbers (RFC 6528) |
 //! | `syncookie.rs` | SYN cookies (RFC 4987), Linux's encoding; a connection from a cookie |
@@ -43,6 +44,7 @@ mod ack;
 mod cc;
 mod conn;
 mod cubic;
+mod ecn;
 mod hystart;
 mod input;
 mod isn;
@@ -70,6 +72,7 @@ use ustack_wire::tcp::{SeqNum, TcpRepr};
 pub use cc::{AckSample, CcAlgorithm, CcSnapshot, CongestionControl, NewReno, UnknownAlgorithm};
 pub use conn::{Connection, NeighbourAdvice, TcpConnInfo};
 pub use cubic::Cubic;
+pub use ecn::EcnMode;
 pub use input::IcmpUnreachable;
 pub use isn::Isn;
 pub use mtu::MtuProbing;
@@ -297,6 +300,15 @@ pub struct TcpConfig {
     /// A finished search starts again after this long (Linux
     /// `tcp_probe_interval`: 600 s).
     pub probe_interval: Duration,
+    /// The fewest segments Linux puts in one TSO/GSO packet however slow
+    /// the pacing rate (Linux `tcp_min_tso_segs`: 2). It shapes where PSH
+    /// falls in a burst (every multi-segment packet of Linux carries it),
+    /// and how large TSO super-segments are.
+    pub min_tso_segs: u8,
+    /// Explicit Congestion Notification (RFC 3168; Linux `tcp_ecn`):
+    /// request it on active opens, accept it on passive ones, or neither.
+    /// Default: accept only, as Linux (`tcp_ecn` = 2).
+    pub ecn: EcnMode,
 }
 
 impl Default for TcpConfig {
@@ -333,6 +345,8 @@ impl Default for TcpConfig {
             mtu_probe_floor: 48,
             probe_threshold: 8,
             probe_interval: Duration::from_secs(600),
+            min_tso_segs: 2,
+            ecn: EcnMode::Passive,
         }
     }
 }

@@ -100,12 +100,20 @@ impl Connection {
             let syn_ack = self.state() == State::SynReceived;
             let is_rtx = self.snd.max != self.snd.iss;
             let window = self.advertise_window(true);
+            // RFC 3168 6.1.1: an ECN-setup SYN, or the SYN-ACK agreeing.
+            let (ece, cwr) = if syn_ack {
+                (self.ecn_synack_ece(), false)
+            } else {
+                self.ecn_syn_flags(is_rtx)
+            };
             let r = TcpRepr {
                 src_port: self.local.port(),
                 dst_port: self.remote.port(),
                 seq: self.snd.iss,
                 ack: if syn_ack { Some(self.rcv.nxt) } else { None },
                 syn: true,
+                ece,
+                cwr,
                 window,
                 max_seg_size: Some(self.opt.adv_mss),
                 window_scale: if (syn_ack && self.opt.ws) || (!syn_ack && self.cfg.window_scale) {
@@ -226,45 +234,52 @@ impl Connection {
             self.mtu_probe_sent(seq, n);
             sent_new = true;
         }
-        // Bytes of the current Linux skb (see `linux_size_goal`) sent in
-        // this burst.
-        let mut piece = 0usize;
-        // Linux (`tcp_cwnd_test`): a TSO packet carries at most half of
-        // cwnd, so that at least two are in flight.
-        let half_cwnd =
-            (self.send_cwnd() / self.max_payload().max(1) / 2).max(1) * self.max_payload();
+        // Where PSH falls (Linux, `__tcp_transmit_skb`): "Force a PSH flag
+        // on all (GSO) packets to expedite GRO flush at receiver", i.e. on
+        // every packet of more than one segment, which the link or GSO
+        // then cuts into segments of which the last keeps it. A packet of
+        // one segment carries PSH only if its skb does (the end of a write,
+        // `send_segment_psh`). So here: the segments of one packet Linux
+        // would build (`linux_packet_max`), and PSH on the last of each
+        // that holds two or more. With TSO, one segment is one packet.
+        let mut pkt = 0usize;
+        let mut pkt_max = 0usize;
         for _ in 0..MAX_BURST {
             if self.cong.pacer.budget(now, rate, mss) == 0 {
                 break;
             }
             let force = self.timers.force_send;
-            let Some((seq, n, fin)) = self.next_segment(force, false, out.tso_max) else {
+            if pkt == 0 {
+                if self.snd.una == self.snd.max && self.next_segment(force, false, 0).is_some() {
+                    // Linux restarts cwnd after idle before the packet is
+                    // sized (`tcp_slow_start_after_idle_check`, when the
+                    // application queues data or the window opens).
+                    self.restart_after_idle(now);
+                }
+                pkt_max = self.linux_packet_max();
+            }
+            let tso_cap = if out.tso_max > 0 {
+                out.tso_max.min(pkt_max.saturating_sub(pkt))
+            } else {
+                0
+            };
+            let Some((seq, n, fin)) = self.next_segment(force, false, tso_cap) else {
                 break;
             };
             self.timers.force_send = false;
-            // Linux sets PSH on the last segment of every multi-segment
-            // (TSO) packet, so a receiver's GRO delivers it at once: here
-            // the last segment of each packet Linux would build -- a piece
-            // of one of its skbs (`linux_size_goal`) sent in one burst, at
-            // most half of cwnd -- when it holds two segments or more.
-            // A push by the persist timer (the cork ceiling) is marked too;
-            // data held by MSG_MORE or a cork is not.
-            let goal = self.linux_size_goal();
-            let start = seq.wrapping_sub(self.snd.iss + 1u32) as usize;
-            if start.is_multiple_of(goal) {
-                piece = 0;
-            }
-            piece += n;
-            let piece_ends = (start + n).is_multiple_of(goal)
-                || piece >= half_cwnd
-                || self.burst_ends_after(seq, n);
-            let psh = force || (piece > self.max_payload() && piece_ends && !self.corked());
+            pkt += n;
+            let ends = pkt >= pkt_max
+                || self.burst_ends_after(seq, n)
+                || self.cong.pacer.budget(now, rate, mss) <= n + usize::from(fin)
+                || self.snd.queue.record_end_after(seq) == Some(seq + n);
+            // A push by the persist timer (the cork ceiling) is marked too.
+            let psh = force || (ends && pkt > self.max_payload());
             if !self.send_segment_psh(now, ctr, out, seq, n, fin, psh) {
                 self.timers.force_send = force;
                 return self.blocked(now);
             }
-            if piece_ends {
-                piece = 0;
+            if ends {
+                pkt = 0;
             }
             self.snd.nxt = self.snd.max;
             sent_new = true;
@@ -497,19 +512,54 @@ impl Connection {
         avail == 0 || nagle_holds || cwnd_room < maxp.min(avail) || wnd_room < maxp.min(avail)
     }
 
-    /// Linux's `size_goal` (`tcp_xmit_size_goal`): the size of the buffers
-    /// (skbs) a write is cut into, whole segments up to 64 KB and at most
-    /// half the largest window the peer offered. Linux sends each as one
-    /// TSO packet (or pieces of one), which shows in where PSH falls.
-    fn linux_size_goal(&self) -> usize {
-        let mss = self.max_payload().max(1);
-        let half = if self.snd.max_wnd > 536 {
-            self.snd.max_wnd / 2
-        } else {
-            self.snd.max_wnd
-        };
-        let cap = if half > 0 { half.min(65_536) } else { 65_536 };
-        (cap / mss).max(1) * mss
+    /// The largest packet Linux's `tcp_write_xmit` would build now: at
+    /// most half of cwnd and what cwnd leaves (`tcp_cwnd_test`: "ensure we
+    /// have at least 2 GSO packets in flight"), and at most the TSO
+    /// autosizing's count (`linux_tso_segs`); whole segments.
+    fn linux_packet_max(&self) -> usize {
+        let maxp = self.max_payload().max(1);
+        let cwnd = self.send_cwnd();
+        let half = (cwnd / maxp / 2).max(1);
+        let room = cwnd.saturating_sub(self.pipe()) / maxp;
+        half.min(room).min(self.linux_tso_segs()).max(1) * maxp
+    }
+
+    /// Linux's `tcp_tso_autosize`: about a millisecond of data at the
+    /// pacing rate (`sk_pacing_rate >> sk_pacing_shift`, shift 10), plus
+    /// up to 64 KB more on short paths (`gso_max_size >> (min_rtt_us >>
+    /// tcp_tso_rtt_log)`, log 9), at most 64 KB, in segments, and never
+    /// fewer than `tcp_min_tso_segs`. Linux computes the pacing rate
+    /// whether or not anything paces.
+    pub(super) fn linux_tso_segs(&self) -> usize {
+        const GSO_MAX_SIZE: u64 = 65_536;
+        let maxp = self.max_payload().max(1);
+        let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
+        let rate = super::pacing::Pacer::rate(
+            self.send_cwnd(),
+            self.cong.cc.ssthresh(),
+            flight,
+            self.rtx.rtt.srtt(),
+        );
+        // No RTT yet: Linux's rate is still unlimited (~0UL).
+        let mut bytes = rate.map_or(u64::MAX, |r| r >> 10);
+        if let Some(m) = self.rtx.rack.min_rtt() {
+            let r = m.as_micros() >> 9;
+            if r < 64 {
+                bytes = bytes.saturating_add(GSO_MAX_SIZE >> r);
+            }
+        }
+        let segs = usize::try_from(bytes.min(GSO_MAX_SIZE)).unwrap_or(usize::MAX) / maxp;
+        segs.max(usize::from(self.cfg.min_tso_segs))
+    }
+
+    /// RFC 5681 4.1 (Linux `tcp_cwnd_restart`): sending again after more
+    /// than an RTO with nothing in flight restarts cwnd.
+    fn restart_after_idle(&mut self, now: Instant) {
+        if self.snd.max == self.snd.una
+            && now.saturating_duration_since(self.timers.last_send_at) > self.rtx.rtt.rto()
+        {
+            self.cong.cc.on_idle(now, self.max_payload_base());
+        }
     }
 
     /// Emit one data/FIN segment at `seq`; false if `emit` refused it.
@@ -569,6 +619,11 @@ impl Connection {
                 .is_some_and(|m| m.contains(&(seq + n)));
         let tail = tail || record_end;
         r.psh = n > 0 && (psh || tail);
+        // RFC 3168 6.1.2: ECT(0) on new data (not on retransmissions), and
+        // CWR on the first after a window reduction.
+        let (ip_ecn, cwr) = self.ecn_data(seq, n);
+        r.ip_ecn = ip_ecn;
+        r.cwr = cwr;
         let ok = {
             let contiguous = self.snd.queue.ring.contiguous(off, n);
             let payload: &[u8] = if contiguous.len() == n {
@@ -587,12 +642,9 @@ impl Connection {
         if !ok {
             return false;
         }
-        if self.snd.max == self.snd.una
-            && now.saturating_duration_since(self.timers.last_send_at) > self.rtx.rtt.rto()
-        {
-            // RFC 5681 4.1: restart after idle.
-            self.cong.cc.on_idle(now, self.max_payload_base());
-        }
+        self.ecn_sent(cwr);
+        // (A no-op if `dispatch` restarted cwnd before sizing the packet.)
+        self.restart_after_idle(now);
         self.sent_ack(ctr, now);
         // Linux counts a TSO segment as the segments it stands for
         // (`tcp_skb_pcount`), as the wire carries them.
@@ -605,6 +657,8 @@ impl Connection {
         // += (data sent)".
         if let Some(w) = self.recovery.as_mut().and_then(|r| r.prr.as_mut()) {
             w.prr.on_sent(len);
+        } else if let Some(c) = self.cwr_mut() {
+            c.prr.prr.on_sent(len);
         }
         if seq.lt(self.snd.max) {
             ctr.RetransSegs += 1;
@@ -650,6 +704,8 @@ impl Connection {
                 None
             },
             sack_ranges: self.sack_blocks(),
+            // RFC 3168 6.1.3: ECE on every segment until the peer's CWR.
+            ece: self.ecn_ece(),
             ..TcpRepr::default()
         }
     }

@@ -20,7 +20,8 @@ pub(crate) struct Rack {
     /// recently sent segment that has been delivered.
     xmit: Option<Instant>,
     end: SeqNum,
-    rtt: Duration,
+    /// "RACK.rtt" in µs (see `min_rtt`).
+    rtt: u32,
     /// "RACK.min_RTT" (over the connection's lifetime; RFC 8985 suggests
     /// a windowed minimum, which this simplifies), in µs: a `Duration`
     /// would take the connection past its size budget.
@@ -44,7 +45,7 @@ impl Rack {
         Rack {
             xmit: None,
             end: iss,
-            rtt: Duration::ZERO,
+            rtt: 0,
             min_rtt: None,
             reordering_seen: false,
             reordering: DUP_THRESH as u32,
@@ -52,6 +53,11 @@ impl Rack {
             reo_steps: 1,
             dsack_round: None,
         }
+    }
+
+    /// "RACK.min_RTT", if any sample was taken.
+    pub(crate) fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt.map(|m| Duration::from_micros(u64::from(m)))
     }
 
     pub(crate) fn on_rtt_sample(&mut self, r: Duration) {
@@ -83,7 +89,7 @@ impl Rack {
         // the cumulatively acknowledged segments in sequence order, and
         // keeps the RTT of the last one, an original transmission acked
         // after an earlier-sent retransmission included.
-        self.rtt = rtt;
+        self.rtt = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
         let newer = match self.xmit {
             None => true,
             Some(x) => seg.xmit > x || (seg.xmit == x && seg.end.gt(self.end)),
@@ -202,7 +208,7 @@ impl Rack {
                     continue;
                 }
                 // "remaining = Segment.xmit_ts + RACK.rtt + RACK.reo_wnd - Now"
-                let due = s.xmit + self.rtt + reo_wnd;
+                let due = s.xmit + Duration::from_micros(u64::from(self.rtt)) + reo_wnd;
                 if due <= now {
                     if let Some(slot) = lost.get_mut(k) {
                         *slot = s.start;

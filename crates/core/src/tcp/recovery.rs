@@ -122,14 +122,20 @@ impl Connection {
             prior: self.cong.cc.snapshot(),
             retrans_ts: None,
         };
-        self.cong
-            .cc
-            .on_enter_recovery(now, self.reduction_base(flight), mss);
-        let prr = PrrWindow {
-            prr: Prr::new(flight, self.cong.cc.ssthresh()),
-            // Until an ACK brings sndcnt: nothing but the head's
-            // retransmission (`rtx_head_now`).
-            cwnd: self.pipe(),
+        // An ECN window reduction going on goes on (`ecn.rs`).
+        let prr = match self.ecn_take_cwr() {
+            Some(w) => w,
+            None => {
+                self.cong
+                    .cc
+                    .on_enter_recovery(now, self.reduction_base(flight), mss);
+                PrrWindow {
+                    prr: Prr::new(flight, self.cong.cc.ssthresh()),
+                    // Until an ACK brings sndcnt: nothing but the head's
+                    // retransmission (`rtx_head_now`).
+                    cwnd: self.pipe(),
+                }
+            }
         };
         self.recovery = Some(Box::new(Recovery {
             recover: self.snd.max,
@@ -224,7 +230,8 @@ impl Connection {
     pub(super) fn send_cwnd(&self) -> usize {
         match self.recovery.as_ref().and_then(|r| r.prr) {
             Some(w) => w.cwnd,
-            None => self.cong.cc.cwnd(),
+            // The CWR state's PRR (ECN, `ecn.rs`).
+            None => self.cwr().map_or(self.cong.cc.cwnd(), |c| c.prr.cwnd),
         }
     }
 
@@ -333,8 +340,11 @@ impl Connection {
         // retransmitted by the retransmission timer" holds ssthresh. So
         // does one in the middle of fast recovery, which reduced it for
         // this episode already (Linux `tcp_enter_loss` recomputes it only
-        // from Open or Disorder, or once the recovery point is passed).
-        let repeated = self.rtx.retries > 1 || self.recovery.as_ref().is_some_and(|r| !r.in_loss);
+        // from Open or Disorder, or once the recovery point is passed),
+        // and one inside an ECN reduction (`ecn.rs`).
+        let repeated = self.ecn_on_rto()
+            || self.rtx.retries > 1
+            || self.recovery.as_ref().is_some_and(|r| !r.in_loss);
         if self.recovery.is_none() {
             let sacked = self.rtx.scoreboard.sacked_count();
             self.rtx.rack.on_rto_in_disorder(sacked);

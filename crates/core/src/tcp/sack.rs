@@ -349,6 +349,60 @@ impl Scoreboard {
         n
     }
 
+    /// [`Scoreboard::sack`] in whole segments of `mss` bytes, as Linux
+    /// marks them (`tcp_match_skb_to_sack`): an edge of the block that
+    /// falls inside a segment moves inward to an MSS boundary counted from
+    /// that segment's start, so a block covering part of a single-MSS
+    /// segment (a receiver SACKing its last byte, say) marks nothing.
+    pub(crate) fn sack_whole(
+        &mut self,
+        left: SeqNum,
+        right: SeqNum,
+        mss: usize,
+        delivered: &mut dyn FnMut(&Seg),
+    ) -> usize {
+        let (Some(first), Some(last)) = (self.segs.front(), self.segs.back()) else {
+            return 0;
+        };
+        let left = left.max(first.start);
+        let right = right.min(last.end);
+        if !left.lt(right) || right.wrapping_sub(left) > self.span() {
+            return self.sack(left, right, delivered);
+        }
+        let left = self.inward(left, mss, true);
+        let right = self.inward(right, mss, false);
+        if !left.lt(right) {
+            return 0;
+        }
+        self.sack(left, right, delivered)
+    }
+
+    /// `seq` moved to a multiple of `mss` from the start of the segment it
+    /// falls strictly inside (up, or down), or left as it is.
+    fn inward(&self, seq: SeqNum, mss: usize, up: bool) -> SeqNum {
+        let base = self.base();
+        let o = seq.wrapping_sub(base);
+        let i = self.segs.partition_point(|s| s.end.wrapping_sub(base) <= o);
+        let Some(s) = self.segs.get(i) else {
+            return seq;
+        };
+        let into = seq.wrapping_sub(s.start);
+        if s.start.wrapping_sub(base) >= o || into as usize >= s.len() {
+            return seq;
+        }
+        let mss = u32::try_from(mss.max(1)).unwrap_or(u32::MAX);
+        let whole = if up {
+            into.div_ceil(mss).saturating_mul(mss)
+        } else {
+            into / mss * mss
+        };
+        if whole as usize >= s.len() {
+            s.end
+        } else {
+            s.start + whole
+        }
+    }
+
     /// RFC 6675 pipe: bytes sent and still believed in the network.
     pub(crate) fn pipe(&self) -> usize {
         self.totals.pipe

@@ -89,8 +89,7 @@ pub(crate) struct CookieOptions {
     /// The peer's window scale, if it offered one and we scale windows.
     pub(crate) wscale: Option<u8>,
     pub(crate) sack: bool,
-    /// ECN was negotiated. We do not negotiate ECN: always false when we
-    /// encode, ignored when we decode; the bit is kept where Linux has it.
+    /// ECN was agreed (RFC 3168; Linux `cookie_ecn_ok`).
     pub(crate) ecn: bool,
 }
 
@@ -247,11 +246,15 @@ impl CookieJar {
         // Window scaling and SACK only with timestamps to carry them.
         let ws = ts.is_some() && cfg.window_scale && syn.window_scale.is_some();
         let sack = ts.is_some() && cfg.sack && syn.sack_permitted;
+        // ECN as a listener agrees to it (`ecn.rs`), with timestamps to
+        // remember it.
+        let ecn =
+            ts.is_some() && cfg.ecn != super::EcnMode::Off && syn.ece && syn.cwr && syn.ip_ecn == 0;
         let rcv_buf = cfg.rcv_buf.max(1);
         let opts = CookieOptions {
             wscale: syn.window_scale.filter(|_| ws),
             sack,
-            ecn: false,
+            ecn,
         };
         let clock = now.total_millis() as u32;
         TcpRepr {
@@ -266,6 +269,7 @@ impl CookieJar {
             max_seg_size: Some(adv_mss_for(cfg, route_mss)),
             window_scale: ws.then(|| window_shift_for(rcv_buf)),
             sack_permitted: sack,
+            ece: ecn,
             timestamp: ts.map(|tsval| {
                 let ours = init_timestamp(clock, opts).wrapping_add(ts_offset_for(cookie));
                 (ours, tsval)
@@ -313,7 +317,12 @@ pub(crate) fn restore(cfg: &TcpConfig, ack: &TcpRepr, mss: u16) -> Option<Restor
     }
     Some(Restored {
         mss,
-        opts: CookieOptions { ecn: false, ..opts },
+        // Linux `cookie_ecn_ok`: ECN if the cookie says so and `tcp_ecn`
+        // is not 0.
+        opts: CookieOptions {
+            ecn: opts.ecn && cfg.ecn != super::EcnMode::Off,
+            ..opts
+        },
         ts: true,
     })
 }
@@ -347,6 +356,9 @@ impl Connection {
             max_seg_size: Some(restored.mss),
             window_scale: restored.opts.wscale,
             sack_permitted: restored.opts.sack,
+            // An ECN-setup SYN, if the cookie agreed to one.
+            ece: restored.opts.ecn,
+            cwr: restored.opts.ecn,
             timestamp: ack.timestamp.filter(|_| restored.ts).map(|(v, _)| (v, 0)),
             ..TcpRepr::default()
         };
