@@ -3,7 +3,7 @@
 //! `ustack_socket::sysctl::apply`, the same mapping packetdrill scripts use;
 //! reading formats the values as Linux's `/proc/sys` shows them.
 
-use ustack_core::tcp::{MtuProbing, SynCookies};
+use ustack_core::tcp::{EcnMode, MtuProbing, SynCookies};
 use ustack_core::CcAlgorithm;
 use ustack_socket::sysctl::{apply, SysctlError, Tunables, NAMES};
 
@@ -58,6 +58,12 @@ pub fn get(t: &Tunables, name: &str) -> Option<String> {
         "tcp_base_mss" => c.base_mss.to_string(),
         "tcp_probe_threshold" => c.probe_threshold.to_string(),
         "tcp_probe_interval" => secs(c.probe_interval),
+        "tcp_ecn" => match c.ecn {
+            EcnMode::Off => "0".into(),
+            EcnMode::On => "1".into(),
+            EcnMode::Passive => "2".into(),
+        },
+        "tcp_min_tso_segs" => c.min_tso_segs.to_string(),
         // Linux shows "no limit" as 4294967295.
         "tcp_notsent_lowat" => t.notsent_lowat.unwrap_or(u32::MAX).to_string(),
         _ => return None,
