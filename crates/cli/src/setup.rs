@@ -106,9 +106,9 @@ pub struct NetArgs {
     /// default; the environment variable USTACK_GRO=off does the same).
     #[arg(long)]
     pub no_gro: bool,
-    /// TCP congestion control: cubic (RFC 9438 with HyStart, the
-    /// default) or newreno (RFC 6582), like Linux's
-    /// net.ipv4.tcp_congestion_control.
+    /// TCP congestion control: cubic (RFC 9438 with Linux's HyStart, the
+    /// default), cubic-hystart++ (RFC 9406's HyStart++ instead) or newreno
+    /// (RFC 6582), like Linux's net.ipv4.tcp_congestion_control.
     #[arg(long, value_name = "ALG", default_value_t = CcAlgorithm::default())]
     pub congestion_control: CcAlgorithm,
     #[command(flatten)]

@@ -38,6 +38,7 @@ pub fn get(t: &Tunables, name: &str) -> Option<String> {
         "tcp_congestion_control" => match c.congestion_control {
             CcAlgorithm::Cubic => "cubic".into(),
             CcAlgorithm::NewReno => "reno".into(),
+            CcAlgorithm::CubicHyStartPlusPlus => "cubic-hystart++".into(),
         },
         "tcp_syncookies" => match c.syncookies {
             SynCookies::Off => "0".into(),

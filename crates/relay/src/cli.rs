@@ -117,7 +117,8 @@ pub struct RelayArgs {
     #[arg(long, value_name = "US")]
     pub busy_poll: Option<u64>,
     /// TCP congestion control of the guest-side connections: cubic (RFC
-    /// 9438 with HyStart, the default) or newreno (RFC 6582), like Linux's
+    /// 9438 with Linux's HyStart, the default), cubic-hystart++ (RFC 9406's
+    /// HyStart++ instead) or newreno (RFC 6582), like Linux's
     /// net.ipv4.tcp_congestion_control.
     #[arg(long, value_name = "ALG", default_value_t = CcAlgorithm::default())]
     pub congestion_control: CcAlgorithm,

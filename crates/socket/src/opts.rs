@@ -391,7 +391,8 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
         (libc::IPPROTO_TCP, libc::TCP_INQ) => int_bytes(o.inq.into()),
         (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => {
             let name = match o.congestion.unwrap_or(host.base.tcp.congestion_control) {
-                CcAlgorithm::Cubic => "cubic",
+                // Linux's name: the HyStart++ variant is CUBIC to a peer.
+                CcAlgorithm::Cubic | CcAlgorithm::CubicHyStartPlusPlus => "cubic",
                 CcAlgorithm::NewReno => "reno",
             };
             let mut v = name.as_bytes().to_vec();

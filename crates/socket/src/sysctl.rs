@@ -117,6 +117,7 @@ pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlErro
         "tcp_congestion_control" => {
             cfg.congestion_control = match value.trim() {
                 "cubic" => CcAlgorithm::Cubic,
+                "cubic-hystart++" => CcAlgorithm::CubicHyStartPlusPlus,
                 "reno" => CcAlgorithm::NewReno,
                 _ => return Err(bad()),
             }

@@ -31,16 +31,24 @@ pub enum CcAlgorithm {
     Cubic,
     /// NewReno (RFC 5681 and RFC 6582; Linux's `reno`).
     NewReno,
+    /// CUBIC with RFC 9406's HyStart++ (Conservative Slow Start) ending
+    /// the initial slow start instead of Linux's HyStart.
+    CubicHyStartPlusPlus,
 }
 
 impl CcAlgorithm {
-    pub const ALL: [CcAlgorithm; 2] = [CcAlgorithm::Cubic, CcAlgorithm::NewReno];
+    pub const ALL: [CcAlgorithm; 3] = [
+        CcAlgorithm::Cubic,
+        CcAlgorithm::NewReno,
+        CcAlgorithm::CubicHyStartPlusPlus,
+    ];
 
     /// The name Linux gives it (`ss -i`, `TCP_CONGESTION`), NewReno aside.
     pub fn name(self) -> &'static str {
         match self {
             CcAlgorithm::Cubic => "cubic",
             CcAlgorithm::NewReno => "newreno",
+            CcAlgorithm::CubicHyStartPlusPlus => "cubic-hystart++",
         }
     }
 
@@ -57,6 +65,9 @@ impl CcAlgorithm {
         match self {
             CcAlgorithm::Cubic => Box::new(Cubic::new(initial_segments, mss, paced)),
             CcAlgorithm::NewReno => Box::new(NewReno::new(initial_segments, mss)),
+            CcAlgorithm::CubicHyStartPlusPlus => {
+                Box::new(Cubic::with_hystart_pp(initial_segments, mss, paced))
+            }
         }
     }
 }
@@ -75,7 +86,7 @@ impl fmt::Display for UnknownAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown congestion control '{}' (known: cubic, newreno)",
+            "unknown congestion control '{}' (known: cubic, newreno, cubic-hystart++)",
             self.0
         )
     }
@@ -90,6 +101,7 @@ impl FromStr for CcAlgorithm {
         match s.to_ascii_lowercase().as_str() {
             "cubic" => Ok(CcAlgorithm::Cubic),
             "newreno" | "reno" => Ok(CcAlgorithm::NewReno),
+            "cubic-hystart++" | "cubic-hspp" => Ok(CcAlgorithm::CubicHyStartPlusPlus),
             _ => Err(UnknownAlgorithm(s.to_string())),
         }
     }

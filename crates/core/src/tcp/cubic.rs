@@ -17,6 +17,7 @@
 
 use super::cc::{AckSample, CcAlgorithm, CcSnapshot, CongestionControl, INITIAL_SSTHRESH};
 use super::hystart::{HyStart, Round, Verdict, EPOCH_QUIET};
+use super::hystart_pp::{self, HyStartPP};
 use crate::time::{Duration, Instant};
 
 /// RFC 9438's C, "the aggressiveness of window increase", 0.4 segments
@@ -106,6 +107,9 @@ pub struct Cubic {
     ssthresh: usize,
     initial_segments: usize,
     hystart: HyStart,
+    /// RFC 9406's HyStart++ in place of Linux's HyStart
+    /// (`CcAlgorithm::CubicHyStartPlusPlus`), boxed: rarely chosen.
+    hspp: Option<Box<HyStartPP>>,
     /// RFC 9438 "W_max": "Size of cwnd in segments just before cwnd was
     /// reduced in the last congestion event when fast convergence is
     /// disabled (same as cwnd_prior on a congestion event). However, if
@@ -131,6 +135,39 @@ pub struct Cubic {
 }
 
 impl Cubic {
+    /// An ACK in congestion avoidance (cwnd at or above ssthresh).
+    fn on_ack_avoidance(&mut self, ack: &AckSample, mss: usize) {
+        let _ = mss;
+        if !ack.cwnd_limited {
+            // RFC 9438 5.8: "CUBIC does not increase its congestion window
+            // size if a flow is currently limited by the application";
+            // 4.2: "The elapsed time t in Figure 1 MUST NOT include periods
+            // during which cwnd has not been updated due to
+            // application-limited behavior".
+            if self.epoch.is_some() && self.app_limited_since.is_none() {
+                self.app_limited_since = Some(ack.now);
+            }
+            return;
+        }
+        if let (Some(since), Some(epoch)) = (self.app_limited_since.take(), self.epoch) {
+            self.epoch = Some(epoch + ack.now.saturating_duration_since(since));
+        }
+        self.congestion_avoidance(ack);
+    }
+
+    /// CUBIC with RFC 9406's HyStart++ ending the initial slow start
+    /// (Conservative Slow Start included) instead of Linux's HyStart.
+    pub(crate) fn with_hystart_pp(initial_segments: u32, mss: usize, paced: bool) -> Cubic {
+        let mut c = Cubic::new(initial_segments, mss, paced);
+        c.hspp = Some(Box::new(HyStartPP::new(paced)));
+        c
+    }
+
+    #[cfg(test)]
+    pub(crate) fn in_css(&self) -> bool {
+        self.hspp.as_ref().is_some_and(|h| h.in_css())
+    }
+
     /// cwnd = `initial_segments` * `mss`; ssthresh arbitrarily high (RFC
     /// 5681 3.1); `paced`: the sender paces (HyStart's ACK train allowance).
     pub fn new(initial_segments: u32, mss: usize, paced: bool) -> Cubic {
@@ -140,6 +177,7 @@ impl Cubic {
             ssthresh: INITIAL_SSTHRESH,
             initial_segments,
             hystart: HyStart::new(paced),
+            hspp: None,
             w_max: 0,
             cwnd_prior: 0,
             k_us: 0,
@@ -278,7 +316,11 @@ impl Cubic {
 
 impl CongestionControl for Cubic {
     fn name(&self) -> &'static str {
-        CcAlgorithm::Cubic.name()
+        if self.hspp.is_some() {
+            "cubic-hystart++"
+        } else {
+            "cubic"
+        }
     }
 
     fn cwnd(&self) -> usize {
@@ -291,6 +333,28 @@ impl CongestionControl for Cubic {
 
     fn on_ack(&mut self, ack: &AckSample) {
         let mss = ack.mss.max(1);
+        if let Some(pp) = self.hspp.as_deref_mut() {
+            if self.cwnd < self.ssthresh {
+                let initial = self.ssthresh == INITIAL_SSTHRESH;
+                if !ack.cwnd_limited {
+                    return;
+                }
+                let grow = pp.growth(ack.acked, mss);
+                let room = self.ssthresh - self.cwnd;
+                self.cwnd += grow.min(room);
+                if initial
+                    && pp.on_ack(ack.una, ack.snd_nxt, ack.rtt)
+                        == hystart_pp::Verdict::EnterCongestionAvoidance
+                {
+                    // RFC 9406 4.2: "If CSS_ROUNDS rounds are complete,
+                    // enter congestion avoidance by setting the ssthresh to
+                    // the current cwnd."
+                    self.ssthresh = self.cwnd;
+                }
+                return;
+            }
+            return self.on_ack_avoidance(ack, mss);
+        }
         // Linux `cubictcp_acked` (before the window grows for this ACK,
         // cwnd-limited or not): the RTT sample, unless the congestion
         // avoidance epoch started less than a second ago (right after a
@@ -331,21 +395,7 @@ impl CongestionControl for Cubic {
             self.cwnd += grow.min(room);
             return;
         }
-        if !ack.cwnd_limited {
-            // RFC 9438 5.8: "CUBIC does not increase its congestion window
-            // size if a flow is currently limited by the application";
-            // 4.2: "The elapsed time t in Figure 1 MUST NOT include periods
-            // during which cwnd has not been updated due to
-            // application-limited behavior".
-            if self.epoch.is_some() && self.app_limited_since.is_none() {
-                self.app_limited_since = Some(ack.now);
-            }
-            return;
-        }
-        if let (Some(since), Some(epoch)) = (self.app_limited_since.take(), self.epoch) {
-            self.epoch = Some(epoch + ack.now.saturating_duration_since(since));
-        }
-        self.congestion_avoidance(ack);
+        self.on_ack_avoidance(ack, mss);
     }
 
     fn snapshot(&self) -> CcSnapshot {
@@ -791,5 +841,44 @@ mod tests {
         // ACK, which then counts towards congestion avoidance.
         assert_eq!(round, 6);
         assert!(c.ssthresh() <= cwnd && cwnd - c.ssthresh() < MSS);
+    }
+
+    /// With HyStart++ (RFC 9406), slow start ends on an RTT increase after
+    /// Conservative Slow Start: ssthresh becomes cwnd well before a loss.
+    #[test]
+    fn hystart_pp_ends_slow_start_after_css() {
+        let mut c = Cubic::with_hystart_pp(10, MSS, true);
+        let mut now = Instant::ZERO;
+        let mut una = 0u32;
+        let mut exit_cwnd = None;
+        for round in 0..20u32 {
+            let segs = c.cwnd() / MSS;
+            let end = una + segs as u32 * MSS as u32;
+            // RTT 40 ms, rising by 10 ms a round from round 5 (a queue).
+            let rtt = Duration::from_millis(40 + 10 * u64::from(round.saturating_sub(5)));
+            now += rtt;
+            for i in 1..=segs as u32 {
+                let a = AckSample {
+                    una: SeqNum(una + i * MSS as u32),
+                    snd_nxt: SeqNum(end + 2 * i * MSS as u32),
+                    rtt: Some(rtt),
+                    ..ack_at(now, MSS, 40)
+                };
+                c.on_ack(&a);
+                if c.ssthresh() != INITIAL_SSTHRESH {
+                    exit_cwnd = Some((round, c.cwnd()));
+                    break;
+                }
+            }
+            una = end;
+            if exit_cwnd.is_some() {
+                break;
+            }
+        }
+        let (round, cwnd) = exit_cwnd.expect("HyStart++ ended slow start");
+        // CSS entered in round 6, five CSS rounds growing by 1/4.
+        assert!((9..=12).contains(&round), "round {round}");
+        assert_eq!(c.ssthresh(), cwnd);
+        assert!(!c.in_css());
     }
 }

@@ -46,6 +46,7 @@ mod conn;
 mod cubic;
 mod ecn;
 mod hystart;
+mod hystart_pp;
 mod input;
 mod isn;
 mod mtu;
