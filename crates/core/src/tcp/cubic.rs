@@ -15,7 +15,7 @@
 //! W_cubic(t) = C * SMSS * (t - K)^3 + W_max, K = cbrt((W_max -
 //! cwnd_epoch) / (C * SMSS)).
 
-use super::cc::{AckSample, CcAlgorithm, CcSnapshot, CongestionControl, INITIAL_SSTHRESH};
+use super::cc::{AckSample, CcSnapshot, CongestionControl, INITIAL_SSTHRESH};
 use super::hystart::{HyStart, Round, Verdict, EPOCH_QUIET};
 use super::hystart_pp::{self, HyStartPP};
 use crate::time::{Duration, Instant};
