@@ -53,6 +53,15 @@ fn scrape(port: u16) -> String {
     r
 }
 
+/// The row of `ss --json` output `ss` whose `field` is `want`.
+fn row_where<'a>(ss: &'a Value, field: &str, want: &str) -> &'a Value {
+    ss.as_array()
+        .expect("array")
+        .iter()
+        .find(|r| r[field].as_str() == Some(want))
+        .unwrap_or_else(|| panic!("no socket with {field} {want} in ss: {ss}"))
+}
+
 fn counter(v: &Value, name: &str) -> u64 {
     v.get(name).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -161,12 +170,7 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
 
     // ss: the held connection is established, with ss -i's fields.
     let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
-    let row = ss
-        .as_array()
-        .expect("array")
-        .iter()
-        .find(|s| s["peer"].as_str() == Some(&format!("10.77.0.1:{port}")))
-        .unwrap_or_else(|| panic!("connection from port {port} not in ss: {ss}"));
+    let row = row_where(&ss, "peer", &format!("10.77.0.1:{port}"));
     assert_eq!(row["state"], "ESTAB");
     assert_eq!(row["local"], "10.77.0.2:7");
     let info = &row["info"];
@@ -242,12 +246,7 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
         .recv_timeout(Duration::from_secs(60))
         .expect("second connection");
     let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
-    let row = ss
-        .as_array()
-        .expect("array")
-        .iter()
-        .find(|s| s["peer"].as_str() == Some(&format!("10.77.0.1:{port}")))
-        .unwrap_or_else(|| panic!("second connection not in ss: {ss}"));
+    let row = row_where(&ss, "peer", &format!("10.77.0.1:{port}"));
     let sb = row["info"]["send_buffer"].as_u64().expect("send_buffer");
     assert!(
         sb <= 65536,
@@ -383,12 +382,7 @@ fn ss_nstat_sysctl_against_a_live_run() {
     assert!(threads >= 2, "the relay and its control thread");
 
     let ss = json(&["ss", "-tie", "--json", "--stack", &name]);
-    let row = ss
-        .as_array()
-        .expect("array")
-        .iter()
-        .find(|r| r["local"].as_str() == Some(&format!("10.0.2.2:{port}")))
-        .unwrap_or_else(|| panic!("the relayed connection is not in ss: {ss}"));
+    let row = row_where(&ss, "local", &format!("10.0.2.2:{port}"));
     assert_eq!(row["state"], "ESTAB");
     let hostside = row["host"].as_str().unwrap_or_default();
     assert!(

@@ -803,12 +803,11 @@ mod tests {
         assert!(a0.abs_diff(a1) <= 2 * MSS, "same curve: {a0} vs {a1}");
     }
 
-    /// HyStart ends the initial slow start on an RTT increase: ssthresh
-    /// becomes cwnd in the round the RTT rose (after eight samples of it),
-    /// well before a loss would.
-    #[test]
-    fn hystart_ends_slow_start() {
-        let mut c = Cubic::new(10, MSS, true);
+    /// Slow start over a path whose RTT is 40 ms, rising by 10 ms a round
+    /// from round 5 (a queue building), each round's segments acked one by
+    /// one: the round slow start ended in and cwnd then (None: it never
+    /// did in 20 rounds).
+    fn rising_rtt_rounds(c: &mut Cubic) -> Option<(u32, usize)> {
         let mut now = Instant::ZERO;
         let mut una = 0u32;
         let mut exit_cwnd = None;
@@ -836,6 +835,16 @@ mod tests {
                 break;
             }
         }
+        exit_cwnd
+    }
+
+    /// HyStart ends the initial slow start on an RTT increase: ssthresh
+    /// becomes cwnd in the round the RTT rose (after eight samples of it),
+    /// well before a loss would.
+    #[test]
+    fn hystart_ends_slow_start() {
+        let mut c = Cubic::new(10, MSS, true);
+        let exit_cwnd = rising_rtt_rounds(&mut c);
         let (round, cwnd) = exit_cwnd.expect("HyStart ended slow start");
         // Round 6: 50 ms > 40 ms + 5 ms. ssthresh is cwnd before this
         // ACK, which then counts towards congestion avoidance.
@@ -848,33 +857,7 @@ mod tests {
     #[test]
     fn hystart_pp_ends_slow_start_after_css() {
         let mut c = Cubic::with_hystart_pp(10, MSS, true);
-        let mut now = Instant::ZERO;
-        let mut una = 0u32;
-        let mut exit_cwnd = None;
-        for round in 0..20u32 {
-            let segs = c.cwnd() / MSS;
-            let end = una + segs as u32 * MSS as u32;
-            // RTT 40 ms, rising by 10 ms a round from round 5 (a queue).
-            let rtt = Duration::from_millis(40 + 10 * u64::from(round.saturating_sub(5)));
-            now += rtt;
-            for i in 1..=segs as u32 {
-                let a = AckSample {
-                    una: SeqNum(una + i * MSS as u32),
-                    snd_nxt: SeqNum(end + 2 * i * MSS as u32),
-                    rtt: Some(rtt),
-                    ..ack_at(now, MSS, 40)
-                };
-                c.on_ack(&a);
-                if c.ssthresh() != INITIAL_SSTHRESH {
-                    exit_cwnd = Some((round, c.cwnd()));
-                    break;
-                }
-            }
-            una = end;
-            if exit_cwnd.is_some() {
-                break;
-            }
-        }
+        let exit_cwnd = rising_rtt_rounds(&mut c);
         let (round, cwnd) = exit_cwnd.expect("HyStart++ ended slow start");
         // CSS entered in round 6, five CSS rounds growing by 1/4.
         assert!((9..=12).contains(&round), "round {round}");
