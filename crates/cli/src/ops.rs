@@ -218,7 +218,8 @@ fn keep(s: &SocketEntry, a: &SsArgs, terms: &[Term]) -> bool {
         Term::State(n) => Some(n.as_str()),
         _ => None,
     });
-    let listening = s.state == "LISTEN";
+    // ss counts an unconnected UDP socket as listening (`ss -ul`).
+    let listening = s.state == "LISTEN" || s.state == "UNCONN";
     let by_state = match state_terms.next() {
         Some(first) => std::iter::once(first)
             .chain(state_terms)

@@ -131,6 +131,14 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
     }
     // Only the services listen: the control endpoint is not on the network.
     assert_eq!(listen.len(), 4, "unexpected listeners: {listen:?}");
+    // UDP echo, as ss -ul shows an unconnected UDP socket.
+    let udp = json(&["ss", "-ul", "--json", "--stack", &name]);
+    let u = row_where(&udp, "local", "10.77.0.2:7");
+    assert_eq!(
+        (u["proto"].as_str(), u["state"].as_str()),
+        (Some("udp"), Some("UNCONN"))
+    );
+    assert_eq!(udp.as_array().map(Vec::len), Some(1), "{udp}");
 
     // nstat: take the history now, then a known transfer moves the counters.
     json(&["nstat", "--json", "--stack", &name]);

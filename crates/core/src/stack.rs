@@ -983,6 +983,11 @@ impl Stack {
         Ok(self.udp.get(h)?.status())
     }
 
+    /// Every open UDP socket (for `ss -u`).
+    pub fn udp_sockets(&self) -> Vec<UdpStatus> {
+        self.udp.statuses()
+    }
+
     /// Number of open UDP sockets (diagnostics).
     pub fn udp_socket_count(&self) -> usize {
         self.udp.len()

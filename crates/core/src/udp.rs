@@ -131,6 +131,14 @@ impl UdpTable {
         self.by_port.len()
     }
 
+    /// Every open socket's status (`ss -u`).
+    pub(crate) fn statuses(&self) -> Vec<UdpStatus> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.socket.as_ref().map(UdpSocket::status))
+            .collect()
+    }
+
     pub(crate) fn get(&self, h: UdpHandle) -> Result<&UdpSocket, UdpError> {
         self.slots
             .get(h.index as usize)

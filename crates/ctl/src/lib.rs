@@ -90,6 +90,29 @@ pub fn socket_entry(t: &TcpInfo, detail: Option<&TcpConnInfo>, now: Instant) -> 
     }
 }
 
+/// The `ss -u` row of one UDP socket of the engine.
+pub fn udp_entry(u: &ustack_core::UdpStatus) -> SocketEntry {
+    SocketEntry {
+        proto: "udp".into(),
+        // ss: UNCONN unless connected.
+        state: if u.remote.is_some() {
+            "ESTAB"
+        } else {
+            "UNCONN"
+        }
+        .into(),
+        recv_q: u.recv_queue as u64,
+        send_q: 0,
+        local: u.local.to_string(),
+        peer: u
+            .remote
+            .map_or_else(|| "0.0.0.0:*".into(), |r| r.to_string()),
+        orphan: false,
+        info: None,
+        host: None,
+    }
+}
+
 fn tcp_detail(i: &TcpConnInfo, now: Instant) -> TcpDetail {
     let ms = |d: ustack_core::time::Duration| d.as_micros() as f64 / 1000.0;
     let mss = i.smss.max(1) as u64;

@@ -10,7 +10,7 @@ use ustack_net::Net;
 use ustack_socket::sysctl::Tunables;
 
 use crate::proto::{DeviceInfo, SocketEntry};
-use crate::{counter_names, socket_entry, Provider};
+use crate::{counter_names, socket_entry, udp_entry, Provider};
 
 /// [`Provider`] for a [`Net`]. It holds a handle of the stack: drop the
 /// [`Control`](crate::Control) that uses it before expecting the stack to stop.
@@ -58,15 +58,15 @@ impl Provider for NetProvider {
 
     fn sockets(&self, detail: bool) -> Vec<SocketEntry> {
         let now = self.net.now();
-        if detail {
-            let v = self.net.with_stack(|s| s.tcp_sockets_detailed());
-            v.iter()
-                .map(|(_, t, d)| socket_entry(t, d.as_ref(), now))
-                .collect()
-        } else {
-            let v = self.net.sockets();
-            v.iter().map(|t| socket_entry(t, None, now)).collect()
-        }
+        let (tcp, udp) = self
+            .net
+            .with_stack(|s| (s.tcp_sockets_detailed(), s.udp_sockets()));
+        let mut v: Vec<SocketEntry> = tcp
+            .iter()
+            .map(|(_, t, d)| socket_entry(t, d.as_ref().filter(|_| detail), now))
+            .collect();
+        v.extend(udp.iter().map(udp_entry));
+        v
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
