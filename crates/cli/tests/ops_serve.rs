@@ -638,3 +638,79 @@ fn a_forbidden_system_call_stops_the_relay_and_is_named() {
         String::from_utf8_lossy(&ok.stderr)
     );
 }
+
+#[test]
+fn the_relay_lets_go_of_inherited_descriptors_the_command_keeps() {
+    // A descriptor ustack is started with (7, a file): the command inherits
+    // it; the hardened relay closes its own copy once the command has it.
+    let name = format!("fd-{}", unique());
+    let script = format!(
+        "exec 7</etc/hostname; exec {BIN} run --name {name} -- \
+         sh -c 'head -c 1 <&7 >/dev/null && echo has-7; read -r x; echo $x'"
+    );
+    let mut run = ChildGuard {
+        child: Command::new("bash")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn bash"),
+    };
+    // Wait until the stack is registered (its control endpoint answers).
+    let t0 = std::time::Instant::now();
+    loop {
+        let ps = json(&["ps", "--json"]);
+        if let Some(pid) = ps
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|s| s["name"] == name.as_str())
+            .and_then(|s| s["pid"].as_u64())
+        {
+            let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("fds");
+            for e in fds.flatten() {
+                let n: i32 = e.file_name().to_string_lossy().parse().unwrap_or(-1);
+                let target = std::fs::read_link(e.path())
+                    .map(|p| p.to_string_lossy().to_string())
+                    .unwrap_or_default();
+                assert!(
+                    n <= 2 || !target.ends_with("/etc/hostname"),
+                    "the relay kept inherited descriptor {n} -> {target}"
+                );
+                assert!(
+                    n <= 2
+                        || [
+                            "anon_inode:",
+                            "socket:",
+                            "pipe:",
+                            "/dev/net/tun",
+                            "/dev/shm/"
+                        ]
+                        .iter()
+                        .any(|p| target.starts_with(p)),
+                    "unexpected descriptor {n} -> {target} in the relay"
+                );
+            }
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{name} never registered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stdin = run.child.stdin.take().expect("stdin");
+    stdin.write_all(b"bye\n").expect("release the command");
+    drop(stdin);
+    let mut out = String::new();
+    run.child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("output");
+    let st = run.child.wait().expect("wait");
+    assert!(st.success(), "{out}");
+    assert!(out.contains("has-7") && out.contains("bye"), "{out}");
+}

@@ -342,8 +342,18 @@ fn run_report_inner<G: GuestStack>(
     if let Some(n) = &args.relay.name {
         ustack_ctl::check_name(n).map_err(|e| anyhow!("ustack run: {e}"))?;
     }
+    // Descriptors the process was started with (beyond stdio): the command
+    // inherits them; the hardened relay then lets go of them.
+    let inherited = if harden {
+        crate::harden::open_descriptors()
+    } else {
+        Vec::new()
+    };
     let mut sandbox =
         Sandbox::spawn(&cfg, &args.cmd).context("ustack run: cannot create the sandbox")?;
+    if harden {
+        crate::harden::close_descriptors(&inherited);
+    }
     // After the fork: the command keeps the descriptor limit it was given.
     let mut args = args;
     check_descriptors("ustack run", &mut args.relay);

@@ -343,6 +343,34 @@ fn install_sigsys_handler() -> io::Result<()> {
     Ok(())
 }
 
+/// The descriptors open now, stdio aside (from `/proc/self/fd`).
+pub fn open_descriptors() -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let listed: Vec<i32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    // The listing's own descriptor is closed now: keep only open ones.
+    listed
+        .into_iter()
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1)
+        .collect()
+}
+
+/// Close descriptors `open_descriptors` listed at start (inherited from
+/// whoever started us), once the command has its copies: the relay needs
+/// none of them.
+pub fn close_descriptors(fds: &[i32]) {
+    for &fd in fds {
+        // SAFETY: closing a descriptor this process was given at start and
+        // never handed to any Rust owner (the relay opens its own later).
+        unsafe { libc::close(fd) };
+    }
+}
+
 /// For the tests: make a call the filter forbids (`ptrace`), as a
 /// compromised relay would.
 #[doc(hidden)]
