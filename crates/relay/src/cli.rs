@@ -542,6 +542,11 @@ fn attach_inner<G: GuestStack>(
     stop_fd: Option<std::os::fd::RawFd>,
     harden: bool,
 ) -> anyhow::Result<i32> {
+    if harden {
+        // No command to inherit them: the descriptors we were started with
+        // (stdio aside) go at once.
+        crate::harden::close_descriptors(&crate::harden::open_descriptors());
+    }
     let mut args = args;
     check_descriptors("ustack attach", &mut args.relay);
     let tap = match &args.netns {
