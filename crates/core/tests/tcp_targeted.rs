@@ -714,3 +714,32 @@ fn zero_delay_link_handshake() {
     assert_eq!(read_all(n.b.conn()), b"wrap");
     assert_eq!(read_all(n.a.conn()), b"around");
 }
+
+#[test]
+fn rtt_sampled_on_every_ack_without_timestamps() {
+    // Linux (`tcp_clean_rtx_queue`'s `seq_rtt_us`) times every ACK from
+    // the send time of the oldest segment it newly acknowledges, not one
+    // segment per round trip: the pacing rate and TSO autosizing follow.
+    let mut ca = cfg();
+    ca.timestamps = false;
+    let mut n = net_with(ca.clone(), ca, 10);
+    n.establish();
+    let before = n.a.conn().srtt().expect("handshake sampled");
+    assert!(before < Duration::from_millis(25), "{before:?}");
+    // x (two segments, acked at once) goes out on the 20 ms path; y (a
+    // full segment, so Nagle does not hold it), sent while x is still in
+    // flight, on a 160 ms one. Only y's ACK can show the longer path;
+    // timing one segment per round trip misses it.
+    n.a.conn().send(&[7u8; 2920]).unwrap();
+    let t = n.now + Duration::from_millis(1);
+    n.run_until(t);
+    n.ab.imp.delay = Duration::from_millis(150);
+    n.a.conn().send(&[9u8; 1460]).unwrap();
+    let t = n.now + Duration::from_millis(500);
+    n.run_until(t);
+    let srtt = n.a.conn().srtt().expect("sampled");
+    assert!(
+        srtt > Duration::from_millis(35),
+        "y's ACK not timed: {srtt:?}"
+    );
+}

@@ -169,6 +169,11 @@ impl Connection {
         let mut ended_fast_recovery = false;
         // In the CWR state of an ECN echo (`ecn.rs`) at this ACK.
         let mut no_growth_cwr = self.cwr().is_some();
+        // Linux's `seq_rtt_us` (`tcp_clean_rtx_queue`): the send time of
+        // the oldest segment this ACK newly acknowledges cumulatively,
+        // void if it acknowledges a retransmission (Karn).
+        let mut first_ackt: Option<Instant> = None;
+        let mut rtx_acked = false;
         if ack.gt(self.snd.una) {
             // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
             self.report.advice.confirm = true;
@@ -191,6 +196,11 @@ impl Connection {
                     rack.on_delivered(s, now, echo_before(ecr, s.xmit, off));
                     sample(s);
                     note_reord(&mut reord, s);
+                    if s.rtx {
+                        rtx_acked = true;
+                    } else if first_ackt.is_none() {
+                        first_ackt = Some(s.xmit);
+                    }
                 });
                 rack.on_ack(ack);
                 if let Some(low) = reord {
@@ -198,8 +208,11 @@ impl Connection {
                     rack.check_reordering(low, fack, mss);
                 }
             }
-            // RTT measurement: RFC 7323 4.1 from TSecr, else one timed
-            // segment, never a retransmitted one (Karn).
+            // RTT measurement: RFC 7323 4.1 from TSecr, else, as Linux
+            // does (`tcp_ack_update_rtt`), on every ACK from the send time
+            // of the oldest segment it newly acknowledges, never a
+            // retransmitted one (Karn); the one timed segment as a
+            // fallback.
             let mut sampled = false;
             if let Some(ecr) = ecr {
                 let ms = self.ts_now(now).wrapping_sub(ecr);
@@ -209,6 +222,12 @@ impl Connection {
                     self.rtx.rack.on_rtt_sample(d);
                     sampled = true;
                 }
+            }
+            if let (false, Some(t), false) = (sampled, first_ackt, rtx_acked) {
+                let d = now.saturating_duration_since(t);
+                self.rtx.rtt.sample(d);
+                self.rtx.rack.on_rtt_sample(d);
+                sampled = true;
             }
             if let Some((seq, t)) = self.rtx.rtt_probe {
                 if ack.gt(seq) {

@@ -883,7 +883,7 @@ impl Connection {
     /// with `tcp_bound_to_half_wnd`): half the largest window the peer
     /// offered (all of it when under 536 bytes), at most 64 KB (the GSO
     /// limit), in whole MSS, at least one.
-    fn size_goal(&self) -> usize {
+    pub(super) fn size_goal(&self) -> usize {
         let mss = self.max_payload_base();
         let wnd = self.snd.max_wnd;
         let half = if wnd > 536 { wnd / 2 } else { wnd };

@@ -258,8 +258,16 @@ impl Connection {
                 }
                 pkt_max = self.linux_packet_max();
             }
+            // Linux's packets are pieces of its skbs (`tso_fragment` only
+            // splits): none spans the end of one the write was cut into
+            // (`size_goal`, counted from the first data byte).
+            let goal = self.size_goal().max(1);
+            let to_skb_end = {
+                let start = self.snd.max.wrapping_sub(self.snd.iss + 1u32) as usize;
+                goal - start % goal
+            };
             let tso_cap = if out.tso_max > 0 {
-                out.tso_max.min(pkt_max.saturating_sub(pkt))
+                out.tso_max.min(pkt_max.saturating_sub(pkt)).min(to_skb_end)
             } else {
                 0
             };
@@ -269,6 +277,7 @@ impl Connection {
             self.timers.force_send = false;
             pkt += n;
             let ends = pkt >= pkt_max
+                || n >= to_skb_end
                 || self.burst_ends_after(seq, n)
                 || self.cong.pacer.budget(now, rate, mss) <= n + usize::from(fin)
                 || self.snd.queue.record_end_after(seq) == Some(seq + n);
