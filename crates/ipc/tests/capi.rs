@@ -4,14 +4,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Directory holding libustack_ipc.{so,a}: `cargo test` only builds the rlib of the
-/// library for the tests, so build the cdylib/staticlib with the cargo that runs us (same
-/// target dir: this test binary lives in `<target>/<profile>/deps/`).
+/// library for the tests, so build the cdylib/staticlib with the cargo that runs us, in a
+/// target dir of its own under ours (this test binary lives in `<target>/<profile>/deps/`).
+/// Not in ours: a crate with cdylib/staticlib types has no hash in its file names, so a
+/// `cargo build -p ustack-ipc` there would rebuild `deps/libustack_ipc.rlib` in place, with
+/// this package's features alone, under the crates already built against it (a later
+/// doc-test of one of them then fails to find its dependencies).
 fn lib_dir() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
             let exe = std::env::current_exe().expect("current exe");
-            let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
+            let target = exe.ancestors().nth(3).expect("target dir").join("ipc-capi");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
             let st = Command::new(cargo)
