@@ -190,24 +190,34 @@ impl CaptureHub {
     }
 
     /// Take the held records, at most about `max` bytes of them.
+    ///
+    /// Under the lock only the records' handles move (the data path's
+    /// `record` waits on that lock); their bytes are joined after it.
     pub fn drain(&self, max: usize) -> Drained {
-        let mut s = self.lock();
-        let mut d = Drained {
-            dropped: s.dropped,
-            ..Drained::default()
-        };
-        while let Some(r) = s.queue.front() {
-            if !d.records.is_empty() && d.records.len() + r.len() > max {
-                break;
+        let (taken, dropped) = {
+            let mut s = self.lock();
+            let mut n = 0;
+            let mut k = 0;
+            for r in &s.queue {
+                if k > 0 && n + r.len() > max {
+                    break;
+                }
+                n += r.len();
+                k += 1;
             }
-            let Some(r) = s.queue.pop_front() else {
-                break;
-            };
-            s.bytes -= r.len();
-            d.records.extend_from_slice(&r);
-            d.frames += 1;
+            s.bytes -= n;
+            let taken: Vec<Vec<u8>> = s.queue.drain(..k).collect();
+            (taken, s.dropped)
+        };
+        let mut records = Vec::with_capacity(taken.iter().map(Vec::len).sum());
+        for r in &taken {
+            records.extend_from_slice(r);
         }
-        d
+        Drained {
+            records,
+            frames: taken.len() as u64,
+            dropped,
+        }
     }
 
     /// Record `frame` (an Ethernet frame) if a capture runs and wants it.
