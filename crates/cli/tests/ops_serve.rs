@@ -16,6 +16,17 @@ fn ustack(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run ustack")
 }
 
+/// Run; the command must succeed.
+fn ustack_ok(args: &[&str]) -> Output {
+    let out = ustack(args);
+    assert!(
+        out.status.success(),
+        "ustack {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Run and parse `--json` output; the command must succeed.
 fn json(args: &[&str]) -> Value {
     let out = ustack(args);
@@ -207,17 +218,12 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
     // sysctl: read, change live, refuse a bad value without changing anything.
     let w = json(&["sysctl", "--json", "--stack", &name, "net.ipv4.tcp_wmem"]);
     assert!(w["net.ipv4.tcp_wmem"].is_string(), "{w}");
-    let set = ustack(&[
+    let set = ustack_ok(&[
         "sysctl",
         "--stack",
         &name,
         "net.ipv4.tcp_wmem=4096 32768 65536",
     ]);
-    assert!(
-        set.status.success(),
-        "{}",
-        String::from_utf8_lossy(&set.stderr)
-    );
     assert!(String::from_utf8_lossy(&set.stdout).contains("net.ipv4.tcp_wmem = 4096\t32768\t65536"));
     let bad = ustack(&[
         "sysctl",
@@ -413,17 +419,12 @@ fn ss_nstat_sysctl_against_a_live_run() {
         counter(&c, "TcpInSegs") >= (n as u64).div_ceil(65480),
         "{c}"
     );
-    let set = ustack(&[
+    ustack_ok(&[
         "sysctl",
         "--stack",
         &name,
         "net.ipv4.tcp_congestion_control=reno",
     ]);
-    assert!(
-        set.status.success(),
-        "{}",
-        String::from_utf8_lossy(&set.stderr)
-    );
     let v = json(&[
         "sysctl",
         "--json",
@@ -455,12 +456,7 @@ fn ss_nstat_sysctl_against_a_live_run() {
     // remove it.
     let fport = free_port();
     let spec = format!("127.0.0.1:{fport}:8080");
-    let added = ustack(&["ports", "--stack", &name, "add", &spec]);
-    assert!(
-        added.status.success(),
-        "{}",
-        String::from_utf8_lossy(&added.stderr)
-    );
+    ustack_ok(&["ports", "--stack", &name, "add", &spec]);
     let list = json(&["ports", "--json", "--stack", &name]);
     assert!(list.to_string().contains(&format!(":{fport}")), "{list}");
     let again = ustack(&["ports", "--stack", &name, "add", &spec]);
@@ -474,12 +470,7 @@ fn ss_nstat_sysctl_against_a_live_run() {
     let mut hello = String::new();
     let _ = g.read_to_string(&mut hello);
     assert_eq!(hello.trim(), "hello-from-guest");
-    let removed = ustack(&["ports", "--stack", &name, "remove", &spec]);
-    assert!(
-        removed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&removed.stderr)
-    );
+    ustack_ok(&["ports", "--stack", &name, "remove", &spec]);
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", fport)).is_err(),
         "the removed forward still accepts"

@@ -478,10 +478,18 @@ impl Stack {
         self.tcp.sockets()
     }
 
-    /// Every TCP socket with its handle and, for connections, their
-    /// `TCP_INFO` details (`ss -i`).
-    pub fn tcp_sockets_detailed(&self) -> Vec<(TcpHandle, TcpInfo, Option<TcpConnInfo>)> {
-        self.tcp.sockets_with(TcpConnInfo::clone)
+    /// Every TCP socket with its handle and, with `detail`, for
+    /// connections, their `TCP_INFO` details (`ss -i`; without it none are
+    /// copied).
+    pub fn tcp_sockets_detailed(
+        &self,
+        detail: bool,
+    ) -> Vec<(TcpHandle, TcpInfo, Option<TcpConnInfo>)> {
+        self.tcp
+            .sockets_with(|i| detail.then(|| i.clone()))
+            .into_iter()
+            .map(|(h, t, d)| (h, t, d.flatten()))
+            .collect()
     }
 
     /// Number of TCP control blocks held (diagnostics, memory bounds).

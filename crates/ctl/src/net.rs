@@ -60,10 +60,10 @@ impl Provider for NetProvider {
         let now = self.net.now();
         let (tcp, udp) = self
             .net
-            .with_stack(|s| (s.tcp_sockets_detailed(), s.udp_sockets()));
+            .with_stack(|s| (s.tcp_sockets_detailed(detail), s.udp_sockets()));
         let mut v: Vec<SocketEntry> = tcp
             .iter()
-            .map(|(_, t, d)| socket_entry(t, d.as_ref().filter(|_| detail), now))
+            .map(|(_, t, d)| socket_entry(t, d.as_ref(), now))
             .collect();
         v.extend(udp.iter().map(udp_entry));
         v

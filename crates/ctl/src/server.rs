@@ -390,10 +390,10 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
             let mut values = Vec::with_capacity(names.len());
             for n in names {
                 match sysctl::get(&t, &n) {
-                    Some(v) => values.push((full(&n), v)),
+                    Some(v) => values.push((sysctl::full(&n), v)),
                     None => {
                         return Response::Error {
-                            message: format!("unknown tunable {}", full(&n)),
+                            message: format!("unknown tunable {}", sysctl::full(&n)),
                         }
                     }
                 }
@@ -406,7 +406,7 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
                 Ok(n) => {
                     let values = assignments
                         .iter()
-                        .map(|(k, _)| (full(k), sysctl::get(&n, k).unwrap_or_default()))
+                        .map(|(k, _)| (sysctl::full(k), sysctl::get(&n, k).unwrap_or_default()))
                         .collect();
                     p.set_tunables(n);
                     Response::Sysctl { values }
@@ -423,15 +423,5 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
             Ok(forwards) => Response::Ports { forwards },
             Err(message) => Response::Error { message },
         },
-    }
-}
-
-/// `tcp_sack` or `net/ipv4/tcp_sack` → `net.ipv4.tcp_sack`.
-fn full(name: &str) -> String {
-    let n = name.trim().replace('/', ".");
-    if n.starts_with("net.") {
-        n
-    } else {
-        format!("net.ipv4.{n}")
     }
 }

@@ -20,6 +20,16 @@ fn short(name: &str) -> String {
     n.strip_prefix(PREFIX).unwrap_or(&n).to_string()
 }
 
+/// `tcp_sack` or `net/ipv4/tcp_sack` → `net.ipv4.tcp_sack`.
+pub fn full(name: &str) -> String {
+    let s = short(name);
+    if s.starts_with("net.") {
+        s // another tree (`net.core.*`): named as given
+    } else {
+        format!("{PREFIX}{s}")
+    }
+}
+
 /// The value of tunable `name` as `sysctl` prints it; None if unknown.
 pub fn get(t: &Tunables, name: &str) -> Option<String> {
     let c = &t.tcp;

@@ -249,12 +249,11 @@ impl GuestStack for CoreGuest {
     fn ctl_sockets(&self, detail: bool) -> Vec<(ustack_ctl::SocketEntry, Option<ConnId>)> {
         let now = self.core_now(Instant::now());
         self.stack
-            .tcp_sockets_detailed()
+            .tcp_sockets_detailed(detail)
             .iter()
             .map(|(h, t, d)| {
-                let d = if detail { d.as_ref() } else { None };
                 (
-                    ustack_ctl::socket_entry(t, d, now),
+                    ustack_ctl::socket_entry(t, d.as_ref(), now),
                     self.by_handle.get(h).map(|&id| ConnId(id)),
                 )
             })
