@@ -9,18 +9,26 @@ use std::io;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 static TARGET: AtomicI32 = AtomicI32::new(0);
+/// The sandbox init's socket (see [`forward_to_sandbox`]); -1: none.
+static TARGET_SOCK: AtomicI32 = AtomicI32::new(-1);
 
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    let pid = TARGET.load(Ordering::SeqCst);
-    if pid <= 0 {
-        return;
-    }
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers; a
     // null check guards against a direct call.
     let from_tty = !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL;
-    if !from_tty {
+    if from_tty {
+        return;
+    }
+    let sock = TARGET_SOCK.load(Ordering::SeqCst);
+    if sock >= 0 {
+        // One send(2): async-signal-safe. The signals forwarded are < 64.
+        crate::spawn::request_signal(sock, sig as u8);
+        return;
+    }
+    let pid = TARGET.load(Ordering::SeqCst);
+    if pid > 0 {
         // SAFETY: kill(2) is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
     }
@@ -32,10 +40,29 @@ pub struct ForwardGuard {
     old: Vec<(libc::c_int, libc::sigaction)>,
 }
 
-/// Start forwarding SIGINT/SIGTERM/SIGHUP/SIGQUIT to `pid`. Only one guard
-/// should exist at a time (the target is process-wide).
+/// Start forwarding SIGINT/SIGTERM/SIGHUP/SIGQUIT to `pid` with kill(2).
+/// Only one guard should exist at a time (the target is process-wide).
 pub fn forward_to(pid: u32) -> io::Result<ForwardGuard> {
+    TARGET_SOCK.store(-1, Ordering::SeqCst);
     TARGET.store(pid as i32, Ordering::SeqCst);
+    install()
+}
+
+/// Start forwarding SIGINT/SIGTERM/SIGHUP/SIGQUIT to `sandbox`'s command
+/// through its init, which delivers them: this works whatever privileges
+/// ustack has given up since the sandbox was made. Keep the sandbox alive
+/// while the guard is (dropping the guard first). Only one guard should
+/// exist at a time (the target is process-wide).
+pub fn forward_to_sandbox(sandbox: &crate::Sandbox) -> io::Result<ForwardGuard> {
+    let sock = sandbox
+        .signal_fd()
+        .ok_or_else(|| io::Error::other("the sandbox has stopped"))?;
+    TARGET.store(0, Ordering::SeqCst);
+    TARGET_SOCK.store(sock, Ordering::SeqCst);
+    install()
+}
+
+fn install() -> io::Result<ForwardGuard> {
     let mut old = Vec::with_capacity(FORWARDED.len());
     for &sig in &FORWARDED {
         // SAFETY: all-zero sigaction is valid; we fill handler, flags, mask.
@@ -60,6 +87,7 @@ pub fn forward_to(pid: u32) -> io::Result<ForwardGuard> {
 impl Drop for ForwardGuard {
     fn drop(&mut self) {
         TARGET.store(0, Ordering::SeqCst);
+        TARGET_SOCK.store(-1, Ordering::SeqCst);
         for (sig, prev) in &self.old {
             // SAFETY: restoring a disposition previously returned by sigaction.
             unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };

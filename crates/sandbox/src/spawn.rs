@@ -4,7 +4,11 @@
 //! A forked child unshares the namespaces (network + mount, and user when not
 //! root), brings loopback up, creates and configures the TAP, bind-mounts a
 //! private `/etc/resolv.conf`, passes the TAP descriptor back over a Unix
-//! socket with `SCM_RIGHTS`, waits for the go-ahead and `exec`s the command.
+//! socket with `SCM_RIGHTS` and waits for the go-ahead. It then becomes the
+//! sandbox's init: it forks and `exec`s the command, delivers the signals
+//! ustack forwards over the same socket, and exits with the command's status.
+//! So ustack need not be able to signal the command itself (its relay may
+//! run as another user than the command).
 //! ustack itself never leaves the host namespace.
 
 use std::ffi::{CString, OsString};
@@ -143,6 +147,7 @@ pub struct Sandbox {
     tap: Option<TapFd>,
     status: Option<i32>,
     userns: bool,
+    started: bool,
 }
 
 fn is_root() -> bool {
@@ -318,25 +323,156 @@ fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
         libc::close(tap);
 
         // Wait for the go-ahead (the relay is ready); EOF = ustack gave up.
-        let mut go = [0u8; 1];
+        // A signal forwarded before it ends the command before it started.
+        let mut go = [0u8; 2];
         loop {
-            let n = libc::recv(sock, go.as_mut_ptr().cast(), 1, 0);
+            let n = libc::recv(sock, go.as_mut_ptr().cast(), go.len(), 0);
             if n == 1 && go[0] == b'G' {
                 break;
             }
             if n < 0 && *libc::__errno_location() == libc::EINTR {
                 continue;
             }
+            if n == 2 && go[0] == b'S' {
+                libc::_exit(128 + i32::from(go[1]));
+            }
             libc::_exit(127);
         }
-        let mut ptrs: [*const libc::c_char; 256] = [std::ptr::null(); 256];
-        for (slot, arg) in ptrs.iter_mut().zip(plan.argv.iter()).take(255) {
-            *slot = arg.as_ptr();
-        }
-        libc::execvp(ptrs[0], ptrs.as_ptr());
-        // exec failed: the socket is still open (it is closed on a successful exec).
-        child_fail(sock, Stage::Exec, &io::Error::last_os_error());
+        init_main(plan, sock);
     }
+}
+
+/// Signals the sandbox's init ignores itself (the command gets them from
+/// the terminal directly, or from ustack through the init).
+const INIT_IGNORES: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// The sandbox's init: forks the command, tells ustack whether `exec`
+/// worked, then only delivers the signals ustack asks for (`S` + number on
+/// the socket) and, when the command ends, exits with its status (a death
+/// by signal N as exit status 128+N). ustack going away (EOF) kills the
+/// command. It stays with the privileges the sandbox was set up with, so
+/// that ustack's relay can give up its own and still have the command
+/// signalled. Allocation-free, like `child_main`.
+fn init_main(plan: &ChildPlan, sock: RawFd) -> ! {
+    // SAFETY (whole function): plain system calls with valid pointers to data
+    // owned by `plan` or the stack, which outlive each call.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"ustack-init".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let me = libc::getpid();
+        // Reports exec's failure (errno) to us; closed by a successful exec.
+        let mut ep = [0 as libc::c_int; 2];
+        if libc::pipe2(ep.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            child_fail(sock, Stage::Exec, &io::Error::last_os_error());
+        }
+        let cmd = libc::fork();
+        if cmd < 0 {
+            child_fail(sock, Stage::Exec, &io::Error::last_os_error());
+        }
+        if cmd == 0 {
+            libc::close(ep[0]);
+            libc::close(sock);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() != me {
+                libc::_exit(127);
+            }
+            let mut ptrs: [*const libc::c_char; 256] = [std::ptr::null(); 256];
+            for (slot, arg) in ptrs.iter_mut().zip(plan.argv.iter()).take(255) {
+                *slot = arg.as_ptr();
+            }
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            let e = (*libc::__errno_location()).to_ne_bytes();
+            libc::write(ep[1], e.as_ptr().cast(), e.len());
+            libc::_exit(127);
+        }
+        libc::close(ep[1]);
+        for sig in INIT_IGNORES {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        let mut e = [0u8; 4];
+        let n = loop {
+            let n = libc::read(ep[0], e.as_mut_ptr().cast(), e.len());
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            break n;
+        };
+        libc::close(ep[0]);
+        if n == 4 {
+            reap(cmd);
+            child_fail(
+                sock,
+                Stage::Exec,
+                &io::Error::from_raw_os_error(i32::from_ne_bytes(e)),
+            );
+        }
+        let started = b"X";
+        libc::send(sock, started.as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, cmd, 0) as libc::c_int;
+        let mut ustack_gone = false;
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: if ustack_gone { -1 } else { sock },
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: pidfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // Without a pidfd (an old kernel), look for the command's end
+            // every 50 ms.
+            let timeout = if pidfd < 0 { 50 } else { -1 };
+            let rc = libc::poll(fds.as_mut_ptr(), 2, timeout);
+            if rc < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::kill(cmd, libc::SIGKILL);
+                break;
+            }
+            if fds[1].revents != 0 {
+                break;
+            }
+            if pidfd < 0 {
+                let mut status = 0;
+                if libc::waitpid(cmd, &mut status, libc::WNOHANG) == cmd {
+                    libc::_exit(shell_code(status));
+                }
+            }
+            if fds[0].revents != 0 {
+                let mut req = [0u8; 2];
+                let n = libc::recv(sock, req.as_mut_ptr().cast(), req.len(), libc::MSG_DONTWAIT);
+                if n == 2 && req[0] == b'S' && (1..=64).contains(&req[1]) {
+                    libc::kill(cmd, libc::c_int::from(req[1]));
+                } else if n == 0 || (n < 0 && *libc::__errno_location() != libc::EAGAIN) {
+                    // ustack is gone: so is the command.
+                    libc::kill(cmd, libc::SIGKILL);
+                    ustack_gone = true;
+                }
+            }
+        }
+        libc::_exit(reap(cmd));
+    }
+}
+
+/// Wait for `pid` (our child) to end; its shell-style exit code.
+fn reap(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a valid status pointer.
+    unsafe {
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if *libc::__errno_location() != libc::EINTR {
+                return 127;
+            }
+        }
+    }
+    shell_code(status)
 }
 
 impl Sandbox {
@@ -447,6 +583,7 @@ impl Sandbox {
             tap: None,
             status: None,
             userns,
+            started: false,
         };
         let mut buf = [0u8; 16];
         let (n, fd) = match &sb.sock {
@@ -479,21 +616,37 @@ impl Sandbox {
     /// a missing program, `PermissionDenied` for a non-executable one); the
     /// child has then been reaped.
     pub fn start(&mut self) -> io::Result<()> {
-        let Some(sock) = self.sock.take() else {
+        if self.started {
             return Err(io::Error::other("sandbox already started"));
+        }
+        let Some(sock) = &self.sock else {
+            return Err(io::Error::other("sandbox already stopped"));
         };
-        sys::write_all(&sock, b"G")?;
+        self.started = true;
+        match sys::write_all(sock, b"G") {
+            Ok(()) => {}
+            // The init ended first (a signal forwarded before the start):
+            // `wait` tells how.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => return Ok(()),
+            Err(e) => return Err(e),
+        }
         let mut buf = [0u8; 16];
         let (n, _) = sys::recv_msg_fd(sock.as_raw_fd(), &mut buf)?;
-        if n == 0 {
-            return Ok(()); // close-on-exec closed the child's end: exec succeeded
+        match buf.get(..n) {
+            // Started; or the init ended first (killed): `wait` tells.
+            Some(b"X") | Some([]) => Ok(()),
+            msg => {
+                let err = decode_failure(msg.unwrap_or(&[]));
+                let _ = self.wait();
+                Err(err)
+            }
         }
-        let err = decode_failure(buf.get(..n).unwrap_or(&[]));
-        let _ = self.wait();
-        Err(err)
     }
 
-    /// The command's process id (in ustack's PID namespace).
+    /// The process id of the sandbox's init (in ustack's PID namespace): the
+    /// process in the sandbox's namespaces that runs the command as its
+    /// child, delivers the signals ustack forwards and exits with the
+    /// command's status.
     pub fn pid(&self) -> u32 {
         self.pid as u32
     }
@@ -503,10 +656,27 @@ impl Sandbox {
         self.pidfd.as_raw_fd()
     }
 
-    /// Send `sig` to the command.
+    /// The socket on which [`signals::forward_to_sandbox`] asks the init to
+    /// signal the command (`None` once stopped).
+    ///
+    /// [`signals::forward_to_sandbox`]: crate::signals::forward_to_sandbox
+    pub fn signal_fd(&self) -> Option<RawFd> {
+        self.sock.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Send `sig` to the command: through its init (which keeps the
+    /// privileges to signal it whatever ustack gave up), or, before the
+    /// command started, to the init itself.
     pub fn signal(&self, sig: libc::c_int) -> io::Result<()> {
         if self.status.is_some() {
             return Ok(());
+        }
+        if let (true, Some(sock)) = (self.started, &self.sock) {
+            let sig = u8::try_from(sig)
+                .ok()
+                .filter(|s| (1..=64).contains(s))
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+            return sys::cvt(request_signal(sock.as_raw_fd(), sig)).map(|_| ());
         }
         // SAFETY: pidfd_send_signal with our own pidfd, no siginfo.
         let rc = unsafe {
@@ -564,6 +734,22 @@ impl Sandbox {
     }
 }
 
+/// Ask the init on `sock` to send `sig` to the command (async-signal-safe:
+/// one `send(2)`). Returns what `send` returned.
+pub(crate) fn request_signal(sock: RawFd, sig: u8) -> libc::c_int {
+    let msg = [b'S', sig];
+    // SAFETY: `msg` is valid for reads of its length.
+    let n = unsafe {
+        libc::send(
+            sock,
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+    n as libc::c_int
+}
+
 /// Shell-style exit code for a `waitpid` status.
 pub fn shell_code(status: libc::c_int) -> i32 {
     if libc::WIFEXITED(status) {
@@ -606,7 +792,9 @@ fn kill_and_reap(pid: libc::pid_t) {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         // Close the TAP first (removes the interface), then make sure the
-        // command is gone and reaped: nothing is left behind.
+        // command is gone and reaped: nothing is left behind. Closing the
+        // socket makes the init kill the command and exit, also when ustack
+        // may no longer signal it (a relay that gave up its privileges).
         self.tap = None;
         self.sock = None;
         if self.status.is_none() {
