@@ -189,6 +189,14 @@ pub struct RunArgs {
     /// Create a user namespace even when running as root.
     #[arg(long)]
     pub userns: bool,
+    /// The user (and group) the relay, which parses the command's packets,
+    /// runs as once the sandbox, its TAP and the listeners exist. Default
+    /// when started as root: the invoking user (sudo's SUDO_UID/SUDO_GID,
+    /// or the real user of a set-user-ID ustack), else nobody:nogroup.
+    /// Names or numbers; `--run-as root` keeps root. The command itself
+    /// runs as before (root, or in its user namespace).
+    #[arg(long, value_name = "USER[:GROUP]")]
+    pub run_as: Option<String>,
     #[command(flatten)]
     pub relay: RelayArgs,
     /// The command (default: $SHELL or /bin/sh).
@@ -342,6 +350,14 @@ fn run_report_inner<G: GuestStack>(
     if let Some(n) = &args.relay.name {
         ustack_ctl::check_name(n).map_err(|e| anyhow!("ustack run: {e}"))?;
     }
+    // Who the relay becomes (looked up now: the user databases may need
+    // files and sockets the hardened relay no longer opens).
+    let run_as = if harden {
+        crate::harden::RunAs::choose(args.run_as.as_deref())
+            .map_err(|e| anyhow!("ustack run: --run-as: {e}"))?
+    } else {
+        None
+    };
     // Descriptors the process was started with (beyond stdio): the command
     // inherits them; the hardened relay then lets go of them.
     let inherited = if harden {
@@ -363,7 +379,7 @@ fn run_report_inner<G: GuestStack>(
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
     if harden {
-        crate::harden::harden().context("ustack run: giving up privileges")?;
+        crate::harden::harden(run_as).context("ustack run: giving up privileges")?;
         if args.seccomp_selftest {
             crate::harden::selftest_forbidden_call();
         }
@@ -372,7 +388,9 @@ fn run_report_inner<G: GuestStack>(
     let mut relay =
         Relay::new(guest, ops.relay_config(&args.relay)).context("ustack run: relay")?;
     let control = ops.attach(&mut relay).context("ustack run")?;
-    let _fwd = signals::forward_to(sandbox.pid()).context("installing signal forwarding")?;
+    // Through the sandbox's init: the relay may no longer signal the
+    // command itself (it runs as another user once hardened).
+    let fwd = signals::forward_to_sandbox(&sandbox).context("installing signal forwarding")?;
     match sandbox.start() {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -406,6 +424,7 @@ fn run_report_inner<G: GuestStack>(
         eprint!("{stats}");
     }
     drop(relay);
+    drop(fwd);
     drop(sandbox);
     if let Err(e) = served {
         bail!("ustack run: relay failed: {e}");
@@ -558,7 +577,7 @@ fn attach_inner<G: GuestStack>(
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
     if harden {
-        crate::harden::harden().context("ustack attach: giving up privileges")?;
+        crate::harden::harden(None).context("ustack attach: giving up privileges")?;
     }
     let ops = Operations::start(&args.relay, "attach", hub).context("ustack attach")?;
     let mut relay =

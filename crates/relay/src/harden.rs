@@ -17,10 +17,18 @@
 //!   program, `ptrace`, mounting, namespaces, module loading, `bpf`, another
 //!   process's memory, ...) stops the relay with a message naming the call.
 //!
-//! Capabilities belong to threads: this must run before the process starts
-//! its other threads (the control and metrics endpoints), which then
-//! inherit the reduced sets (the seccomp filter is applied to every thread).
+//! - runs as another user once set up ([`RunAs`]): by default the invoking
+//!   user when started as root through sudo or a set-user-ID binary, and
+//!   `nobody`/`nogroup` when started by root itself (`ustack run --run-as`
+//!   chooses). The order is setgroups, setresgid, setresuid, with
+//!   `PR_SET_KEEPCAPS` so that `CAP_NET_BIND_SERVICE` survives the change.
+//!
+//! Capabilities and user ids belong to threads: this must run before the
+//! process starts its other threads (the control and metrics endpoints),
+//! which then inherit the reduced sets (the seccomp filter is applied to
+//! every thread).
 
+use std::ffi::CString;
 use std::io;
 
 /// `CAP_SETPCAP` (needed to shrink the bounding set).
@@ -50,6 +58,169 @@ pub struct Hardened {
     pub kept_bind_service: bool,
     /// Capabilities the process held before (effective, low 64 bits).
     pub dropped: u64,
+    /// The user and group the process changed to (`None`: it kept its own).
+    pub now: Option<RunAs>,
+}
+
+/// The user and group the relay runs as once set up (no supplementary
+/// groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The id `nobody` and `nogroup` have when the databases do not say.
+const OVERFLOW_ID: u32 = 65534;
+
+fn passwd_entry(user: &str) -> Option<(u32, u32)> {
+    let c = CString::new(user).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: an all-zero passwd is a valid out-parameter.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwnam_r with a NUL-terminated name, a valid out-struct and
+    // a buffer of the length given; the strings it points to live in `buf`.
+    let rc =
+        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some((pw.pw_uid, pw.pw_gid))
+}
+
+fn passwd_gid_of(uid: u32) -> Option<u32> {
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: as in `passwd_entry`.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: as in `passwd_entry`.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some(pw.pw_gid)
+}
+
+fn group_entry(group: &str) -> Option<u32> {
+    let c = CString::new(group).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: an all-zero group is a valid out-parameter.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: as in `passwd_entry`, for the group database.
+    let rc =
+        unsafe { libc::getgrnam_r(c.as_ptr(), &mut gr, buf.as_mut_ptr(), buf.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some(gr.gr_gid)
+}
+
+impl RunAs {
+    /// `nobody` and `nogroup` (or `nobody` as a group), 65534 if unknown.
+    pub fn nobody() -> RunAs {
+        RunAs {
+            uid: passwd_entry("nobody").map_or(OVERFLOW_ID, |(u, _)| u),
+            gid: group_entry("nogroup")
+                .or_else(|| group_entry("nobody"))
+                .unwrap_or(OVERFLOW_ID),
+        }
+    }
+
+    /// `USER[:GROUP]`, by name or number. Without GROUP: USER's group in
+    /// the passwd database (for a number it has no entry for: the same
+    /// number).
+    pub fn parse(spec: &str) -> Result<RunAs, String> {
+        let (user, group) = match spec.split_once(':') {
+            Some((u, g)) => (u, Some(g)),
+            None => (spec, None),
+        };
+        let (uid, primary) = match user.parse::<u32>() {
+            Ok(uid) => (uid, passwd_gid_of(uid).unwrap_or(uid)),
+            Err(_) => passwd_entry(user).ok_or_else(|| format!("no user {user:?}"))?,
+        };
+        let gid = match group {
+            None => primary,
+            Some(g) => match g.parse::<u32>() {
+                Ok(gid) => gid,
+                Err(_) => group_entry(g).ok_or_else(|| format!("no group {g:?}"))?,
+            },
+        };
+        if uid == u32::MAX || gid == u32::MAX {
+            return Err(format!("bad user or group in {spec:?}"));
+        }
+        Ok(RunAs { uid, gid })
+    }
+
+    /// Who the relay runs as: `spec` (see [`RunAs::parse`]) if given; else,
+    /// when running as root, the invoking user (the real user of a
+    /// set-user-ID start, or `SUDO_UID`/`SUDO_GID` from sudo), or `nobody`
+    /// when root started it; else itself (`None`: nothing to change).
+    pub fn choose(spec: Option<&str>) -> Result<Option<RunAs>, String> {
+        // SAFETY: these getters have no preconditions.
+        let (euid, ruid, rgid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
+        if let Some(spec) = spec {
+            return RunAs::parse(spec).map(Some);
+        }
+        if euid != 0 {
+            return Ok(None);
+        }
+        if ruid != 0 {
+            return Ok(Some(RunAs {
+                uid: ruid,
+                gid: rgid,
+            }));
+        }
+        let env = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        };
+        if let (Some(uid), Some(gid)) = (env("SUDO_UID"), env("SUDO_GID")) {
+            if uid != 0 && uid != u32::MAX && gid != u32::MAX {
+                return Ok(Some(RunAs { uid, gid }));
+            }
+        }
+        Ok(Some(RunAs::nobody()))
+    }
+}
+
+/// Become `to` (user, group, no supplementary groups), keeping the
+/// permitted capabilities if `keep_caps` (the effective set is emptied by
+/// the change; [`harden`] sets it again).
+fn change_ids(to: RunAs, keep_caps: bool) -> io::Result<()> {
+    let cvt = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // SAFETY: prctl, setgroups, setresgid and setresuid with integer
+    // arguments and a one-element group list; glibc's wrappers apply the
+    // ids to every thread (there is only this one yet).
+    unsafe {
+        cvt(libc::prctl(
+            libc::PR_SET_KEEPCAPS,
+            libc::c_ulong::from(keep_caps),
+            0,
+            0,
+            0,
+        ))?;
+        cvt(libc::setgroups(1, &to.gid))?;
+        cvt(libc::setresgid(to.gid, to.gid, to.gid))?;
+        cvt(libc::setresuid(to.uid, to.uid, to.uid))?;
+        cvt(libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0))?;
+    }
+    // Check it took, all of it (fail closed).
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    let (mut rg, mut eg, mut sg) = (0, 0, 0);
+    // SAFETY: valid out-pointers.
+    unsafe {
+        cvt(libc::getresuid(&mut r, &mut e, &mut s))?;
+        cvt(libc::getresgid(&mut rg, &mut eg, &mut sg))?;
+    }
+    // SAFETY: a zero-sized query.
+    let ngroups = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    if [r, e, s] != [to.uid; 3] || [rg, eg, sg] != [to.gid; 3] || ngroups > 1 {
+        return Err(io::Error::other(format!(
+            "the user change to {}:{} did not take",
+            to.uid, to.gid
+        )));
+    }
+    Ok(())
 }
 
 fn last_cap() -> u32 {
@@ -87,9 +258,10 @@ fn capset(d: &[CapData; 2]) -> io::Result<()> {
     Ok(())
 }
 
-/// Give up what the relay no longer needs (see the module docs). Call it
-/// on the relay's thread before any other thread starts.
-pub fn harden() -> io::Result<Hardened> {
+/// Give up what the relay no longer needs (see the module docs), and run
+/// as `run_as` if given (and not already). Call it on the relay's thread
+/// before any other thread starts.
+pub fn harden(run_as: Option<RunAs>) -> io::Result<Hardened> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(io::Error::last_os_error());
@@ -121,6 +293,17 @@ pub fn harden() -> io::Result<Hardened> {
             unsafe { libc::prctl(libc::PR_CAPBSET_DROP, c as libc::c_ulong, 0, 0, 0) };
         }
     }
+    // SAFETY: these getters have no preconditions.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let now = run_as.filter(|to| (to.uid, to.gid) != (euid, egid));
+    if let Some(to) = now {
+        change_ids(to, keep_bind).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot run as user {} group {}: {e}", to.uid, to.gid),
+            )
+        })?;
+    }
     let mut after = [CapData::default(); 2];
     if keep_bind {
         after[0].effective = 1 << CAP_NET_BIND_SERVICE;
@@ -131,6 +314,7 @@ pub fn harden() -> io::Result<Hardened> {
     Ok(Hardened {
         kept_bind_service: keep_bind,
         dropped,
+        now,
     })
 }
 
