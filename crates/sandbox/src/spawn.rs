@@ -324,7 +324,9 @@ fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
 
         // Wait for the go-ahead (the relay is ready); EOF = ustack gave up.
         // A signal forwarded before it ends the command before it started.
-        let mut go = [0u8; 2];
+        // Before it, ustack may name a file to remove when we end ('P').
+        let mut go = [0u8; 2 + MAX_REMOVE_PATH];
+        let mut remove = [0u8; MAX_REMOVE_PATH + 1];
         loop {
             let n = libc::recv(sock, go.as_mut_ptr().cast(), go.len(), 0);
             if n == 1 && go[0] == b'G' {
@@ -334,11 +336,32 @@ fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
                 continue;
             }
             if n == 2 && go[0] == b'S' {
+                remove_file(&remove);
                 libc::_exit(128 + i32::from(go[1]));
             }
+            if n >= 2 && go[0] == b'P' && (n as usize) <= 1 + MAX_REMOVE_PATH {
+                let path = &go[1..n as usize];
+                if !path.contains(&0) {
+                    remove = [0u8; MAX_REMOVE_PATH + 1];
+                    remove[..path.len()].copy_from_slice(path);
+                }
+                continue;
+            }
+            remove_file(&remove);
             libc::_exit(127);
         }
-        init_main(plan, sock);
+        init_main(plan, sock, &remove);
+    }
+}
+
+/// The longest path [`Sandbox::remove_at_exit`] takes.
+const MAX_REMOVE_PATH: usize = 255;
+
+/// Unlink the NUL-terminated `path` if it is not empty.
+fn remove_file(path: &[u8]) {
+    if path.first().is_some_and(|&b| b != 0) && path.contains(&0) {
+        // SAFETY: `path` is NUL-terminated (checked above).
+        unsafe { libc::unlink(path.as_ptr().cast()) };
     }
 }
 
@@ -353,7 +376,7 @@ const INIT_IGNORES: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHU
 /// command. It stays with the privileges the sandbox was set up with, so
 /// that ustack's relay can give up its own and still have the command
 /// signalled. Allocation-free, like `child_main`.
-fn init_main(plan: &ChildPlan, sock: RawFd) -> ! {
+fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
     // SAFETY (whole function): plain system calls with valid pointers to data
     // owned by `plan` or the stack, which outlive each call.
     unsafe {
@@ -391,6 +414,10 @@ fn init_main(plan: &ChildPlan, sock: RawFd) -> ! {
             libc::_exit(127);
         }
         libc::close(ep[1]);
+        // Keep nothing of ustack's but the socket: its other descriptors
+        // (another sandbox's TAP or socket when one process runs several)
+        // would otherwise live as long as this command.
+        close_all_but(sock, ep[0]);
         for sig in INIT_IGNORES {
             libc::signal(sig, libc::SIG_IGN);
         }
@@ -405,6 +432,7 @@ fn init_main(plan: &ChildPlan, sock: RawFd) -> ! {
         libc::close(ep[0]);
         if n == 4 {
             reap(cmd);
+            remove_file(remove);
             child_fail(
                 sock,
                 Stage::Exec,
@@ -457,7 +485,46 @@ fn init_main(plan: &ChildPlan, sock: RawFd) -> ! {
                 }
             }
         }
-        libc::_exit(reap(cmd));
+        let code = reap(cmd);
+        remove_file(remove);
+        libc::_exit(code);
+    }
+}
+
+/// Close every descriptor above stdio but `a` and `b`. Allocation-free.
+fn close_all_but(a: RawFd, b: RawFd) {
+    let (lo, hi) = (a.min(b), a.max(b));
+    // SAFETY: close_range(2) with integer arguments; the ranges leave out
+    // stdio, `a` and `b`. A kernel without it: close(2) each, up to the
+    // descriptor limit (at most 1 << 20).
+    unsafe {
+        let ranges = [(3, lo - 1), (lo + 1, hi - 1), (hi + 1, libc::c_int::MAX)];
+        let mut ok = true;
+        for (from, to) in ranges {
+            if from <= to
+                && libc::syscall(
+                    libc::SYS_close_range,
+                    from as libc::c_uint,
+                    to as libc::c_uint,
+                    0,
+                ) != 0
+            {
+                ok = false;
+            }
+        }
+        if !ok {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur.min(1 << 20) as libc::c_int
+            } else {
+                1024
+            };
+            for fd in 3..max {
+                if fd != a && fd != b {
+                    libc::close(fd);
+                }
+            }
+        }
     }
 }
 
@@ -641,6 +708,24 @@ impl Sandbox {
                 Err(err)
             }
         }
+    }
+
+    /// Have the sandbox's init remove `path` when it ends (after the
+    /// command): for a file ustack made while privileged that it may not be
+    /// able to remove itself once it gave up its privileges. Only before
+    /// [`Sandbox::start`]: what ustack asks later is not trusted for this.
+    pub fn remove_at_exit(&self, path: &std::path::Path) -> io::Result<()> {
+        let bytes = path.as_os_str().as_bytes();
+        if self.started || bytes.is_empty() || bytes.len() > MAX_REMOVE_PATH || bytes.contains(&0) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let Some(sock) = &self.sock else {
+            return Err(io::Error::other("sandbox already stopped"));
+        };
+        let mut msg = Vec::with_capacity(1 + bytes.len());
+        msg.push(b'P');
+        msg.extend_from_slice(bytes);
+        sys::write_all(sock, &msg)
     }
 
     /// The process id of the sandbox's init (in ustack's PID namespace): the
