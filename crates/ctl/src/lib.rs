@@ -29,7 +29,7 @@ pub use net::NetProvider;
 pub use proto::{
     CaptureSpec, CounterEntry, DeviceInfo, Request, Response, SocketEntry, StackInfo, TcpDetail,
 };
-pub use server::{check_name, default_name, Control};
+pub use server::{check_name, default_name, Control, PendingControl};
 
 use ustack_core::tcp::TcpConnInfo;
 use ustack_core::time::Instant;

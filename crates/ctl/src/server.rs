@@ -74,36 +74,36 @@ fn valid(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
 }
 
-impl Control {
-    /// Register the stack as `name` (letters, digits, `_`, `-`, `.`; at most
-    /// 40) in `mode` and serve requests from `provider` on a thread of its own.
-    pub fn start(name: &str, mode: &str, provider: Arc<dyn Provider>) -> Result<Control, String> {
-        check_name(name)?;
-        let dname = format!("{DOMAIN_PREFIX}{name}");
-        let cfg = DomainConfig {
-            max_endpoints: 32,
-            max_copy: MAX_ANSWER,
-            arena_size: 2 * MAX_ANSWER,
-        };
-        let dom = match Domain::create(&dname, cfg) {
-            Ok(d) => d,
-            Err(IpcError::DomainExists) => {
-                return Err(format!(
-                    "a stack named {name:?} is already running (choose another --name)"
-                ))
-            }
-            Err(e) => return Err(format!("control endpoint {name:?}: {e}")),
-        };
-        let mut ep = dom
-            .bind_as(SERVER, "control")
-            .map_err(|e| format!("control endpoint {name:?}: {e}"))?;
+/// A control endpoint registered but not serving yet (see
+/// [`Control::create`]).
+pub struct PendingControl {
+    dom: Domain,
+    /// Taken by `serve`.
+    ep: Option<ustack_ipc::Endpoint>,
+    name: String,
+}
+
+impl PendingControl {
+    /// The shared-memory file clients open (mode 0600, its creator's).
+    pub fn path(&self) -> &std::path::Path {
+        self.dom.path()
+    }
+
+    /// Serve requests from `provider` on a thread of its own, as a stack in
+    /// `mode`.
+    pub fn serve(mut self, mode: &str, provider: Arc<dyn Provider>) -> Result<Control, String> {
+        let (dom, name) = (self.dom.clone(), self.name.clone());
+        let mut ep = self
+            .ep
+            .take()
+            .ok_or_else(|| format!("control endpoint {name:?}: served twice"))?;
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let command = std::env::args().collect::<Vec<_>>().join(" ");
         let state = Arc::new(Mutex::new(State {
             info: StackInfo {
-                name: name.to_string(),
+                name: name.clone(),
                 pid: std::process::id(),
                 mode: mode.to_string(),
                 command,
@@ -140,8 +140,58 @@ impl Control {
             .map_err(|e| format!("control endpoint {name:?}: {e}"))?;
         Ok(Control {
             dom,
-            name: name.to_string(),
+            name,
             thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for PendingControl {
+    fn drop(&mut self) {
+        // Never served (the caller gave up): the domain goes. A served one
+        // is ended by its Control.
+        if self.ep.is_some() {
+            let _ = self.dom.end();
+        }
+    }
+}
+
+impl Control {
+    /// Register the stack as `name` (letters, digits, `_`, `-`, `.`; at most
+    /// 40) in `mode` and serve requests from `provider` on a thread of its own.
+    pub fn start(name: &str, mode: &str, provider: Arc<dyn Provider>) -> Result<Control, String> {
+        Control::create(name)?.serve(mode, provider)
+    }
+
+    /// Register the stack as `name` without serving yet: the domain's file
+    /// exists (clients wait for an answer until [`PendingControl::serve`]).
+    /// A process about to give up its privileges creates it before (the file
+    /// is then its present user's) and serves after (no thread exists yet
+    /// while it changes).
+    pub fn create(name: &str) -> Result<PendingControl, String> {
+        check_name(name)?;
+        let dname = format!("{DOMAIN_PREFIX}{name}");
+        let cfg = DomainConfig {
+            max_endpoints: 32,
+            max_copy: MAX_ANSWER,
+            arena_size: 2 * MAX_ANSWER,
+        };
+        let dom = match Domain::create(&dname, cfg) {
+            Ok(d) => d,
+            Err(IpcError::DomainExists) => {
+                return Err(format!(
+                    "a stack named {name:?} is already running (choose another --name)"
+                ))
+            }
+            Err(e) => return Err(format!("control endpoint {name:?}: {e}")),
+        };
+        let ep = dom
+            .bind_as(SERVER, "control")
+            .map_err(|e| format!("control endpoint {name:?}: {e}"))?;
+        Ok(PendingControl {
+            dom,
+            ep: Some(ep),
+            name: name.to_string(),
         })
     }
 

@@ -603,6 +603,11 @@ impl Domain {
         }
     }
 
+    /// The shared-memory file of this domain (under `/dev/shm`).
+    pub fn path(&self) -> &std::path::Path {
+        &self.m.path
+    }
+
     /// Has the domain been ended?
     pub fn is_ended(&self) -> bool {
         self.header().ended.load(Ordering::Acquire) != 0
