@@ -196,10 +196,20 @@ fn started_by_root_the_relay_runs_as_nobody_and_root_still_operates_it() {
     assert_eq!(groups, vec![g.clone()], "no other group");
     assert_eq!(cap_eff(run.pid()), 0x400, "only CAP_NET_BIND_SERVICE");
     assert_eq!(status_field(run.pid(), "NoNewPrivs:"), vec!["1"]);
-    // The control endpoint it created after the change: its user's, 0600.
+    // The control endpoint's file was made before the change: root's, 0600,
+    // so another process running as nobody cannot operate the relay.
     let md = std::fs::metadata(domain_file(&name)).expect("the control endpoint's file");
-    assert_eq!(md.uid().to_string(), u);
+    assert_eq!(md.uid(), 0);
     assert_eq!(md.mode() & 0o777, 0o600);
+    let nob: u32 = u.parse().expect("uid");
+    let ngid: u32 = g.parse().expect("gid");
+    let other = ustack_as(Some((nob, ngid)), &["nstat", "--stack", &name]);
+    assert!(!other.status.success(), "nobody operated the stack");
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("permission denied"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
     // Root operates it.
     assert!(ok(&ustack_as(None, &["ps"])).contains(&name));
     assert!(ok(&ustack_as(None, &["nstat", "-a", "--stack", &name]))
@@ -238,7 +248,11 @@ fn started_by_root_the_relay_runs_as_nobody_and_root_still_operates_it() {
     run.send("y");
     let (status, _, err) = run.finish();
     assert_eq!(status.code(), Some(5), "{err}");
-    assert!(!domain_file(&name).exists(), "the relay removed its file");
+    // The relay (nobody) could not remove root's file; the sandbox's init did.
+    assert!(
+        !domain_file(&name).exists(),
+        "the control file is left behind"
+    );
 }
 
 #[test]
@@ -282,6 +296,10 @@ fn under_sudo_the_relay_runs_as_the_invoking_user_who_operates_it() {
     run.send("x");
     let (status, _, err) = run.finish();
     assert!(status.success(), "{err}");
+    assert!(
+        !domain_file(&name).exists(),
+        "the control file is left behind"
+    );
 }
 
 #[test]

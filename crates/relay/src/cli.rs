@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::net::Ipv4Addr;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -378,13 +379,27 @@ fn run_report_inner<G: GuestStack>(
         .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
+    // The control endpoint's file, made by the present user (root, or the
+    // rootless user) and given to whoever started ustack (sudo's user); it
+    // is served only once the privileges are gone.
+    let reg = Registration::new(&args.relay, "run").context("ustack run")?;
     if harden {
+        reg.give_to_invoking_user().context("ustack run")?;
+        // A relay that becomes another user than the file's cannot remove
+        // it when it ends: the sandbox's init, which keeps its privileges,
+        // does when the command ends.
+        let owner = std::fs::metadata(reg.path()).map(|m| m.uid()).ok();
+        if run_as.is_some_and(|to| Some(to.uid) != owner) {
+            sandbox
+                .remove_at_exit(reg.path())
+                .context("ustack run: sandbox")?;
+        }
         crate::harden::harden(run_as).context("ustack run: giving up privileges")?;
         if args.seccomp_selftest {
             crate::harden::selftest_forbidden_call();
         }
     }
-    let ops = Operations::start(&args.relay, "run", hub).context("ustack run")?;
+    let ops = reg.start(&args.relay, hub).context("ustack run")?;
     let mut relay =
         Relay::new(guest, ops.relay_config(&args.relay)).context("ustack run: relay")?;
     let control = ops.attach(&mut relay).context("ustack run")?;
@@ -435,8 +450,8 @@ fn run_report_inner<G: GuestStack>(
 /// The operator's side of a relay: the control endpoint (crates/ctl) under
 /// `--name` or `MODE-PID`, and the `--metrics` endpoint.
 struct Operations {
-    name: String,
     mode: &'static str,
+    pending: ustack_ctl::PendingControl,
     link: crate::control::ControlLink,
     provider: Arc<dyn ustack_ctl::Provider>,
     metrics: Option<ustack_ctl::Metrics>,
@@ -448,30 +463,66 @@ struct Running {
     _metrics: Option<ustack_ctl::Metrics>,
 }
 
-impl Operations {
-    fn start(args: &RelayArgs, mode: &'static str, hub: Arc<CaptureHub>) -> anyhow::Result<Self> {
+/// The control endpoint registered (its file exists), nothing started yet:
+/// made before the relay gives up its privileges, started after.
+struct Registration {
+    name: String,
+    mode: &'static str,
+    pending: ustack_ctl::PendingControl,
+}
+
+impl Registration {
+    fn new(args: &RelayArgs, mode: &'static str) -> anyhow::Result<Self> {
         let name = args
             .name
             .clone()
             .unwrap_or_else(|| ustack_ctl::default_name(mode));
-        ustack_ctl::check_name(&name).map_err(|e| anyhow!(e))?;
+        let pending = ustack_ctl::Control::create(&name).map_err(|e| anyhow!(e))?;
+        Ok(Registration {
+            name,
+            mode,
+            pending,
+        })
+    }
+
+    /// The control endpoint's shared-memory file.
+    fn path(&self) -> &std::path::Path {
+        self.pending.path()
+    }
+
+    /// When root runs on behalf of another user (sudo, set-user-ID), the
+    /// control endpoint is that user's (and root's, as always): chown its
+    /// file (mode 0600) to them.
+    fn give_to_invoking_user(&self) -> anyhow::Result<()> {
+        if let Some(u) = crate::harden::invoking_user() {
+            std::os::unix::fs::chown(self.path(), Some(u.uid), Some(u.gid))
+                .with_context(|| format!("giving the control endpoint to user {}", u.uid))?;
+        }
+        Ok(())
+    }
+
+    /// The control link and the metrics endpoint (its listener and thread).
+    fn start(self, args: &RelayArgs, hub: Arc<CaptureHub>) -> anyhow::Result<Operations> {
         let (link, provider) = crate::control::link(hub).context("control endpoint")?;
         let provider: Arc<dyn ustack_ctl::Provider> = Arc::new(provider);
         let metrics = match args.metrics {
             Some(a) => Some(
-                ustack_ctl::Metrics::start(a, &name, provider.clone()).map_err(|e| anyhow!(e))?,
+                ustack_ctl::Metrics::start(a, &self.name, provider.clone())
+                    .map_err(|e| anyhow!(e))?,
             ),
             None => None,
         };
         Ok(Operations {
-            name,
-            mode,
+            mode: self.mode,
+            pending: self.pending,
             link,
             provider,
             metrics,
         })
     }
+}
 
+impl Operations {
     /// The relay's configuration, with the metrics endpoint out of the
     /// guest's reach.
     fn relay_config(&self, args: &RelayArgs) -> RelayConfig {
@@ -487,7 +538,9 @@ impl Operations {
     /// Let the relay answer the control endpoint, and open it.
     fn attach<G: GuestStack>(self, relay: &mut Relay<G>) -> anyhow::Result<Running> {
         relay.set_control(self.link).context("control endpoint")?;
-        let control = ustack_ctl::Control::start(&self.name, self.mode, self.provider)
+        let control = self
+            .pending
+            .serve(self.mode, self.provider)
             .map_err(|e| anyhow!(e))?;
         Ok(Running {
             _control: control,
@@ -576,10 +629,11 @@ fn attach_inner<G: GuestStack>(
     let mtu = tap.mtu();
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
+    let reg = Registration::new(&args.relay, "attach").context("ustack attach")?;
     if harden {
         crate::harden::harden(None).context("ustack attach: giving up privileges")?;
     }
-    let ops = Operations::start(&args.relay, "attach", hub).context("ustack attach")?;
+    let ops = reg.start(&args.relay, hub).context("ustack attach")?;
     let mut relay =
         Relay::new(guest, ops.relay_config(&args.relay)).context("ustack attach: relay")?;
     let control = ops.attach(&mut relay).context("ustack attach")?;

@@ -149,31 +149,41 @@ impl RunAs {
     /// set-user-ID start, or `SUDO_UID`/`SUDO_GID` from sudo), or `nobody`
     /// when root started it; else itself (`None`: nothing to change).
     pub fn choose(spec: Option<&str>) -> Result<Option<RunAs>, String> {
-        // SAFETY: these getters have no preconditions.
-        let (euid, ruid, rgid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
         if let Some(spec) = spec {
             return RunAs::parse(spec).map(Some);
         }
-        if euid != 0 {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
             return Ok(None);
         }
-        if ruid != 0 {
-            return Ok(Some(RunAs {
-                uid: ruid,
-                gid: rgid,
-            }));
+        Ok(Some(invoking_user().unwrap_or_else(RunAs::nobody)))
+    }
+}
+
+/// When running as root: the user behind it, if not root: the real user of
+/// a set-user-ID start, or sudo's `SUDO_UID`/`SUDO_GID`.
+pub fn invoking_user() -> Option<RunAs> {
+    // SAFETY: these getters have no preconditions.
+    let (euid, ruid, rgid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
+    if euid != 0 {
+        return None;
+    }
+    if ruid != 0 {
+        return Some(RunAs {
+            uid: ruid,
+            gid: rgid,
+        });
+    }
+    let env = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+    };
+    match (env("SUDO_UID"), env("SUDO_GID")) {
+        (Some(uid), Some(gid)) if uid != 0 && uid != u32::MAX && gid != u32::MAX => {
+            Some(RunAs { uid, gid })
         }
-        let env = |k: &str| {
-            std::env::var(k)
-                .ok()
-                .and_then(|v| v.trim().parse::<u32>().ok())
-        };
-        if let (Some(uid), Some(gid)) = (env("SUDO_UID"), env("SUDO_GID")) {
-            if uid != 0 && uid != u32::MAX && gid != u32::MAX {
-                return Ok(Some(RunAs { uid, gid }));
-            }
-        }
-        Ok(Some(RunAs::nobody()))
+        _ => None,
     }
 }
 
