@@ -432,3 +432,58 @@ fn a_port_below_1024_forwards_with_the_relay_running_as_nobody() {
     let (status, _, err) = run.finish();
     assert!(status.success(), "{err}");
 }
+
+#[test]
+fn ctrl_c_on_a_terminal_reaches_the_command_once() {
+    // ustack in the foreground of a terminal (a pty that `script` holds):
+    // Ctrl-C goes to the whole foreground process group; the relay (nobody)
+    // and the sandbox's init let it pass, the command handles it.
+    let inner = format!(
+        "{BIN} run -- sh -c 'trap \"echo got-int; exit 7\" INT; echo ready; \
+         while :; do sleep 0.05; done'"
+    );
+    let mut guard = ChildGuard {
+        child: Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn script (util-linux)"),
+    };
+    let out = guard.child.stdout.take().expect("stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while !seen.iter().any(|l: &String| l.trim() == "ready") {
+        match lines.recv_timeout(STEP.saturating_sub(t0.elapsed())) {
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("the command never got ready: {seen:?}"),
+        }
+    }
+    let stdin = guard.child.stdin.as_mut().expect("stdin");
+    stdin.write_all(b"\x03").expect("Ctrl-C");
+    stdin.flush().expect("flush");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = guard.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(t0.elapsed() < STEP, "ustack run did not exit on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    seen.extend(lines.recv_timeout(Duration::from_secs(5)));
+    seen.extend(lines.try_iter());
+    assert_eq!(status.code(), Some(7), "{seen:?}");
+    let got = seen.iter().filter(|l| l.contains("got-int")).count();
+    assert_eq!(got, 1, "{seen:?}");
+}
