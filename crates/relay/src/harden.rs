@@ -573,3 +573,41 @@ pub fn selftest_forbidden_call() {
     // before it runs.
     unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0) };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_as_specs() {
+        assert_eq!(RunAs::parse("root"), Ok(RunAs { uid: 0, gid: 0 }));
+        assert_eq!(RunAs::parse("0:0"), Ok(RunAs { uid: 0, gid: 0 }));
+        assert_eq!(
+            RunAs::parse("4242:4343"),
+            Ok(RunAs {
+                uid: 4242,
+                gid: 4343
+            })
+        );
+        // A number the passwd database does not know: its group is the
+        // same number.
+        assert_eq!(
+            RunAs::parse("4242"),
+            Ok(RunAs {
+                uid: 4242,
+                gid: 4242
+            })
+        );
+        assert_eq!(RunAs::parse("root:4343").map(|r| r.gid), Ok(4343));
+        let nobody = RunAs::nobody();
+        assert_eq!(RunAs::parse("nobody").map(|r| r.uid), Ok(nobody.uid));
+        assert!(RunAs::parse("no-such-user-x")
+            .unwrap_err()
+            .contains("no user"));
+        assert!(RunAs::parse("root:no-such-group-x")
+            .unwrap_err()
+            .contains("no group"));
+        assert!(RunAs::parse("4294967295").is_err());
+        assert!(RunAs::parse("").is_err());
+    }
+}
