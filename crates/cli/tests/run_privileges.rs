@@ -196,13 +196,23 @@ fn started_by_root_the_relay_runs_as_nobody_and_root_still_operates_it() {
     assert_eq!(groups, vec![g.clone()], "no other group");
     assert_eq!(cap_eff(run.pid()), 0x400, "only CAP_NET_BIND_SERVICE");
     assert_eq!(status_field(run.pid(), "NoNewPrivs:"), vec!["1"]);
+    // Not dumpable: another process running as nobody cannot read its
+    // memory map (nor trace it).
+    let nob: u32 = u.parse().expect("uid");
+    let ngid: u32 = g.parse().expect("gid");
+    let maps = format!("/proc/{}/maps", run.pid());
+    let peek = Command::new("cat")
+        .arg(&maps)
+        .uid(nob)
+        .gid(ngid)
+        .output()
+        .expect("cat");
+    assert!(!peek.status.success(), "nobody read {maps}");
     // The control endpoint's file was made before the change: root's, 0600,
     // so another process running as nobody cannot operate the relay.
     let md = std::fs::metadata(domain_file(&name)).expect("the control endpoint's file");
     assert_eq!(md.uid(), 0);
     assert_eq!(md.mode() & 0o777, 0o600);
-    let nob: u32 = u.parse().expect("uid");
-    let ngid: u32 = g.parse().expect("gid");
     let other = ustack_as(Some((nob, ngid)), &["nstat", "--stack", &name]);
     assert!(!other.status.success(), "nobody operated the stack");
     assert!(

@@ -213,6 +213,9 @@ fn change_ids(to: RunAs, keep_caps: bool) -> io::Result<()> {
         cvt(libc::setresgid(to.gid, to.gid, to.gid))?;
         cvt(libc::setresuid(to.uid, to.uid, to.uid))?;
         cvt(libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0))?;
+        // Not dumpable, whatever fs.suid_dumpable says: other processes of
+        // the new user (nobody's) may not trace it or read its memory.
+        cvt(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
     }
     // Check it took, all of it (fail closed).
     let (mut r, mut e, mut s) = (0, 0, 0);
