@@ -11,6 +11,8 @@ pub mod ethernet;
 pub mod icmpv4;
 pub mod ip;
 pub mod ipv4;
+pub mod ipv6;
+pub mod ipv6ext;
 pub mod tcp;
 pub mod udp;
 pub mod virtio_net;
