@@ -6,6 +6,8 @@
 
 pub mod arp;
 pub mod checksum;
+pub mod dhcpv4;
+pub mod dhcpv6;
 mod error;
 pub mod ethernet;
 pub mod icmpv4;
