@@ -201,7 +201,7 @@ impl<'a> Dhcpv6Option<'a> {
                     })
                 })
             }
-            c::ORO if data.len() % 2 == 0 => Some(Dhcpv6Option::Oro(data)),
+            c::ORO if data.len().is_multiple_of(2) => Some(Dhcpv6Option::Oro(data)),
             c::PREFERENCE => match data {
                 &[p] => Some(Dhcpv6Option::Preference(p)),
                 _ => None,

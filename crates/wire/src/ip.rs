@@ -117,7 +117,7 @@ impl<'a, A: WireAddr> AddrList<'a, A> {
     /// Borrow `bytes` as a list: `Malformed` unless a multiple of the
     /// address length.
     pub fn from_bytes(bytes: &'a [u8]) -> Result<Self> {
-        if bytes.len() % A::LEN != 0 {
+        if !bytes.len().is_multiple_of(A::LEN) {
             return Err(Error::Malformed);
         }
         Ok(AddrList::Bytes(bytes))

@@ -76,7 +76,7 @@ impl<'a> MldAddressRecord<'a> {
     /// fit; `Malformed` for auxiliary data not a multiple of 4 (or over
     /// 1020 bytes) or more than 65535 sources.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        if self.aux_data.len() % 4 != 0 || self.aux_data.len() > 255 * 4 {
+        if !self.aux_data.len().is_multiple_of(4) || self.aux_data.len() > 255 * 4 {
             return Err(Error::Malformed);
         }
         let nsrc = u16::try_from(self.sources.len()).map_err(|_| Error::Malformed)?;
