@@ -22,6 +22,7 @@ const SEEDS: &[&[u8]] = &[
     include_bytes!("data/ndp_na.bin"),
     include_bytes!("data/ndp_rs.bin"),
     include_bytes!("data/ndp_ra.bin"),
+    include_bytes!("data/ndp_redirect.bin"),
     include_bytes!("data/mld_report_1.bin"),
     include_bytes!("data/mld_report_6.bin"),
     include_bytes!("data/dhcpv6_solicit.bin"),

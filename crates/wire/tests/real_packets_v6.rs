@@ -15,6 +15,9 @@
 //! - `ipv6_dstopts_unknown` (sent from a packet socket: a Destination
 //!   Options header with option type 0x88) and R's `icmpv6_param_problem`;
 //! - `ndp_ra`: dnsmasq's answer to A's router solicitation;
+//! - `ndp_redirect`: from a second pair of namespaces (A fd00::1, R fd00::2
+//!   and fd02::2/64 on the same link, forwarding): A pings fd02::3 through R,
+//!   which forwards out the link it came in on and redirects A to fd02::3;
 //! - `dhcpv6_*`, `dhcpv4_*`: see `dhcp_packets.rs`.
 
 use std::net::Ipv6Addr;
@@ -63,6 +66,7 @@ const NS_DAD: &[u8] = include_bytes!("data/ndp_ns_dad.bin");
 const NA: &[u8] = include_bytes!("data/ndp_na.bin");
 const RS: &[u8] = include_bytes!("data/ndp_rs.bin");
 const RA: &[u8] = include_bytes!("data/ndp_ra.bin");
+const REDIRECT: &[u8] = include_bytes!("data/ndp_redirect.bin");
 const MLD1: &[u8] = include_bytes!("data/mld_report_1.bin");
 const MLD5: &[u8] = include_bytes!("data/mld_report_5.bin");
 const MLD6: &[u8] = include_bytes!("data/mld_report_6.bin");
@@ -385,6 +389,34 @@ fn router_solicitation_and_advertisement() {
 }
 
 #[test]
+fn redirect() {
+    let (_, ip, bytes) = ipv6(REDIRECT);
+    assert_eq!((ip.src, ip.dst, ip.hop_limit), (ll_r(), a(), 255));
+    let (_, msg) = upper(bytes);
+    let Icmpv6Repr::Ndisc(NdiscRepr::Redirect {
+        target,
+        dest,
+        options,
+    }) = icmp(&ip, msg)
+    else {
+        panic!("redirect expected");
+    };
+    let c: Ipv6Addr = "fd02::3".parse().unwrap();
+    assert_eq!((target, dest), (c, c));
+    // The redirected header quotes A's echo request to fd02::3.
+    let quoted = options
+        .iter()
+        .find_map(|o| match o {
+            NdiscOption::RedirectedHeader(d) => Some(d),
+            _ => None,
+        })
+        .unwrap();
+    let (q, data) = Ipv6Repr::parse_quoted(quoted).unwrap();
+    assert_eq!((q.src, q.dst, q.next_header), (a(), c, IpProtocol::ICMPV6));
+    assert_eq!(data[0], 128);
+}
+
+#[test]
 fn mldv2_reports() {
     for (frame, n) in [(MLD1, 1), (MLD5, 5), (MLD6, 6)] {
         let (_, ip, bytes) = ipv6(frame);
@@ -448,6 +480,7 @@ fn every_truncation_of_every_frame_is_an_error_not_a_panic() {
         NA,
         RS,
         RA,
+        REDIRECT,
         MLD1,
         MLD6,
     ] {
