@@ -5,7 +5,7 @@
 
 use std::net::Ipv6Addr;
 use ustack_wire::dhcpv4::{Dhcpv4OptionWriter, Dhcpv4Options, Dhcpv4Packet, Dhcpv4Repr};
-use ustack_wire::dhcpv6::{Dhcpv6Option, Dhcpv6OptionWriter, Dhcpv6Repr};
+use ustack_wire::dhcpv6::{Dhcpv6Option, Dhcpv6OptionWriter, Dhcpv6Packet, Dhcpv6Repr};
 use ustack_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv6::{Ipv6Packet, Ipv6Repr, IPV6_HEADER_LEN};
@@ -249,7 +249,11 @@ pub fn dhcpv4(data: &[u8]) {
 /// DHCPv6: parse; re-emit to the same bytes; each option (and each nested
 /// IA option) re-emitted alone decodes the same.
 pub fn dhcpv6(data: &[u8]) {
-    let Ok(repr) = Dhcpv6Repr::parse(data) else {
+    let Ok(p) = Dhcpv6Packet::new_checked(data) else {
+        return;
+    };
+    let _ = (p.msg_type(), p.transaction_id(), p.options().len());
+    let Ok(repr) = Dhcpv6Repr::parse(&p) else {
         return;
     };
     let mut out = vec![0u8; repr.buffer_len()];

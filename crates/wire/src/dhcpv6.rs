@@ -440,6 +440,61 @@ impl<'b> Dhcpv6OptionWriter<'b> {
     }
 }
 
+/// A zero-copy view of a DHCPv6 client/server message (the UDP payload).
+#[derive(Debug, Clone)]
+pub struct Dhcpv6Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Dhcpv6Packet<T> {
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Dhcpv6Packet { buffer }
+    }
+
+    /// Check that the 4-byte header is there.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let p = Self::new_unchecked(buffer);
+        if p.buffer.as_ref().len() < DHCPV6_HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(p)
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    pub fn msg_type(&self) -> Dhcpv6MessageType {
+        Dhcpv6MessageType::from(self.buffer.as_ref()[0])
+    }
+
+    /// The 24-bit transaction id.
+    pub fn transaction_id(&self) -> u32 {
+        let b = self.buffer.as_ref();
+        u32::from_be_bytes([0, b[1], b[2], b[3]])
+    }
+
+    /// The options area (not validated).
+    pub fn options(&self) -> &[u8] {
+        &self.buffer.as_ref()[DHCPV6_HEADER_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Dhcpv6Packet<T> {
+    pub fn set_msg_type(&mut self, t: Dhcpv6MessageType) {
+        self.buffer.as_mut()[0] = t.into();
+    }
+
+    /// Set the transaction id (its low 24 bits).
+    pub fn set_transaction_id(&mut self, id: u32) {
+        self.buffer.as_mut()[1..4].copy_from_slice(&id.to_be_bytes()[1..]);
+    }
+
+    pub fn options_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[DHCPV6_HEADER_LEN..]
+    }
+}
+
 /// A client/server message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dhcpv6Repr<'a> {
@@ -450,12 +505,12 @@ pub struct Dhcpv6Repr<'a> {
 }
 
 impl<'a> Dhcpv6Repr<'a> {
-    /// Decode a message (the UDP payload). Relay-forward/reply: `Unsupported`.
-    pub fn parse(b: &'a [u8]) -> Result<Dhcpv6Repr<'a>> {
-        if b.len() < DHCPV6_HEADER_LEN {
-            return Err(Error::Truncated);
-        }
-        let msg_type = Dhcpv6MessageType::from(b[0]);
+    /// Decode a message. Relay-forward/reply: `Unsupported`; options as
+    /// [`Dhcpv6Options::new_checked`] says.
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(p: &Dhcpv6Packet<&'a T>) -> Result<Dhcpv6Repr<'a>> {
+        let b: &'a [u8] = p.buffer.as_ref();
+        let p = Dhcpv6Packet::new_checked(b)?;
+        let msg_type = p.msg_type();
         if matches!(
             msg_type,
             Dhcpv6MessageType::RelayForw | Dhcpv6MessageType::RelayRepl
@@ -464,8 +519,8 @@ impl<'a> Dhcpv6Repr<'a> {
         }
         Ok(Dhcpv6Repr {
             msg_type,
-            transaction_id: u32::from_be_bytes([0, b[1], b[2], b[3]]),
-            options: Dhcpv6Options::new_checked(&b[4..])?,
+            transaction_id: p.transaction_id(),
+            options: Dhcpv6Options::new_checked(&b[DHCPV6_HEADER_LEN..])?,
         })
     }
 
@@ -477,9 +532,10 @@ impl<'a> Dhcpv6Repr<'a> {
     /// `buffer_len()`. The transaction id's top byte is dropped.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         let out = buf.get_mut(..self.buffer_len()).ok_or(Error::Truncated)?;
-        out[0] = self.msg_type.into();
-        out[1..4].copy_from_slice(&self.transaction_id.to_be_bytes()[1..]);
-        out[4..].copy_from_slice(self.options.bytes);
+        let mut p = Dhcpv6Packet::new_unchecked(out);
+        p.set_msg_type(self.msg_type);
+        p.set_transaction_id(self.transaction_id);
+        p.options_mut().copy_from_slice(self.options.bytes);
         Ok(())
     }
 }
@@ -497,6 +553,29 @@ impl fmt::Display for Dhcpv6Repr<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(b: &[u8]) -> Result<Dhcpv6Repr<'_>> {
+        Dhcpv6Repr::parse(&Dhcpv6Packet::new_checked(b)?)
+    }
+
+    #[test]
+    fn packet_view() {
+        let mut b = [0u8; 6];
+        let mut p = Dhcpv6Packet::new_unchecked(&mut b[..]);
+        p.set_msg_type(Dhcpv6MessageType::Advertise);
+        p.set_transaction_id(0xff12_3456);
+        p.options_mut().copy_from_slice(&[9, 9]);
+        let p = Dhcpv6Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(p.msg_type(), Dhcpv6MessageType::Advertise);
+        assert_eq!(p.transaction_id(), 0x12_3456);
+        assert_eq!(p.options(), &[9, 9]);
+        assert_eq!(
+            Dhcpv6Packet::new_checked(&b[..3]).err(),
+            Some(Error::Truncated)
+        );
+        // Two option bytes are not an option header.
+        assert_eq!(Dhcpv6Repr::parse(&p), Err(Error::Truncated));
+    }
 
     #[test]
     fn build_a_reply_and_parse_it() {
@@ -544,7 +623,7 @@ mod tests {
         };
         let mut msg = [0u8; 256];
         repr.emit(&mut msg).unwrap();
-        let back = Dhcpv6Repr::parse(&msg[..repr.buffer_len()]).unwrap();
+        let back = parse(&msg[..repr.buffer_len()]).unwrap();
         assert_eq!(back, repr);
         let o = back.options;
         assert_eq!(o.server_id(), Some(&duid[..]));
@@ -560,10 +639,10 @@ mod tests {
         assert_eq!(o.oro().unwrap().collect::<Vec<_>>(), [23]);
         // Every truncation fails or parses fewer options; none panics.
         for n in 0..repr.buffer_len() {
-            let _ = Dhcpv6Repr::parse(&msg[..n]).map(|r| r.options.iter().count());
+            let _ = parse(&msg[..n]).map(|r| r.options.iter().count());
         }
-        assert_eq!(Dhcpv6Repr::parse(&msg[..3]), Err(Error::Truncated));
-        assert_eq!(Dhcpv6Repr::parse(&msg[..9]), Err(Error::Truncated));
+        assert_eq!(parse(&msg[..3]), Err(Error::Truncated));
+        assert_eq!(parse(&msg[..9]), Err(Error::Truncated));
         assert_eq!(repr.emit(&mut [0u8; 8]), Err(Error::Truncated));
     }
 
@@ -576,7 +655,7 @@ mod tests {
         b.extend_from_slice(&[0, 3, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 9]);
         b.extend_from_slice(&[0, 6, 0, 3, 0, 23, 0]);
         b.extend_from_slice(&[0, 14, 0, 1, 0]);
-        let r = Dhcpv6Repr::parse(&b).unwrap();
+        let r = parse(&b).unwrap();
         assert_eq!(r.options.ia_na().count(), 0);
         assert!(r.options.oro().is_none());
         assert!(!r.options.rapid_commit());
@@ -584,7 +663,7 @@ mod tests {
             .options
             .iter()
             .all(|o| matches!(o, Dhcpv6Option::Unknown { .. })));
-        assert_eq!(Dhcpv6Repr::parse(&[12u8, 0, 0, 0]), Err(Error::Unsupported));
+        assert_eq!(parse(&[12u8, 0, 0, 0]), Err(Error::Unsupported));
         for v in 0..=255u8 {
             assert_eq!(u8::from(Dhcpv6MessageType::from(v)), v);
         }

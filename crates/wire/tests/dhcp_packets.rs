@@ -18,8 +18,8 @@ use ustack_wire::dhcpv4::{
     Dhcpv4Repr, BOOTREPLY, BOOTREQUEST, CLIENT_PORT, SERVER_PORT,
 };
 use ustack_wire::dhcpv6::{
-    self, status, Dhcpv6MessageType, Dhcpv6Option, Dhcpv6OptionWriter, Dhcpv6Options, Dhcpv6Repr,
-    IaAddress, IaNa,
+    self, status, Dhcpv6MessageType, Dhcpv6Option, Dhcpv6OptionWriter, Dhcpv6Options, Dhcpv6Packet,
+    Dhcpv6Repr, IaAddress, IaNa,
 };
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::ip::{Ipv4AddrList, Ipv6AddrList};
@@ -73,13 +73,17 @@ fn dhcp4(msg: &[u8]) -> Dhcpv4Repr<'_> {
     r
 }
 
+fn parse6(msg: &[u8]) -> Result<Dhcpv6Repr<'_>, Error> {
+    Dhcpv6Repr::parse(&Dhcpv6Packet::new_checked(msg)?)
+}
+
 fn dhcp6(msg: &[u8]) -> Dhcpv6Repr<'_> {
-    let r = Dhcpv6Repr::parse(msg).unwrap();
+    let r = parse6(msg).unwrap();
     let mut out = vec![0u8; r.buffer_len()];
     r.emit(&mut out).unwrap();
     assert_eq!(out, msg);
     for n in 0..msg.len() {
-        if let Ok(r) = Dhcpv6Repr::parse(&msg[..n]) {
+        if let Ok(r) = parse6(&msg[..n]) {
             for ia in r.options.ia_na() {
                 let _ = ia.addresses().count();
             }
@@ -271,6 +275,6 @@ fn dhcpv6_malformed() {
     // An option length past the end.
     let mut bad = msg.to_vec();
     bad[7] = 200;
-    assert_eq!(Dhcpv6Repr::parse(&bad), Err(Error::Truncated));
-    assert_eq!(Dhcpv6Repr::parse(&msg[..3]), Err(Error::Truncated));
+    assert_eq!(parse6(&bad), Err(Error::Truncated));
+    assert_eq!(parse6(&msg[..3]), Err(Error::Truncated));
 }
