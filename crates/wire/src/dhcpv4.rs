@@ -512,6 +512,71 @@ impl<T: AsRef<[u8]>> Dhcpv4Packet<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Dhcpv4Packet<T> {
+    fn bm(&mut self) -> &mut [u8] {
+        self.buffer.as_mut()
+    }
+    pub fn set_op(&mut self, v: u8) {
+        self.bm()[field::OP] = v;
+    }
+    pub fn set_htype(&mut self, v: u8) {
+        self.bm()[field::HTYPE] = v;
+    }
+    pub fn set_hlen(&mut self, v: u8) {
+        self.bm()[field::HLEN] = v;
+    }
+    pub fn set_hops(&mut self, v: u8) {
+        self.bm()[field::HOPS] = v;
+    }
+    pub fn set_xid(&mut self, v: u32) {
+        self.bm()[field::XID].copy_from_slice(&v.to_be_bytes());
+    }
+    pub fn set_secs(&mut self, v: u16) {
+        self.bm()[field::SECS].copy_from_slice(&v.to_be_bytes());
+    }
+    pub fn set_flags(&mut self, v: u16) {
+        self.bm()[field::FLAGS].copy_from_slice(&v.to_be_bytes());
+    }
+    fn set_addr(&mut self, at: usize, a: Ipv4Addr) {
+        self.bm()[at..at + 4].copy_from_slice(&a.octets());
+    }
+    pub fn set_ciaddr(&mut self, a: Ipv4Addr) {
+        self.set_addr(field::CIADDR, a);
+    }
+    pub fn set_yiaddr(&mut self, a: Ipv4Addr) {
+        self.set_addr(field::YIADDR, a);
+    }
+    pub fn set_siaddr(&mut self, a: Ipv4Addr) {
+        self.set_addr(field::SIADDR, a);
+    }
+    pub fn set_giaddr(&mut self, a: Ipv4Addr) {
+        self.set_addr(field::GIADDR, a);
+    }
+    pub fn set_chaddr(&mut self, a: &[u8; 16]) {
+        self.bm()[field::CHADDR].copy_from_slice(a);
+    }
+    /// Copy `s` into sname, cut at 64 bytes and zero-padded.
+    pub fn set_sname(&mut self, s: &[u8]) {
+        copy_padded(&mut self.bm()[field::SNAME], s);
+    }
+    /// Copy `s` into file, cut at 128 bytes and zero-padded.
+    pub fn set_file(&mut self, s: &[u8]) {
+        copy_padded(&mut self.bm()[field::FILE], s);
+    }
+    pub fn set_magic_cookie(&mut self) {
+        self.bm()[field::COOKIE].copy_from_slice(&MAGIC_COOKIE);
+    }
+    pub fn options_mut(&mut self) -> &mut [u8] {
+        &mut self.bm()[DHCPV4_HEADER_LEN..]
+    }
+}
+
+fn copy_padded(dst: &mut [u8], s: &[u8]) {
+    let n = s.len().min(dst.len());
+    dst[..n].copy_from_slice(&s[..n]);
+    dst[n..].fill(0);
+}
+
 /// A decoded DHCP message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dhcpv4Repr<'a> {
@@ -588,30 +653,23 @@ impl<'a> Dhcpv4Repr<'a> {
     /// `buffer_len()`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
         let out = buf.get_mut(..self.buffer_len()).ok_or(Error::Truncated)?;
-        out[field::OP] = self.op;
-        out[field::HTYPE] = self.htype;
-        out[field::HLEN] = self.hlen;
-        out[field::HOPS] = self.hops;
-        out[field::XID].copy_from_slice(&self.xid.to_be_bytes());
-        out[field::SECS].copy_from_slice(&self.secs.to_be_bytes());
-        out[field::FLAGS].copy_from_slice(&self.flags.to_be_bytes());
-        for (at, a) in [
-            (field::CIADDR, self.ciaddr),
-            (field::YIADDR, self.yiaddr),
-            (field::SIADDR, self.siaddr),
-            (field::GIADDR, self.giaddr),
-        ] {
-            out[at..at + 4].copy_from_slice(&a.octets());
-        }
-        out[field::CHADDR].copy_from_slice(&self.chaddr);
-        for (r, s) in [(field::SNAME, self.sname), (field::FILE, self.file)] {
-            let dst = &mut out[r];
-            let n = s.len().min(dst.len());
-            dst[..n].copy_from_slice(&s[..n]);
-            dst[n..].fill(0);
-        }
-        out[field::COOKIE].copy_from_slice(&MAGIC_COOKIE);
-        out[DHCPV4_HEADER_LEN..].copy_from_slice(self.options.bytes);
+        let mut p = Dhcpv4Packet::new_unchecked(out);
+        p.set_op(self.op);
+        p.set_htype(self.htype);
+        p.set_hlen(self.hlen);
+        p.set_hops(self.hops);
+        p.set_xid(self.xid);
+        p.set_secs(self.secs);
+        p.set_flags(self.flags);
+        p.set_ciaddr(self.ciaddr);
+        p.set_yiaddr(self.yiaddr);
+        p.set_siaddr(self.siaddr);
+        p.set_giaddr(self.giaddr);
+        p.set_chaddr(&self.chaddr);
+        p.set_sname(self.sname);
+        p.set_file(self.file);
+        p.set_magic_cookie();
+        p.options_mut().copy_from_slice(self.options.bytes);
         Ok(())
     }
 }
