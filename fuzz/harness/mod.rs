@@ -5,6 +5,7 @@
 //! used here: the replay test has no libFuzzer.
 
 pub mod parsers;
+pub mod parsers_v6;
 pub mod stack;
 
 /// A target body: one fuzz input in, a panic on a violated invariant.
@@ -19,5 +20,12 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("udp", parsers::udp),
     ("tcp", parsers::tcp),
     ("virtio_net", parsers::virtio_net),
+    ("ipv6", parsers_v6::ipv6),
+    ("ipv6_ext", parsers_v6::ipv6_ext),
+    ("icmpv6", parsers_v6::icmpv6),
+    ("ndisc", parsers_v6::ndisc),
+    ("mld", parsers_v6::mld),
+    ("dhcpv4", parsers_v6::dhcpv4),
+    ("dhcpv6", parsers_v6::dhcpv6),
     ("stack_receive", stack::run),
 ];

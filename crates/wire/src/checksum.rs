@@ -4,7 +4,7 @@
 //! complement sum; `fold` reduces it to 16 bits; `checksum` returns the
 //! complemented value to store in a header.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Accumulate `data` (as big-endian 16-bit words, odd trailing byte padded
 /// with zero) onto `initial`. The result is not folded.
@@ -90,6 +90,50 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u16)
         + u32::from(u16::from_be_bytes([d[2], d[3]]))
         + u32::from(protocol)
         + u32::from(length)
+}
+
+/// Sum of the IPv6 pseudo-header (RFC 8200 8.1): source and destination
+/// addresses, the 32-bit upper-layer packet length and the next header value
+/// of the upper-layer protocol (not of an extension header).
+#[inline]
+pub fn pseudo_header_v6(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, length: u32) -> u32 {
+    let mut s: u32 = 0;
+    for a in [src.octets(), dst.octets()] {
+        for w in a.chunks_exact(2) {
+            s += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+    }
+    s + (length >> 16) + (length & 0xffff) + u32::from(next_header)
+}
+
+/// An address family's pseudo-header, so the TCP, UDP and ICMPv6 checksum
+/// paths take either `Ipv4Addr` or `Ipv6Addr` pairs (both addresses of one
+/// family: the pair's type says which pseudo-header applies).
+pub trait PseudoHeader: Copy {
+    /// RFC 8200 8.1: "IPv6 receivers must discard UDP packets containing a
+    /// zero checksum"; RFC 768 lets IPv4 senders omit it.
+    const UDP_ZERO_CHECKSUM_ALLOWED: bool;
+    /// The unfolded sum of the pseudo-header for an upper-layer packet of
+    /// `length` bytes of protocol `protocol` between `src` and `dst`.
+    fn pseudo_header(src: Self, dst: Self, protocol: u8, length: u32) -> u32;
+}
+
+impl PseudoHeader for Ipv4Addr {
+    const UDP_ZERO_CHECKSUM_ALLOWED: bool = true;
+    /// The IPv4 length field is 16 bits: longer lengths are truncated (an
+    /// IPv4 datagram cannot carry them).
+    #[inline]
+    fn pseudo_header(src: Self, dst: Self, protocol: u8, length: u32) -> u32 {
+        pseudo_header_v4(src, dst, protocol, length as u16)
+    }
+}
+
+impl PseudoHeader for Ipv6Addr {
+    const UDP_ZERO_CHECKSUM_ALLOWED: bool = false;
+    #[inline]
+    fn pseudo_header(src: Self, dst: Self, protocol: u8, length: u32) -> u32 {
+        pseudo_header_v6(&src, &dst, protocol, length)
+    }
 }
 
 /// Checksum over a pseudo-header sum plus `data` (complemented, folded).
@@ -193,6 +237,31 @@ mod tests {
         z[10] = 0;
         z[11] = 0;
         assert_eq!(checksum(&z), 0x997b);
+    }
+
+    #[test]
+    fn ipv6_pseudo_header_matches_byte_layout() {
+        // RFC 8200 8.1 figure: src, dst, 32-bit length, 3 zero bytes, next header.
+        let src: Ipv6Addr = "fe80::1".parse().unwrap();
+        let dst: Ipv6Addr = "ff02::1:ff00:2".parse().unwrap();
+        let mut ph = Vec::new();
+        ph.extend_from_slice(&src.octets());
+        ph.extend_from_slice(&dst.octets());
+        ph.extend_from_slice(&0x0001_0020u32.to_be_bytes());
+        ph.extend_from_slice(&[0, 0, 0, 58]);
+        assert_eq!(
+            fold(pseudo_header_v6(&src, &dst, 58, 0x0001_0020)),
+            fold(sum(&ph, 0))
+        );
+        assert_eq!(
+            fold(<Ipv6Addr as PseudoHeader>::pseudo_header(src, dst, 58, 32)),
+            fold(pseudo_header_v6(&src, &dst, 58, 32))
+        );
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        assert_eq!(
+            <Ipv4Addr as PseudoHeader>::pseudo_header(a, b, 6, 40),
+            pseudo_header_v4(a, b, 6, 40)
+        );
     }
 
     #[test]

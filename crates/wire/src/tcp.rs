@@ -4,12 +4,10 @@
 //! comparisons and deliberately no `Ord`: "the comparison of sequence numbers
 //! must be done with modular arithmetic" (RFC 9293 3.4).
 
+use crate::checksum::{self, PseudoHeader};
+use crate::{Error, Result};
 use core::fmt;
 use core::ops::{Add, AddAssign, Sub};
-use std::net::Ipv4Addr;
-
-use crate::checksum;
-use crate::{Error, Result};
 
 /// A TCP sequence number; arithmetic and comparisons wrap modulo 2^32.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -272,13 +270,15 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         self.b().get(hl..).unwrap_or(&[])
     }
 
-    /// Verify the checksum over the whole buffer with the IPv4 pseudo-header.
-    pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    /// Verify the checksum over the whole buffer with the pseudo-header of
+    /// the addresses' family (IPv4, or IPv6 per RFC 8200 8.1). Segments
+    /// longer than 65535 bytes (jumbograms) do not verify.
+    pub fn verify_checksum<A: PseudoHeader>(&self, src: A, dst: A) -> bool {
         let data = self.b();
         let Ok(len) = u16::try_from(data.len()) else {
             return false;
         };
-        checksum::verify(checksum::pseudo_header_v4(src, dst, 6, len), data)
+        checksum::verify(A::pseudo_header(src, dst, 6, u32::from(len)), data)
     }
 }
 
@@ -338,11 +338,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
         self.bm().get_mut(hl..).unwrap_or(&mut [])
     }
     /// Compute and store the checksum over the whole buffer.
-    pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+    pub fn fill_checksum<A: PseudoHeader>(&mut self, src: A, dst: A) {
         self.set_checksum(0);
         let data = self.buffer.as_ref();
         let len = u16::try_from(data.len()).unwrap_or(u16::MAX);
-        let c = checksum::checksum_with(checksum::pseudo_header_v4(src, dst, 6, len), data);
+        let c = checksum::checksum_with(A::pseudo_header(src, dst, 6, u32::from(len)), data);
         self.set_checksum(c);
     }
 }
@@ -385,10 +385,10 @@ const MAX_OPTIONS_LEN: usize = TCP_MAX_HEADER_LEN - TCP_HEADER_LEN;
 
 impl<'a> TcpRepr<'a> {
     /// Parse a segment. `src`/`dst` are the IP addresses for the pseudo-header.
-    pub fn parse(
+    pub fn parse<A: PseudoHeader>(
         packet: &TcpPacket<&'a [u8]>,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: A,
+        dst: A,
         verify_checksum: bool,
     ) -> Result<TcpRepr<'a>> {
         // Re-validate: the packet may have been built with new_unchecked.
@@ -482,11 +482,11 @@ impl<'a> TcpRepr<'a> {
     /// Write header, options and payload into `packet` (whose buffer must be
     /// at least `buffer_len()` long; extra bytes beyond are left alone and
     /// excluded from the checksum).
-    pub fn emit(
+    pub fn emit<A: PseudoHeader>(
         &self,
         packet: &mut TcpPacket<&mut [u8]>,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: A,
+        dst: A,
         fill_checksum: bool,
     ) {
         let total = self.buffer_len();
@@ -661,6 +661,7 @@ fn parse_options(mut opts: &[u8], repr: &mut TcpRepr<'_>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     const LO: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 

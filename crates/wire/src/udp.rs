@@ -11,12 +11,10 @@
 //! |          data octets ...
 //! ```
 
-use core::fmt;
-use std::net::Ipv4Addr;
-
-use crate::checksum;
+use crate::checksum::{self, PseudoHeader};
 use crate::ip::IpProtocol;
 use crate::{Error, Result};
+use core::fmt;
 
 /// Length of the UDP header.
 pub const UDP_HEADER_LEN: usize = 8;
@@ -104,13 +102,16 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 
     /// RFC 768: "An all zero transmitted checksum value means that the
     /// transmitter generated no checksum". Otherwise the checksum over the
-    /// pseudo header, the header and the data must verify.
-    pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    /// pseudo header, the header and the data must verify. Over IPv6 (the
+    /// addresses are `Ipv6Addr`) a zero checksum does not verify: RFC 8200
+    /// 8.1, "IPv6 receivers must discard UDP packets containing a zero
+    /// checksum".
+    pub fn verify_checksum<A: PseudoHeader>(&self, src: A, dst: A) -> bool {
         if self.checksum() == 0 {
-            return true;
+            return A::UDP_ZERO_CHECKSUM_ALLOWED;
         }
         let len = self.len();
-        let pseudo = checksum::pseudo_header_v4(src, dst, IpProtocol::Udp.into(), len);
+        let pseudo = A::pseudo_header(src, dst, IpProtocol::Udp.into(), u32::from(len));
         checksum::verify(pseudo, &self.buffer.as_ref()[..usize::from(len)])
     }
 }
@@ -153,10 +154,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     /// Compute the checksum over the pseudo header and `len()` bytes.
     /// RFC 768: "If the computed checksum is zero, it is transmitted as all
     /// ones (the equivalent in one's complement arithmetic)."
-    pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+    /// Over IPv6 the same rule applies (RFC 8200 8.1: "if that computation
+    /// yields a result of zero, it must be changed to hex FFFF").
+    pub fn fill_checksum<A: PseudoHeader>(&mut self, src: A, dst: A) {
         self.set_checksum(0);
         let len = self.len();
-        let pseudo = checksum::pseudo_header_v4(src, dst, IpProtocol::Udp.into(), len);
+        let pseudo = A::pseudo_header(src, dst, IpProtocol::Udp.into(), u32::from(len));
         let c = checksum::checksum_with(pseudo, &self.buffer.as_ref()[..usize::from(len)]);
         self.set_checksum(if c == 0 { 0xffff } else { c });
     }
@@ -173,10 +176,10 @@ impl UdpRepr {
     /// Decode the header; with `verify_checksum`, a non-zero checksum that
     /// does not verify gives `Checksum`. Port 0 is not rejected here (the
     /// demultiplexer decides what to do with it).
-    pub fn parse<T: AsRef<[u8]> + ?Sized>(
+    pub fn parse<T: AsRef<[u8]> + ?Sized, A: PseudoHeader>(
         packet: &UdpPacket<&T>,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: A,
+        dst: A,
         verify_checksum: bool,
     ) -> Result<UdpRepr> {
         packet.check_len()?;
@@ -203,12 +206,14 @@ impl UdpRepr {
     /// already be in place (it is checksummed). Without `fill_checksum` the
     /// checksum is 0 ("no checksum"). `payload_len` must be at most 65527
     /// (checked in debug builds). Panics if the buffer is shorter than
-    /// `8 + payload_len`.
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
+    /// `8 + payload_len`. Over IPv6 the checksum is mandatory (RFC 8200
+    /// 8.1): pass `fill_checksum = false` only when something else (checksum
+    /// offload) fills it.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>, A: PseudoHeader>(
         &self,
         packet: &mut UdpPacket<T>,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
+        src: A,
+        dst: A,
         payload_len: usize,
         fill_checksum: bool,
     ) {
@@ -233,6 +238,7 @@ impl fmt::Display for UdpRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
     fn length_field_validation() {
@@ -274,5 +280,31 @@ mod tests {
         let p = UdpPacket::new_checked(&b[..]).unwrap();
         assert!(p.verify_checksum(src, dst));
         assert_eq!(UdpRepr::parse(&p, src, dst, true), Ok(repr));
+    }
+
+    #[test]
+    fn ipv6_pseudo_header_and_zero_checksum() {
+        let src: Ipv6Addr = "fd00::1".parse().unwrap();
+        let dst: Ipv6Addr = "fd00::2".parse().unwrap();
+        let repr = UdpRepr {
+            src_port: 5353,
+            dst_port: 53,
+        };
+        let mut b = [0u8; 12];
+        b[8..].copy_from_slice(b"abcd");
+        repr.emit(&mut UdpPacket::new_unchecked(&mut b[..]), src, dst, 4, true);
+        let p = UdpPacket::new_checked(&b[..]).unwrap();
+        assert!(p.verify_checksum(src, dst));
+        assert_eq!(UdpRepr::parse(&p, src, dst, true), Ok(repr));
+        // The same bytes under another address, or as IPv4, do not verify.
+        assert!(!p.verify_checksum(dst, "fd00::3".parse::<Ipv6Addr>().unwrap()));
+        assert!(!p.verify_checksum(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)));
+        // A zero checksum means "none" over IPv4 but is invalid over IPv6.
+        b[6] = 0;
+        b[7] = 0;
+        let p = UdpPacket::new_checked(&b[..]).unwrap();
+        assert!(!p.verify_checksum(src, dst));
+        assert_eq!(UdpRepr::parse(&p, src, dst, true), Err(Error::Checksum));
+        assert!(p.verify_checksum(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)));
     }
 }
