@@ -96,6 +96,9 @@ pub struct TcpConnInfo {
     /// size goal: half the largest window the peer offered, in whole
     /// MSS, at most 64 KB): the socket layer's model of the send buffer.
     pub size_goal: usize,
+    /// The largest window the peer has offered (Linux `max_window`): a
+    /// write pushes (`forced_push`) once it passes half of it.
+    pub max_snd_wnd: usize,
     /// Time with data queued (`tcpi_busy_time`), of which limited by the
     /// peer's window (`tcpi_rwnd_limited`) or by the send buffer
     /// (`tcpi_sndbuf_limited`): Linux's chronographs (`tcp_chrono_*`).
@@ -394,6 +397,9 @@ pub(super) struct App {
     pub(super) unmarked_tail: bool,
     /// `TCP_NODELAY` turned on: push what cork or Nagle held, once.
     pub(super) push_now: bool,
+    /// The next `dispatch` sends at most one packet of new data (Linux
+    /// `tcp_push_one`).
+    pub(super) push_one: bool,
 }
 
 /// Resets owed.
@@ -567,6 +573,7 @@ impl Connection {
                 more: false,
                 unmarked_tail: false,
                 push_now: false,
+                push_one: false,
                 error: None,
                 soft_error: None,
                 closed: false,
@@ -861,6 +868,7 @@ impl Connection {
             last_data_recv_at: self.ack.last_data_at.unwrap_or(self.timers.last_rcv_at),
             last_recv_at: self.timers.last_rcv_at,
             size_goal: self.size_goal(),
+            max_snd_wnd: self.snd.max_wnd,
             busy_time,
             rwnd_limited,
             sndbuf_limited,
@@ -1041,6 +1049,29 @@ impl Connection {
     /// queueing the rest (Linux `tcp_push_one`).
     pub fn set_write_continues(&mut self, on: bool) {
         self.app.unmarked_tail = on || self.app.more;
+    }
+
+    /// Linux `tcp_mark_push` in the middle of a write (`forced_push`: more
+    /// than half the peer's largest window written since the last push):
+    /// the skb ending where the queued data ends now carries PSH. For a
+    /// socket layer that models Linux's skbs.
+    pub fn mark_push(&mut self) {
+        self.snd.queue.mark_push();
+    }
+
+    /// The skb that carried the last [`Connection::mark_push`] grew past
+    /// it, or a new write into it cleared it (Linux clears PSH on the
+    /// skb a write starts appending to): the mark goes, unless sent.
+    pub fn retract_push_mark(&mut self) {
+        let from = self.snd.max;
+        self.snd.queue.retract_push_mark(from);
+    }
+
+    /// The next transmission sends one packet of new data at most (Linux
+    /// `tcp_push_one`, when a write fills the skb at the head of the
+    /// unsent data).
+    pub fn set_push_one(&mut self) {
+        self.app.push_one = true;
     }
 
     /// Partial segments held back (`TCP_CORK` or `MSG_MORE`).

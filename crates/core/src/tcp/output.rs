@@ -169,6 +169,14 @@ impl Connection {
         // duplicate ACKs without SACK), within cwnd (RFC 6675 5 (C)). The
         // head's retransmission on entering recovery is not held back by
         // pacing either.
+        //
+        // Linux retransmits skb by skb (`tcp_xmit_retransmit_queue`): the
+        // lost segments in a row up to the end of their skb, at most what
+        // cwnd leaves (`segs`) and the TSO autosizing's count, go as one
+        // packet, with PSH (`__tcp_transmit_skb` forces it on a packet of
+        // more than one segment) on its last segment.
+        let mut rtx_left = 0usize;
+        let mut rtx_pkt = 0usize;
         for _ in 0..MAX_BURST {
             if !self.rtx_due() {
                 break;
@@ -180,7 +188,16 @@ impl Connection {
             let Some((s, e)) = self.rtx.scoreboard.first_lost() else {
                 break;
             };
-            if !self.retransmit(now, ctr, out, s, e, false) {
+            if rtx_left == 0 {
+                let maxp = self.max_payload().max(1);
+                let room = (self.send_cwnd().saturating_sub(self.pipe()) / maxp).max(1);
+                let max = room.min(self.linux_tso_segs()).max(1);
+                rtx_pkt = self.rtx.scoreboard.lost_run(max).max(1);
+                rtx_left = rtx_pkt;
+            }
+            rtx_left -= 1;
+            let psh = rtx_left == 0 && rtx_pkt > 1;
+            if !self.retransmit(now, ctr, out, s, e, false, psh) {
                 return self.blocked(now);
             }
             self.clear_rtx_head_now();
@@ -203,7 +220,7 @@ impl Connection {
                     self.snd.nxt = self.snd.max;
                     Some(false)
                 } else if let Some((s, e)) = self.rtx.scoreboard.last_unsacked() {
-                    if !self.retransmit(now, ctr, out, s, e, true) {
+                    if !self.retransmit(now, ctr, out, s, e, true, false) {
                         self.tlp.pending = true;
                         return self.blocked(now);
                     }
@@ -280,19 +297,28 @@ impl Connection {
                 || n >= to_skb_end
                 || self.burst_ends_after(seq, n)
                 || self.cong.pacer.budget(now, rate, mss) <= n + usize::from(fin)
-                || self.snd.queue.record_end_after(seq) == Some(seq + n);
+                || self.snd.queue.record_end_after(seq) == Some(seq + n)
+                || self.snd.queue.is_push_mark(seq + n);
             // A push by the persist timer (the cork ceiling) is marked too.
             let psh = force || (ends && pkt > self.max_payload());
             if !self.send_segment_psh(now, ctr, out, seq, n, fin, psh) {
                 self.timers.force_send = force;
                 return self.blocked(now);
             }
-            if ends {
-                pkt = 0;
-            }
             self.snd.nxt = self.snd.max;
             sent_new = true;
+            if !ends {
+                self.rtx.scoreboard.continue_packet();
+            }
+            if ends {
+                pkt = 0;
+                // Linux `tcp_push_one`: one packet, no more.
+                if self.app.push_one {
+                    break;
+                }
+            }
         }
+        self.app.push_one = false;
         self.timers.force_send = false;
         // A TCP_NODELAY push is one-shot.
         self.app.push_now = false;
@@ -460,7 +486,8 @@ impl Connection {
     }
 
     /// Retransmit (the start of) the lost segment `[s, e)`; `tail`: send
-    /// its last full segment instead (a loss probe). False if `emit` refused.
+    /// its last full segment instead (a loss probe); `psh`: it ends a
+    /// packet of several segments. False if `emit` refused.
     #[allow(clippy::too_many_arguments)]
     fn retransmit(
         &mut self,
@@ -470,6 +497,7 @@ impl Connection {
         s: SeqNum,
         e: SeqNum,
         tail: bool,
+        psh: bool,
     ) -> bool {
         let fin_seq = self.snd.queue.fin_seq();
         let has_fin = self.snd.queue.fin_queued && e.gt(fin_seq);
@@ -491,7 +519,7 @@ impl Connection {
             self.rtx.scoreboard.retransmitted(s, e, now);
             return true;
         }
-        if !self.send_segment(now, ctr, out, start, n, fin) {
+        if !self.send_segment_psh(now, ctr, out, start, n, fin, psh) {
             return false;
         }
         self.rtx
@@ -618,15 +646,12 @@ impl Connection {
         r.fin = fin;
         // The last queued byte is pushed unless MSG_MORE left it unmarked.
         let tail = off + n == self.snd.queue.ring.len() && !self.app.unmarked_tail;
-        // The end of a record (MSG_EOR) was the end of a write: pushed.
-        let record_end = n > 0
-            && self
-                .snd
-                .queue
-                .eor
-                .as_ref()
-                .is_some_and(|m| m.contains(&(seq + n)));
-        let tail = tail || record_end;
+        // The end of a record (MSG_EOR) was the end of a write: pushed;
+        // so is the end of an skb Linux marked in the middle of a write
+        // (`forced_push`), however often it is sent.
+        let marked = n > 0
+            && (self.snd.queue.is_record_end(seq + n) || self.snd.queue.is_push_mark(seq + n));
+        let tail = tail || marked;
         r.psh = n > 0 && (psh || tail);
         // RFC 3168 6.1.2: ECT(0) on new data (not on retransmissions), and
         // CWR on the first after a window reduction.
