@@ -105,6 +105,25 @@ pub struct TcpConnInfo {
     pub busy_time: Duration,
     pub rwnd_limited: Duration,
     pub sndbuf_limited: Duration,
+    /// `tcpi_bytes_acked`: bytes (sequence space, our SYN and FIN
+    /// included) the peer acknowledged cumulatively.
+    pub bytes_acked: u64,
+    /// `tcpi_bytes_received`: bytes (and the peer's FIN) received in order.
+    pub bytes_received: u64,
+    /// `tcpi_bytes_sent`: payload bytes sent, retransmissions included.
+    pub bytes_sent: u64,
+    /// `tcpi_bytes_retrans`: payload bytes retransmitted.
+    pub bytes_retrans: u64,
+    /// `tcpi_segs_out`, `tcpi_segs_in`: segments sent and received (data,
+    /// retransmissions, pure ACKs; a super-segment as its segments).
+    pub segs_out: u32,
+    pub segs_in: u32,
+    /// `tcpi_data_segs_out`, `tcpi_data_segs_in`: those carrying data.
+    pub data_segs_out: u32,
+    pub data_segs_in: u32,
+    /// `tcpi_delivered`: segments delivered to the peer (acknowledged or
+    /// SACKed), SYN and FIN included.
+    pub delivered: u32,
     /// ECN is on (`TCPI_OPT_ECN`).
     pub ecn: bool,
     /// An ECT or CE datagram arrived (`TCPI_OPT_ECN_SEEN`).
@@ -151,10 +170,50 @@ pub struct Connection {
     pub(super) app: App,
     pub(super) rst: Rst,
     pub(super) report: Report,
+    /// Linux's per-connection counters (`tcp_info`).
+    pub(super) stats: Stats,
     /// Where the sender's time goes (`Connection::update_chrono`): boxed,
     /// and absent until the connection first queues data, as an idle
     /// connection must stay small.
     pub(super) chrono: Option<Box<Chrono>>,
+}
+
+/// Per-connection counters with the meaning Linux gives them in
+/// `struct tcp_info` (RFC 4898's names in brackets). Sequence space is
+/// counted where Linux counts it: `bytes_acked` takes our SYN (active
+/// open) and FIN, `bytes_received` the peer's FIN. Segment counts count a
+/// TSO or GRO super-segment as the segments it stands for.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Stats {
+    /// `tcpi_bytes_acked` (tcpEStatsAppHCThruOctetsAcked): how far SND.UNA
+    /// has moved.
+    pub(super) bytes_acked: u64,
+    /// `tcpi_bytes_received` (tcpEStatsAppHCThruOctetsReceived): how far
+    /// RCV.NXT has moved past the peer's SYN.
+    pub(super) bytes_received: u64,
+    /// `tcpi_bytes_sent` (tcpEStatsPerfHCDataOctetsOut): payload bytes
+    /// sent, retransmissions included.
+    pub(super) bytes_sent: u64,
+    /// `tcpi_bytes_retrans` (tcpEStatsPerfOctetsRetrans).
+    pub(super) bytes_retrans: u64,
+    /// `tcpi_segs_out` (tcpEStatsPerfSegsOut): every segment sent (data,
+    /// retransmissions, pure ACKs, probes, RST), not the SYN-ACKs of a
+    /// passive open (Linux sends those from the request socket).
+    pub(super) segs_out: u32,
+    /// `tcpi_segs_in` (tcpEStatsPerfSegsIn): every segment received.
+    pub(super) segs_in: u32,
+    /// `tcpi_data_segs_out` (tcpEStatsDataSegsOut): those with payload.
+    pub(super) data_segs_out: u32,
+    /// `tcpi_data_segs_in` (tcpEStatsDataSegsIn).
+    pub(super) data_segs_in: u32,
+    /// `tcpi_delivered`: segments delivered (cumulatively acknowledged or
+    /// SACKed), our SYN and FIN included.
+    pub(super) delivered: u32,
+}
+
+/// Linux `tcp_skb_pcount`: the segments `len` bytes make at `mss`.
+pub(super) fn pcount(len: usize, mss: usize) -> u32 {
+    u32::try_from(len.div_ceil(mss.max(1)).max(1)).unwrap_or(u32::MAX)
 }
 
 /// Linux's chronographs (`tcp_chrono_start`/`tcp_chrono_stop`): the time
@@ -582,6 +641,7 @@ impl Connection {
             },
             rst: Rst::default(),
             report: Report::default(),
+            stats: Stats::default(),
             chrono: None,
         }
     }
@@ -622,6 +682,8 @@ impl Connection {
         let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, st);
         c.negotiate(syn, now);
         c.ecn_accept_syn(cfg.ecn, syn);
+        // Linux's child socket counts the SYN (`tcp_create_openreq_child`).
+        c.stats.segs_in = 1;
         c.rcv.nxt = syn.seq + 1u32;
         c.snd.wnd = usize::from(syn.window);
         c.snd.max_wnd = c.snd.wnd;
@@ -869,6 +931,15 @@ impl Connection {
             last_recv_at: self.timers.last_rcv_at,
             size_goal: self.size_goal(),
             max_snd_wnd: self.snd.max_wnd,
+            bytes_acked: self.stats.bytes_acked,
+            bytes_received: self.stats.bytes_received,
+            bytes_sent: self.stats.bytes_sent,
+            bytes_retrans: self.stats.bytes_retrans,
+            segs_out: self.stats.segs_out,
+            segs_in: self.stats.segs_in,
+            data_segs_out: self.stats.data_segs_out,
+            data_segs_in: self.stats.data_segs_in,
+            delivered: self.stats.delivered,
             busy_time,
             rwnd_limited,
             sndbuf_limited,

@@ -84,6 +84,7 @@ impl Connection {
             if (out.emit)(&r) {
                 ctr.OutSegs += 1;
                 ctr.OutRsts += 1;
+                self.stats.segs_out = self.stats.segs_out.wrapping_add(1);
             }
             if matches!(self.state(), State::Established | State::CloseWait) {
                 ctr.EstabResets += 1;
@@ -684,6 +685,16 @@ impl Connection {
         // (`tcp_skb_pcount`), as the wire carries them.
         let pcount = n.div_ceil(self.max_payload().max(1)).max(1);
         ctr.OutSegs += (pcount - 1) as u64;
+        if n > 0 {
+            let segs = u32::try_from(pcount).unwrap_or(u32::MAX);
+            let st = &mut self.stats;
+            st.segs_out = st.segs_out.wrapping_add(segs - 1);
+            st.data_segs_out = st.data_segs_out.wrapping_add(segs);
+            st.bytes_sent += n as u64;
+            if seq.lt(self.snd.max) {
+                st.bytes_retrans += n as u64;
+            }
+        }
         let end = seq + n + usize::from(fin);
         let len = n + usize::from(fin);
         self.cong.pacer.on_sent(len);
@@ -755,6 +766,11 @@ impl Connection {
         self.ack.last_sent = self.rcv.nxt;
         self.timers.last_send_at = now;
         ctr.OutSegs += 1;
+        // Linux sends a passive open's SYN-ACKs from the request socket:
+        // not the connection's segments.
+        if !(self.passive && self.state() == State::SynReceived) {
+            self.stats.segs_out = self.stats.segs_out.wrapping_add(1);
+        }
     }
 
     /// The window to advertise; records the right edge. RFC 1122 4.2.3.3:
