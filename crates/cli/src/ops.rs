@@ -273,6 +273,12 @@ fn detail_line(s: &SocketEntry) -> Option<String> {
     if let Some(p) = d.pacing_rate_bps {
         let _ = write!(l, " pacing_rate {}", human_bps(p));
     }
+    if let Some(r) = d.delivery_rate_bps {
+        let _ = write!(l, " delivery_rate {}", human_bps(r));
+    }
+    if d.app_limited {
+        l.push_str(" app_limited");
+    }
     if d.delivered > 0 {
         let _ = write!(l, " delivered:{}", d.delivered);
     }

@@ -241,6 +241,10 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
         info["data_segs_in"].as_u64().is_some_and(|s| s >= segs),
         "{info}"
     );
+    assert!(
+        info["delivery_rate_bps"].as_u64().is_some_and(|r| r > 0),
+        "{info}"
+    );
     let first_segs_out = info["segs_out"].as_u64().unwrap_or(0);
     // Filters as ss's.
     let f = json(&[

@@ -68,6 +68,16 @@ fn counters_match_both_ends_on_a_clean_path() {
     assert_eq!(a.data_segs_out as usize, TOTAL.div_ceil(a.smss - 12));
     assert_eq!(b.data_segs_out, 0);
     assert_eq!(a.delivered, 1 + a.data_segs_out);
+    // A delivery rate was sampled: segments of `smss - 12` bytes over at
+    // least the 10 ms RTT, so at most the window's worth per RTT.
+    let per_rtt = a.delivery_rate / 100;
+    assert!(a.delivery_rate > 0, "no delivery rate sample");
+    assert!(
+        per_rtt <= TOTAL as u64,
+        "delivery rate {} B/s: more than the whole transfer per RTT",
+        a.delivery_rate
+    );
+    assert_eq!(b.delivery_rate, 0, "the receiver sent no data");
 
     // FINs: each end's acknowledged and received in sequence space.
     n.a.conn().close();

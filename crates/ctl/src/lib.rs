@@ -163,5 +163,7 @@ fn tcp_detail(i: &TcpConnInfo, now: Instant) -> TcpDetail {
         data_segs_out: u64::from(i.data_segs_out),
         data_segs_in: u64::from(i.data_segs_in),
         delivered: u64::from(i.delivered),
+        delivery_rate_bps: (i.delivery_rate > 0).then(|| i.delivery_rate.saturating_mul(8)),
+        app_limited: i.delivery_rate_app_limited,
     }
 }

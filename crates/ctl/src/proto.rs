@@ -192,6 +192,12 @@ pub struct TcpDetail {
     pub data_segs_in: u64,
     #[serde(default)]
     pub delivered: u64,
+    /// The last delivery-rate sample (`tcpi_delivery_rate`), bits per
+    /// second; whether it was application-limited.
+    #[serde(default)]
+    pub delivery_rate_bps: Option<u64>,
+    #[serde(default)]
+    pub app_limited: bool,
 }
 
 /// One counter with Linux's `nstat` name (`TcpActiveOpens`, `IpInReceives`).

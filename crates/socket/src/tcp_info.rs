@@ -72,6 +72,8 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     }
     w.u8(5, opts);
     w.u8(6, (i.snd_wscale & 0xf) | (i.rcv_wscale << 4));
+    // tcpi_delivery_rate_app_limited:1, then tcpi_fastopen_client_fail:2.
+    w.u8(7, u8::from(i.delivery_rate_app_limited));
     w.u32(8, i.rto.as_micros() as u64);
     w.u32(12, 40_000);
     w.u32(16, smss as u64);
@@ -108,6 +110,7 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     w.u32(144, i.notsent as u64);
     w.u32(152, u64::from(i.data_segs_in));
     w.u32(156, u64::from(i.data_segs_out));
+    w.u64(160, i.delivery_rate);
     // tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited (µs).
     w.u64(168, i.busy_time.as_micros() as u64);
     w.u64(176, i.rwnd_limited.as_micros() as u64);

@@ -122,8 +122,12 @@ impl Connection {
         // Segments this ACK delivers (`tcpi_delivered`).
         let mut delivered_segs = 0u32;
         let dmss = self.max_payload_base();
+        // The delivery-rate sample this ACK gives (`rate.rs`).
+        let mut rs = super::rate::RateSample::default();
+        let conn_first_tx = self.stats.first_tx;
         let mut sample = |s: &super::sack::Seg| {
             delivered_segs = delivered_segs.wrapping_add(super::conn::pcount(s.len(), dmss));
+            rs.delivered(s, conn_first_tx);
             if !s.rtx {
                 let r = now.saturating_duration_since(s.xmit);
                 ack_rtt = Some(ack_rtt.map_or(r, |m: Duration| m.min(r)));
@@ -370,6 +374,7 @@ impl Connection {
         // fast recovery sets cwnd to ssthresh and no more (Linux counts it
         // towards CUBIC's next increment, a whole segment away).
         self.stats.delivered = self.stats.delivered.wrapping_add(delivered_segs);
+        self.rate_gen(now, delivered_segs, rs);
         if !ack.lt(una_before)
             && !ended_fast_recovery
             && !no_growth_cwr

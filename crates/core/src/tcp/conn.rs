@@ -124,6 +124,11 @@ pub struct TcpConnInfo {
     /// `tcpi_delivered`: segments delivered to the peer (acknowledged or
     /// SACKed), SYN and FIN included.
     pub delivered: u32,
+    /// `tcpi_delivery_rate` (bytes per second, 0 before the first valid
+    /// sample) and `tcpi_delivery_rate_app_limited`: the last delivery
+    /// rate sample Linux's sampler keeps (`tcp_rate_gen`).
+    pub delivery_rate: u64,
+    pub delivery_rate_app_limited: bool,
     /// ECN is on (`TCPI_OPT_ECN`).
     pub ecn: bool,
     /// An ECT or CE datagram arrived (`TCPI_OPT_ECN_SEEN`).
@@ -209,6 +214,18 @@ pub(super) struct Stats {
     /// `tcpi_delivered`: segments delivered (cumulatively acknowledged or
     /// SACKed), our SYN and FIN included.
     pub(super) delivered: u32,
+    /// Linux's delivery-rate sampler (`tcp_rate.c`): the delivered count
+    /// that ends an application-limited stretch (`app_limited`, 0: none),
+    /// the last sample kept (`rate_delivered` segments in
+    /// `rate_interval_us`, `rate_app_limited`), the send time of the
+    /// latest segment delivered (`first_tx_mstamp`) and the time of the
+    /// last delivery (`delivered_mstamp`).
+    pub(super) app_limited: u32,
+    pub(super) rate_delivered: u32,
+    pub(super) rate_interval_us: u32,
+    pub(super) rate_app_limited: bool,
+    pub(super) first_tx: Instant,
+    pub(super) delivered_at: Option<Instant>,
 }
 
 /// Linux `tcp_skb_pcount`: the segments `len` bytes make at `mss`.
@@ -940,6 +957,8 @@ impl Connection {
             data_segs_out: self.stats.data_segs_out,
             data_segs_in: self.stats.data_segs_in,
             delivered: self.stats.delivered,
+            delivery_rate: self.delivery_rate(),
+            delivery_rate_app_limited: self.stats.rate_app_limited,
             busy_time,
             rwnd_limited,
             sndbuf_limited,
@@ -1204,6 +1223,7 @@ impl Connection {
     /// Queue data; `Ok(0)` when the buffer is full.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, TcpError> {
         self.check_send()?;
+        self.check_app_limited();
         Ok(self.snd.queue.ring.push(data))
     }
 
@@ -1221,6 +1241,7 @@ impl Connection {
         f: impl FnOnce(&mut [u8], &mut [u8]) -> usize,
     ) -> Result<usize, TcpError> {
         self.check_send()?;
+        self.check_app_limited();
         Ok(self.snd.queue.ring.write_with(max, f))
     }
 

@@ -523,9 +523,11 @@ impl Connection {
         if !self.send_segment_psh(now, ctr, out, start, n, fin, psh) {
             return false;
         }
-        self.rtx
-            .scoreboard
-            .retransmitted(start, start + n + usize::from(fin), now);
+        let end = start + n + usize::from(fin);
+        self.rtx.scoreboard.retransmitted(start, end, now);
+        // Linux `tcp_rate_skb_sent` for the retransmission.
+        let tx = self.rate_tx(now);
+        self.rtx.scoreboard.stamp_tx(start, end, tx);
         let ts = self.ts_now(now);
         if let Some(r) = self.recovery.as_mut() {
             if r.undo.retrans_ts.is_none() {
@@ -705,6 +707,7 @@ impl Connection {
         } else if let Some(c) = self.cwr_mut() {
             c.prr.prr.on_sent(len);
         }
+        let tx = self.rate_tx(now);
         if seq.lt(self.snd.max) {
             ctr.RetransSegs += 1;
             self.rtx.total += 1;
@@ -719,6 +722,7 @@ impl Connection {
                 self.rtx.rtt_probe = Some((seq, now));
             }
             self.rtx.scoreboard.push(seq, end, now);
+            self.rtx.scoreboard.stamp_tx(seq, end, tx);
         }
         self.snd.max = self.snd.max.max(end);
         self.arm_rto(now);

@@ -45,6 +45,26 @@ pub(crate) struct Seg {
     /// or a retransmission split off (`tcp_fragment`). Linux retransmits
     /// skb by skb.
     pub(crate) skb_end: bool,
+    /// The delivery-rate state when it was last sent (Linux's
+    /// `TCP_SKB_CB(skb)->tx`, `tcp_rate_skb_sent`).
+    pub(crate) tx: RateTx,
+}
+
+/// What Linux's rate sampler (`tcp_rate.c`) records with each
+/// transmission: the connection's delivered count then, and (as
+/// microseconds before the transmission, to keep a segment small) the
+/// start of its send phase and the time of the last delivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RateTx {
+    /// Set by a transmission (Linux `tx.delivered_mstamp != 0`); cleared
+    /// once the segment gave its sample.
+    pub(crate) valid: bool,
+    pub(crate) app_limited: bool,
+    pub(crate) delivered: u32,
+    /// `xmit - tx.first_tx_mstamp`, µs.
+    pub(crate) first_tx_ago: u32,
+    /// `xmit - tx.delivered_mstamp`, µs.
+    pub(crate) delivered_ago: u32,
 }
 
 impl Seg {
@@ -227,6 +247,7 @@ impl Scoreboard {
             lost: false,
             lost_rtx: false,
             skb_end: true,
+            tx: RateTx::default(),
         };
         self.totals.add(&s);
         self.segs.push_back(s);
@@ -456,6 +477,23 @@ impl Scoreboard {
             })?;
         self.lost_hint.set(found);
         self.segs.get(found).map(|s| (s.start, s.end))
+    }
+
+    /// `[start, end)` was just (re)sent with the rate state `tx` (Linux
+    /// `tcp_rate_skb_sent`).
+    pub(crate) fn stamp_tx(&mut self, start: SeqNum, end: SeqNum, tx: RateTx) {
+        let base = self.base();
+        let (lo, hi) = (start.wrapping_sub(base), end.wrapping_sub(base));
+        if lo > self.span() || hi > self.span() {
+            return;
+        }
+        let from = self.first_starting_at(lo);
+        for s in self.segs.range_mut(from..) {
+            if s.end.wrapping_sub(base) > hi {
+                break;
+            }
+            s.tx = tx;
+        }
     }
 
     /// The last segment sent does not end its packet: the next one goes in
@@ -756,6 +794,7 @@ mod tests {
                 lost: false,
                 lost_rtx: false,
                 skb_end: true,
+                tx: RateTx::default(),
             });
         }
         fn split_at(&mut self, seq: SeqNum) {
