@@ -255,8 +255,32 @@ fn detail_line(s: &SocketEntry) -> Option<String> {
     if let Some(t) = d.ssthresh_segs {
         let _ = write!(l, " ssthresh:{t}");
     }
+    // Linux's per-connection counters, in ss's order, each only if not 0.
+    for (name, v) in [
+        ("bytes_sent", d.bytes_sent),
+        ("bytes_retrans", d.bytes_retrans),
+        ("bytes_acked", d.bytes_acked),
+        ("bytes_received", d.bytes_received),
+        ("segs_out", d.segs_out),
+        ("segs_in", d.segs_in),
+        ("data_segs_out", d.data_segs_out),
+        ("data_segs_in", d.data_segs_in),
+    ] {
+        if v > 0 {
+            let _ = write!(l, " {name}:{v}");
+        }
+    }
     if let Some(p) = d.pacing_rate_bps {
         let _ = write!(l, " pacing_rate {}", human_bps(p));
+    }
+    if let Some(r) = d.delivery_rate_bps {
+        let _ = write!(l, " delivery_rate {}", human_bps(r));
+    }
+    if d.app_limited {
+        l.push_str(" app_limited");
+    }
+    if d.delivered > 0 {
+        let _ = write!(l, " delivered:{}", d.delivered);
     }
     let _ = write!(
         l,

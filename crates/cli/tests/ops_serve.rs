@@ -73,6 +73,24 @@ fn row_where<'a>(ss: &'a Value, field: &str, want: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no socket with {field} {want} in ss: {ss}"))
 }
 
+/// `ss -ti`'s fields of the connection from the client's `port`, once
+/// its `bytes_acked` reached `bytes` (polled, at most 10 s).
+fn acked_at_least(stack: &str, port: u16, bytes: u64) -> Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let ss = json(&["ss", "-ti", "--json", "--stack", stack]);
+        let info = row_where(&ss, "peer", &format!("10.77.0.1:{port}"))["info"].clone();
+        if info["bytes_acked"].as_u64().is_some_and(|b| b >= bytes) {
+            return info;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "bytes_acked never reached {bytes}: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn counter(v: &Value, name: &str) -> u64 {
     v.get(name).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -196,6 +214,38 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
     assert_eq!(info["congestion_control"], "cubic");
     assert!(info["rtt_ms"].as_f64().is_some(), "{info}");
     assert!(info["mss"].as_u64().is_some_and(|m| m > 500), "{info}");
+    // Linux's per-connection counters followed the echo: every byte in,
+    // every byte out and acknowledged (the client's last ACK may still be
+    // on its way: wait for it, bounded), at least a segment per MSS each
+    // way.
+    let info = acked_at_least(&name, port, n as u64);
+    assert_eq!(info["bytes_received"].as_u64(), Some(n as u64), "{info}");
+    assert_eq!(info["bytes_acked"].as_u64(), Some(n as u64), "{info}");
+    assert!(
+        info["bytes_sent"].as_u64().is_some_and(|b| b >= n as u64),
+        "{info}"
+    );
+    assert!(
+        info["segs_out"].as_u64().is_some_and(|s| s >= segs),
+        "{info}"
+    );
+    assert!(
+        info["segs_in"].as_u64().is_some_and(|s| s >= segs),
+        "{info}"
+    );
+    assert!(
+        info["data_segs_out"].as_u64().is_some_and(|s| s >= segs),
+        "{info}"
+    );
+    assert!(
+        info["data_segs_in"].as_u64().is_some_and(|s| s >= segs),
+        "{info}"
+    );
+    assert!(
+        info["delivery_rate_bps"].as_u64().is_some_and(|r| r > 0),
+        "{info}"
+    );
+    let first_segs_out = info["segs_out"].as_u64().unwrap_or(0);
     // Filters as ss's.
     let f = json(&[
         "ss",
@@ -214,6 +264,10 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
     let text = ustack(&["ss", "-ti", "--stack", &name]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("ESTAB") && text.contains("cwnd:"), "{text}");
+    assert!(
+        text.contains(&format!(" bytes_acked:{n} bytes_received:{n} segs_out:")),
+        "{text}"
+    );
 
     // sysctl: read, change live, refuse a bad value without changing anything.
     let w = json(&["sysctl", "--json", "--stack", &name, "net.ipv4.tcp_wmem"]);
@@ -265,6 +319,16 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
     assert!(
         sb <= 65536,
         "send buffer {sb} above the new tcp_wmem maximum"
+    );
+    // Its own counters: its 1000 bytes, far fewer segments.
+    let info = acked_at_least(&name, port, 1000);
+    assert_eq!(info["bytes_received"].as_u64(), Some(1000), "{info}");
+    assert_eq!(info["bytes_acked"].as_u64(), Some(1000), "{info}");
+    assert!(
+        info["segs_out"]
+            .as_u64()
+            .is_some_and(|s| s > 0 && s < first_segs_out),
+        "{info}"
     );
     drop(hold_tx);
     client.join().expect("client");

@@ -401,6 +401,21 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.set_write_continues(on))
     }
 
+    /// Linux `tcp_mark_push` mid-write: see [`Connection::mark_push`].
+    pub fn tcp_mark_push(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.mark_push())
+    }
+
+    /// See [`Connection::retract_push_mark`].
+    pub fn tcp_retract_push_mark(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.retract_push_mark())
+    }
+
+    /// Linux `tcp_push_one`: see [`Connection::set_push_one`].
+    pub fn tcp_set_push_one(&mut self, h: TcpHandle) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_push_one())
+    }
+
     /// The application waits for send-buffer space (Linux `SOCK_NOSPACE`),
     /// or no longer: what `tcpi_sndbuf_limited` times (see
     /// [`TcpConnInfo::sndbuf_limited`]). A socket layer that keeps its own

@@ -154,5 +154,16 @@ fn tcp_detail(i: &TcpConnInfo, now: Instant) -> TcpDetail {
             .saturating_duration_since(i.last_data_recv_at)
             .as_millis() as u64,
         lastack_ms: now.saturating_duration_since(i.last_recv_at).as_millis() as u64,
+        bytes_sent: i.bytes_sent,
+        bytes_retrans: i.bytes_retrans,
+        bytes_acked: i.bytes_acked,
+        bytes_received: i.bytes_received,
+        segs_out: u64::from(i.segs_out),
+        segs_in: u64::from(i.segs_in),
+        data_segs_out: u64::from(i.data_segs_out),
+        data_segs_in: u64::from(i.data_segs_in),
+        delivered: u64::from(i.delivered),
+        delivery_rate_bps: (i.delivery_rate > 0).then(|| i.delivery_rate.saturating_mul(8)),
+        app_limited: i.delivery_rate_app_limited,
     }
 }

@@ -169,6 +169,35 @@ pub struct TcpDetail {
     pub send_buffer: u64,
     pub lastrcv_ms: u64,
     pub lastack_ms: u64,
+    /// Linux's per-connection counters, `ss -i`'s names (`tcpi_bytes_sent`,
+    /// ...): payload bytes sent (retransmissions included) and resent,
+    /// bytes acknowledged and received in order (sequence space: SYN and
+    /// FIN as Linux counts them), segments out and in (and those with
+    /// data), segments delivered.
+    #[serde(default)]
+    pub bytes_sent: u64,
+    #[serde(default)]
+    pub bytes_retrans: u64,
+    #[serde(default)]
+    pub bytes_acked: u64,
+    #[serde(default)]
+    pub bytes_received: u64,
+    #[serde(default)]
+    pub segs_out: u64,
+    #[serde(default)]
+    pub segs_in: u64,
+    #[serde(default)]
+    pub data_segs_out: u64,
+    #[serde(default)]
+    pub data_segs_in: u64,
+    #[serde(default)]
+    pub delivered: u64,
+    /// The last delivery-rate sample (`tcpi_delivery_rate`), bits per
+    /// second; whether it was application-limited.
+    #[serde(default)]
+    pub delivery_rate_bps: Option<u64>,
+    #[serde(default)]
+    pub app_limited: bool,
 }
 
 /// One counter with Linux's `nstat` name (`TcpActiveOpens`, `IpInReceives`).

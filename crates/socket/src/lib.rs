@@ -784,7 +784,7 @@ impl Host {
             return Ok(0);
         }
         let _ = self.stack.tcp_set_more(h, more);
-        let r = self.queue_write(fd, h, data);
+        let r = self.queue_write(fd, h, data, more);
         self.flush();
         match r {
             Ok(0) => Err(libc::EAGAIN),
@@ -799,13 +799,21 @@ impl Host {
     /// `sk_stream_memory_free`; a full skb at the head of the unsent data
     /// goes out at once (`tcp_push_one`). Stopping short sets
     /// `SOCK_NOSPACE`.
-    fn queue_write(&mut self, fd: i32, h: TcpHandle, data: &[u8]) -> Result<usize, TcpError> {
+    fn queue_write(
+        &mut self,
+        fd: i32,
+        h: TcpHandle,
+        data: &[u8],
+        more: bool,
+    ) -> Result<usize, TcpError> {
         let lowat = self.notsent_lowat(fd);
         let mut off = 0;
         let mut full = false;
+        let mut max_wnd;
         loop {
             let info = self.stack.tcp_info(h)?;
             let goal = info.size_goal.max(1);
+            max_wnd = info.max_snd_wnd;
             let Some(s) = self.sock_mut_opt(fd) else {
                 break;
             };
@@ -815,6 +823,13 @@ impl Host {
                 break;
             }
             let mut room = sb.tail_room(goal);
+            // Adding to an skb that carries a mark of `forced_push`: a new
+            // write clears it (Linux clears PSH on its first copy), the
+            // same write moves it to the skb's new end (marked again below).
+            let remark = room > 0 && sb.tail_psh();
+            if remark && off == 0 {
+                sb.clear_tail_psh();
+            }
             if room == 0 {
                 if !sb.memory_free(false, lowat) {
                     full = true;
@@ -824,6 +839,9 @@ impl Host {
                 room = goal;
             }
             let n = room.min(data.len() - off);
+            if remark {
+                let _ = self.stack.tcp_retract_push_mark(h);
+            }
             let r = self.stack.tcp_send(h, &data[off..off + n]);
             let Some(s) = self.sock_mut_opt(fd) else {
                 break;
@@ -840,11 +858,29 @@ impl Host {
             };
             s.sb.append(k);
             off += k;
+            // Linux `tcp_sendmsg_locked` once an skb is full and more
+            // follows: past half the peer's largest window since the last
+            // push, mark it and push everything (`forced_push`); else, at
+            // the head of the unsent data, send one packet (`tcp_push_one`).
+            let skb_done = k == n && off < data.len() && s.sb.tail_full(goal);
+            let at_head = skb_done && s.sb.tail_full_at_head(goal);
+            let forced = skb_done && s.sb.forced_push(info.max_snd_wnd);
+            if forced {
+                s.sb.mark_push(true);
+            }
+            if remark && off > k {
+                let _ = self.stack.tcp_mark_push(h);
+            }
             if k < n {
                 full = true;
                 break;
             }
-            if off < data.len() && s.sb.tail_full_at_head(goal) {
+            if forced {
+                let _ = self.stack.tcp_mark_push(h);
+            } else if at_head {
+                let _ = self.stack.tcp_set_push_one(h);
+            }
+            if forced || at_head {
                 // Sent now, not marked as the end of the write.
                 let _ = self.stack.tcp_set_write_continues(h, true);
                 self.flush();
@@ -855,6 +891,11 @@ impl Host {
             s.sb.remove_empty_tail();
             if full {
                 s.sb.set_nospace(true);
+            }
+            // Linux `tcp_push` at the end of the write (or before it
+            // waits for space): the push point moves unless MSG_MORE.
+            if off > 0 && (!more || full || s.sb.forced_push(max_wnd)) {
+                s.sb.mark_push(false);
             }
         }
         if full {

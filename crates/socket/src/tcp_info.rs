@@ -72,6 +72,8 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     }
     w.u8(5, opts);
     w.u8(6, (i.snd_wscale & 0xf) | (i.rcv_wscale << 4));
+    // tcpi_delivery_rate_app_limited:1, then tcpi_fastopen_client_fail:2.
+    w.u8(7, u8::from(i.delivery_rate_app_limited));
     w.u32(8, i.rto.as_micros() as u64);
     w.u32(12, 40_000);
     w.u32(16, smss as u64);
@@ -101,11 +103,21 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     w.u32(100, u64::from(i.retransmits));
     w.u64(104, i.pacing_rate.unwrap_or(0));
     w.u64(112, u64::MAX);
+    w.u64(120, i.bytes_acked);
+    w.u64(128, i.bytes_received);
+    w.u32(136, u64::from(i.segs_out));
+    w.u32(140, u64::from(i.segs_in));
     w.u32(144, i.notsent as u64);
+    w.u32(152, u64::from(i.data_segs_in));
+    w.u32(156, u64::from(i.data_segs_out));
+    w.u64(160, i.delivery_rate);
     // tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited (µs).
     w.u64(168, i.busy_time.as_micros() as u64);
     w.u64(176, i.rwnd_limited.as_micros() as u64);
     w.u64(184, i.sndbuf_limited.as_micros() as u64);
+    w.u32(192, u64::from(i.delivered));
+    w.u64(200, i.bytes_sent);
+    w.u64(208, i.bytes_retrans);
     w.u32(220, u64::from(i.reord_seen));
     w.u32(228, i.snd_wnd as u64);
     w.u32(232, i.rcv_wnd as u64);

@@ -58,6 +58,12 @@ pub struct SendBuf {
     skbs: VecDeque<u64>,
     /// The tail skb ends a record (`MSG_EOR`): nothing more goes in it.
     tail_closed: bool,
+    /// Offset of the last push (Linux `pushed_seq`: the end of the last
+    /// write, or of the last skb `forced_push` marked).
+    pushed: u64,
+    /// The tail skb carries a mark of `forced_push` (Linux's PSH flag on
+    /// it, which moves with its end as it grows).
+    tail_psh: bool,
 }
 
 impl SendBuf {
@@ -73,6 +79,8 @@ impl SendBuf {
             sent: 0,
             skbs: VecDeque::new(),
             tail_closed: false,
+            pushed: 0,
+            tail_psh: false,
         }
     }
 
@@ -167,6 +175,38 @@ impl SendBuf {
     pub fn new_skb(&mut self) {
         self.skbs.push_back(self.written);
         self.tail_closed = false;
+        self.tail_psh = false;
+    }
+
+    /// The tail skb is full (`size_goal` bytes or more).
+    pub fn tail_full(&self, size_goal: usize) -> bool {
+        self.skbs
+            .back()
+            .is_some_and(|&end| end - self.tail_start() >= size_goal as u64)
+    }
+
+    /// Linux `forced_push`: more than half the peer's largest window
+    /// (`max_wnd`) written since the last push.
+    pub fn forced_push(&self, max_wnd: usize) -> bool {
+        self.written > self.pushed + (max_wnd as u64 >> 1)
+    }
+
+    /// Linux `tcp_mark_push`: the tail skb carries PSH (`mid_write`: a
+    /// mark of `forced_push`, which the engine must place), and the push
+    /// point moves to what is written.
+    pub fn mark_push(&mut self, mid_write: bool) {
+        self.pushed = self.written;
+        self.tail_psh |= mid_write;
+    }
+
+    /// The tail skb carries a mark of `forced_push`.
+    pub fn tail_psh(&self) -> bool {
+        self.tail_psh
+    }
+
+    /// The tail skb's mark is gone (a new write cleared it).
+    pub fn clear_tail_psh(&mut self) {
+        self.tail_psh = false;
     }
 
     /// `n` bytes written into the tail skb.
@@ -251,6 +291,30 @@ mod tests {
         b.sync(0, 0);
         assert_eq!(b.wmem_queued(), 0);
         assert!(!b.has_data());
+    }
+
+    /// Linux `forced_push`: past half the peer's largest window since the
+    /// last push; a mark moves the push point; a new skb has no mark.
+    #[test]
+    fn forced_push_after_half_the_largest_window() {
+        let mut b = SendBuf::new(400_000, true);
+        b.new_skb();
+        b.append(16_000);
+        assert!(!b.forced_push(32_896), "16,000 <= 16,448");
+        b.append(1_000);
+        assert!(b.forced_push(32_896));
+        b.mark_push(true);
+        assert!(b.tail_psh());
+        assert!(!b.forced_push(32_896));
+        b.new_skb();
+        assert!(!b.tail_psh());
+        b.append(16_449);
+        assert!(b.forced_push(32_896));
+        // The end of a write moves the push point without a mid-write mark.
+        b.mark_push(false);
+        assert!(!b.forced_push(32_896));
+        assert!(!b.tail_psh());
+        assert!(b.tail_full(16_000));
     }
 
     #[test]

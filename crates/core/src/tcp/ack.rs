@@ -119,7 +119,15 @@ impl Connection {
         // The RTT of the most recently sent never-retransmitted segment
         // this ACK delivers (HyStart's per-ACK sample, Linux `rtt_us`).
         let mut ack_rtt: Option<Duration> = None;
+        // Segments this ACK delivers (`tcpi_delivered`).
+        let mut delivered_segs = 0u32;
+        let dmss = self.max_payload_base();
+        // The delivery-rate sample this ACK gives (`rate.rs`).
+        let mut rs = super::rate::RateSample::default();
+        let conn_first_tx = self.stats.first_tx;
         let mut sample = |s: &super::sack::Seg| {
+            delivered_segs = delivered_segs.wrapping_add(super::conn::pcount(s.len(), dmss));
+            rs.delivered(s, conn_first_tx);
             if !s.rtx {
                 let r = now.saturating_duration_since(s.xmit);
                 ack_rtt = Some(ack_rtt.map_or(r, |m: Duration| m.min(r)));
@@ -178,10 +186,20 @@ impl Connection {
             // Forward progress confirms the path (Linux tcp_ack -> dst_confirm).
             self.report.advice.confirm = true;
             self.snd.queue.ack_to(ack);
+            // `tcpi_bytes_acked`: how far SND.UNA moves; Linux's passive
+            // child starts past its SYN-ACK.
+            let mut moved = u64::from(ack.wrapping_sub(self.snd.una));
             if !self.snd.syn_acked && ack.gt(self.snd.iss) {
                 // The first advance of SND.UNA (within 2^31 of ISS).
                 self.snd.syn_acked = true;
+                // Our SYN (or SYN-ACK) is delivered (Linux counts the
+                // SYN-ACK's in `tcp_rcv_state_process`).
+                self.stats.delivered += 1;
+                if self.passive && self.snd.una == self.snd.iss {
+                    moved -= 1;
+                }
             }
+            self.stats.bytes_acked += moved;
             self.snd.una = ack;
             // SND.UNA moved: the user timeout restarts (if data remains).
             self.rtx.stall_since = (ack != self.snd.max).then_some(now);
@@ -355,6 +373,8 @@ impl Connection {
         // when it only SACKed (`tcp_may_raise_cwnd`). The ACK that ends
         // fast recovery sets cwnd to ssthresh and no more (Linux counts it
         // towards CUBIC's next increment, a whole segment away).
+        self.stats.delivered = self.stats.delivered.wrapping_add(delivered_segs);
+        self.rate_gen(now, delivered_segs, rs);
         if !ack.lt(una_before)
             && !ended_fast_recovery
             && !no_growth_cwr

@@ -96,12 +96,39 @@ pub struct TcpConnInfo {
     /// size goal: half the largest window the peer offered, in whole
     /// MSS, at most 64 KB): the socket layer's model of the send buffer.
     pub size_goal: usize,
+    /// The largest window the peer has offered (Linux `max_window`): a
+    /// write pushes (`forced_push`) once it passes half of it.
+    pub max_snd_wnd: usize,
     /// Time with data queued (`tcpi_busy_time`), of which limited by the
     /// peer's window (`tcpi_rwnd_limited`) or by the send buffer
     /// (`tcpi_sndbuf_limited`): Linux's chronographs (`tcp_chrono_*`).
     pub busy_time: Duration,
     pub rwnd_limited: Duration,
     pub sndbuf_limited: Duration,
+    /// `tcpi_bytes_acked`: bytes (sequence space, our SYN and FIN
+    /// included) the peer acknowledged cumulatively.
+    pub bytes_acked: u64,
+    /// `tcpi_bytes_received`: bytes (and the peer's FIN) received in order.
+    pub bytes_received: u64,
+    /// `tcpi_bytes_sent`: payload bytes sent, retransmissions included.
+    pub bytes_sent: u64,
+    /// `tcpi_bytes_retrans`: payload bytes retransmitted.
+    pub bytes_retrans: u64,
+    /// `tcpi_segs_out`, `tcpi_segs_in`: segments sent and received (data,
+    /// retransmissions, pure ACKs; a super-segment as its segments).
+    pub segs_out: u32,
+    pub segs_in: u32,
+    /// `tcpi_data_segs_out`, `tcpi_data_segs_in`: those carrying data.
+    pub data_segs_out: u32,
+    pub data_segs_in: u32,
+    /// `tcpi_delivered`: segments delivered to the peer (acknowledged or
+    /// SACKed), SYN and FIN included.
+    pub delivered: u32,
+    /// `tcpi_delivery_rate` (bytes per second, 0 before the first valid
+    /// sample) and `tcpi_delivery_rate_app_limited`: the last delivery
+    /// rate sample Linux's sampler keeps (`tcp_rate_gen`).
+    pub delivery_rate: u64,
+    pub delivery_rate_app_limited: bool,
     /// ECN is on (`TCPI_OPT_ECN`).
     pub ecn: bool,
     /// An ECT or CE datagram arrived (`TCPI_OPT_ECN_SEEN`).
@@ -148,10 +175,62 @@ pub struct Connection {
     pub(super) app: App,
     pub(super) rst: Rst,
     pub(super) report: Report,
+    /// Linux's per-connection counters (`tcp_info`).
+    pub(super) stats: Stats,
     /// Where the sender's time goes (`Connection::update_chrono`): boxed,
     /// and absent until the connection first queues data, as an idle
     /// connection must stay small.
     pub(super) chrono: Option<Box<Chrono>>,
+}
+
+/// Per-connection counters with the meaning Linux gives them in
+/// `struct tcp_info` (RFC 4898's names in brackets). Sequence space is
+/// counted where Linux counts it: `bytes_acked` takes our SYN (active
+/// open) and FIN, `bytes_received` the peer's FIN. Segment counts count a
+/// TSO or GRO super-segment as the segments it stands for.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Stats {
+    /// `tcpi_bytes_acked` (tcpEStatsAppHCThruOctetsAcked): how far SND.UNA
+    /// has moved.
+    pub(super) bytes_acked: u64,
+    /// `tcpi_bytes_received` (tcpEStatsAppHCThruOctetsReceived): how far
+    /// RCV.NXT has moved past the peer's SYN.
+    pub(super) bytes_received: u64,
+    /// `tcpi_bytes_sent` (tcpEStatsPerfHCDataOctetsOut): payload bytes
+    /// sent, retransmissions included.
+    pub(super) bytes_sent: u64,
+    /// `tcpi_bytes_retrans` (tcpEStatsPerfOctetsRetrans).
+    pub(super) bytes_retrans: u64,
+    /// `tcpi_segs_out` (tcpEStatsPerfSegsOut): every segment sent (data,
+    /// retransmissions, pure ACKs, probes, RST), not the SYN-ACKs of a
+    /// passive open (Linux sends those from the request socket).
+    pub(super) segs_out: u32,
+    /// `tcpi_segs_in` (tcpEStatsPerfSegsIn): every segment received.
+    pub(super) segs_in: u32,
+    /// `tcpi_data_segs_out` (tcpEStatsDataSegsOut): those with payload.
+    pub(super) data_segs_out: u32,
+    /// `tcpi_data_segs_in` (tcpEStatsDataSegsIn).
+    pub(super) data_segs_in: u32,
+    /// `tcpi_delivered`: segments delivered (cumulatively acknowledged or
+    /// SACKed), our SYN and FIN included.
+    pub(super) delivered: u32,
+    /// Linux's delivery-rate sampler (`tcp_rate.c`): the delivered count
+    /// that ends an application-limited stretch (`app_limited`, 0: none),
+    /// the last sample kept (`rate_delivered` segments in
+    /// `rate_interval_us`, `rate_app_limited`), the send time of the
+    /// latest segment delivered (`first_tx_mstamp`) and the time of the
+    /// last delivery (`delivered_mstamp`).
+    pub(super) app_limited: u32,
+    pub(super) rate_delivered: u32,
+    pub(super) rate_interval_us: u32,
+    pub(super) rate_app_limited: bool,
+    pub(super) first_tx: Instant,
+    pub(super) delivered_at: Option<Instant>,
+}
+
+/// Linux `tcp_skb_pcount`: the segments `len` bytes make at `mss`.
+pub(super) fn pcount(len: usize, mss: usize) -> u32 {
+    u32::try_from(len.div_ceil(mss.max(1)).max(1)).unwrap_or(u32::MAX)
 }
 
 /// Linux's chronographs (`tcp_chrono_start`/`tcp_chrono_stop`): the time
@@ -394,6 +473,9 @@ pub(super) struct App {
     pub(super) unmarked_tail: bool,
     /// `TCP_NODELAY` turned on: push what cork or Nagle held, once.
     pub(super) push_now: bool,
+    /// The next `dispatch` sends at most one packet of new data (Linux
+    /// `tcp_push_one`).
+    pub(super) push_one: bool,
 }
 
 /// Resets owed.
@@ -567,6 +649,7 @@ impl Connection {
                 more: false,
                 unmarked_tail: false,
                 push_now: false,
+                push_one: false,
                 error: None,
                 soft_error: None,
                 closed: false,
@@ -575,6 +658,7 @@ impl Connection {
             },
             rst: Rst::default(),
             report: Report::default(),
+            stats: Stats::default(),
             chrono: None,
         }
     }
@@ -615,6 +699,8 @@ impl Connection {
         let mut c = Connection::new(cfg, local, remote, iss, route_mss, now, st);
         c.negotiate(syn, now);
         c.ecn_accept_syn(cfg.ecn, syn);
+        // Linux's child socket counts the SYN (`tcp_create_openreq_child`).
+        c.stats.segs_in = 1;
         c.rcv.nxt = syn.seq + 1u32;
         c.snd.wnd = usize::from(syn.window);
         c.snd.max_wnd = c.snd.wnd;
@@ -861,6 +947,18 @@ impl Connection {
             last_data_recv_at: self.ack.last_data_at.unwrap_or(self.timers.last_rcv_at),
             last_recv_at: self.timers.last_rcv_at,
             size_goal: self.size_goal(),
+            max_snd_wnd: self.snd.max_wnd,
+            bytes_acked: self.stats.bytes_acked,
+            bytes_received: self.stats.bytes_received,
+            bytes_sent: self.stats.bytes_sent,
+            bytes_retrans: self.stats.bytes_retrans,
+            segs_out: self.stats.segs_out,
+            segs_in: self.stats.segs_in,
+            data_segs_out: self.stats.data_segs_out,
+            data_segs_in: self.stats.data_segs_in,
+            delivered: self.stats.delivered,
+            delivery_rate: self.delivery_rate(),
+            delivery_rate_app_limited: self.stats.rate_app_limited,
             busy_time,
             rwnd_limited,
             sndbuf_limited,
@@ -1043,6 +1141,29 @@ impl Connection {
         self.app.unmarked_tail = on || self.app.more;
     }
 
+    /// Linux `tcp_mark_push` in the middle of a write (`forced_push`: more
+    /// than half the peer's largest window written since the last push):
+    /// the skb ending where the queued data ends now carries PSH. For a
+    /// socket layer that models Linux's skbs.
+    pub fn mark_push(&mut self) {
+        self.snd.queue.mark_push();
+    }
+
+    /// The skb that carried the last [`Connection::mark_push`] grew past
+    /// it, or a new write into it cleared it (Linux clears PSH on the
+    /// skb a write starts appending to): the mark goes, unless sent.
+    pub fn retract_push_mark(&mut self) {
+        let from = self.snd.max;
+        self.snd.queue.retract_push_mark(from);
+    }
+
+    /// The next transmission sends one packet of new data at most (Linux
+    /// `tcp_push_one`, when a write fills the skb at the head of the
+    /// unsent data).
+    pub fn set_push_one(&mut self) {
+        self.app.push_one = true;
+    }
+
     /// Partial segments held back (`TCP_CORK` or `MSG_MORE`).
     pub(super) fn corked(&self) -> bool {
         self.app.cork || self.app.more
@@ -1102,6 +1223,7 @@ impl Connection {
     /// Queue data; `Ok(0)` when the buffer is full.
     pub fn send(&mut self, data: &[u8]) -> Result<usize, TcpError> {
         self.check_send()?;
+        self.check_app_limited();
         Ok(self.snd.queue.ring.push(data))
     }
 
@@ -1119,6 +1241,7 @@ impl Connection {
         f: impl FnOnce(&mut [u8], &mut [u8]) -> usize,
     ) -> Result<usize, TcpError> {
         self.check_send()?;
+        self.check_app_limited();
         Ok(self.snd.queue.ring.write_with(max, f))
     }
 

@@ -107,9 +107,32 @@ impl Connection {
         shared: &mut TcpShared,
     ) {
         self.sync_estab(ctr);
+        self.count_in(seg, gso_size);
         self.process_inner(now, seg, gso_size, ctr, &mut shared.challenge);
         self.mtu_probe_acked(ctr);
         self.sync_estab(ctr);
+    }
+
+    /// `tcpi_segs_in`, `tcpi_data_segs_in` (Linux `tcp_segs_in`): every
+    /// segment that reaches the connection, a super-segment as the
+    /// segments it stands for; but not a passive open's repeated SYNs,
+    /// which Linux's request socket takes.
+    fn count_in(&mut self, seg: &TcpRepr, gso_size: usize) {
+        if matches!(self.state(), State::Closed | State::Listen)
+            || (self.passive && seg.syn && self.state() == State::SynReceived)
+        {
+            return;
+        }
+        let n = seg.payload.len();
+        let segs = if n > gso_size {
+            super::conn::pcount(n, gso_size)
+        } else {
+            1
+        };
+        self.stats.segs_in = self.stats.segs_in.wrapping_add(segs);
+        if n > 0 {
+            self.stats.data_segs_in = self.stats.data_segs_in.wrapping_add(segs);
+        }
     }
 
     fn process_inner(
@@ -479,6 +502,9 @@ impl Connection {
         self.snd.wl1 = seg.seq;
         if let Some(ack) = seg.ack {
             self.snd.wl2 = ack;
+            // Our SYN is acknowledged, and delivered.
+            self.stats.bytes_acked += u64::from(ack.wrapping_sub(self.snd.una));
+            self.stats.delivered += 1;
             self.snd.una = ack;
             self.snd.syn_acked = true;
             self.report.advice.confirm = true;
@@ -605,6 +631,7 @@ impl Connection {
             return;
         }
         self.rcv.nxt += ins.advanced;
+        self.stats.bytes_received += ins.advanced as u64;
         // Quick-ack: filling a hole (RFC 5681 4.2 "if the segment fills in
         // all or part of a gap"), or the first data after an idle period
         // longer than the RTO (Linux quick-ack mode).
@@ -658,6 +685,7 @@ impl Connection {
         self.rcv.fin_received = true;
         // "advance RCV.NXT over the FIN, and send an acknowledgment for the FIN."
         self.rcv.nxt += 1u32;
+        self.stats.bytes_received += 1;
         self.ack.now = true;
         let _ = now;
         match self.state() {

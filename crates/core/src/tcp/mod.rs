@@ -54,6 +54,7 @@ mod output;
 mod pacing;
 mod prr;
 mod rack;
+mod rate;
 mod recovery;
 mod recv;
 mod ring;

@@ -84,6 +84,7 @@ impl Connection {
             if (out.emit)(&r) {
                 ctr.OutSegs += 1;
                 ctr.OutRsts += 1;
+                self.stats.segs_out = self.stats.segs_out.wrapping_add(1);
             }
             if matches!(self.state(), State::Established | State::CloseWait) {
                 ctr.EstabResets += 1;
@@ -169,6 +170,14 @@ impl Connection {
         // duplicate ACKs without SACK), within cwnd (RFC 6675 5 (C)). The
         // head's retransmission on entering recovery is not held back by
         // pacing either.
+        //
+        // Linux retransmits skb by skb (`tcp_xmit_retransmit_queue`): the
+        // lost segments in a row up to the end of their skb, at most what
+        // cwnd leaves (`segs`) and the TSO autosizing's count, go as one
+        // packet, with PSH (`__tcp_transmit_skb` forces it on a packet of
+        // more than one segment) on its last segment.
+        let mut rtx_left = 0usize;
+        let mut rtx_pkt = 0usize;
         for _ in 0..MAX_BURST {
             if !self.rtx_due() {
                 break;
@@ -180,7 +189,16 @@ impl Connection {
             let Some((s, e)) = self.rtx.scoreboard.first_lost() else {
                 break;
             };
-            if !self.retransmit(now, ctr, out, s, e, false) {
+            if rtx_left == 0 {
+                let maxp = self.max_payload().max(1);
+                let room = (self.send_cwnd().saturating_sub(self.pipe()) / maxp).max(1);
+                let max = room.min(self.linux_tso_segs()).max(1);
+                rtx_pkt = self.rtx.scoreboard.lost_run(max).max(1);
+                rtx_left = rtx_pkt;
+            }
+            rtx_left -= 1;
+            let psh = rtx_left == 0 && rtx_pkt > 1;
+            if !self.retransmit(now, ctr, out, s, e, false, psh) {
                 return self.blocked(now);
             }
             self.clear_rtx_head_now();
@@ -203,7 +221,7 @@ impl Connection {
                     self.snd.nxt = self.snd.max;
                     Some(false)
                 } else if let Some((s, e)) = self.rtx.scoreboard.last_unsacked() {
-                    if !self.retransmit(now, ctr, out, s, e, true) {
+                    if !self.retransmit(now, ctr, out, s, e, true, false) {
                         self.tlp.pending = true;
                         return self.blocked(now);
                     }
@@ -280,19 +298,28 @@ impl Connection {
                 || n >= to_skb_end
                 || self.burst_ends_after(seq, n)
                 || self.cong.pacer.budget(now, rate, mss) <= n + usize::from(fin)
-                || self.snd.queue.record_end_after(seq) == Some(seq + n);
+                || self.snd.queue.record_end_after(seq) == Some(seq + n)
+                || self.snd.queue.is_push_mark(seq + n);
             // A push by the persist timer (the cork ceiling) is marked too.
             let psh = force || (ends && pkt > self.max_payload());
             if !self.send_segment_psh(now, ctr, out, seq, n, fin, psh) {
                 self.timers.force_send = force;
                 return self.blocked(now);
             }
-            if ends {
-                pkt = 0;
-            }
             self.snd.nxt = self.snd.max;
             sent_new = true;
+            if !ends {
+                self.rtx.scoreboard.continue_packet();
+            }
+            if ends {
+                pkt = 0;
+                // Linux `tcp_push_one`: one packet, no more.
+                if self.app.push_one {
+                    break;
+                }
+            }
         }
+        self.app.push_one = false;
         self.timers.force_send = false;
         // A TCP_NODELAY push is one-shot.
         self.app.push_now = false;
@@ -460,7 +487,8 @@ impl Connection {
     }
 
     /// Retransmit (the start of) the lost segment `[s, e)`; `tail`: send
-    /// its last full segment instead (a loss probe). False if `emit` refused.
+    /// its last full segment instead (a loss probe); `psh`: it ends a
+    /// packet of several segments. False if `emit` refused.
     #[allow(clippy::too_many_arguments)]
     fn retransmit(
         &mut self,
@@ -470,6 +498,7 @@ impl Connection {
         s: SeqNum,
         e: SeqNum,
         tail: bool,
+        psh: bool,
     ) -> bool {
         let fin_seq = self.snd.queue.fin_seq();
         let has_fin = self.snd.queue.fin_queued && e.gt(fin_seq);
@@ -491,12 +520,14 @@ impl Connection {
             self.rtx.scoreboard.retransmitted(s, e, now);
             return true;
         }
-        if !self.send_segment(now, ctr, out, start, n, fin) {
+        if !self.send_segment_psh(now, ctr, out, start, n, fin, psh) {
             return false;
         }
-        self.rtx
-            .scoreboard
-            .retransmitted(start, start + n + usize::from(fin), now);
+        let end = start + n + usize::from(fin);
+        self.rtx.scoreboard.retransmitted(start, end, now);
+        // Linux `tcp_rate_skb_sent` for the retransmission.
+        let tx = self.rate_tx(now);
+        self.rtx.scoreboard.stamp_tx(start, end, tx);
         let ts = self.ts_now(now);
         if let Some(r) = self.recovery.as_mut() {
             if r.undo.retrans_ts.is_none() {
@@ -618,15 +649,12 @@ impl Connection {
         r.fin = fin;
         // The last queued byte is pushed unless MSG_MORE left it unmarked.
         let tail = off + n == self.snd.queue.ring.len() && !self.app.unmarked_tail;
-        // The end of a record (MSG_EOR) was the end of a write: pushed.
-        let record_end = n > 0
-            && self
-                .snd
-                .queue
-                .eor
-                .as_ref()
-                .is_some_and(|m| m.contains(&(seq + n)));
-        let tail = tail || record_end;
+        // The end of a record (MSG_EOR) was the end of a write: pushed;
+        // so is the end of an skb Linux marked in the middle of a write
+        // (`forced_push`), however often it is sent.
+        let marked = n > 0
+            && (self.snd.queue.is_record_end(seq + n) || self.snd.queue.is_push_mark(seq + n));
+        let tail = tail || marked;
         r.psh = n > 0 && (psh || tail);
         // RFC 3168 6.1.2: ECT(0) on new data (not on retransmissions), and
         // CWR on the first after a window reduction.
@@ -659,6 +687,16 @@ impl Connection {
         // (`tcp_skb_pcount`), as the wire carries them.
         let pcount = n.div_ceil(self.max_payload().max(1)).max(1);
         ctr.OutSegs += (pcount - 1) as u64;
+        if n > 0 {
+            let segs = u32::try_from(pcount).unwrap_or(u32::MAX);
+            let st = &mut self.stats;
+            st.segs_out = st.segs_out.wrapping_add(segs - 1);
+            st.data_segs_out = st.data_segs_out.wrapping_add(segs);
+            st.bytes_sent += n as u64;
+            if seq.lt(self.snd.max) {
+                st.bytes_retrans += n as u64;
+            }
+        }
         let end = seq + n + usize::from(fin);
         let len = n + usize::from(fin);
         self.cong.pacer.on_sent(len);
@@ -669,6 +707,7 @@ impl Connection {
         } else if let Some(c) = self.cwr_mut() {
             c.prr.prr.on_sent(len);
         }
+        let tx = self.rate_tx(now);
         if seq.lt(self.snd.max) {
             ctr.RetransSegs += 1;
             self.rtx.total += 1;
@@ -683,6 +722,7 @@ impl Connection {
                 self.rtx.rtt_probe = Some((seq, now));
             }
             self.rtx.scoreboard.push(seq, end, now);
+            self.rtx.scoreboard.stamp_tx(seq, end, tx);
         }
         self.snd.max = self.snd.max.max(end);
         self.arm_rto(now);
@@ -730,6 +770,11 @@ impl Connection {
         self.ack.last_sent = self.rcv.nxt;
         self.timers.last_send_at = now;
         ctr.OutSegs += 1;
+        // Linux sends a passive open's SYN-ACKs from the request socket:
+        // not the connection's segments.
+        if !(self.passive && self.state() == State::SynReceived) {
+            self.stats.segs_out = self.stats.segs_out.wrapping_add(1);
+        }
     }
 
     /// The window to advertise; records the right edge. RFC 1122 4.2.3.3:

@@ -40,6 +40,31 @@ pub(crate) struct Seg {
     /// known lost (Linux `TCPCB_LOST | TCPCB_SACKED_RETRANS`): Linux still
     /// counts it in `lost_out`, `tcpi_lost`.
     pub(crate) lost_rtx: bool,
+    /// Ends a Linux skb: the last segment of a packet as Linux sent it
+    /// (`tso_fragment` cuts skbs where packets end), or of a piece a SACK
+    /// or a retransmission split off (`tcp_fragment`). Linux retransmits
+    /// skb by skb.
+    pub(crate) skb_end: bool,
+    /// The delivery-rate state when it was last sent (Linux's
+    /// `TCP_SKB_CB(skb)->tx`, `tcp_rate_skb_sent`).
+    pub(crate) tx: RateTx,
+}
+
+/// What Linux's rate sampler (`tcp_rate.c`) records with each
+/// transmission: the connection's delivered count then, and (as
+/// microseconds before the transmission, to keep a segment small) the
+/// start of its send phase and the time of the last delivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RateTx {
+    /// Set by a transmission (Linux `tx.delivered_mstamp != 0`); cleared
+    /// once the segment gave its sample.
+    pub(crate) valid: bool,
+    pub(crate) app_limited: bool,
+    pub(crate) delivered: u32,
+    /// `xmit - tx.first_tx_mstamp`, µs.
+    pub(crate) first_tx_ago: u32,
+    /// `xmit - tx.delivered_mstamp`, µs.
+    pub(crate) delivered_ago: u32,
 }
 
 impl Seg {
@@ -221,6 +246,8 @@ impl Scoreboard {
             sacked: false,
             lost: false,
             lost_rtx: false,
+            skb_end: true,
+            tx: RateTx::default(),
         };
         self.totals.add(&s);
         self.segs.push_back(s);
@@ -244,7 +271,10 @@ impl Scoreboard {
         // Both halves keep the flags: the byte totals stay, the segment
         // counts gain one.
         let mut upper = *s;
-        self.totals.update(s, |s| s.end = seq);
+        self.totals.update(s, |s| {
+            s.end = seq;
+            s.skb_end = true;
+        });
         upper.start = seq;
         self.totals.add(&upper);
         self.segs.insert(i + 1, upper);
@@ -449,6 +479,52 @@ impl Scoreboard {
         self.segs.get(found).map(|s| (s.start, s.end))
     }
 
+    /// `[start, end)` was just (re)sent with the rate state `tx` (Linux
+    /// `tcp_rate_skb_sent`).
+    pub(crate) fn stamp_tx(&mut self, start: SeqNum, end: SeqNum, tx: RateTx) {
+        let base = self.base();
+        let (lo, hi) = (start.wrapping_sub(base), end.wrapping_sub(base));
+        if lo > self.span() || hi > self.span() {
+            return;
+        }
+        let from = self.first_starting_at(lo);
+        for s in self.segs.range_mut(from..) {
+            if s.end.wrapping_sub(base) > hi {
+                break;
+            }
+            s.tx = tx;
+        }
+    }
+
+    /// The last segment sent does not end its packet: the next one goes in
+    /// the same (Linux's skb, see [`Seg::skb_end`]).
+    pub(crate) fn continue_packet(&mut self) {
+        if let Some(s) = self.segs.back_mut() {
+            s.skb_end = false;
+        }
+    }
+
+    /// Linux retransmits lost data skb by skb: how many segments, from the
+    /// first lost one and at most `max`, are lost (and not SACKed) in a
+    /// row up to the end of its skb.
+    pub(crate) fn lost_run(&self, max: usize) -> usize {
+        if self.first_lost().is_none() {
+            return 0;
+        }
+        let from = self.lost_hint.get().min(self.segs.len());
+        let mut n = 0;
+        for s in self.segs.range(from..) {
+            if n >= max || !s.lost || s.sacked {
+                break;
+            }
+            n += 1;
+            if s.skb_end {
+                break;
+            }
+        }
+        n
+    }
+
     /// The highest segment not SACKed (the tail loss probe's retransmission).
     pub(crate) fn last_unsacked(&self) -> Option<(SeqNum, SeqNum)> {
         self.segs
@@ -573,6 +649,38 @@ mod tests {
         Instant::from_millis(ms)
     }
 
+    /// sack-route-refresh-ip-tos.pkt's retransmissions: packets of two
+    /// segments, the ACK and SACK blocks cutting them; Linux resends skb
+    /// by skb.
+    #[test]
+    fn lost_runs_stop_at_skb_ends_and_sacked_segments() {
+        let mut s = Scoreboard::default();
+        // Five packets of two segments each: [0,200) ... [800,1000).
+        for i in 0..10u32 {
+            s.push(SeqNum(i * 100), SeqNum(i * 100 + 100), t(0));
+            if i % 2 == 0 {
+                s.continue_packet();
+            }
+        }
+        assert_eq!(s.lost_run(10), 0, "nothing lost");
+        s.ack(SeqNum(100), &mut |_| {});
+        s.sack(SeqNum(300), SeqNum(400), &mut |_| {});
+        s.sack(SeqNum(600), SeqNum(1000), &mut |_| {});
+        s.mark_all_lost();
+        // [100,200) ends its packet; [200,300) ends where a SACK begins;
+        // [400,600) is a whole packet of two.
+        assert_eq!(s.lost_run(10), 1);
+        s.retransmitted(SeqNum(100), SeqNum(200), t(1));
+        assert_eq!(s.lost_run(10), 1);
+        s.retransmitted(SeqNum(200), SeqNum(300), t(1));
+        assert_eq!(s.lost_run(10), 2);
+        assert_eq!(s.lost_run(1), 1, "capped by cwnd");
+        // A split inside a segment ends an skb there (`tcp_fragment`).
+        s.retransmitted(SeqNum(400), SeqNum(450), t(1));
+        assert_eq!(s.first_lost(), Some((SeqNum(450), SeqNum(500))));
+        assert_eq!(s.lost_run(10), 2);
+    }
+
     #[test]
     fn sack_splits_and_pipe_counts() {
         let mut s = Scoreboard::default();
@@ -685,6 +793,8 @@ mod tests {
                 sacked: false,
                 lost: false,
                 lost_rtx: false,
+                skb_end: true,
+                tx: RateTx::default(),
             });
         }
         fn split_at(&mut self, seq: SeqNum) {
@@ -698,6 +808,7 @@ mod tests {
             if let Some(s) = self.segs.get_mut(i) {
                 let mut upper = *s;
                 s.end = seq;
+                s.skb_end = true;
                 upper.start = seq;
                 self.segs.insert(i + 1, upper);
             }

@@ -1,6 +1,8 @@
 //! The send side: the send buffer and the decision of how much to send now
 //! (Nagle, sender-side silly window syndrome avoidance).
 
+use std::collections::VecDeque;
+
 use ustack_wire::tcp::SeqNum;
 
 use super::ring::Ring;
@@ -13,13 +15,26 @@ pub(crate) struct SendQueue {
     pub(crate) ring: Ring,
     pub(crate) seq: SeqNum,
     pub(crate) fin_queued: bool,
-    /// Ends of records written with `MSG_EOR`, not yet acknowledged: no
-    /// segment carries bytes from both sides of one (Linux's `eor` skbs).
+    /// Marks in the queued data, not yet acknowledged (see [`Marks`]).
     /// Boxed and absent until used: most connections never have one, and
-    /// an idle connection must stay small (8 bytes here, not 32).
-    #[allow(clippy::box_collection)]
-    pub(crate) eor: Option<Box<std::collections::VecDeque<SeqNum>>>,
+    /// an idle connection must stay small (8 bytes here, not 64).
+    pub(crate) marks: Option<Box<Marks>>,
 }
+
+/// Positions in the send queue that Linux's skbs would carry.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Marks {
+    /// Ends of records written with `MSG_EOR`: no segment carries bytes
+    /// from both sides of one (Linux's `eor` skbs).
+    pub(crate) eor: VecDeque<SeqNum>,
+    /// Ends of skbs that Linux's `tcp_sendmsg` marked with PSH in the
+    /// middle of a write (`forced_push` -> `tcp_mark_push`): the segment
+    /// ending there carries PSH, sent or resent.
+    pub(crate) push: VecDeque<SeqNum>,
+}
+
+/// Most marks of each kind kept (a bound on memory; later ones are lost).
+const MAX_MARKS: usize = 4096;
 
 impl SendQueue {
     pub(crate) fn new(capacity: usize, first: SeqNum) -> Self {
@@ -27,22 +42,63 @@ impl SendQueue {
             ring: Ring::new(capacity),
             seq: first,
             fin_queued: false,
-            eor: None,
+            marks: None,
         }
     }
 
     /// Mark the end of the data queued so far as the end of a record.
     pub(crate) fn mark_record_end(&mut self) {
         let end = self.seq + self.ring.len();
-        let marks = self.eor.get_or_insert_with(Default::default);
-        if marks.back() != Some(&end) && marks.len() < 4096 {
+        let marks = &mut self.marks.get_or_insert_with(Default::default).eor;
+        if marks.back() != Some(&end) && marks.len() < MAX_MARKS {
             marks.push_back(end);
         }
     }
 
     /// The first record end after `seq`, if any.
     pub(crate) fn record_end_after(&self, seq: SeqNum) -> Option<SeqNum> {
-        self.eor.as_ref()?.iter().copied().find(|m| m.gt(seq))
+        self.marks.as_ref()?.eor.iter().copied().find(|m| m.gt(seq))
+    }
+
+    /// `seq` ends a record (`MSG_EOR`).
+    pub(crate) fn is_record_end(&self, seq: SeqNum) -> bool {
+        self.marks.as_ref().is_some_and(|m| m.eor.contains(&seq))
+    }
+
+    /// Linux `tcp_mark_push` in the middle of a write: the skb that ends
+    /// where the queued data ends now carries PSH.
+    pub(crate) fn mark_push(&mut self) {
+        let end = self.seq + self.ring.len();
+        let marks = &mut self.marks.get_or_insert_with(Default::default).push;
+        if marks.back() != Some(&end) && marks.len() < MAX_MARKS {
+            marks.push_back(end);
+        }
+    }
+
+    /// Drop the last push mark if it lies at or after `from` (the skb
+    /// that carried it grew, or a new write into it cleared it).
+    pub(crate) fn retract_push_mark(&mut self, from: SeqNum) {
+        if let Some(m) = self.marks.as_mut() {
+            if m.push.back().is_some_and(|e| e.ge(from)) {
+                m.push.pop_back();
+            }
+        }
+        self.drop_empty_marks();
+    }
+
+    /// `seq` ends an skb marked with PSH mid-write.
+    pub(crate) fn is_push_mark(&self, seq: SeqNum) -> bool {
+        self.marks.as_ref().is_some_and(|m| m.push.contains(&seq))
+    }
+
+    fn drop_empty_marks(&mut self) {
+        if self
+            .marks
+            .as_ref()
+            .is_some_and(|m| m.eor.is_empty() && m.push.is_empty())
+        {
+            self.marks = None;
+        }
     }
 
     /// Sequence number of the FIN (valid once `fin_queued`).
@@ -58,14 +114,14 @@ impl SendQueue {
         let n = (ack.wrapping_sub(self.seq) as usize).min(self.ring.len());
         self.ring.consume(n);
         self.seq += n;
-        if let Some(marks) = self.eor.as_mut() {
-            while marks.front().is_some_and(|m| m.le(self.seq)) {
-                marks.pop_front();
-            }
-            if marks.is_empty() {
-                self.eor = None;
+        if let Some(m) = self.marks.as_mut() {
+            for marks in [&mut m.eor, &mut m.push] {
+                while marks.front().is_some_and(|m| m.le(self.seq)) {
+                    marks.pop_front();
+                }
             }
         }
+        self.drop_empty_marks();
         n
     }
 }

@@ -368,6 +368,10 @@ impl Connection {
         c.snd.nxt = seg_ack;
         c.snd.max = seg_ack;
         c.snd.syn_acked = true;
+        // Linux's child from a cookie: the SYN-ACK delivered
+        // (`tcp_rcv_state_process`); the SYN counted by `accept`, this ACK
+        // when the connection processes it.
+        c.stats.delivered = 1;
         c.rtx.rack.on_ack(seg_ack);
         c.snd.wnd = usize::from(ack.window) << c.opt.snd_wscale;
         c.snd.max_wnd = c.snd.wnd;
