@@ -1399,12 +1399,3 @@ impl Connection {
         }
     }
 }
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn sizes() {
-        use super::*;
-        eprintln!("Params {} Snd {} Rcv {} Negotiated {} AckState {} Rtx {} Tlp {} Cong {} Timers {} App {} Rst {} Report {} Phase {}",
-            std::mem::size_of::<Params>(), std::mem::size_of::<Snd>(), std::mem::size_of::<Rcv>(), std::mem::size_of::<Negotiated>(), std::mem::size_of::<AckState>(), std::mem::size_of::<super::super::recovery::Rtx>(), std::mem::size_of::<super::super::recovery::Tlp>(), std::mem::size_of::<Cong>(), std::mem::size_of::<Timers>(), std::mem::size_of::<App>(), std::mem::size_of::<Rst>(), std::mem::size_of::<Report>(), std::mem::size_of::<Phase>());
-    }
-}
