@@ -309,7 +309,7 @@ pub fn ss(a: SsArgs) -> Result<i32> {
     let Response::Sockets { sockets } = call(&mut c, &Request::Sockets { detail: a.info })? else {
         bail!("unexpected answer from stack {:?}", c.name());
     };
-    // Only TCP sockets exist in the table so far: `-u` alone shows none.
+    // TCP unless -u alone (UDP: serve's sockets, run's relayed flows).
     let want_tcp = a.tcp || !a.udp;
     let rows: Vec<&SocketEntry> = sockets
         .iter()

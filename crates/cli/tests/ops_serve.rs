@@ -508,6 +508,97 @@ fn ss_nstat_sysctl_against_a_live_run() {
     );
 }
 
+#[test]
+fn ss_u_lists_the_relayed_udp_flows_of_a_live_run() {
+    use std::net::{Ipv4Addr, UdpSocket};
+    let host = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    host.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let port = host.local_addr().expect("addr").port();
+    let name = format!("opsudp-{}", unique());
+    // The command sends a datagram to the host through the gateway, then
+    // waits for the host's answer before it exits (one read of the whole
+    // datagram: bash's `read` would take one byte of it and wait for more).
+    let script = format!(
+        "exec 3<>/dev/udp/10.0.2.2/{port}; echo ping >&3; \
+         x=$(dd bs=64 count=1 <&3 2>/dev/null); echo got $x"
+    );
+    let mut run = ChildGuard {
+        child: Command::new(BIN)
+            .args(["run", "--name", &name, "--", "bash", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack run"),
+    };
+    // The datagram arrived: the relay holds the flow and its host socket.
+    let mut buf = [0u8; 64];
+    let (n, from) = host.recv_from(&mut buf).expect("the sandbox's datagram");
+    assert_eq!(&buf[..n], b"ping\n");
+
+    let ss = json(&["ss", "-ue", "--json", "--stack", &name]);
+    let rows = ss.as_array().expect("array");
+    assert_eq!(rows.len(), 1, "one UDP flow: {ss}");
+    let row = row_where(&ss, "local", &format!("10.0.2.2:{port}"));
+    assert_eq!(row["proto"], "udp");
+    assert_eq!(row["state"], "ESTAB");
+    let guest = row["peer"].as_str().unwrap_or_default();
+    assert!(guest.starts_with("10.0.2.15:"), "guest side {guest:?}");
+    assert_eq!(
+        row["host"].as_str().unwrap_or_default(),
+        format!("{from}->127.0.0.1:{port}"),
+        "the host socket the datagram came from: {row}"
+    );
+    // ss's text form, and TCP (the default) without it.
+    let text =
+        String::from_utf8_lossy(&ustack_ok(&["ss", "-ue", "--stack", &name]).stdout).to_string();
+    assert!(
+        text.lines().any(|l| l.starts_with("ESTAB")
+            && l.contains(&format!("10.0.2.2:{port}"))
+            && l.contains(guest)
+            && l.contains(&format!("host:{from}->127.0.0.1:{port}"))),
+        "{text}"
+    );
+    let tcp = json(&["ss", "--json", "--stack", &name]);
+    assert!(
+        tcp.as_array()
+            .expect("array")
+            .iter()
+            .all(|r| r["proto"] != "udp"),
+        "{tcp}"
+    );
+    let by_port = json(&[
+        "ss",
+        "-u",
+        "--json",
+        "--stack",
+        &name,
+        "sport",
+        "=",
+        &format!(":{port}"),
+    ]);
+    assert_eq!(by_port.as_array().map(Vec::len), Some(1), "{by_port}");
+
+    host.send_to(b"done\n", from).expect("answer");
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = run.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ustack run did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    if let Some(mut o) = run.child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    assert!(status.success(), "ustack run failed");
+    assert!(out.contains("got done"), "{out}");
+}
+
 /// Seconds to fetch /bytes/N with curl from `ns` (byte-exact check included).
 fn fetch(ns: &NetNs, n: u64) -> f64 {
     curl_bytes(ns, n, 120)
