@@ -109,6 +109,12 @@ impl CaptureFilter {
 pub const RING_HEADER: usize = 192;
 /// Smallest ring accepted (header and records).
 pub const MIN_RING: usize = 64 << 10;
+/// Past this offset in the ring, the stack goes back to its start when the
+/// reader has read everything (a skip record tells the reader).
+const SKIP_AFTER: u64 = 512 << 10;
+/// A sleeping reader is woken once this much is waiting (or an eighth of
+/// a smaller ring).
+const WAKE_AFTER: u64 = 512 << 10;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ustkcap1");
 // Byte offsets of the header's words. The producer (the stack) writes all
@@ -289,7 +295,18 @@ impl Ring {
         let need = 16 + caplen as u64;
         // The reader's position: trusted for nothing but how much room there is.
         let tail = self.w(H_TAIL).load(Ordering::Acquire);
-        let used = self.head.wrapping_sub(tail);
+        let mut used = self.head.wrapping_sub(tail);
+        let off = self.head % self.cap;
+        if used == 0 && off >= SKIP_AFTER && need <= off && self.cap - off >= 16 {
+            // The reader has caught up: go back to the start of the ring, so
+            // that with a reader that keeps up the stack writes into the same
+            // few hundred KB (still in its cache) instead of all of the ring.
+            let mut h = [0xffu8; 16];
+            h[8..12].copy_from_slice(&((self.cap - off - 16) as u32).to_le_bytes());
+            self.put(self.head, &h);
+            self.head = self.head.wrapping_add(self.cap - off);
+            used = self.cap - off;
+        }
         if used > self.cap || need > self.cap - used {
             self.dropped += 1;
             self.w(H_DROPPED).store(self.dropped, Ordering::Relaxed);
@@ -313,9 +330,10 @@ impl Ring {
         self.frames += 1;
         self.w(H_FRAMES).store(self.frames, Ordering::Relaxed);
         self.w(H_HEAD).store(self.head, Ordering::SeqCst);
-        // Wake a sleeping reader once an eighth of the ring is waiting: few
-        // wake-ups (system calls) however fast frames come.
-        if used + need >= self.cap / 8 {
+        // Wake a sleeping reader once an eighth of the ring (at most
+        // WAKE_AFTER) is waiting: few wake-ups (system calls) however fast
+        // frames come, and a reader that keeps the stack near the start.
+        if used + need >= (self.cap / 8).min(WAKE_AFTER) {
             self.wake();
         }
     }
@@ -446,6 +464,12 @@ pub struct Pending {
     pub bytes: u64,
 }
 
+/// Is `h` the header of a skip record (microseconds all ones: no pcap
+/// record has that), whose length field counts the bytes skipped?
+fn is_skip(h: &[u8; 16]) -> bool {
+    h[4..8] == [0xff; 4]
+}
+
 /// The reader's end of a capture ring (`ustack capture`, in another process).
 ///
 /// Everything it reads from the ring is checked: a ring the stack let go of
@@ -524,23 +548,43 @@ impl RingReader {
         }
     }
 
-    /// The whole records waiting (at most `max_frames` of them).
-    pub fn pending(&self, max_frames: u64) -> Result<Pending, String> {
+    /// The whole records waiting (at most `max_frames` of them). Skip
+    /// records (the stack went back to the start of the ring) are passed
+    /// over here: they are never part of what is returned.
+    pub fn pending(&mut self, max_frames: u64) -> Result<Pending, String> {
         let head = self.w(H_HEAD).load(Ordering::Acquire);
-        let avail = head.wrapping_sub(self.tail);
-        if avail > self.cap {
-            return Err("capture ring corrupt (head beyond the ring)".into());
-        }
         let mut p = Pending::default();
-        while p.frames < max_frames && avail - p.bytes >= 16 {
-            let mut h = [0u8; 16];
-            self.get(self.tail.wrapping_add(p.bytes), &mut h);
-            let caplen = u64::from(u32::from_le_bytes([h[8], h[9], h[10], h[11]]));
-            if 16 + caplen > avail - p.bytes {
-                return Err("capture ring corrupt (a record runs past head)".into());
+        // Bounded: each pass consumes a skip record or ends.
+        for _ in 0..4 {
+            let avail = head.wrapping_sub(self.tail);
+            if avail > self.cap {
+                return Err("capture ring corrupt (head beyond the ring)".into());
             }
-            p.bytes += 16 + caplen;
-            p.frames += 1;
+            p = Pending::default();
+            let mut skip = None;
+            while p.frames < max_frames && avail - p.bytes >= 16 {
+                let mut h = [0u8; 16];
+                self.get(self.tail.wrapping_add(p.bytes), &mut h);
+                let n = u64::from(u32::from_le_bytes([h[8], h[9], h[10], h[11]]));
+                if 16 + n > avail - p.bytes {
+                    return Err("capture ring corrupt (a record runs past head)".into());
+                }
+                if is_skip(&h) {
+                    if p.frames == 0 {
+                        skip = Some(16 + n);
+                    }
+                    break;
+                }
+                p.bytes += 16 + n;
+                p.frames += 1;
+            }
+            match skip {
+                Some(n) => self.consume(&Pending {
+                    frames: 0,
+                    bytes: n,
+                }),
+                None => return Ok(p),
+            }
         }
         Ok(p)
     }
@@ -590,8 +634,8 @@ impl RingReader {
         }
     }
 
-    /// Sleep until records wait (an eighth of the ring, or the capture
-    /// ends), or for at most `timeout`.
+    /// Sleep until records wait (an eighth of the ring or 512 KiB, or the
+    /// capture ends), or for at most `timeout`.
     pub fn wait(&self, timeout: Duration) {
         // SAFETY: the promise of `open`.
         let w = unsafe { waiting(self.base) };
@@ -845,7 +889,7 @@ mod tests {
         }
         // The stack wrote nothing outside the ring (the heap is intact) and
         // kept counting; a reader of the wrong capture is refused.
-        let r = reader(&mem, id);
+        let mut r = reader(&mem, id);
         assert!(r.frames() + r.dropped() == 8000);
         // SAFETY: as in `reader`.
         assert!(unsafe { RingReader::open(mem.ptr(), mem.size(), id + 1) }.is_err());
@@ -853,6 +897,44 @@ mod tests {
         // SAFETY: the header of the test's ring.
         unsafe { word(mem.ptr(), H_HEAD) }.store(u64::MAX / 2, Ordering::Relaxed);
         assert!(r.pending(u64::MAX).is_err());
+        hub.stop();
+    }
+
+    #[test]
+    fn a_reader_that_keeps_up_keeps_the_stack_at_the_start_of_the_ring() {
+        let hub = CaptureHub::new();
+        let (ring, mem) = shared(4 << 20);
+        let id = hub
+            .start(CaptureFilter::default(), 65535, ring)
+            .expect("start");
+        let mut r = reader(&mem, id);
+        let mut f = vec![0u8; 1000];
+        let mut read = 0u64;
+        for i in 0..3000u32 {
+            f[..4].copy_from_slice(&i.to_le_bytes());
+            hub.record(&f);
+            if i % 3 == 2 {
+                let p = r.pending(u64::MAX).expect("ok");
+                let (a, b) = r.slices(&p);
+                let mut all = a.to_vec();
+                all.extend_from_slice(b);
+                assert_eq!(p.frames, 3, "frame {i}");
+                for (k, rec) in all.chunks(1016).enumerate() {
+                    let want = i - 2 + k as u32;
+                    assert_eq!(&rec[16..20], &want.to_le_bytes(), "frame {want}");
+                }
+                read += p.bytes;
+                r.consume(&p);
+            }
+        }
+        assert_eq!((r.frames(), r.dropped()), (3000, 0));
+        // The stack went back to the start (skips count in head) and never
+        // past SKIP_AFTER plus what the reader lagged.
+        // SAFETY: the header of the test's ring.
+        let head = unsafe { word(mem.ptr(), H_HEAD) }.load(Ordering::Relaxed);
+        let cap = (4 << 20) - RING_HEADER as u64;
+        assert!(head > read, "no skip: head {head}, read {read}");
+        assert!(head % cap <= SKIP_AFTER + 3 * 1016, "{}", head % cap);
         hub.stop();
     }
 }

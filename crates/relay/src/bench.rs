@@ -180,6 +180,9 @@ struct Figures {
     down_gbps: f64,
     rr_avg_us: f64,
     rr_p99_us: f64,
+    /// Relay CPU seconds per GB moved (ustack only).
+    up_cpu_per_gb: Option<f64>,
+    down_cpu_per_gb: Option<f64>,
     /// With a capture running (`--capture`, ustack only).
     up_capture: Option<Captured>,
     down_capture: Option<Captured>,
@@ -192,6 +195,8 @@ struct Captured {
     /// What the capture wrote, and what the stack dropped for it.
     frames: u64,
     dropped: u64,
+    /// CPU seconds of the relay and the capture's reader per GB moved.
+    cpu_per_gb: Option<f64>,
 }
 
 /// Runs commands inside one tool's sandbox.
@@ -313,8 +318,8 @@ impl Sandbox {
         }
     }
 
-    /// Run `cmd` inside; its stdout, bounded to `limit`.
-    fn output(&mut self, cmd: &[String], limit: Duration) -> anyhow::Result<String> {
+    /// Run `cmd` inside, bounded to `limit`; its stdout (and CPU time).
+    fn output(&mut self, cmd: &[String], limit: Duration) -> anyhow::Result<Finished> {
         let mut c = match self {
             Sandbox::Ustack { exe, mtu, extra } => {
                 let mut c = Command::new(exe);
@@ -345,7 +350,7 @@ impl Sandbox {
             .spawn()
             .with_context(|| format!("cannot run {cmd:?}"))?;
         let mut child = Reaped(child);
-        finish(&mut child, cmd, limit)
+        finish(&mut child, cmd, limit, None)
     }
 }
 
@@ -395,9 +400,10 @@ fn measure(
             None => Ok(None),
         }
     };
-    let up = iperf_gbps(&sb.output(&iperf(false), limit)?)?;
+    let ustack = matches!(sb, Sandbox::Ustack { .. });
+    let up = sb.output(&iperf(false), limit)?;
     let up_capture = captured(false)?;
-    let down = iperf_gbps(&sb.output(&iperf(true), limit)?)?;
+    let down = sb.output(&iperf(true), limit)?;
     let down_capture = captured(true)?;
     let rr_cmd: Vec<String> = vec![
         exe.to_string_lossy().into_owned(),
@@ -409,7 +415,7 @@ fn measure(
         "--msg-size".into(),
         args.msg_size.to_string(),
     ];
-    let rr: serde_json::Value = serde_json::from_str(sb.output(&rr_cmd, limit)?.trim())
+    let rr: serde_json::Value = serde_json::from_str(sb.output(&rr_cmd, limit)?.out.trim())
         .context("ping-pong client output")?;
     let num = |k: &str| {
         rr[k]
@@ -417,8 +423,10 @@ fn measure(
             .ok_or_else(|| anyhow!("ping-pong client printed no {k}"))
     };
     Ok(Figures {
-        up_gbps: up,
-        down_gbps: down,
+        up_gbps: iperf_gbps(&up.out)?,
+        down_gbps: iperf_gbps(&down.out)?,
+        up_cpu_per_gb: cpu_per_gb(up.cpu, &up.out).filter(|_| ustack),
+        down_cpu_per_gb: cpu_per_gb(down.cpu, &down.out).filter(|_| ustack),
         rr_avg_us: num("avg_us")?,
         rr_p99_us: num("p99_us")?,
         up_capture,
@@ -503,7 +511,7 @@ fn with_capture(
         .open(&fifo)
         .and_then(|mut f| f.write_all(b"go\n"))
         .context("cannot start the command")?;
-    let out = finish(&mut run, cmd, limit)?;
+    let f = finish(&mut run, cmd, limit, Some(cap.0.id()))?;
     // The capture ends with the stack; its last line tells what it saw.
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut cap_err, &mut rest);
@@ -517,9 +525,10 @@ fn with_capture(
         })
         .ok_or_else(|| anyhow!("ustack capture printed no summary: {}", rest.trim()))?;
     Ok(Captured {
-        gbps: iperf_gbps(&out)?,
+        gbps: iperf_gbps(&f.out)?,
         frames: tally.0,
         dropped: tally.1,
+        cpu_per_gb: cpu_per_gb(f.cpu + f.also_cpu, &f.out),
     })
 }
 
@@ -532,10 +541,49 @@ impl Drop for TempDir {
     }
 }
 
-/// Wait (at most `limit`) for `child` running `cmd` to succeed; its stdout.
-fn finish(child: &mut Reaped, cmd: &[String], limit: Duration) -> anyhow::Result<String> {
+/// What a finished command printed, and the CPU time its process (all its
+/// threads, not its children: for `ustack run`, the relay) and the process
+/// `also` (if any) had used when last looked at, just before they ended.
+struct Finished {
+    out: String,
+    cpu: Duration,
+    also_cpu: Duration,
+}
+
+/// CPU time used so far by the threads of process `pid` (from
+/// /proc/PID/task/*/schedstat, nanoseconds on a CPU).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        ns += s
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(Duration::from_nanos(ns))
+}
+
+/// Wait (at most `limit`) for `child` running `cmd` to succeed; its stdout
+/// and CPU time (sampled every 20 ms while it runs), and that of `also`.
+fn finish(
+    child: &mut Reaped,
+    cmd: &[String],
+    limit: Duration,
+    also: Option<u32>,
+) -> anyhow::Result<Finished> {
     let deadline = Instant::now() + limit;
+    let pid = child.0.id();
+    let (mut cpu, mut also_cpu) = (Duration::ZERO, Duration::ZERO);
     let status = loop {
+        cpu = cpu_time(pid).unwrap_or(cpu).max(cpu);
+        if let Some(a) = also {
+            also_cpu = cpu_time(a).unwrap_or(also_cpu).max(also_cpu);
+        }
         if let Some(st) = child.0.try_wait()? {
             break st;
         }
@@ -555,7 +603,14 @@ fn finish(child: &mut Reaped, cmd: &[String], limit: Duration) -> anyhow::Result
     if !status.success() {
         bail!("{cmd:?}: {status}: {}", err.trim());
     }
-    Ok(out)
+    Ok(Finished { out, cpu, also_cpu })
+}
+
+/// Relay CPU seconds per GB that iperf3 (JSON `json`) moved.
+fn cpu_per_gb(cpu: Duration, json: &str) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let bytes = v["end"]["sum_received"]["bytes"].as_f64()?;
+    (bytes > 0.0).then(|| cpu.as_secs_f64() / (bytes / 1e9))
 }
 
 fn iperf_gbps(json: &str) -> anyhow::Result<f64> {
@@ -609,8 +664,11 @@ const ROWS: &[Row] = &[
 ];
 
 /// `--capture`'s rows (ustack only): each iperf3 job with a capture of
-/// every whole frame running, its ratio to the same run without, and the
-/// share of frames the stack dropped for the reader.
+/// every whole frame running, its ratio to the same run without, the ratio
+/// of the relay's CPU time per byte without to with (the capture's reader
+/// counted in: on a machine shared with other work, where throughput swings
+/// with the load, what a relay-bound transfer would lose), and the share of
+/// frames the stack dropped for the reader.
 const CAPTURE_ROWS: &[Row] = &[
     Row {
         key: "tcp_sandbox_to_host_capture",
@@ -625,6 +683,13 @@ const CAPTURE_ROWS: &[Row] = &[
         unit: "x",
         higher_is_better: true,
         get: |f| f.up_capture.map(|c| c.gbps / f.up_gbps),
+    },
+    Row {
+        key: "tcp_sandbox_to_host_capture_cpu_ratio",
+        label: "  relay CPU per byte, off / on",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.up_cpu_per_gb? / f.up_capture?.cpu_per_gb?),
     },
     Row {
         key: "tcp_sandbox_to_host_capture_dropped",
@@ -646,6 +711,13 @@ const CAPTURE_ROWS: &[Row] = &[
         unit: "x",
         higher_is_better: true,
         get: |f| f.down_capture.map(|c| c.gbps / f.down_gbps),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_capture_cpu_ratio",
+        label: "  relay CPU per byte, off / on",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.down_cpu_per_gb? / f.down_capture?.cpu_per_gb?),
     },
     Row {
         key: "tcp_host_to_sandbox_capture_dropped",
@@ -793,17 +865,14 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
     }
     if args.capture && args.runs > 1 {
         if let Some(u) = runs(Tool::Ustack) {
-            println!("ustack with a capture running / without, in each run:");
-            for (label, get) in [
-                ("TCP sandbox -> host", CAPTURE_ROWS[1].get),
-                ("TCP host -> sandbox", CAPTURE_ROWS[4].get),
-            ] {
+            println!("ustack with a capture running against without, in each run:");
+            for row in CAPTURE_ROWS.iter().filter(|r| r.unit == "x") {
                 let r: Vec<String> = u
                     .iter()
-                    .filter_map(get)
+                    .filter_map(row.get)
                     .map(|v| format!("{v:.2}"))
                     .collect();
-                println!("  {label:<32} {}", r.join(", "));
+                println!("  {:<40} {}", row.key, r.join(", "));
             }
         }
     }
