@@ -651,6 +651,7 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
     let mut dropped = 0;
     let mut broken_pipe = false;
     let mut alive = Instant::now();
+    let mut idle = Duration::from_millis(1);
     loop {
         let want = a.count.map_or(u64::MAX, |n| n.saturating_sub(got));
         if ring.closed() {
@@ -696,13 +697,21 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
             alive = Instant::now();
         }
         if p.frames == 0 {
-            // Until records come (the stack wakes us when an eighth of the
-            // ring is full) or a little while passes.
-            ring.wait(Duration::from_millis(20));
+            // Poll every millisecond while frames come, less often (up to
+            // every 20 ms) while none do; the stack wakes us only when half
+            // the ring waits.
+            ring.wait(idle);
+            idle = (idle * 2).min(Duration::from_millis(20));
+        } else {
+            idle = Duration::from_millis(1);
         }
         if crate::signals::wait_termination(Some(Duration::ZERO)).is_some() {
             break;
         }
+    }
+    // The stack's count, as of now (a stopped capture's ring is kept a while).
+    if ring.is_ours() {
+        dropped = ring.dropped();
     }
     let _ = c.call(&Request::CaptureStop);
     if let Some(mut o) = out {

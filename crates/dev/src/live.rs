@@ -112,9 +112,6 @@ pub const MIN_RING: usize = 64 << 10;
 /// Past this offset in the ring, the stack goes back to its start when the
 /// reader has read everything (a skip record tells the reader).
 const SKIP_AFTER: u64 = 512 << 10;
-/// A sleeping reader is woken once this much is waiting (or an eighth of
-/// a smaller ring).
-const WAKE_AFTER: u64 = 512 << 10;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ustkcap1");
 // Byte offsets of the header's words. The producer (the stack) writes all
@@ -330,10 +327,11 @@ impl Ring {
         self.frames += 1;
         self.w(H_FRAMES).store(self.frames, Ordering::Relaxed);
         self.w(H_HEAD).store(self.head, Ordering::SeqCst);
-        // Wake a sleeping reader once an eighth of the ring (at most
-        // WAKE_AFTER) is waiting: few wake-ups (system calls) however fast
-        // frames come, and a reader that keeps the stack near the start.
-        if used + need >= (self.cap / 8).min(WAKE_AFTER) {
+        // A reader polls on a short timer while frames come; it is woken
+        // only when half the ring is waiting, to save it from dropping. (A
+        // wake-up is a system call that costs the stack as much as copying
+        // a few frames; on a VM, an inter-processor interrupt too.)
+        if used + need >= self.cap / 2 {
             self.wake();
         }
     }
@@ -527,12 +525,16 @@ impl RingReader {
         self.w(H_DROPPED).load(Ordering::Relaxed)
     }
 
-    /// Has the stack stopped this capture? (Also when the ring's header no
-    /// longer names it: the stack let go of the memory.)
+    /// Does the ring's header still name this capture? (No longer once the
+    /// stack has let go of the memory: its counters mean nothing then.)
+    pub fn is_ours(&self) -> bool {
+        self.w(H_MAGIC).load(Ordering::Acquire) == MAGIC
+            && self.w(H_ID).load(Ordering::Acquire) == self.id
+    }
+
+    /// Has the stack stopped this capture (or let go of its ring)?
     pub fn closed(&self) -> bool {
-        self.w(H_CLOSED).load(Ordering::Acquire) != 0
-            || self.w(H_MAGIC).load(Ordering::Acquire) != MAGIC
-            || self.w(H_ID).load(Ordering::Acquire) != self.id
+        self.w(H_CLOSED).load(Ordering::Acquire) != 0 || !self.is_ours()
     }
 
     /// Copy `out.len()` bytes of the records at position `pos` (wrapping).
@@ -634,8 +636,9 @@ impl RingReader {
         }
     }
 
-    /// Sleep until records wait (an eighth of the ring or 512 KiB, or the
-    /// capture ends), or for at most `timeout`.
+    /// Sleep for `timeout`, or until half the ring waits or the capture
+    /// ends (poll on a short timer while frames come: the stack does not
+    /// wake the reader for every few frames, which would cost it).
     pub fn wait(&self, timeout: Duration) {
         // SAFETY: the promise of `open`.
         let w = unsafe { waiting(self.base) };
