@@ -693,7 +693,12 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
         }
         // Tell the stack the reader is alive (it stops an abandoned capture).
         if alive.elapsed() >= Duration::from_secs(1) {
-            call(&mut c, &Request::CaptureAlive)?;
+            // A stack that stopped (or gave up on us) ends the capture, with
+            // its summary.
+            if let Err(e) = call(&mut c, &Request::CaptureAlive) {
+                eprintln!("ustack capture: {e}");
+                break;
+            }
             alive = Instant::now();
         }
         if p.frames == 0 {
