@@ -701,6 +701,115 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
 }
 
 #[test]
+fn capture_from_a_live_hardened_run_reads_the_ring() {
+    use std::net::{Ipv4Addr, TcpListener};
+    let host = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = host.local_addr().expect("addr").port();
+    let name = format!("caprun-{}", unique());
+    let dir = std::env::temp_dir().join(format!("ustack-caprun-{}", unique()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let fifo = dir.join("go");
+    let c_fifo = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).expect("path");
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    let file = dir.join("c.pcap");
+    let file_s = file.to_string_lossy().to_string();
+    // The command connects to the host and sends 2 MB once the test opens
+    // the FIFO (after the capture is on).
+    let script = format!(
+        "read -r _ < {}; exec 3<>/dev/tcp/10.0.2.2/{port}; head -c 2000000 /dev/zero >&3",
+        fifo.display()
+    );
+    let mut run = ChildGuard {
+        child: Command::new(BIN)
+            .args(["run", "--name", &name, "--", "bash", "-c", &script])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack run"),
+    };
+    // Synchronise on the stack's control endpoint being listed.
+    let t0 = std::time::Instant::now();
+    while !String::from_utf8_lossy(&ustack(&["ps"]).stdout).contains(&name) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{name} never listed"
+        );
+        assert!(run.child.try_wait().expect("wait").is_none(), "run exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cap = ChildGuard {
+        child: Command::new(BIN)
+            .args(["capture", "--stack", &name, "-c", "20", "-w", &file_s])
+            .args(["tcp", "and", "port", &port.to_string()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack capture"),
+    };
+    let mut err = cap.child.stderr.take().expect("stderr");
+    let mut banner = [0u8; 22];
+    err.read_exact(&mut banner).expect("capture banner");
+    assert_eq!(&banner, b"ustack capture: listen");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .and_then(|mut f| f.write_all(b"go\n"))
+        .expect("release the command");
+    let (mut s, _) = host.accept().expect("the sandbox connects");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("the sandbox's bytes");
+    assert_eq!(got.len(), 2_000_000);
+    let t0 = std::time::Instant::now();
+    while cap.child.try_wait().expect("wait").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "capture did not stop after -c 20"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    assert!(rest.contains("20 frames captured"), "{rest}");
+    let td = Command::new("tcpdump")
+        .args(["-nr", &file_s])
+        .output()
+        .expect("run tcpdump");
+    let text = String::from_utf8_lossy(&td.stdout);
+    assert!(
+        td.status.success(),
+        "{}",
+        String::from_utf8_lossy(&td.stderr)
+    );
+    assert_eq!(text.lines().count(), 20, "{text}");
+    assert!(
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .contains(&format!("> 10.0.2.2.{port}: Flags [S]")),
+        "the first frame is not the SYN: {text}"
+    );
+    // The hardened relay (seccomp) served the capture and exits cleanly.
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = run.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ustack run did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut rerr = String::new();
+    if let Some(mut e) = run.child.stderr.take() {
+        let _ = e.read_to_string(&mut rerr);
+    }
+    assert!(status.success(), "ustack run failed: {rerr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_forbidden_system_call_stops_the_relay_and_is_named() {
     // The hidden --seccomp-selftest makes the hardened relay call ptrace(2)
     // (number 101 on x86_64), as a compromised one might.
