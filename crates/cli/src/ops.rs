@@ -516,8 +516,9 @@ pub struct CaptureArgs {
     /// without it, print one line per frame.
     #[arg(short = 'w', value_name = "FILE")]
     pub write: Option<String>,
-    /// KiB of frames the stack holds for a slow reader; beyond, frames are
-    /// dropped (and counted) rather than slowing the stack.
+    /// KiB of frames the stack holds for a slow reader (the capture ring,
+    /// in the stack's shared memory); beyond, frames are dropped (and
+    /// counted) rather than slowing the stack.
     #[arg(short = 'B', value_name = "KIB", default_value_t = 8192,
           value_parser = clap::value_parser!(u64).range(64..=262_144))]
     pub buffer_kib: u64,

@@ -17,9 +17,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::{Device, FrameBatch, VNET_HDR_LEN};
 
-/// Bytes of records a capture may hold for its reader by default.
-pub const DEFAULT_QUEUE_BYTES: usize = 8 << 20;
-
 /// Which frames a capture keeps (all given conditions must hold).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CaptureFilter {
