@@ -2,11 +2,12 @@
 //! another process, through its control endpoint (crates/ctl).
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use ustack_ctl::{Client, Request, Response, SocketEntry, StackRef};
+use ustack_net::dev::live::RingReader;
 
 /// Which stack to ask.
 #[derive(Args, Debug, Clone)]
@@ -332,7 +333,7 @@ pub fn ss(a: SsArgs) -> Result<i32> {
     let Response::Sockets { sockets } = call(&mut c, &Request::Sockets { detail: a.info })? else {
         bail!("unexpected answer from stack {:?}", c.name());
     };
-    // Only TCP sockets exist in the table so far: `-u` alone shows none.
+    // TCP unless -u alone (UDP: serve's sockets, run's relayed flows).
     let want_tcp = a.tcp || !a.udp;
     let rows: Vec<&SocketEntry> = sockets
         .iter()
@@ -539,8 +540,9 @@ pub struct CaptureArgs {
     /// without it, print one line per frame.
     #[arg(short = 'w', value_name = "FILE")]
     pub write: Option<String>,
-    /// KiB of frames the stack holds for a slow reader; beyond, frames are
-    /// dropped (and counted) rather than slowing the stack.
+    /// KiB of frames the stack holds for a slow reader (the capture ring,
+    /// in the stack's shared memory); beyond, frames are dropped (and
+    /// counted) rather than slowing the stack.
     #[arg(short = 'B', value_name = "KIB", default_value_t = 8192,
           value_parser = clap::value_parser!(u64).range(64..=262_144))]
     pub buffer_kib: u64,
@@ -642,75 +644,104 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
         o.write_all(&ustack_net::dev::live::pcap_header(a.snaplen))?;
         o.flush()?;
     }
-    call(
-        &mut c,
-        &Request::CaptureStart {
+    let (offset, len, id) = match c
+        .call(&Request::CaptureStart {
             snaplen: a.snaplen,
             filter,
             queue_bytes: a.buffer_kib * 1024,
-        },
-    )?;
+        })
+        .map_err(|e| anyhow!(e))?
+    {
+        Response::CaptureRing { offset, len, id } => (offset, len, id),
+        Response::Error { message } => bail!(message),
+        _ => bail!("unexpected answer from stack {:?}", c.name()),
+    };
+    let base = c.arena_range(offset, len).ok_or_else(|| {
+        anyhow!(
+            "stack {:?} announced a capture ring outside its arena",
+            c.name()
+        )
+    })?;
+    // SAFETY: the range lies inside the domain's arena (checked by
+    // arena_range), which stays mapped while `c` lives, longer than `ring`;
+    // arena buffers are 64 KiB-aligned.
+    let mut ring = unsafe { RingReader::open(base.as_ptr(), len as usize, id) }
+        .map_err(|e| anyhow!("stack {:?}: {e}", c.name()))?;
     eprintln!(
         "ustack capture: listening on stack {:?}, snapshot length {} bytes",
         c.name(),
         a.snaplen
     );
     let mut got = 0u64;
-    let mut dropped;
+    let mut dropped = 0;
     let mut broken_pipe = false;
-    'outer: loop {
-        let (resp, data) = c
-            .call_with_data(&Request::CaptureRead { max: 4 << 20 })
-            .map_err(|e| anyhow!(e))?;
-        let (frames, d) = match resp {
-            Response::Capture {
-                frames, dropped, ..
-            } => (frames, dropped),
-            Response::Error { message } => bail!(message),
-            _ => bail!("unexpected answer from stack {:?}", c.name()),
-        };
-        dropped = d;
-        let mut off = 0usize;
-        while let Some(h) = data.get(off..off + 16) {
-            let w = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-            let cap = w(8) as usize;
-            let Some(rec) = data.get(off..off + 16 + cap) else {
-                break;
-            };
+    let mut alive = Instant::now();
+    let mut idle = Duration::from_millis(1);
+    loop {
+        let want = a.count.map_or(u64::MAX, |n| n.saturating_sub(got));
+        if ring.closed() {
+            eprintln!("ustack capture: the stack stopped the capture");
+            break;
+        }
+        dropped = ring.dropped();
+        let p = ring
+            .pending(want)
+            .map_err(|e| anyhow!("stack {:?}: {e}", c.name()))?;
+        if p.frames > 0 {
             let r = match out.as_mut() {
-                Some(o) => o.write_all(rec),
-                None => writeln!(
-                    std::io::stdout(),
-                    "{}",
-                    frame_line(w(0), w(4), &rec[16..], w(12))
-                ),
+                Some(o) => {
+                    // The records go from the ring to the file in one or two writes.
+                    let (x, y) = ring.slices(&p);
+                    o.write_all(x)
+                        .and_then(|()| o.write_all(y))
+                        .and_then(|()| o.flush())
+                }
+                None => {
+                    let mut so = std::io::stdout().lock();
+                    ring.records(&p).iter().try_for_each(|rec| {
+                        let w = |i: usize| {
+                            u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]])
+                        };
+                        writeln!(so, "{}", frame_line(w(0), w(4), &rec[16..], w(12)))
+                    })
+                }
             };
             if r.is_err() {
                 broken_pipe = true;
-                break 'outer;
+                break;
             }
-            off += 16 + cap;
-            got += 1;
+            ring.consume(&p);
+            got += p.frames;
             if a.count.is_some_and(|n| got >= n) {
-                break 'outer;
-            }
-        }
-        if let Some(o) = out.as_mut() {
-            if o.flush().is_err() {
-                broken_pipe = true;
                 break;
             }
         }
-        // Read again at once while frames come; otherwise wait a little
-        // (and for Ctrl-C).
-        let wait = if frames > 0 {
-            Duration::ZERO
+        // Tell the stack the reader is alive (it stops an abandoned capture).
+        if alive.elapsed() >= Duration::from_secs(1) {
+            // A stack that stopped (or gave up on us) ends the capture, with
+            // its summary.
+            if let Err(e) = call(&mut c, &Request::CaptureAlive) {
+                eprintln!("ustack capture: {e}");
+                break;
+            }
+            alive = Instant::now();
+        }
+        if p.frames == 0 {
+            // Poll every millisecond while frames come, less often (up to
+            // every 20 ms) while none do; the stack wakes us only when half
+            // the ring waits.
+            ring.wait(idle);
+            idle = (idle * 2).min(Duration::from_millis(20));
         } else {
-            Duration::from_millis(20)
-        };
-        if crate::signals::wait_termination(Some(wait)).is_some() {
+            idle = Duration::from_millis(1);
+        }
+        if crate::signals::wait_termination(Some(Duration::ZERO)).is_some() {
             break;
         }
+    }
+    // The stack's count, as of now (a stopped capture's ring is kept a while).
+    if ring.is_ours() {
+        dropped = ring.dropped();
     }
     let _ = c.call(&Request::CaptureStop);
     if let Some(mut o) = out {

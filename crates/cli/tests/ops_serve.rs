@@ -572,6 +572,97 @@ fn ss_nstat_sysctl_against_a_live_run() {
     );
 }
 
+#[test]
+fn ss_u_lists_the_relayed_udp_flows_of_a_live_run() {
+    use std::net::{Ipv4Addr, UdpSocket};
+    let host = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    host.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let port = host.local_addr().expect("addr").port();
+    let name = format!("opsudp-{}", unique());
+    // The command sends a datagram to the host through the gateway, then
+    // waits for the host's answer before it exits (one read of the whole
+    // datagram: bash's `read` would take one byte of it and wait for more).
+    let script = format!(
+        "exec 3<>/dev/udp/10.0.2.2/{port}; echo ping >&3; \
+         x=$(dd bs=64 count=1 <&3 2>/dev/null); echo got $x"
+    );
+    let mut run = ChildGuard {
+        child: Command::new(BIN)
+            .args(["run", "--name", &name, "--", "bash", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack run"),
+    };
+    // The datagram arrived: the relay holds the flow and its host socket.
+    let mut buf = [0u8; 64];
+    let (n, from) = host.recv_from(&mut buf).expect("the sandbox's datagram");
+    assert_eq!(&buf[..n], b"ping\n");
+
+    let ss = json(&["ss", "-ue", "--json", "--stack", &name]);
+    let rows = ss.as_array().expect("array");
+    assert_eq!(rows.len(), 1, "one UDP flow: {ss}");
+    let row = row_where(&ss, "local", &format!("10.0.2.2:{port}"));
+    assert_eq!(row["proto"], "udp");
+    assert_eq!(row["state"], "ESTAB");
+    let guest = row["peer"].as_str().unwrap_or_default();
+    assert!(guest.starts_with("10.0.2.15:"), "guest side {guest:?}");
+    assert_eq!(
+        row["host"].as_str().unwrap_or_default(),
+        format!("{from}->127.0.0.1:{port}"),
+        "the host socket the datagram came from: {row}"
+    );
+    // ss's text form, and TCP (the default) without it.
+    let text =
+        String::from_utf8_lossy(&ustack_ok(&["ss", "-ue", "--stack", &name]).stdout).to_string();
+    assert!(
+        text.lines().any(|l| l.starts_with("ESTAB")
+            && l.contains(&format!("10.0.2.2:{port}"))
+            && l.contains(guest)
+            && l.contains(&format!("host:{from}->127.0.0.1:{port}"))),
+        "{text}"
+    );
+    let tcp = json(&["ss", "--json", "--stack", &name]);
+    assert!(
+        tcp.as_array()
+            .expect("array")
+            .iter()
+            .all(|r| r["proto"] != "udp"),
+        "{tcp}"
+    );
+    let by_port = json(&[
+        "ss",
+        "-u",
+        "--json",
+        "--stack",
+        &name,
+        "sport",
+        "=",
+        &format!(":{port}"),
+    ]);
+    assert_eq!(by_port.as_array().map(Vec::len), Some(1), "{by_port}");
+
+    host.send_to(b"done\n", from).expect("answer");
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = run.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ustack run did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    if let Some(mut o) = run.child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    assert!(status.success(), "ustack run failed");
+    assert!(out.contains("got done"), "{out}");
+}
+
 /// Seconds to fetch /bytes/N with curl from `ns` (byte-exact check included).
 fn fetch(ns: &NetNs, n: u64) -> f64 {
     curl_bytes(ns, n, 120)
@@ -670,6 +761,115 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     assert!(dropped > 0, "a stalled reader lost nothing? {summary}");
     assert!(pcap.len() >= 24, "no pcap header");
     srv.stop_clean();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn capture_from_a_live_hardened_run_reads_the_ring() {
+    use std::net::{Ipv4Addr, TcpListener};
+    let host = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = host.local_addr().expect("addr").port();
+    let name = format!("caprun-{}", unique());
+    let dir = std::env::temp_dir().join(format!("ustack-caprun-{}", unique()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let fifo = dir.join("go");
+    let c_fifo = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).expect("path");
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+    let file = dir.join("c.pcap");
+    let file_s = file.to_string_lossy().to_string();
+    // The command connects to the host and sends 2 MB once the test opens
+    // the FIFO (after the capture is on).
+    let script = format!(
+        "read -r _ < {}; exec 3<>/dev/tcp/10.0.2.2/{port}; head -c 2000000 /dev/zero >&3",
+        fifo.display()
+    );
+    let mut run = ChildGuard {
+        child: Command::new(BIN)
+            .args(["run", "--name", &name, "--", "bash", "-c", &script])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack run"),
+    };
+    // Synchronise on the stack's control endpoint being listed.
+    let t0 = std::time::Instant::now();
+    while !String::from_utf8_lossy(&ustack(&["ps"]).stdout).contains(&name) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{name} never listed"
+        );
+        assert!(run.child.try_wait().expect("wait").is_none(), "run exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cap = ChildGuard {
+        child: Command::new(BIN)
+            .args(["capture", "--stack", &name, "-c", "20", "-w", &file_s])
+            .args(["tcp", "and", "port", &port.to_string()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack capture"),
+    };
+    let mut err = cap.child.stderr.take().expect("stderr");
+    let mut banner = [0u8; 22];
+    err.read_exact(&mut banner).expect("capture banner");
+    assert_eq!(&banner, b"ustack capture: listen");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .and_then(|mut f| f.write_all(b"go\n"))
+        .expect("release the command");
+    let (mut s, _) = host.accept().expect("the sandbox connects");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("the sandbox's bytes");
+    assert_eq!(got.len(), 2_000_000);
+    let t0 = std::time::Instant::now();
+    while cap.child.try_wait().expect("wait").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "capture did not stop after -c 20"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    assert!(rest.contains("20 frames captured"), "{rest}");
+    let td = Command::new("tcpdump")
+        .args(["-nr", &file_s])
+        .output()
+        .expect("run tcpdump");
+    let text = String::from_utf8_lossy(&td.stdout);
+    assert!(
+        td.status.success(),
+        "{}",
+        String::from_utf8_lossy(&td.stderr)
+    );
+    assert_eq!(text.lines().count(), 20, "{text}");
+    assert!(
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .contains(&format!("> 10.0.2.2.{port}: Flags [S]")),
+        "the first frame is not the SYN: {text}"
+    );
+    // The hardened relay (seccomp) served the capture and exits cleanly.
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = run.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ustack run did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut rerr = String::new();
+    if let Some(mut e) = run.child.stderr.take() {
+        let _ = e.read_to_string(&mut rerr);
+    }
+    assert!(status.success(), "ustack run failed: {rerr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

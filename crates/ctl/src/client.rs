@@ -193,6 +193,14 @@ impl Client {
         Err(format!("stack {name:?}: the answer kept growing"))
     }
 
+    /// This process's address of `len` bytes at `offset` in the stack's
+    /// shared arena (a capture ring), if the range lies inside it. It stays
+    /// mapped while the client lives.
+    pub fn arena_range(&self, offset: u64, len: u64) -> Option<std::ptr::NonNull<u8>> {
+        self.dom
+            .arena_range(usize::try_from(offset).ok()?, usize::try_from(len).ok()?)
+    }
+
     /// The stack's description (`ustack ps`).
     pub fn info(&mut self) -> Result<StackInfo, String> {
         match self.call(&Request::Info)? {

@@ -28,18 +28,17 @@ pub enum Request {
         assignments: Vec<(String, String)>,
     },
     /// Start a live capture (one at a time per stack; it is stopped when its
-    /// client stops reading for a few seconds).
+    /// client stops saying it is alive for a few seconds). The answer is a
+    /// [`Response::CaptureRing`]: the client reads the frames straight from
+    /// the ring in the domain's shared arena.
     CaptureStart {
         snaplen: u32,
         filter: CaptureSpec,
-        /// Bytes of frames the stack may hold for a slow reader.
+        /// Bytes of frames the stack may hold for a slow reader (the ring).
         queue_bytes: u64,
     },
-    /// The frames captured since the last read, as pcap records after the
-    /// JSON answer (at most about `max` bytes).
-    CaptureRead {
-        max: u64,
-    },
+    /// The capture's client is still reading (send one every second or so).
+    CaptureAlive,
     CaptureStop,
     /// List `run`'s port forwards, after adding or removing one (specs as
     /// `-p`'s: `[HOST_IP:]HOST_PORT:GUEST_PORT[/udp]`).
@@ -72,12 +71,13 @@ pub enum Response {
     Sysctl {
         values: Vec<(String, String)>,
     },
-    /// A capture read: `frames` pcap records (`bytes` long) follow the JSON;
-    /// `dropped` frames were lost since the capture started (queue full).
-    Capture {
-        frames: u64,
-        bytes: u64,
-        dropped: u64,
+    /// A capture started: its ring of pcap records (see
+    /// `ustack_net::dev::live::CaptureHub`) is `len` bytes at `offset` in the
+    /// domain's arena, and its header names capture `id`.
+    CaptureRing {
+        offset: u64,
+        len: u64,
+        id: u64,
     },
     /// Done (a capture started or stopped).
     Ok,

@@ -20,7 +20,7 @@ use ustack_ipc::{Domain, DomainConfig, Error as IpcError, Message, MsgKind, ANY}
 
 use crate::proto::{CounterEntry, Request, Response, StackInfo};
 use crate::{sysctl, Provider, DOMAIN_PREFIX};
-use ustack_net::dev::live::{CaptureFilter, CaptureProto};
+use ustack_net::dev::live::{CaptureFilter, CaptureProto, RingMemory, MIN_RING, RING_HEADER};
 
 pub(crate) const MT_REQUEST: u16 = 1;
 pub(crate) const MT_OK: u16 = 2;
@@ -32,6 +32,8 @@ pub(crate) const SERVER: i32 = 0;
 pub(crate) const MAX_REQUEST: u64 = 1 << 20;
 /// Largest answer (a socket table with details of ~100,000 connections).
 pub(crate) const MAX_ANSWER: u64 = 64 << 20;
+/// Largest capture ring (records; `ustack capture -B`'s bound).
+pub(crate) const MAX_RING: u64 = 256 << 20;
 
 /// A running control endpoint. Dropping it ends the domain and joins the
 /// server thread.
@@ -114,6 +116,7 @@ impl PendingControl {
             },
             history: HashMap::new(),
             capture: None,
+            retired: None,
         }));
         let d2 = dom.clone();
         let thread = std::thread::Builder::new()
@@ -174,7 +177,9 @@ impl Control {
         let cfg = DomainConfig {
             max_endpoints: 32,
             max_copy: MAX_ANSWER,
-            arena_size: 2 * MAX_ANSWER,
+            // Answers being copied, and a capture's ring (virtual: pages are
+            // taken as buffers are allocated).
+            arena_size: 2 * MAX_ANSWER + MAX_RING + RING_HEADER as u64,
         };
         let dom = match Domain::create(&dname, cfg) {
             Ok(d) => d,
@@ -214,29 +219,47 @@ struct State {
     info: StackInfo,
     /// `nstat`'s history: counter values at the last updating request.
     history: HashMap<String, u64>,
-    /// The running capture: its client's endpoint and when it last read.
+    /// The running capture: its client's endpoint and when it last said it
+    /// was alive.
     capture: Option<(i32, Instant)>,
+    /// A stopped capture's ring, kept a while for a reader still finishing
+    /// (it writes its position into the ring): since when.
+    retired: Option<(Instant, Box<dyn RingMemory>)>,
 }
 
 /// How often the server looks for an abandoned capture.
 const REAP_PERIOD: Duration = Duration::from_secs(1);
-/// A capture whose client has not read for this long is stopped.
+/// A capture whose client has not said it is alive for this long is stopped.
 const CAPTURE_ABANDONED: Duration = Duration::from_secs(5);
+/// How long a stopped capture's ring is kept before its memory is reused.
+const RING_KEPT: Duration = Duration::from_secs(10);
 
 fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn stop_capture(p: &Arc<dyn Provider>, state: &Mutex<State>) {
-    if lock(state).capture.take().is_some() {
+    let mut st = lock(state);
+    if st.capture.take().is_some() {
         if let Some(h) = p.capture_hub() {
-            h.stop();
+            retire(&mut st, h.stop());
         }
     }
 }
 
+/// Keep a stopped capture's ring for [`RING_KEPT`] (the one before goes).
+fn retire(st: &mut State, mem: Option<Box<dyn RingMemory>>) {
+    st.retired = mem.map(|m| (Instant::now(), m));
+}
+
 fn reap_capture(p: &Arc<dyn Provider>, state: &Mutex<State>) {
-    let stale = matches!(lock(state).capture, Some((_, t)) if t.elapsed() >= CAPTURE_ABANDONED);
+    let stale = {
+        let mut st = lock(state);
+        if matches!(st.retired, Some((t, _)) if t.elapsed() >= RING_KEPT) {
+            st.retired = None;
+        }
+        matches!(st.capture, Some((_, t)) if t.elapsed() >= CAPTURE_ABANDONED)
+    };
     if stale {
         stop_capture(p, state);
     }
@@ -282,7 +305,7 @@ fn serve_one(
         return bad(BAD_ADDRESS);
     }
     let (resp, data) = match serde_json::from_slice::<Request>(&req) {
-        Ok(r) => answer(&r, m.source, cap, provider, state),
+        Ok(r) => answer(dom, &r, m.source, provider, state),
         Err(e) => (
             Response::Error {
                 message: format!("malformed request: {e}"),
@@ -316,31 +339,46 @@ fn serve_one(
     Message::new(MT_OK).with_u64(0, n).with_u64(1, json_len)
 }
 
-/// The answer to `r` from endpoint `src` whose buffer holds `cap` bytes,
-/// and the bytes that follow it (a capture read's records).
+/// The answer to `r` from endpoint `src`, and the bytes that follow it
+/// (none today: the framing allows raw bytes after the JSON).
 fn answer(
+    dom: &Domain,
     r: &Request,
     src: i32,
-    cap: u64,
     p: &Arc<dyn Provider>,
     state: &Mutex<State>,
 ) -> (Response, Vec<u8>) {
-    match r {
-        Request::CaptureStart { .. } | Request::CaptureRead { .. } | Request::CaptureStop => {
-            capture(r, src, cap, p, state)
+    let resp = match r {
+        Request::CaptureStart { .. } | Request::CaptureAlive | Request::CaptureStop => {
+            capture(dom, r, src, p, state)
         }
-        _ => (answer_plain(r, p, state), Vec::new()),
+        _ => answer_plain(r, p, state),
+    };
+    (resp, Vec::new())
+}
+
+/// A capture ring in the domain's arena: the reader maps the same bytes.
+struct ArenaRing(ustack_ipc::ArenaBuf);
+
+// SAFETY: an arena buffer is 64 KiB-aligned and mapped for `capacity()`
+// bytes while it lives (the domain handle inside keeps the mapping).
+unsafe impl RingMemory for ArenaRing {
+    fn ptr(&self) -> *mut u8 {
+        self.0.as_ptr().cast_mut()
+    }
+    fn size(&self) -> usize {
+        self.0.capacity()
     }
 }
 
 fn capture(
+    dom: &Domain,
     r: &Request,
     src: i32,
-    cap: u64,
     p: &Arc<dyn Provider>,
     state: &Mutex<State>,
-) -> (Response, Vec<u8>) {
-    let err = |message: String| (Response::Error { message }, Vec::new());
+) -> Response {
+    let err = |message: String| Response::Error { message };
     let Some(hub) = p.capture_hub() else {
         return err("this stack cannot be captured from".into());
     };
@@ -368,36 +406,35 @@ fn capture(
                 port: filter.port,
                 proto,
             };
-            let q = usize::try_from(*queue_bytes)
-                .unwrap_or(usize::MAX)
-                .min(256 << 20);
-            hub.start(f, *snaplen as usize, q);
-            st.capture = Some((src, Instant::now()));
-            (Response::Ok, Vec::new())
-        }
-        Request::CaptureRead { max } => {
-            match &mut st.capture {
-                Some((owner, last)) if *owner == src => *last = Instant::now(),
-                _ => return err("no capture of yours is running".into()),
+            let q = (*queue_bytes).clamp(MIN_RING as u64, MAX_RING) as usize;
+            let buf = match dom.alloc(RING_HEADER + q) {
+                Ok(b) => b,
+                Err(e) => return err(format!("no room for a capture buffer of {q} bytes: {e}")),
+            };
+            let offset = buf.arena_offset() as u64;
+            let len = buf.capacity() as u64;
+            match hub.start(f, *snaplen as usize, Box::new(ArenaRing(buf))) {
+                Ok(id) => {
+                    st.capture = Some((src, Instant::now()));
+                    Response::CaptureRing { offset, len, id }
+                }
+                Err(e) => err(e),
             }
-            // Leave room for the JSON in front of the records.
-            let room = cap.min(*max).saturating_sub(256).max(1);
-            let d = hub.drain(usize::try_from(room).unwrap_or(usize::MAX));
-            (
-                Response::Capture {
-                    frames: d.frames,
-                    bytes: d.records.len() as u64,
-                    dropped: d.dropped,
-                },
-                d.records,
-            )
         }
+        Request::CaptureAlive => match &mut st.capture {
+            Some((owner, last)) if *owner == src => {
+                *last = Instant::now();
+                Response::Ok
+            }
+            _ => err("no capture of yours is running".into()),
+        },
         _ => {
             if matches!(st.capture, Some((owner, _)) if owner == src) {
                 st.capture = None;
-                hub.stop();
+                let mem = hub.stop();
+                retire(&mut st, mem);
             }
-            (Response::Ok, Vec::new())
+            Response::Ok
         }
     }
 }
@@ -464,7 +501,7 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
                 Err(message) => Response::Error { message },
             }
         }
-        Request::CaptureStart { .. } | Request::CaptureRead { .. } | Request::CaptureStop => {
+        Request::CaptureStart { .. } | Request::CaptureAlive | Request::CaptureStop => {
             Response::Error {
                 message: "internal: capture request".into(),
             }

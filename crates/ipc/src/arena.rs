@@ -91,6 +91,12 @@ impl ArenaBuf {
         self.dom.arena_base() + self.first as usize * ARENA_CHUNK
     }
 
+    /// Offset of the buffer from the start of the arena: the same in every process of
+    /// the domain (a peer finds the bytes with [`Domain::arena_range`]).
+    pub fn arena_offset(&self) -> usize {
+        self.first as usize * ARENA_CHUNK
+    }
+
     /// Raw pointer to the first byte (valid for `capacity()` bytes while `self` lives).
     pub fn as_ptr(&self) -> *const u8 {
         self.addr() as *const u8
@@ -182,6 +188,17 @@ impl Domain {
     /// Size of the domain's arena in bytes (0: the domain has none).
     pub fn arena_size(&self) -> usize {
         self.arena_table().1 * ARENA_CHUNK
+    }
+
+    /// This process's address of `[off, off+len)` of the arena (an offset a peer got
+    /// from [`ArenaBuf::arena_offset`]), if the range lies inside the arena. The memory
+    /// stays mapped while the domain handle lives, whoever allocated or freed it: a
+    /// reader must treat its bytes as written concurrently by other processes.
+    pub fn arena_range(&self, off: usize, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        if off.checked_add(len)? > self.arena_size() || len == 0 {
+            return None;
+        }
+        std::ptr::NonNull::new((self.arena_base() + off) as *mut u8)
     }
 
     /// Bytes of the arena currently allocated (whole chunks).
@@ -353,6 +370,18 @@ mod tests {
         assert_eq!(d.arena_translate(base, base - 1, 2), None);
         assert_eq!(d.arena_translate(base, usize::MAX - 4, 4), None);
         assert_eq!(d.arena_translate(0, 16, 4), None, "peer without an arena");
+        // Offsets are the same in every process; ranges outside the arena are refused.
+        let b = d.alloc(100).unwrap();
+        assert_eq!(
+            d.arena_range(b.arena_offset(), 100)
+                .map(|p| p.as_ptr() as usize),
+            Some(b.addr())
+        );
+        assert!(d.arena_range(size - 8, 8).is_some());
+        assert!(d.arena_range(size - 8, 9).is_none());
+        assert!(d.arena_range(usize::MAX, 2).is_none());
+        assert!(d.arena_range(0, 0).is_none());
+        drop(b);
         d.end().unwrap();
     }
 }

@@ -10,6 +10,11 @@
 //!   `run-bench --rr-client`, the same for all three) against an echo
 //!   server on the host's loopback, N-byte messages, one at a time.
 //!
+//! With `--capture`, ustack's two iperf3 jobs are measured again in the
+//! same run with a live capture of every whole frame running
+//! (`ustack capture -w /dev/null`), next to the ratio to the same run
+//! without it.
+//!
 //! Each at every guest MTU asked for (`--mtus`, default 65520 and 1500: a
 //! container or VM with a 1500-byte MTU must not pay full price), and next
 //! to the kernel itself as the no-isolation ceiling: the same commands in a
@@ -61,6 +66,11 @@ pub struct RunBenchArgs {
     /// `--ustack-arg=--busy-poll=50` or `--ustack-arg=--no-offload`.
     #[arg(long = "ustack-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub ustack_args: Vec<String>,
+    /// Also measure ustack's iperf3 jobs with a live capture of every whole
+    /// frame running (`ustack capture -w /dev/null`), and the ratio to the
+    /// same run without.
+    #[arg(long)]
+    pub capture: bool,
     /// (internal) Run the ping-pong client against IP:PORT and print JSON.
     #[arg(long, hide = true, value_name = "IP:PORT")]
     pub rr_client: Option<SocketAddrV4>,
@@ -170,6 +180,23 @@ struct Figures {
     down_gbps: f64,
     rr_avg_us: f64,
     rr_p99_us: f64,
+    /// Relay CPU seconds per GB moved (ustack only).
+    up_cpu_per_gb: Option<f64>,
+    down_cpu_per_gb: Option<f64>,
+    /// With a capture running (`--capture`, ustack only).
+    up_capture: Option<Captured>,
+    down_capture: Option<Captured>,
+}
+
+/// An iperf3 job measured with a live capture of every frame running.
+#[derive(Debug, Clone, Copy)]
+struct Captured {
+    gbps: f64,
+    /// What the capture wrote, and what the stack dropped for it.
+    frames: u64,
+    dropped: u64,
+    /// CPU seconds of the relay and the capture's reader per GB moved.
+    cpu_per_gb: Option<f64>,
 }
 
 /// Runs commands inside one tool's sandbox.
@@ -291,8 +318,8 @@ impl Sandbox {
         }
     }
 
-    /// Run `cmd` inside; its stdout, bounded to `limit`.
-    fn output(&mut self, cmd: &[String], limit: Duration) -> anyhow::Result<String> {
+    /// Run `cmd` inside, bounded to `limit`; its stdout (and CPU time).
+    fn output(&mut self, cmd: &[String], limit: Duration) -> anyhow::Result<Finished> {
         let mut c = match self {
             Sandbox::Ustack { exe, mtu, extra } => {
                 let mut c = Command::new(exe);
@@ -323,28 +350,7 @@ impl Sandbox {
             .spawn()
             .with_context(|| format!("cannot run {cmd:?}"))?;
         let mut child = Reaped(child);
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(st) = child.0.try_wait()? {
-                break st;
-            }
-            if Instant::now() >= deadline {
-                bail!("{cmd:?} did not finish within {limit:?}");
-            }
-            thread::sleep(Duration::from_millis(20));
-        };
-        let mut out = String::new();
-        let mut err = String::new();
-        if let Some(mut o) = child.0.stdout.take() {
-            o.read_to_string(&mut out)?;
-        }
-        if let Some(mut e) = child.0.stderr.take() {
-            e.read_to_string(&mut err)?;
-        }
-        if !status.success() {
-            bail!("{cmd:?}: {status}: {}", err.trim());
-        }
-        Ok(out)
+        finish(&mut child, cmd, limit, None)
     }
 }
 
@@ -382,8 +388,23 @@ fn measure(
         }
         v
     };
-    let up = iperf_gbps(&sb.output(&iperf(false), limit)?)?;
-    let down = iperf_gbps(&sb.output(&iperf(true), limit)?)?;
+    let capture = match (&sb, args.capture) {
+        (Sandbox::Ustack { exe, mtu, extra }, true) => Some((exe.clone(), *mtu, extra.clone())),
+        _ => None,
+    };
+    let captured = |reverse: bool| -> anyhow::Result<Option<Captured>> {
+        match &capture {
+            Some((exe, mtu, extra)) => {
+                with_capture(exe, *mtu, extra, &iperf(reverse), limit).map(Some)
+            }
+            None => Ok(None),
+        }
+    };
+    let ustack = matches!(sb, Sandbox::Ustack { .. });
+    let up = sb.output(&iperf(false), limit)?;
+    let up_capture = captured(false)?;
+    let down = sb.output(&iperf(true), limit)?;
+    let down_capture = captured(true)?;
     let rr_cmd: Vec<String> = vec![
         exe.to_string_lossy().into_owned(),
         "run-bench".into(),
@@ -394,7 +415,7 @@ fn measure(
         "--msg-size".into(),
         args.msg_size.to_string(),
     ];
-    let rr: serde_json::Value = serde_json::from_str(sb.output(&rr_cmd, limit)?.trim())
+    let rr: serde_json::Value = serde_json::from_str(sb.output(&rr_cmd, limit)?.out.trim())
         .context("ping-pong client output")?;
     let num = |k: &str| {
         rr[k]
@@ -402,11 +423,194 @@ fn measure(
             .ok_or_else(|| anyhow!("ping-pong client printed no {k}"))
     };
     Ok(Figures {
-        up_gbps: up,
-        down_gbps: down,
+        up_gbps: iperf_gbps(&up.out)?,
+        down_gbps: iperf_gbps(&down.out)?,
+        up_cpu_per_gb: cpu_per_gb(up.cpu, &up.out).filter(|_| ustack),
+        down_cpu_per_gb: cpu_per_gb(down.cpu, &down.out).filter(|_| ustack),
         rr_avg_us: num("avg_us")?,
         rr_p99_us: num("p99_us")?,
+        up_capture,
+        down_capture,
     })
+}
+
+/// Run `cmd` (an iperf3 client) in `ustack run` with `ustack capture -w
+/// /dev/null` of every whole frame running from before it starts: the
+/// command waits on a FIFO the harness opens once the capture is on.
+fn with_capture(
+    exe: &std::path::Path,
+    mtu: u32,
+    extra: &[String],
+    cmd: &[String],
+    limit: Duration,
+) -> anyhow::Result<Captured> {
+    use std::io::BufRead;
+    use std::os::unix::ffi::OsStrExt;
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    let name = format!("run-bench-{pid}-{n}");
+    let dir = TempDir(std::env::temp_dir().join(format!("ustack-{name}")));
+    std::fs::create_dir_all(&dir.0).context("temp dir")?;
+    let fifo = dir.0.join("go");
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_bytes())?;
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    if unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) } != 0 {
+        bail!(
+            "mkfifo {}: {}",
+            fifo.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut run = Reaped(
+        Command::new(exe)
+            .args(["run", "--name", &name, "--mtu", &mtu.to_string()])
+            .args(extra)
+            .args(["--", "sh", "-c", "read -r _ < \"$0\" && exec \"$@\""])
+            .arg(&fifo)
+            .args(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start ustack run")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ustack_ctl::list().contains(&name) {
+        if let Some(st) = run.0.try_wait()? {
+            bail!("ustack run exited before its control endpoint appeared: {st}");
+        }
+        if Instant::now() >= deadline {
+            bail!("ustack run's control endpoint {name:?} did not appear");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mut cap = Reaped(
+        Command::new(exe)
+            .args(["capture", "--stack", &name, "-w", "/dev/null"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start ustack capture")?,
+    );
+    let mut cap_err = std::io::BufReader::new(
+        cap.0
+            .stderr
+            .take()
+            .ok_or_else(|| anyhow!("capture stderr"))?,
+    );
+    let mut line = String::new();
+    cap_err.read_line(&mut line)?;
+    if !line.contains("listening") {
+        bail!("ustack capture: {}", line.trim());
+    }
+    // The command starts once the capture is on.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .and_then(|mut f| f.write_all(b"go\n"))
+        .context("cannot start the command")?;
+    let f = finish(&mut run, cmd, limit, Some(cap.0.id()))?;
+    // The capture ends with the stack; its last line tells what it saw.
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut cap_err, &mut rest);
+    let _ = cap.0.wait();
+    let tally = rest
+        .lines()
+        .find_map(|l| {
+            let (f, d) = l.split_once(" frames captured, ")?;
+            let d = d.split(' ').next()?;
+            Some((f.trim().parse().ok()?, d.parse().ok()?))
+        })
+        .ok_or_else(|| anyhow!("ustack capture printed no summary: {}", rest.trim()))?;
+    Ok(Captured {
+        gbps: iperf_gbps(&f.out)?,
+        frames: tally.0,
+        dropped: tally.1,
+        cpu_per_gb: cpu_per_gb(f.cpu + f.also_cpu, &f.out),
+    })
+}
+
+/// A directory removed (with what is in it) when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a finished command printed, and the CPU time its process (all its
+/// threads, not its children: for `ustack run`, the relay) and the process
+/// `also` (if any) had used when last looked at, just before they ended.
+struct Finished {
+    out: String,
+    cpu: Duration,
+    also_cpu: Duration,
+}
+
+/// CPU time used so far by the threads of process `pid` (from
+/// /proc/PID/task/*/schedstat, nanoseconds on a CPU).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        ns += s
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(Duration::from_nanos(ns))
+}
+
+/// Wait (at most `limit`) for `child` running `cmd` to succeed; its stdout
+/// and CPU time (sampled every 20 ms while it runs), and that of `also`.
+fn finish(
+    child: &mut Reaped,
+    cmd: &[String],
+    limit: Duration,
+    also: Option<u32>,
+) -> anyhow::Result<Finished> {
+    let deadline = Instant::now() + limit;
+    let pid = child.0.id();
+    let (mut cpu, mut also_cpu) = (Duration::ZERO, Duration::ZERO);
+    let status = loop {
+        cpu = cpu_time(pid).unwrap_or(cpu).max(cpu);
+        if let Some(a) = also {
+            also_cpu = cpu_time(a).unwrap_or(also_cpu).max(also_cpu);
+        }
+        if let Some(st) = child.0.try_wait()? {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            bail!("{cmd:?} did not finish within {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = child.0.stdout.take() {
+        o.read_to_string(&mut out)?;
+    }
+    if let Some(mut e) = child.0.stderr.take() {
+        e.read_to_string(&mut err)?;
+    }
+    if !status.success() {
+        bail!("{cmd:?}: {status}: {}", err.trim());
+    }
+    Ok(Finished { out, cpu, also_cpu })
+}
+
+/// Relay CPU seconds per GB that iperf3 (JSON `json`) moved.
+fn cpu_per_gb(cpu: Duration, json: &str) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let bytes = v["end"]["sum_received"]["bytes"].as_f64()?;
+    (bytes > 0.0).then(|| cpu.as_secs_f64() / (bytes / 1e9))
 }
 
 fn iperf_gbps(json: &str) -> anyhow::Result<f64> {
@@ -425,39 +629,115 @@ struct Row {
     label: &'static str,
     unit: &'static str,
     higher_is_better: bool,
-    get: fn(&Figures) -> f64,
+    get: fn(&Figures) -> Option<f64>,
 }
 
-const ROWS: [Row; 4] = [
+const ROWS: &[Row] = &[
     Row {
         key: "tcp_sandbox_to_host",
         label: "TCP sandbox -> host (iperf3)",
         unit: "Gbit/s",
         higher_is_better: true,
-        get: |f| f.up_gbps,
+        get: |f| Some(f.up_gbps),
     },
     Row {
         key: "tcp_host_to_sandbox",
         label: "TCP host -> sandbox (iperf3 -R)",
         unit: "Gbit/s",
         higher_is_better: true,
-        get: |f| f.down_gbps,
+        get: |f| Some(f.down_gbps),
     },
     Row {
         key: "tcp_rr_avg",
         label: "TCP request/response RTT, avg",
         unit: "us",
         higher_is_better: false,
-        get: |f| f.rr_avg_us,
+        get: |f| Some(f.rr_avg_us),
     },
     Row {
         key: "tcp_rr_p99",
         label: "TCP request/response RTT, p99",
         unit: "us",
         higher_is_better: false,
-        get: |f| f.rr_p99_us,
+        get: |f| Some(f.rr_p99_us),
     },
 ];
+
+/// `--capture`'s rows (ustack only): each iperf3 job with a capture of
+/// every whole frame running, its ratio to the same run without, the ratio
+/// of the relay's CPU time per byte without to with (the capture's reader
+/// counted in: on a machine shared with other work, where throughput swings
+/// with the load, what a relay-bound transfer would lose), and the share of
+/// frames the stack dropped for the reader.
+const CAPTURE_ROWS: &[Row] = &[
+    Row {
+        key: "tcp_sandbox_to_host_capture",
+        label: "TCP sandbox -> host, capture on",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| f.up_capture.map(|c| c.gbps),
+    },
+    Row {
+        key: "tcp_sandbox_to_host_capture_ratio",
+        label: "  capture on / off (same run)",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| f.up_capture.map(|c| c.gbps / f.up_gbps),
+    },
+    Row {
+        key: "tcp_sandbox_to_host_capture_cpu_ratio",
+        label: "  relay CPU per byte, off / on",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.up_cpu_per_gb? / f.up_capture?.cpu_per_gb?),
+    },
+    Row {
+        key: "tcp_sandbox_to_host_capture_dropped",
+        label: "  frames the capture lost",
+        unit: "%",
+        higher_is_better: false,
+        get: |f| f.up_capture.map(Captured::dropped_pct),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_capture",
+        label: "TCP host -> sandbox, capture on",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| f.down_capture.map(|c| c.gbps),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_capture_ratio",
+        label: "  capture on / off (same run)",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| f.down_capture.map(|c| c.gbps / f.down_gbps),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_capture_cpu_ratio",
+        label: "  relay CPU per byte, off / on",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.down_cpu_per_gb? / f.down_capture?.cpu_per_gb?),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_capture_dropped",
+        label: "  frames the capture lost",
+        unit: "%",
+        higher_is_better: false,
+        get: |f| f.down_capture.map(Captured::dropped_pct),
+    },
+];
+
+impl Captured {
+    fn dropped_pct(self) -> f64 {
+        let all = self.frames + self.dropped;
+        if all == 0 {
+            0.0
+        } else {
+            100.0 * self.dropped as f64 / all as f64
+        }
+    }
+}
 
 /// The median of `v` (the mean of the middle two for an even count).
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -478,16 +758,22 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
             .and_then(|(_, r)| r.as_ref().ok())
     };
     let value = |tool: Tool, row: &Row| -> Option<f64> {
-        median(runs(tool)?.iter().map(row.get).collect())
+        median(runs(tool)?.iter().filter_map(row.get).collect())
     };
+    let rows: Vec<&Row> = ROWS
+        .iter()
+        .chain(if args.capture { CAPTURE_ROWS } else { &[] })
+        .collect();
     // Ratio of ustack to `other` in each round.
     let per_run = |row: &Row, other: Tool| -> Vec<f64> {
         match (runs(Tool::Ustack), runs(other)) {
             (Some(u), Some(o)) => u
                 .iter()
                 .zip(o)
-                .filter(|(_, o)| (row.get)(o) > 0.0)
-                .map(|(u, o)| (row.get)(u) / (row.get)(o))
+                .filter_map(|(u, o)| match ((row.get)(u), (row.get)(o)) {
+                    (Some(u), Some(o)) if o > 0.0 => Some(u / o),
+                    _ => None,
+                })
                 .collect(),
             _ => Vec::new(),
         }
@@ -498,7 +784,7 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
         (o > 0.0).then_some(u / o)
     };
     if args.json {
-        for row in &ROWS {
+        for row in &rows {
             let mut m = serde_json::Map::new();
             m.insert("metric".into(), row.key.into());
             m.insert("mtu".into(), mtu.into());
@@ -517,7 +803,7 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
                 m.insert(tool.name().into(), v);
                 if args.runs > 1 {
                     let all: Vec<f64> = runs(*tool)
-                        .map(|r| r.iter().map(row.get).collect())
+                        .map(|r| r.iter().filter_map(row.get).collect())
                         .unwrap_or_default();
                     m.insert(format!("{}_runs", tool.name()), all.into());
                 }
@@ -531,7 +817,7 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
         return;
     }
     let fmt = |v: Option<f64>, unit: &str| match v {
-        Some(v) if unit == "us" => format!("{v:.1}"),
+        Some(v) if unit == "us" || unit == "%" => format!("{v:.1}"),
         Some(v) => format!("{v:.2}"),
         None => "n/a".to_string(),
     };
@@ -548,7 +834,7 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
         "ustack/slirp4netns",
         "ustack/kernel"
     );
-    for row in &ROWS {
+    for row in &rows {
         println!(
             "{:<34} {:>7} {:>9} {:>9} {:>11} {:>9} {:>13} {:>18} {:>14}",
             row.label,
@@ -568,12 +854,25 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
                 continue;
             }
             println!("ustack/{} in each run:", other.name());
-            for row in &ROWS {
+            for row in ROWS {
                 let r: Vec<String> = per_run(row, other)
                     .iter()
                     .map(|v| format!("{v:.2}"))
                     .collect();
                 println!("  {:<32} {}", row.label, r.join(", "));
+            }
+        }
+    }
+    if args.capture && args.runs > 1 {
+        if let Some(u) = runs(Tool::Ustack) {
+            println!("ustack with a capture running against without, in each run:");
+            for row in CAPTURE_ROWS.iter().filter(|r| r.unit == "x") {
+                let r: Vec<String> = u
+                    .iter()
+                    .filter_map(row.get)
+                    .map(|v| format!("{v:.2}"))
+                    .collect();
+                println!("  {:<40} {}", row.key, r.join(", "));
             }
         }
     }

@@ -356,8 +356,19 @@ impl<G: GuestStack> Relay<G> {
     }
 
     /// The engine's sockets, each relayed connection with its host socket.
+    /// The socket table for `ss`: the guest engine's TCP sockets, each
+    /// relayed connection with its host socket, then the relayed UDP flows
+    /// (the engine takes UDP on one transparent socket, so they come from
+    /// the flow table), oriented as the TCP rows: local is the address the
+    /// guest talks to, peer the guest's.
     fn ctl_sockets(&self, detail: bool) -> Vec<ustack_ctl::SocketEntry> {
-        self.guest
+        let host_of = |s: &OwnedFd| {
+            let local = sys::local_addr(s).map_or_else(|_| "?".into(), |a| a.to_string());
+            let peer = sys::peer_addr(s).map_or_else(|_| "?".into(), |a| a.to_string());
+            format!("{local}->{peer}")
+        };
+        let mut v: Vec<ustack_ctl::SocketEntry> = self
+            .guest
             .ctl_sockets(detail)
             .into_iter()
             .map(|(mut e, conn)| {
@@ -365,14 +376,50 @@ impl<G: GuestStack> Relay<G> {
                     .and_then(|c| self.conn_flow.get(&c))
                     .and_then(|id| self.flows.get(id))
                     .and_then(|f| f.sock.as_ref());
-                if let Some(s) = sock {
-                    let local = sys::local_addr(s).map_or_else(|_| "?".into(), |a| a.to_string());
-                    let peer = sys::peer_addr(s).map_or_else(|_| "?".into(), |a| a.to_string());
-                    e.host = Some(format!("{local}->{peer}"));
-                }
+                e.host = sock.map(host_of);
                 e
             })
-            .collect()
+            .collect();
+        let mut udp: Vec<ustack_ctl::SocketEntry> = self
+            .flows
+            .values()
+            .filter_map(|f| {
+                let (local, peer, host) = match &f.kind {
+                    // Its own connected host socket.
+                    Kind::Udp { guest, dst } => (*dst, *guest, f.sock.as_ref().map(host_of)),
+                    // Inbound through a forward: replies leave by the listener.
+                    Kind::UdpIn {
+                        listener,
+                        peer,
+                        guest,
+                        apparent,
+                    } => {
+                        let l = self.listeners.get(*listener).and_then(Option::as_ref);
+                        let host = l.map(|l| {
+                            let a = sys::local_addr(&l.sock)
+                                .map_or_else(|_| "?".into(), |a| a.to_string());
+                            format!("{a}->{peer}")
+                        });
+                        (*apparent, *guest, host)
+                    }
+                    _ => return None,
+                };
+                Some(ustack_ctl::SocketEntry {
+                    proto: "udp".into(),
+                    state: "ESTAB".into(),
+                    recv_q: 0,
+                    send_q: 0,
+                    local: local.to_string(),
+                    peer: peer.to_string(),
+                    orphan: false,
+                    info: None,
+                    host,
+                })
+            })
+            .collect();
+        udp.sort_by(|a, b| (&a.local, &a.peer).cmp(&(&b.local, &b.peer)));
+        v.extend(udp);
+        v
     }
 
     pub fn stats(&self) -> &Stats {
