@@ -1,0 +1,239 @@
+//! ustack's IPv6 against the Linux kernel over a TAP device inside a
+//! private network namespace created (and always removed) by the test:
+//! the kernel pings ustack (Neighbor Discovery both ways, echo), finds it
+//! REACHABLE in its neighbour table, and UDP datagrams cross both ways
+//! byte-exact. Needs root and /dev/net/tun; if they are missing the test
+//! fails loudly.
+
+mod common;
+
+use std::fs::File;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV6};
+use std::os::fd::AsRawFd;
+use std::process::{Command, Output};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ustack_net::dev::tap::Tap;
+use ustack_net::Net;
+use ustack_wire::ipv6::Ipv6Cidr;
+
+const KERNEL6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 1);
+const USTACK6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 2);
+const USTACK_MAC: &str = "02:00:00:00:00:0b";
+
+fn run(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
+}
+
+fn ip(args: &[&str]) {
+    let out = run("ip", args);
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace that is deleted on drop (also when the test panics).
+struct NetNs {
+    name: String,
+}
+
+impl NetNs {
+    fn new(tag: &str) -> NetNs {
+        let name = format!("ustk-{tag}-{}", std::process::id());
+        // A leftover from a crashed earlier run with the same pid is ours to remove.
+        let _ = run("ip", &["netns", "del", &name]);
+        ip(&["netns", "add", &name]);
+        NetNs { name }
+    }
+
+    /// Run `f` on a thread that has joined this namespace.
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> thread::JoinHandle<T> {
+        let path = format!("/var/run/netns/{}", self.name);
+        let file = File::open(&path).expect("open netns");
+        thread::spawn(move || {
+            // SAFETY: setns on a valid namespace fd; it changes only the
+            // network namespace of this (new, private) thread.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
+    /// `ip netns exec` a command in the namespace.
+    fn exec(&self, args: &[&str]) -> Output {
+        let mut all = vec!["netns", "exec", &self.name];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let _ = run("ip", &["netns", "del", &self.name]);
+    }
+}
+
+/// Create the TAP inside the namespace, give the kernel end KERNEL6/64
+/// (no DAD: usable at once) and bring it up.
+fn tap_in(ns: &NetNs) -> (Tap, String) {
+    let tap_name = format!("ustk6{}", std::process::id() % 10_000_000);
+    let name = tap_name.clone();
+    let tap = ns
+        .run(move || Tap::create(&name))
+        .join()
+        .expect("tap thread")
+        .expect("create TAP (root and /dev/net/tun needed)");
+    let n = ns.name.clone();
+    ip(&[
+        "-n",
+        &n,
+        "addr",
+        "add",
+        &format!("{KERNEL6}/64"),
+        "dev",
+        &tap_name,
+        "nodad",
+    ]);
+    ip(&["-n", &n, "link", "set", &tap_name, "up"]);
+    ip(&["-n", &n, "link", "set", "lo", "up"]);
+    (tap, tap_name)
+}
+
+/// Wait (bounded) until `f` gives something.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + common::PATIENCE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn the_kernel_pings_and_exchanges_udp_with_ustack_over_ipv6() {
+    let ns = NetNs::new("v6");
+    let (tap, tap_name) = tap_in(&ns);
+    let mut cfg = common::config(Ipv4Addr::new(10, 214, 0, 2), 0x0b);
+    cfg.mtu = 1500;
+    let net = Net::start(cfg, Box::new(tap), common::opts("ustack-tap6")).expect("start");
+    net.with_stack(|s| {
+        s.add_ipv6_address(Ipv6Cidr {
+            address: USTACK6,
+            prefix_len: 64,
+        })
+    })
+    .expect("add address");
+
+    // The kernel pings ustack: its NS for ustack's address is answered
+    // (solicited-node multicast), then the echo requests are.
+    for size in ["56", "1452"] {
+        let out = ns.exec(&[
+            "ping",
+            "-6",
+            "-n",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "5",
+            "-s",
+            size,
+            &USTACK6.to_string(),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "ping -s {size} failed:\n{text}");
+        assert!(
+            text.contains("3 packets transmitted, 3 received"),
+            "ping -s {size}:\n{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "{} bytes from {USTACK6}",
+                8 + size.parse::<usize>().unwrap_or(0)
+            )),
+            "ping -s {size}: reply size:\n{text}"
+        );
+    }
+    // The kernel's neighbour entry for ustack was confirmed by ustack's
+    // solicited advertisement.
+    let out = run(
+        "ip",
+        &["-n", &ns.name, "-6", "neigh", "show", "dev", &tap_name],
+    );
+    let neigh = String::from_utf8_lossy(&out.stdout);
+    let line = neigh
+        .lines()
+        .find(|l| l.starts_with(&format!("{USTACK6} ")))
+        .unwrap_or_else(|| panic!("no neighbour entry for ustack:\n{neigh}"));
+    assert!(
+        line.contains(&format!("lladdr {USTACK_MAC}")) && line.contains("REACHABLE"),
+        "kernel neighbour entry: {line}"
+    );
+    let c = net.counters();
+    assert!(c.icmp6.InNeighborSolicits >= 1);
+    assert!(c.icmp6.OutNeighborAdvertisements >= 1);
+    assert_eq!(c.icmp6.InEchos, 6);
+    assert_eq!(c.icmp6.OutEchoReplies, 6);
+
+    // UDP, kernel -> ustack -> kernel, byte-exact, the largest datagram
+    // one 1500-byte frame carries included.
+    let ustack_sock = net
+        .with_stack(|s| s.udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 7200, 0, 0)))
+        .expect("ustack udp6 bind");
+    let kernel_sock = ns
+        .run(|| std::net::UdpSocket::bind(SocketAddrV6::new(KERNEL6, 7100, 0, 0)))
+        .join()
+        .expect("bind thread")
+        .expect("kernel udp bind");
+    kernel_sock
+        .set_read_timeout(Some(common::PATIENCE))
+        .expect("timeout");
+    for (i, len) in [1usize, 1000, 1452].into_iter().enumerate() {
+        let to_ustack = pattern(len, i as u8);
+        kernel_sock
+            .send_to(&to_ustack, SocketAddrV6::new(USTACK6, 7200, 0, 0))
+            .expect("kernel send");
+        let (got, from) = wait_for("a datagram at ustack", || {
+            net.with_stack(|s| {
+                let mut buf = vec![0u8; 2048];
+                s.udp6_recv_from(ustack_sock, &mut buf)
+                    .ok()
+                    .map(|(n, from)| (buf[..n].to_vec(), from))
+            })
+        });
+        assert_eq!(got, to_ustack, "kernel -> ustack, {len} bytes");
+        assert_eq!(from, SocketAddrV6::new(KERNEL6, 7100, 0, 0));
+        let to_kernel = pattern(len, 100 + i as u8);
+        let now = net.now();
+        let sent = net.with_stack(|s| s.udp6_send_to(now, ustack_sock, &to_kernel, from));
+        assert_eq!(sent, Ok(len));
+        let mut buf = vec![0u8; 2048];
+        let (n, from) = kernel_sock.recv_from(&mut buf).expect("kernel recv");
+        assert_eq!(&buf[..n], &to_kernel[..], "ustack -> kernel, {len} bytes");
+        assert_eq!(from, SocketAddrV6::new(USTACK6, 7200, 0, 0).into());
+    }
+    let c = net.counters();
+    assert_eq!(c.udp6.InDatagrams, 3);
+    assert_eq!(c.udp6.OutDatagrams, 3);
+    assert_eq!(c.udp6.InErrors, 0);
+    net.shutdown();
+}
