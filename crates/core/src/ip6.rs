@@ -3,7 +3,7 @@
 //! `arp.rs` used for sending), ICMPv6 echo and errors (RFC 4443) and UDP
 //! over IPv6. Counters carry Linux's `/proc/net/snmp6` names.
 
-use std::net::{Ipv6Addr, SocketAddrV6};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::icmpv6::{
@@ -23,7 +23,7 @@ use crate::error::{BindError, UdpError};
 use crate::iface::{ipv6_multicast_mac, Ip6Out, TxError, DEFAULT_HOP_LIMIT};
 use crate::stack::Stack;
 use crate::time::Instant;
-use crate::udp::{Deliver, UdpHandle, UdpStatus};
+use crate::udp::{Deliver, UdpHandle, UdpStatus, UdpTable};
 
 /// Most IPv6 addresses one interface holds (link-local included).
 pub const MAX_IPV6_ADDRESSES: usize = 16;
@@ -54,11 +54,6 @@ impl std::fmt::Display for Ipv6AddrError {
 }
 
 impl std::error::Error for Ipv6AddrError {}
-
-/// A UDP-over-IPv6 socket handle (its own type: the IPv4 and IPv6
-/// socket tables are separate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Udp6Handle(UdpHandle);
 
 /// An ICMPv6 error to send about a received packet.
 #[derive(Debug, Clone, Copy)]
@@ -696,11 +691,11 @@ impl Stack {
 
     /// Bind a UDP socket over IPv6 (`port == 0` = ephemeral) to one of our
     /// addresses or `::`.
-    pub fn udp6_bind(&mut self, local: SocketAddrV6) -> Result<Udp6Handle, BindError> {
+    pub fn udp6_bind(&mut self, local: SocketAddrV6) -> Result<UdpHandle, BindError> {
         if !local.ip().is_unspecified() && !self.iface.has_addr6(*local.ip()) {
             return Err(BindError::AddrNotAvailable);
         }
-        self.udp6.bind(local).map(Udp6Handle)
+        self.udp6.bind(local)
     }
 
     /// Send one datagram to `remote` (the IPv6 pseudo-header checksum is
@@ -710,11 +705,11 @@ impl Stack {
     pub fn udp6_send_to(
         &mut self,
         now: Instant,
-        h: Udp6Handle,
+        h: UdpHandle,
         data: &[u8],
         remote: SocketAddrV6,
     ) -> Result<usize, UdpError> {
-        let local = self.udp6.get(h.0)?.local;
+        let local = self.udp6.get(h)?.local;
         let dst = *remote.ip();
         if remote.port() == 0 || dst.is_unspecified() {
             return Err(UdpError::InvalidAddress);
@@ -777,18 +772,130 @@ impl Stack {
     /// Receive one datagram (truncated to `buf`). `WouldBlock` when empty.
     pub fn udp6_recv_from(
         &mut self,
-        h: Udp6Handle,
+        h: UdpHandle,
         buf: &mut [u8],
     ) -> Result<(usize, SocketAddrV6), UdpError> {
-        self.udp6.get_mut(h.0)?.recv(buf)
+        self.udp6.get_mut(h)?.recv(buf)
     }
 
-    pub fn udp6_status(&self, h: Udp6Handle) -> Result<UdpStatus<SocketAddrV6>, UdpError> {
-        Ok(self.udp6.get(h.0)?.status())
+    pub fn udp6_status(&self, h: UdpHandle) -> Result<UdpStatus<SocketAddrV6>, UdpError> {
+        Ok(self.udp6.get(h)?.status())
     }
 
     /// Close the socket; the handle becomes invalid.
-    pub fn udp6_close(&mut self, h: Udp6Handle) {
-        self.udp6.close(h.0);
+    pub fn udp6_close(&mut self, h: UdpHandle) {
+        self.udp6.close(h);
+    }
+
+    /// Fix the peer of an IPv6 socket: filters incoming datagrams and
+    /// enables sending without an address.
+    pub fn udp6_connect(&mut self, h: UdpHandle, remote: SocketAddrV6) -> Result<(), UdpError> {
+        if remote.port() == 0 || remote.ip().is_unspecified() {
+            return Err(UdpError::InvalidAddress);
+        }
+        if self.iface.route6(*remote.ip()).is_none() {
+            self.udp6.get(h)?;
+            return Err(UdpError::NoRoute);
+        }
+        let s = self.udp6.get_mut(h)?;
+        s.remote = Some(remote);
+        s.pending_error = None;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------
+    // UDP of either family, with `SocketAddr`s (a handle names one
+    // socket across both tables)
+    // ------------------------------------------------------------------
+
+    /// Bind a UDP socket of the address's family.
+    pub fn udp_bind_addr(&mut self, local: SocketAddr) -> Result<UdpHandle, BindError> {
+        match local {
+            SocketAddr::V4(a) => self.udp_bind(a),
+            SocketAddr::V6(a) => self.udp6_bind(a),
+        }
+    }
+
+    /// The status of a socket of either family.
+    pub fn udp_status_addr(&self, h: UdpHandle) -> Result<UdpStatus<SocketAddr>, UdpError> {
+        if UdpTable::<SocketAddrV6>::owns(h) {
+            let s = self.udp6.get(h)?.status();
+            return Ok(UdpStatus {
+                local: s.local.into(),
+                remote: s.remote.map(SocketAddr::V6),
+                can_recv: s.can_recv,
+                pending_error: s.pending_error,
+                recv_queue: s.recv_queue,
+                recv_datagrams: s.recv_datagrams,
+            });
+        }
+        let s = self.udp_status(h)?;
+        Ok(UdpStatus {
+            local: s.local.into(),
+            remote: s.remote.map(SocketAddr::V4),
+            can_recv: s.can_recv,
+            pending_error: s.pending_error,
+            recv_queue: s.recv_queue,
+            recv_datagrams: s.recv_datagrams,
+        })
+    }
+
+    /// Receive on a socket of either family.
+    pub fn udp_recv_from_addr(
+        &mut self,
+        h: UdpHandle,
+        buf: &mut [u8],
+    ) -> Result<(usize, SocketAddr), UdpError> {
+        if UdpTable::<SocketAddrV6>::owns(h) {
+            return self
+                .udp6_recv_from(h, buf)
+                .map(|(n, a)| (n, SocketAddr::V6(a)));
+        }
+        self.udp_recv_from(h, buf)
+            .map(|(n, a)| (n, SocketAddr::V4(a)))
+    }
+
+    /// Send on a socket of either family; the destination must be of the
+    /// socket's family (no IPv4-mapped dual stack).
+    pub fn udp_send_to_addr(
+        &mut self,
+        now: Instant,
+        h: UdpHandle,
+        data: &[u8],
+        remote: SocketAddr,
+    ) -> Result<usize, UdpError> {
+        match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            (true, SocketAddr::V6(r)) => self.udp6_send_to(now, h, data, r),
+            (false, SocketAddr::V4(r)) => self.udp_send_to(now, h, data, r),
+            _ => Err(UdpError::InvalidAddress),
+        }
+    }
+
+    /// Connect a socket of either family (same family as the socket).
+    pub fn udp_connect_addr(&mut self, h: UdpHandle, remote: SocketAddr) -> Result<(), UdpError> {
+        match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            (true, SocketAddr::V6(r)) => self.udp6_connect(h, r),
+            (false, SocketAddr::V4(r)) => self.udp_connect(h, r),
+            _ => Err(UdpError::InvalidAddress),
+        }
+    }
+
+    /// Send on a connected socket of either family. A pending error is
+    /// reported first (once).
+    pub fn udp_send_addr(
+        &mut self,
+        now: Instant,
+        h: UdpHandle,
+        data: &[u8],
+    ) -> Result<usize, UdpError> {
+        if !UdpTable::<SocketAddrV6>::owns(h) {
+            return self.udp_send(now, h, data);
+        }
+        let s = self.udp6.get_mut(h)?;
+        let remote = s.remote.ok_or(UdpError::NotConnected)?;
+        if let Some(e) = s.pending_error.take() {
+            return Err(e);
+        }
+        self.udp6_send_to(now, h, data, remote)
     }
 }

@@ -41,7 +41,7 @@ pub use counters::Counters;
 pub use error::{BindError, ConnectError, IcmpError, UdpError};
 pub use frag::ReasmLimits;
 pub use iface::{link_local, LinkOffload};
-pub use ip6::{Ipv6AddrError, Udp6Handle, ALL_NODES, MAX_IPV6_ADDRESSES};
+pub use ip6::{Ipv6AddrError, ALL_NODES, MAX_IPV6_ADDRESSES};
 pub use stack::{Config, EchoReply, Limits, Stack};
 pub use tcp::{CcAlgorithm, TcpError};
 pub use tcp_api::SocketEvent;

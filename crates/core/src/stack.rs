@@ -1013,7 +1013,9 @@ impl Stack {
 
     /// Close the socket; the handle becomes invalid. Stale handles are ignored.
     pub fn udp_close(&mut self, h: UdpHandle) {
+        // Either family's (a handle names a socket of one table only).
         self.udp.close(h);
+        self.udp6.close(h);
     }
 
     /// Frame bytes (with Ethernet and IP headers) an IP payload of `len` needs.

@@ -13,9 +13,13 @@ pub trait UdpAddr: Copy + Eq + std::fmt::Debug {
     fn ip_is_unspecified(&self) -> bool;
     /// The address bytes (for the ephemeral-port hash).
     fn ip_bytes(&self) -> Vec<u8>;
+    /// Set in the index of every handle of this family's table, so that a
+    /// handle names one socket across both tables.
+    const HANDLE_TAG: u32;
 }
 
 impl UdpAddr for SocketAddrV4 {
+    const HANDLE_TAG: u32 = 0;
     fn with_port(self, port: u16) -> Self {
         SocketAddrV4::new(*self.ip(), port)
     }
@@ -31,6 +35,7 @@ impl UdpAddr for SocketAddrV4 {
 }
 
 impl UdpAddr for SocketAddrV6 {
+    const HANDLE_TAG: u32 = 1 << 31;
     fn with_port(self, port: u16) -> Self {
         SocketAddrV6::new(*self.ip(), port, 0, self.scope_id())
     }
@@ -146,7 +151,7 @@ impl<A: UdpAddr> UdpTable<A> {
             if !s.ev_queued {
                 s.ev_queued = true;
                 self.events.push(UdpHandle {
-                    index: idx,
+                    index: idx | A::HANDLE_TAG,
                     generation,
                 });
             }
@@ -180,9 +185,23 @@ impl<A: UdpAddr> UdpTable<A> {
             .collect()
     }
 
+    /// The slot a handle of this table names (`InvalidHandle` for the
+    /// other family's handles).
+    fn slot_index(h: UdpHandle) -> Result<usize, UdpError> {
+        if h.index & (1 << 31) != A::HANDLE_TAG {
+            return Err(UdpError::InvalidHandle);
+        }
+        Ok((h.index & !(1 << 31)) as usize)
+    }
+
+    /// Whether `h` is a handle of this table's family.
+    pub(crate) fn owns(h: UdpHandle) -> bool {
+        h.index & (1 << 31) == A::HANDLE_TAG
+    }
+
     pub(crate) fn get(&self, h: UdpHandle) -> Result<&UdpSocket<A>, UdpError> {
         self.slots
-            .get(h.index as usize)
+            .get(Self::slot_index(h)?)
             .filter(|s| s.generation == h.generation)
             .and_then(|s| s.socket.as_ref())
             .ok_or(UdpError::InvalidHandle)
@@ -190,7 +209,7 @@ impl<A: UdpAddr> UdpTable<A> {
 
     pub(crate) fn get_mut(&mut self, h: UdpHandle) -> Result<&mut UdpSocket<A>, UdpError> {
         self.slots
-            .get_mut(h.index as usize)
+            .get_mut(Self::slot_index(h)?)
             .filter(|s| s.generation == h.generation)
             .and_then(|s| s.socket.as_mut())
             .ok_or(UdpError::InvalidHandle)
@@ -222,7 +241,10 @@ impl<A: UdpAddr> UdpTable<A> {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                let i = u32::try_from(self.slots.len()).map_err(|_| BindError::Exhausted)?;
+                let i = u32::try_from(self.slots.len())
+                    .ok()
+                    .filter(|i| i & (1 << 31) == 0)
+                    .ok_or(BindError::Exhausted)?;
                 self.slots.push(Slot {
                     generation: 0,
                     socket: None,
@@ -236,7 +258,7 @@ impl<A: UdpAddr> UdpTable<A> {
         slot.socket = Some(socket);
         self.by_port.insert(port, index);
         Ok(UdpHandle {
-            index,
+            index: index | A::HANDLE_TAG,
             generation: slot.generation,
         })
     }
@@ -259,7 +281,10 @@ impl<A: UdpAddr> UdpTable<A> {
     }
 
     pub(crate) fn close(&mut self, h: UdpHandle) {
-        let Some(slot) = self.slots.get_mut(h.index as usize) else {
+        let Ok(i) = Self::slot_index(h) else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(i) else {
             return;
         };
         if slot.generation != h.generation {
@@ -268,7 +293,7 @@ impl<A: UdpAddr> UdpTable<A> {
         if let Some(s) = slot.socket.take() {
             self.by_port.remove(&s.local.port());
             slot.generation = slot.generation.wrapping_add(1);
-            self.free.push(h.index);
+            self.free.push(i as u32);
         }
     }
 

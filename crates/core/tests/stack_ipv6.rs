@@ -638,3 +638,62 @@ fn unanswered_resolution_gives_up_after_three_solicitations() {
     assert_eq!(c(&n.a, "Ndisc", "UnresolvedDiscards"), 3);
     assert_eq!(n.a.neighbour6(n.now, *nobody.ip()), None);
 }
+
+#[test]
+fn udp_handles_name_one_socket_across_both_families() {
+    use std::net::{SocketAddr, SocketAddrV4};
+    use ustack_core::SocketEvent;
+    let (mut s, now) = stack_b();
+    introduce_peer(&mut s, now);
+    // Port 53 in each family: two port spaces, two distinct handles.
+    let h4 = s.udp_bind(SocketAddrV4::new(0.into(), 53)).unwrap();
+    let h6 = s
+        .udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 53, 0, 0))
+        .unwrap();
+    assert_ne!(h4, h6);
+    assert_eq!(s.udp6_status(h4), Err(UdpError::InvalidHandle));
+    assert_eq!(s.udp_status(h6), Err(UdpError::InvalidHandle));
+    assert!(s.udp_status_addr(h4).unwrap().local.is_ipv4());
+    assert!(s.udp_status_addr(h6).unwrap().local.is_ipv6());
+    let v4: SocketAddr = SocketAddrV4::new(A_IP, 9).into();
+    let v6: SocketAddr = SocketAddrV6::new(PEER6, 9, 0, 0).into();
+    assert_eq!(
+        s.udp_send_to_addr(now, h6, b"x", v4),
+        Err(UdpError::InvalidAddress)
+    );
+    assert_eq!(
+        s.udp_send_to_addr(now, h4, b"x", v6),
+        Err(UdpError::InvalidAddress)
+    );
+    assert_eq!(s.udp_send_to_addr(now, h6, b"x", v6), Ok(1));
+    let mut out = Vec::new();
+    s.poll(now, &mut |f| out.push(f.to_vec()));
+    assert_eq!(sent(&out).len(), 1);
+    // A datagram for the IPv6 socket raises its event.
+    let mut events = Vec::new();
+    s.take_events(&mut |e| events.push(e));
+    let u = udp6_bytes(PEER6, B6, 53, b"ev");
+    let f = frame6(B_MAC, PEER6, B6, IpProtocol::Udp, 64, &u);
+    assert!(receive(&mut s, now, &f).is_empty());
+    let mut events = Vec::new();
+    s.take_events(&mut |e| events.push(e));
+    assert_eq!(events, vec![SocketEvent::Udp(h6)]);
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        s.udp_recv_from_addr(h6, &mut buf),
+        Ok((2, SocketAddrV6::new(PEER6, 4000, 0, 0).into()))
+    );
+    // Connected: sends without an address, filters other peers.
+    s.udp_connect_addr(h6, v6).unwrap();
+    assert_eq!(s.udp_send_addr(now, h6, b"yz"), Ok(2));
+    let mut out = Vec::new();
+    s.poll(now, &mut |f| out.push(f.to_vec()));
+    assert_eq!(sent(&out)[0].1.dst, PEER6);
+    let f = frame6(B_MAC, PEER6, B6, IpProtocol::Udp, 64, &u);
+    // From port 4000, not the connected 9: no socket takes it.
+    assert_eq!(receive(&mut s, now, &f).len(), 1);
+    // Closing through the common call closes the IPv6 socket only.
+    s.udp_close(h6);
+    assert_eq!(s.udp6_status(h6), Err(UdpError::InvalidHandle));
+    assert!(s.udp_status(h4).is_ok());
+}

@@ -8,14 +8,13 @@
 mod common;
 
 use std::fs::File;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV6};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use ustack_net::dev::tap::Tap;
-use ustack_net::Net;
+use ustack_net::{Net, UdpSocket};
 use ustack_wire::ipv6::Ipv6Cidr;
 
 const KERNEL6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 1);
@@ -109,18 +108,6 @@ fn tap_in(ns: &NetNs) -> (Tap, String) {
     (tap, tap_name)
 }
 
-/// Wait (bounded) until `f` gives something.
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + common::PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -195,10 +182,16 @@ fn the_kernel_pings_and_exchanges_udp_with_ustack_over_ipv6() {
     assert_eq!(c.icmp6.OutEchoReplies, 6);
 
     // UDP, kernel -> ustack -> kernel, byte-exact, the largest datagram
-    // one 1500-byte frame carries included.
-    let ustack_sock = net
-        .with_stack(|s| s.udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 7200, 0, 0)))
-        .expect("ustack udp6 bind");
+    // one 1500-byte frame carries included; ustack's side is a blocking
+    // `ustack_net::UdpSocket` bound to an IPv6 address.
+    let ustack_sock = UdpSocket::bind(&net, "[::]:7200").expect("ustack udp6 bind");
+    ustack_sock
+        .set_read_timeout(Some(common::PATIENCE))
+        .expect("timeout");
+    assert_eq!(
+        ustack_sock.local_addr().expect("local addr"),
+        SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 7200, 0, 0).into()
+    );
     let kernel_sock = ns
         .run(|| std::net::UdpSocket::bind(SocketAddrV6::new(KERNEL6, 7100, 0, 0)))
         .join()
@@ -207,33 +200,39 @@ fn the_kernel_pings_and_exchanges_udp_with_ustack_over_ipv6() {
     kernel_sock
         .set_read_timeout(Some(common::PATIENCE))
         .expect("timeout");
+    let kernel_addr: SocketAddr = SocketAddrV6::new(KERNEL6, 7100, 0, 0).into();
     for (i, len) in [1usize, 1000, 1452].into_iter().enumerate() {
         let to_ustack = pattern(len, i as u8);
         kernel_sock
             .send_to(&to_ustack, SocketAddrV6::new(USTACK6, 7200, 0, 0))
             .expect("kernel send");
-        let (got, from) = wait_for("a datagram at ustack", || {
-            net.with_stack(|s| {
-                let mut buf = vec![0u8; 2048];
-                s.udp6_recv_from(ustack_sock, &mut buf)
-                    .ok()
-                    .map(|(n, from)| (buf[..n].to_vec(), from))
-            })
-        });
-        assert_eq!(got, to_ustack, "kernel -> ustack, {len} bytes");
-        assert_eq!(from, SocketAddrV6::new(KERNEL6, 7100, 0, 0));
-        let to_kernel = pattern(len, 100 + i as u8);
-        let now = net.now();
-        let sent = net.with_stack(|s| s.udp6_send_to(now, ustack_sock, &to_kernel, from));
-        assert_eq!(sent, Ok(len));
         let mut buf = vec![0u8; 2048];
+        let (n, from) = ustack_sock.recv_from(&mut buf).expect("ustack recv");
+        assert_eq!(&buf[..n], &to_ustack[..], "kernel -> ustack, {len} bytes");
+        assert_eq!(from, kernel_addr);
+        let to_kernel = pattern(len, 100 + i as u8);
+        assert_eq!(ustack_sock.send_to(&to_kernel, from).expect("send"), len);
         let (n, from) = kernel_sock.recv_from(&mut buf).expect("kernel recv");
         assert_eq!(&buf[..n], &to_kernel[..], "ustack -> kernel, {len} bytes");
         assert_eq!(from, SocketAddrV6::new(USTACK6, 7200, 0, 0).into());
     }
+    // A connected IPv6 socket: send/recv without addresses.
+    let connected = UdpSocket::bind(&net, (USTACK6, 0)).expect("bind connected");
+    connected.connect(kernel_addr).expect("connect");
+    connected
+        .set_read_timeout(Some(common::PATIENCE))
+        .expect("timeout");
+    assert_eq!(connected.peer_addr().expect("peer"), kernel_addr);
+    connected.send(b"connected").expect("send");
+    let mut buf = [0u8; 64];
+    let (n, from) = kernel_sock.recv_from(&mut buf).expect("kernel recv");
+    assert_eq!(&buf[..n], b"connected");
+    kernel_sock.send_to(b"reply", from).expect("kernel reply");
+    let n = connected.recv(&mut buf).expect("recv connected");
+    assert_eq!(&buf[..n], b"reply");
     let c = net.counters();
-    assert_eq!(c.udp6.InDatagrams, 3);
-    assert_eq!(c.udp6.OutDatagrams, 3);
+    assert_eq!(c.udp6.InDatagrams, 4);
+    assert_eq!(c.udp6.OutDatagrams, 4);
     assert_eq!(c.udp6.InErrors, 0);
     net.shutdown();
 }
