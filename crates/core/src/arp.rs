@@ -339,6 +339,102 @@ impl<A: NeighbourAddr> ArpCache<A> {
         }
     }
 
+    /// Neighbor Discovery's update rules (RFC 4861 7.2.3 for the source
+    /// link-layer address of a solicitation: `create`, not `solicited`,
+    /// `override_`; 7.2.5 for the target link-layer address of an
+    /// advertisement with its S and O flags). Unlike ARP's, an address
+    /// learned without a solicited advertisement is STALE: it is used at
+    /// once, and probed (DELAY, PROBE) unless the upper layer confirms it.
+    /// ND messages are checksummed, so no lock time applies. Returns the
+    /// frames that were waiting, to be sent now.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn learn_nd(
+        &mut self,
+        now: Instant,
+        ip: A,
+        mac: MacAddr,
+        create: bool,
+        solicited: bool,
+        override_: bool,
+        ctr: &mut LinkCounters,
+    ) -> Option<VecDeque<Vec<u8>>> {
+        let limits = self.limits;
+        // "Confirmed" long enough ago to be STALE at once (or at the clock's
+        // origin), so that using it starts a real re-validation.
+        let unconfirmed = now
+            .checked_sub(limits.reachable_time)
+            .unwrap_or(Instant::ZERO);
+        let fresh = |mac| Entry::Resolved {
+            mac,
+            nud: if solicited {
+                Nud::Reachable
+            } else {
+                Nud::Stale
+            },
+            confirmed: if solicited { now } else { unconfirmed },
+            updated: now,
+            last_used: None,
+        };
+        match self.entries.get_mut(&ip) {
+            None => {
+                // 7.2.5: "If no entry exists, the advertisement SHOULD be
+                // silently discarded."
+                if !create {
+                    return None;
+                }
+                if !self.make_room(now) {
+                    ctr.ArpCacheFull += 1;
+                    return None;
+                }
+                self.entries.insert(ip, fresh(mac));
+                None
+            }
+            Some(Entry::Incomplete { .. }) => {
+                // "record the link-layer address ... If the advertisement's
+                // Solicited flag is set, the state of the entry is set to
+                // REACHABLE; otherwise, it is set to STALE."
+                let old = self.entries.insert(ip, fresh(mac));
+                ctr.ArpResolved += 1;
+                match old {
+                    Some(Entry::Incomplete { queue, .. }) => Some(queue),
+                    _ => None,
+                }
+            }
+            Some(Entry::Resolved {
+                mac: cur,
+                nud,
+                confirmed,
+                updated,
+                ..
+            }) => {
+                let same = *cur == mac;
+                if !same && !override_ {
+                    // "If the Override flag is clear and the supplied
+                    // link-layer address differs from that in the cache,
+                    // then ... If the state of the entry is REACHABLE, set
+                    // it to STALE, but do not update the entry in any other
+                    // way."
+                    if *nud == Nud::Reachable {
+                        *nud = Nud::Stale;
+                    }
+                    ctr.ArpContradictions += 1;
+                    return None;
+                }
+                if !same {
+                    *cur = mac;
+                    *updated = now;
+                }
+                if solicited {
+                    *confirmed = now;
+                    *nud = Nud::Reachable;
+                } else if !same {
+                    *nud = Nud::Stale;
+                }
+                None
+            }
+        }
+    }
+
     fn reachable(mac: MacAddr, now: Instant) -> Entry {
         Entry::Resolved {
             mac,

@@ -413,7 +413,11 @@ impl Stack {
                 // RFC 4861 7.2.3: the source link-layer address creates or
                 // updates the sender's entry (Linux `neigh_update`).
                 if let Some(mac) = sll_mac {
-                    if let Some(queue) = self.iface.nd.learn(now, ip.src, mac, true, ndc) {
+                    let learned = self
+                        .iface
+                        .nd
+                        .learn_nd(now, ip.src, mac, true, false, true, ndc);
+                    if let Some(queue) = learned {
                         self.iface
                             .flush_queue(queue, mac, &mut self.counters.link, tx);
                     }
@@ -467,8 +471,15 @@ impl Stack {
                 };
                 // RFC 4861 7.2.5: an advertisement never creates an entry;
                 // it completes an INCOMPLETE one (and the queued packets
-                // go), and updates or confirms a resolved one.
-                if let Some(queue) = self.iface.nd.learn(now, target, mac, false, ndc) {
+                // go), and updates or confirms a resolved one as its S and
+                // O flags say.
+                let solicited = flags & na_flags::SOLICITED != 0;
+                let override_ = flags & na_flags::OVERRIDE != 0;
+                let learned = self
+                    .iface
+                    .nd
+                    .learn_nd(now, target, mac, false, solicited, override_, ndc);
+                if let Some(queue) = learned {
                     self.iface
                         .flush_queue(queue, mac, &mut self.counters.link, tx);
                 }

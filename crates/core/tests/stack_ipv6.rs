@@ -419,7 +419,14 @@ fn udp_to_a_closed_port_gets_a_rate_limited_port_unreachable() {
         64,
         &u,
     );
-    assert!(receive(&mut s, later, &f).is_empty());
+    // (The neighbour entry, used and unconfirmed, may be probed meanwhile.)
+    let out = receive(&mut s, later, &f);
+    assert!(
+        out.iter()
+            .all(|(_, _, b)| b[0] == u8::from(Icmpv6Message::NeighborSolicit)),
+        "{out:?}"
+    );
+    assert_eq!(c(&s, "Icmp6", "OutDestUnreachs"), 50);
 }
 
 #[test]
@@ -845,4 +852,82 @@ mod props {
             }
         }
     }
+}
+
+fn na_frame(flags: u8, mac: MacAddr) -> Vec<u8> {
+    let mut opts = [0u8; 8];
+    NdiscOption::TargetLinkLayerAddr(&mac.0)
+        .emit(&mut opts)
+        .unwrap();
+    let na = Icmpv6Repr::Ndisc(NdiscRepr::NeighborAdvert {
+        flags,
+        target: PEER6,
+        options: NdiscOptions::new_checked(&opts).unwrap(),
+    });
+    frame6(
+        B_MAC,
+        PEER6,
+        B6,
+        IpProtocol::ICMPV6,
+        255,
+        &icmp6_bytes(PEER6, B6, &na),
+    )
+}
+
+#[test]
+fn solicitation_learned_entries_are_stale_and_probed_when_used() {
+    let (mut s, now) = stack_b();
+    introduce_peer(&mut s, now);
+    // Used at once (RFC 4861 7.2.3: STALE, usable).
+    let req = Icmpv6Repr::EchoRequest {
+        ident: 1,
+        seq_no: 1,
+        data: b"p",
+    };
+    let f = frame6(
+        B_MAC,
+        PEER6,
+        B6,
+        IpProtocol::ICMPV6,
+        64,
+        &icmp6_bytes(PEER6, B6, &req),
+    );
+    let out = receive(&mut s, now, &f);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0, PEER_MAC);
+    // DELAY_FIRST_PROBE_TIME later without a confirmation: a unicast NS.
+    let t = now + Duration::from_secs(5);
+    let mut out = Vec::new();
+    s.poll(t, &mut |x| out.push(x.to_vec()));
+    let out = sent(&out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].0, out[0].1.dst, out[0].1.hop_limit),
+        (PEER_MAC, PEER6, 255)
+    );
+    assert_eq!(out[0].2[0], u8::from(Icmpv6Message::NeighborSolicit));
+    assert_eq!(&out[0].2[8..24], &PEER6.octets());
+    // A solicited advertisement confirms: no more probes.
+    assert!(receive(&mut s, t, &na_frame(na_flags::SOLICITED, PEER_MAC)).is_empty());
+    for secs in 6..12 {
+        let mut out = Vec::new();
+        s.poll(now + Duration::from_secs(secs), &mut |x| {
+            out.push(x.to_vec())
+        });
+        assert!(sent(&out).is_empty(), "probe at {secs} s");
+    }
+    // Override clear and another address: the entry keeps its MAC
+    // (RFC 4861 7.2.5); with Override set it changes.
+    let other = MacAddr([2, 0, 0, 0, 0, 0x42]);
+    let t = now + Duration::from_secs(12);
+    assert!(receive(&mut s, t, &na_frame(na_flags::SOLICITED, other)).is_empty());
+    assert_eq!(s.neighbour6(t, PEER6), Some(PEER_MAC));
+    assert_eq!(c(&s, "Ndisc", "Contradictions"), 1);
+    let o = na_flags::SOLICITED | na_flags::OVERRIDE;
+    assert!(receive(&mut s, t, &na_frame(o, other)).is_empty());
+    assert_eq!(s.neighbour6(t, PEER6), Some(other));
+    // An advertisement for a neighbour we never asked about creates nothing.
+    let (mut s2, now2) = stack_b();
+    assert!(receive(&mut s2, now2, &na_frame(o, other)).is_empty());
+    assert_eq!(s2.neighbour6(now2, PEER6), None);
 }
