@@ -333,6 +333,12 @@ fn check(f: &[u8], mtu: usize) -> Emitted {
                         "emitted ICMPv6 with a bad checksum"
                     );
                 }
+                IpProtocol::Tcp => {
+                    // No TCP over IPv6 yet: only RSTs for closed ports.
+                    let t = TcpPacket::new_checked(payload).expect("emitted TCP6: length");
+                    let r = TcpRepr::parse(&t, ip.src, ip.dst, true).expect("emitted TCP6: parse");
+                    assert!(r.rst && !r.syn, "emitted TCP6 other than a RST");
+                }
                 other => panic!("emitted IPv6 next header {other:?}"),
             }
             Emitted::Other

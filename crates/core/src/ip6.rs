@@ -257,10 +257,11 @@ impl Stack {
             }
             // No Next Header (59): nothing to deliver.
             IpProtocol::IPV6_NO_NEXT => {}
-            _ => {
-                // TCP over IPv6 does not exist in the engine yet.
-                self.counters.ip6.InUnknownProtos += 1;
+            IpProtocol::Tcp => {
+                self.counters.ip6.InDelivers += 1;
+                self.receive_tcp6(now, &ip, body, tx);
             }
+            _ => self.counters.ip6.InUnknownProtos += 1,
         }
     }
 
@@ -527,6 +528,67 @@ impl Stack {
         if self.iface.send_ip6(now, c, out, b, tx).is_ok() {
             c.icmp6.OutMsgs += 1;
             c.icmp6.OutNeighborAdvertisements += 1;
+        }
+    }
+
+    /// TCP over IPv6 has no sockets yet: every segment is answered as one
+    /// for a closed port (RFC 9293 3.10.7.1: a RST, so that a peer's
+    /// connect fails at once instead of timing out). Counted in `Tcp` as
+    /// Linux counts both families there.
+    fn receive_tcp6(
+        &mut self,
+        now: Instant,
+        ip: &Ipv6Repr,
+        body: &[u8],
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let c = &mut self.counters.tcp;
+        let Ok(pkt) = ustack_wire::tcp::TcpPacket::new_checked(body) else {
+            c.InErrs += 1;
+            return;
+        };
+        c.InSegs += 1;
+        let seg = match ustack_wire::tcp::TcpRepr::parse(&pkt, ip.src, ip.dst, !self.rx_csum_ok) {
+            Ok(s) => s,
+            Err(e) => {
+                if e == WireError::Checksum {
+                    c.InCsumErrors += 1;
+                }
+                c.InErrs += 1;
+                return;
+            }
+        };
+        // Never a RST to a multicast destination (RFC 1122 4.2.3.10's rule
+        // for TCP, which IPv6 multicast inherits).
+        if ip.dst.is_multicast() {
+            return;
+        }
+        let Some(rst) = crate::tcp::rst_for_unmatched(&seg) else {
+            return;
+        };
+        let mut buf = [0u8; ustack_wire::tcp::TCP_HEADER_LEN];
+        let Some(b) = buf.get_mut(..rst.buffer_len()) else {
+            return;
+        };
+        rst.emit(
+            &mut ustack_wire::tcp::TcpPacket::new_unchecked(&mut b[..]),
+            ip.dst,
+            ip.src,
+            true,
+        );
+        let out = Ip6Out {
+            src: ip.dst,
+            dst: ip.src,
+            next_header: IpProtocol::Tcp,
+            hop_limit: DEFAULT_HOP_LIMIT,
+        };
+        if self
+            .iface
+            .send_ip6(now, &mut self.counters, out, b, tx)
+            .is_ok()
+        {
+            self.counters.tcp.OutSegs += 1;
+            self.counters.tcp.OutRsts += 1;
         }
     }
 

@@ -15,6 +15,7 @@ use ustack_wire::icmpv6::{
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv6::{solicited_node, Ipv6Cidr, Ipv6Packet, Ipv6Repr};
 use ustack_wire::ndisc::{na_flags, NdiscOption, NdiscOptions, NdiscRepr};
+use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
 use ustack_wire::udp::{UdpPacket, UdpRepr};
 
 const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
@@ -761,6 +762,7 @@ fn corpus6() -> Vec<Vec<u8>> {
         ),
         frame6(B_MAC, PEER6, B6, IpProtocol::Unknown(43), 64, &rh),
         frame6(B_MAC, PEER6, B6, IpProtocol::Unknown(44), 64, &frag),
+        frame6(B_MAC, PEER6, B6, IpProtocol::Tcp, 64, &syn_bytes(None)),
     ]
 }
 
@@ -810,6 +812,11 @@ fn check_out(f: &[u8]) {
             let u = UdpPacket::new_checked(p.payload()).expect("emitted UDP");
             assert!(u.verify_checksum(ip.src, ip.dst));
         }
+        IpProtocol::Tcp => {
+            let t = TcpPacket::new_checked(p.payload()).expect("emitted TCP");
+            let r = TcpRepr::parse(&t, ip.src, ip.dst, true).expect("emitted TCP repr");
+            assert!(r.rst);
+        }
         other => panic!("emitted next header {other:?}"),
     }
 }
@@ -825,7 +832,7 @@ mod props {
         /// and whatever it sends back is well-formed.
         #[test]
         fn mutated_ipv6_frames_never_panic(
-            picks in prop::collection::vec((0usize..7, prop::collection::vec((any::<u16>(), any::<u8>()), 0..6), any::<u16>()), 1..12)
+            picks in prop::collection::vec((0usize..8, prop::collection::vec((any::<u16>(), any::<u8>()), 0..6), any::<u16>()), 1..12)
         ) {
             let corpus = corpus6();
             let (mut s, mut now) = stack_b();
@@ -930,4 +937,53 @@ fn solicitation_learned_entries_are_stale_and_probed_when_used() {
     let (mut s2, now2) = stack_b();
     assert!(receive(&mut s2, now2, &na_frame(o, other)).is_empty());
     assert_eq!(s2.neighbour6(now2, PEER6), None);
+}
+
+/// A SYN (or, with `ack`, a bare ACK) from the peer to B6:80.
+fn syn_bytes(ack: Option<u32>) -> Vec<u8> {
+    let seg = TcpRepr {
+        src_port: 40000,
+        dst_port: 80,
+        seq: SeqNum(1000),
+        ack: ack.map(SeqNum),
+        syn: ack.is_none(),
+        window: 65535,
+        max_seg_size: Some(1440),
+        ..TcpRepr::default()
+    };
+    let mut b = vec![0u8; seg.buffer_len()];
+    seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), PEER6, B6, true);
+    b
+}
+
+#[test]
+fn tcp_over_ipv6_is_refused_with_a_reset() {
+    let (mut s, now) = stack_b();
+    introduce_peer(&mut s, now);
+    for (ack, want_seq, want_ack) in [(None, 0, Some(1001)), (Some(777), 777, None)] {
+        let f = frame6(B_MAC, PEER6, B6, IpProtocol::Tcp, 64, &syn_bytes(ack));
+        let out = receive(&mut s, now, &f);
+        assert_eq!(out.len(), 1);
+        let (_, ip, body) = &out[0];
+        assert_eq!((ip.src, ip.dst), (B6, PEER6));
+        let t = TcpPacket::new_checked(&body[..]).unwrap();
+        let r = TcpRepr::parse(&t, ip.src, ip.dst, true).unwrap();
+        assert!(r.rst && !r.syn);
+        assert_eq!((r.src_port, r.dst_port), (80, 40000));
+        assert_eq!(r.seq, SeqNum(want_seq));
+        assert_eq!(r.ack, want_ack.map(SeqNum));
+    }
+    assert_eq!(c(&s, "Tcp", "OutRsts"), 2);
+    // A RST is not answered.
+    let rst = TcpRepr {
+        src_port: 40000,
+        dst_port: 80,
+        seq: SeqNum(5),
+        rst: true,
+        ..TcpRepr::default()
+    };
+    let mut b = vec![0u8; rst.buffer_len()];
+    rst.emit(&mut TcpPacket::new_unchecked(&mut b[..]), PEER6, B6, true);
+    let f = frame6(B_MAC, PEER6, B6, IpProtocol::Tcp, 64, &b);
+    assert!(receive(&mut s, now, &f).is_empty());
 }

@@ -230,6 +230,21 @@ fn the_kernel_pings_and_exchanges_udp_with_ustack_over_ipv6() {
     kernel_sock.send_to(b"reply", from).expect("kernel reply");
     let n = connected.recv(&mut buf).expect("recv connected");
     assert_eq!(&buf[..n], b"reply");
+    // TCP over IPv6 is not built yet: a connect is refused at once (RST),
+    // not left to time out.
+    let refused = ns
+        .run(|| {
+            std::net::TcpStream::connect_timeout(
+                &SocketAddrV6::new(USTACK6, 80, 0, 0).into(),
+                common::PATIENCE,
+            )
+        })
+        .join()
+        .expect("connect thread");
+    assert_eq!(
+        refused.map(|_| ()).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionRefused)
+    );
     let c = net.counters();
     assert_eq!(c.udp6.InDatagrams, 4);
     assert_eq!(c.udp6.OutDatagrams, 4);
