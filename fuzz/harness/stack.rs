@@ -42,8 +42,10 @@ use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr, ARP_LEN};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, ETHERNET_HEADER_LEN};
 use ustack_wire::icmpv4::{Icmpv4Packet, Icmpv4Repr};
+use ustack_wire::icmpv6::Icmpv6Packet;
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN};
+use ustack_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use ustack_wire::tcp::{flags, SeqNum, TcpPacket, TcpRepr, TCP_HEADER_LEN};
 use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
 use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
@@ -304,6 +306,42 @@ fn check(f: &[u8], mtu: usize) -> Emitted {
                 }
                 IpProtocol::Unknown(n) => panic!("emitted IP protocol {n}"),
             }
+        }
+        EtherType::Ipv6 => {
+            // IPv6 output (echo replies, Neighbor Discovery, ICMPv6
+            // errors): from one of our addresses, never to the unspecified
+            // address, checksums right.
+            let p = Ipv6Packet::new_checked(eth.payload()).expect("emitted IPv6: length");
+            let ip = Ipv6Repr::parse(&p).expect("emitted IPv6: parse");
+            assert!(ip.hop_limit > 0, "emitted hop limit 0");
+            assert!(
+                ip.src == ustack_core::link_local(OUR_MAC).address,
+                "emitted IPv6 from a foreign address {}",
+                ip.src
+            );
+            assert!(!ip.dst.is_unspecified(), "emitted IPv6 to ::");
+            let payload = p.payload();
+            match ip.next_header {
+                IpProtocol::Udp => {
+                    let u = UdpPacket::new_checked(payload).expect("emitted UDP6: length");
+                    UdpRepr::parse(&u, ip.src, ip.dst, true).expect("emitted UDP6: parse");
+                }
+                IpProtocol::ICMPV6 => {
+                    let c = Icmpv6Packet::new_checked(payload).expect("emitted ICMPv6: length");
+                    assert!(
+                        c.verify_checksum(&ip.src, &ip.dst),
+                        "emitted ICMPv6 with a bad checksum"
+                    );
+                }
+                IpProtocol::Tcp => {
+                    // No TCP over IPv6 yet: only RSTs for closed ports.
+                    let t = TcpPacket::new_checked(payload).expect("emitted TCP6: length");
+                    let r = TcpRepr::parse(&t, ip.src, ip.dst, true).expect("emitted TCP6: parse");
+                    assert!(r.rst && !r.syn, "emitted TCP6 other than a RST");
+                }
+                other => panic!("emitted IPv6 next header {other:?}"),
+            }
+            Emitted::Other
         }
         other => panic!("emitted ethertype {other:?}"),
     }

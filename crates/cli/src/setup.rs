@@ -21,6 +21,7 @@ use ustack_net::dev::{pcap::Capture, tap::Tap, Device, FrameBatch};
 use ustack_net::{Net, RuntimeOptions};
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::ipv4::Ipv4Cidr;
+use ustack_wire::ipv6::Ipv6Cidr;
 
 /// An IPv4 address with prefix length, parsed with a message people understand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +83,12 @@ pub struct NetArgs {
     /// Default gateway for destinations outside --addr's prefix.
     #[arg(long, value_name = "IP")]
     pub gateway: Option<Ipv4Addr>,
+    /// A static IPv6 address and on-link prefix for ustack (repeatable),
+    /// besides the link-local one it forms from its MAC; e.g.
+    /// fd00:77::2/64. The kernel side gets none: give it one with
+    /// `ip -6 addr add ... dev TAP`.
+    #[arg(long, value_name = "A/P")]
+    pub addr6: Vec<Ipv6Cidr>,
     /// IP MTU of the link (both sides).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=65521))]
     pub mtu: u16,
@@ -432,6 +439,12 @@ pub fn start_stack(
     let hub = CaptureHub::new();
     let device: Box<dyn Device + Send> = Box::new(Tapped::new(device, hub.clone()));
     let net = Net::start(config, device, opts).context("cannot start the stack")?;
+    for a in &args.addr6 {
+        if let Err(e) = net.with_stack(|s| s.add_ipv6_address(*a)) {
+            net.shutdown();
+            bail!("--addr6 {a}: {e}");
+        }
+    }
     // --no-gro, or USTACK_GRO=off for commands without the flag: for
     // measuring what receive coalescing is worth.
     if args.no_gro || ustack_relay::cli::gro_off_by_env() {

@@ -50,6 +50,62 @@ fn ping_including_fragments() {
 }
 
 #[test]
+fn ping6_to_a_static_ipv6_address() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &["--addr6", "fd00:77::2/64"]);
+    must(ns.cmd("ip").args([
+        "-6",
+        "addr",
+        "add",
+        "fd00:77::1/64",
+        "dev",
+        &srv.tap,
+        "nodad",
+    ]));
+    for size in [56u32, 1452] {
+        let out = ns
+            .cmd("ping")
+            .args([
+                "-6",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "-W",
+                "3",
+                "-s",
+                &size.to_string(),
+            ])
+            .arg("fd00:77::2")
+            .output()
+            .expect("run ping -6");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "ping -6 -s {size} failed: {text}");
+        assert!(text.contains("3 received"), "ping -6 -s {size}: {text}");
+        assert!(
+            text.contains(&format!("{} bytes from fd00:77::2", size + 8)),
+            "ping -6 -s {size}: {text}"
+        );
+    }
+    srv.stop_clean();
+    // An address that cannot be an interface's is refused at start.
+    let out = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--tap",
+            &format!("ut{}", unique()),
+            "--netns",
+            &ns.name,
+        ])
+        .args(["--addr6", "ff02::1/64"])
+        .output()
+        .expect("run ustack serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--addr6 ff02::1/64"), "{err}");
+}
+
+#[test]
 fn curl_100mb_byte_exact_and_http_errors() {
     let _heavy = heavy();
     let ns = NetNs::new();

@@ -18,7 +18,8 @@
 //! leaves the entry STALE, to be confirmed or probed.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::hash::Hash;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ustack_wire::ethernet::MacAddr;
 
@@ -105,8 +106,8 @@ enum Entry {
 
 /// What the cache asks the interface to transmit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ArpRequest {
-    pub target: Ipv4Addr,
+pub(crate) struct ArpRequest<A = Ipv4Addr> {
+    pub target: A,
     /// `Some` = unicast re-validation to this MAC; `None` = broadcast.
     pub unicast: Option<MacAddr>,
 }
@@ -117,12 +118,18 @@ pub(crate) enum Lookup {
 }
 
 #[derive(Debug)]
-pub(crate) struct ArpCache {
+pub(crate) struct ArpCache<A = Ipv4Addr> {
     limits: ArpLimits,
-    entries: HashMap<Ipv4Addr, Entry, KeyedState>,
+    entries: HashMap<A, Entry, KeyedState>,
 }
 
-impl ArpCache {
+/// The protocol addresses a neighbour cache can be keyed by (IPv4 for ARP,
+/// IPv6 for Neighbor Discovery: the same states and bounds serve both).
+pub(crate) trait NeighbourAddr: Copy + Eq + Hash + Ord + std::fmt::Debug {}
+impl NeighbourAddr for Ipv4Addr {}
+impl NeighbourAddr for Ipv6Addr {}
+
+impl<A: NeighbourAddr> ArpCache<A> {
     pub(crate) fn new(limits: ArpLimits, hasher: KeyedState) -> Self {
         ArpCache {
             limits,
@@ -137,7 +144,7 @@ impl ArpCache {
 
     /// The MAC for `ip` if resolved (marks the entry used; using an
     /// unconfirmed entry starts its re-validation).
-    pub(crate) fn lookup(&mut self, now: Instant, ip: Ipv4Addr) -> Lookup {
+    pub(crate) fn lookup(&mut self, now: Instant, ip: A) -> Lookup {
         let limits = self.limits;
         match self.entries.get_mut(&ip) {
             Some(Entry::Resolved {
@@ -167,7 +174,7 @@ impl ArpCache {
     }
 
     /// The resolved MAC without touching usage (for views and tests).
-    pub(crate) fn peek(&self, _now: Instant, ip: Ipv4Addr) -> Option<MacAddr> {
+    pub(crate) fn peek(&self, _now: Instant, ip: A) -> Option<MacAddr> {
         match self.entries.get(&ip) {
             Some(Entry::Resolved { mac, .. }) => Some(*mac),
             _ => None,
@@ -176,7 +183,7 @@ impl ArpCache {
 
     /// Forward progress through `ip` (e.g. a TCP ACK that advanced
     /// SND.UNA) confirms its mapping (Linux `neigh_confirm`).
-    pub(crate) fn confirm(&mut self, now: Instant, ip: Ipv4Addr) {
+    pub(crate) fn confirm(&mut self, now: Instant, ip: A) {
         if let Some(Entry::Resolved { nud, confirmed, .. }) = self.entries.get_mut(&ip) {
             *confirmed = now;
             *nud = Nud::Reachable;
@@ -186,7 +193,7 @@ impl ArpCache {
     /// Negative advice: the upper layer sees no progress through `ip` (a
     /// TCP retransmission timeout). Probe the mapping now unless it is
     /// already being probed.
-    pub(crate) fn suspect(&mut self, now: Instant, ip: Ipv4Addr) {
+    pub(crate) fn suspect(&mut self, now: Instant, ip: A) {
         if let Some(Entry::Resolved { nud, .. }) = self.entries.get_mut(&ip) {
             if !matches!(nud, Nud::Probe { .. }) {
                 *nud = Nud::Probe { sent: 0, next: now };
@@ -199,7 +206,7 @@ impl ArpCache {
     pub(crate) fn enqueue(
         &mut self,
         now: Instant,
-        ip: Ipv4Addr,
+        ip: A,
         frame: &[u8],
         ctr: &mut LinkCounters,
     ) -> bool {
@@ -274,7 +281,7 @@ impl ArpCache {
     pub(crate) fn learn(
         &mut self,
         now: Instant,
-        ip: Ipv4Addr,
+        ip: A,
         mac: MacAddr,
         create: bool,
         ctr: &mut LinkCounters,
@@ -332,6 +339,102 @@ impl ArpCache {
         }
     }
 
+    /// Neighbor Discovery's update rules (RFC 4861 7.2.3 for the source
+    /// link-layer address of a solicitation: `create`, not `solicited`,
+    /// `override_`; 7.2.5 for the target link-layer address of an
+    /// advertisement with its S and O flags). Unlike ARP's, an address
+    /// learned without a solicited advertisement is STALE: it is used at
+    /// once, and probed (DELAY, PROBE) unless the upper layer confirms it.
+    /// ND messages are checksummed, so no lock time applies. Returns the
+    /// frames that were waiting, to be sent now.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn learn_nd(
+        &mut self,
+        now: Instant,
+        ip: A,
+        mac: MacAddr,
+        create: bool,
+        solicited: bool,
+        override_: bool,
+        ctr: &mut LinkCounters,
+    ) -> Option<VecDeque<Vec<u8>>> {
+        let limits = self.limits;
+        // "Confirmed" long enough ago to be STALE at once (or at the clock's
+        // origin), so that using it starts a real re-validation.
+        let unconfirmed = now
+            .checked_sub(limits.reachable_time)
+            .unwrap_or(Instant::ZERO);
+        let fresh = |mac| Entry::Resolved {
+            mac,
+            nud: if solicited {
+                Nud::Reachable
+            } else {
+                Nud::Stale
+            },
+            confirmed: if solicited { now } else { unconfirmed },
+            updated: now,
+            last_used: None,
+        };
+        match self.entries.get_mut(&ip) {
+            None => {
+                // 7.2.5: "If no entry exists, the advertisement SHOULD be
+                // silently discarded."
+                if !create {
+                    return None;
+                }
+                if !self.make_room(now) {
+                    ctr.ArpCacheFull += 1;
+                    return None;
+                }
+                self.entries.insert(ip, fresh(mac));
+                None
+            }
+            Some(Entry::Incomplete { .. }) => {
+                // "record the link-layer address ... If the advertisement's
+                // Solicited flag is set, the state of the entry is set to
+                // REACHABLE; otherwise, it is set to STALE."
+                let old = self.entries.insert(ip, fresh(mac));
+                ctr.ArpResolved += 1;
+                match old {
+                    Some(Entry::Incomplete { queue, .. }) => Some(queue),
+                    _ => None,
+                }
+            }
+            Some(Entry::Resolved {
+                mac: cur,
+                nud,
+                confirmed,
+                updated,
+                ..
+            }) => {
+                let same = *cur == mac;
+                if !same && !override_ {
+                    // "If the Override flag is clear and the supplied
+                    // link-layer address differs from that in the cache,
+                    // then ... If the state of the entry is REACHABLE, set
+                    // it to STALE, but do not update the entry in any other
+                    // way."
+                    if *nud == Nud::Reachable {
+                        *nud = Nud::Stale;
+                    }
+                    ctr.ArpContradictions += 1;
+                    return None;
+                }
+                if !same {
+                    *cur = mac;
+                    *updated = now;
+                }
+                if solicited {
+                    *confirmed = now;
+                    *nud = Nud::Reachable;
+                } else if !same {
+                    *nud = Nud::Stale;
+                }
+                None
+            }
+        }
+    }
+
     fn reachable(mac: MacAddr, now: Instant) -> Entry {
         Entry::Resolved {
             mac,
@@ -348,7 +451,7 @@ impl ArpCache {
         &mut self,
         now: Instant,
         ctr: &mut LinkCounters,
-        requests: &mut Vec<ArpRequest>,
+        requests: &mut Vec<ArpRequest<A>>,
     ) {
         let limits = self.limits;
         self.entries.retain(|ip, e| match e {
@@ -445,14 +548,14 @@ fn gc_at(limits: &ArpLimits, confirmed: Instant, last_used: Option<Instant>) -> 
 /// cached MAC (RFC 1122 2.3.2.1 "unicast poll"), then `max_requests`
 /// broadcast (the cached MAC may be the wrong one); then give up (false =
 /// remove the entry; the next use resolves afresh).
-fn probe(
+fn probe<A: NeighbourAddr>(
     limits: &ArpLimits,
-    ip: &Ipv4Addr,
+    ip: &A,
     mac: &MacAddr,
     nud: &mut Nud,
     now: Instant,
     ctr: &mut LinkCounters,
-    requests: &mut Vec<ArpRequest>,
+    requests: &mut Vec<ArpRequest<A>>,
 ) -> bool {
     let Nud::Probe { sent, next } = nud else {
         return true;

@@ -50,6 +50,33 @@ counter_group!(
 });
 
 counter_group!(
+    /// IPv6 counters (`Ip6*` in `/proc/net/snmp6`).
+    Ip6Counters, "Ip6", {
+    InReceives, InHdrErrors, InTooBigErrors, InNoRoutes, InAddrErrors, InUnknownProtos,
+    InTruncatedPkts, InDiscards, InDelivers, OutRequests, OutDiscards, OutNoRoutes,
+    ReasmReqds, ReasmFails, InMcastPkts, OutMcastPkts,
+});
+
+counter_group!(
+    /// ICMPv6 counters (`Icmp6*` in `/proc/net/snmp6`).
+    Icmp6Counters, "Icmp6", {
+    InMsgs, InErrors, OutMsgs, OutErrors, InCsumErrors,
+    InDestUnreachs, InPktTooBigs, InTimeExcds, InParmProblems, InEchos, InEchoReplies,
+    InGroupMembQueries, InRouterSolicits, InRouterAdvertisements, InNeighborSolicits,
+    InNeighborAdvertisements, InRedirects, InMLDv2Reports,
+    OutDestUnreachs, OutParmProblems, OutEchos, OutEchoReplies, OutNeighborSolicits,
+    OutNeighborAdvertisements,
+    /// Extra: ICMPv6 errors not sent because the token bucket was empty.
+    OutRateLimited,
+});
+
+counter_group!(
+    /// UDP over IPv6 counters (`Udp6*` in `/proc/net/snmp6`).
+    Udp6Counters, "Udp6", {
+    InDatagrams, NoPorts, InErrors, OutDatagrams, RcvbufErrors, SndbufErrors, InCsumErrors,
+});
+
+counter_group!(
     /// Link-layer and ARP counters (ustack extras; no `/proc/net/snmp` equivalent).
     LinkCounters, "Link", {
     InFrames, OutFrames, InMalformed, InNotForUs, InUnknownEthertype,
@@ -93,6 +120,13 @@ pub struct Counters {
     pub tcp: TcpCounters,
     pub tcp_ext: TcpStackCounters,
     pub link: LinkCounters,
+    pub ip6: Ip6Counters,
+    pub icmp6: Icmp6Counters,
+    pub udp6: Udp6Counters,
+    /// The IPv6 neighbour cache's counters (Neighbor Discovery, RFC 4861),
+    /// kept by the same code as ARP's: printed as `Ndisc*` without the
+    /// `Arp` prefix (`NdiscResolved`, `NdiscFailed`, `NdiscInvalid`, ...).
+    pub nd: LinkCounters,
 }
 
 impl Counters {
@@ -111,7 +145,22 @@ impl Counters {
             .iter()
             .map(|(n, v)| (TcpStackCounters::GROUP, n, v));
         let link = self.link.iter().map(|(n, v)| (LinkCounters::GROUP, n, v));
-        ip.chain(icmp).chain(udp).chain(tcp).chain(ext).chain(link)
+        let ip6 = self.ip6.iter().map(|(n, v)| (Ip6Counters::GROUP, n, v));
+        let icmp6 = self.icmp6.iter().map(|(n, v)| (Icmp6Counters::GROUP, n, v));
+        let udp6 = self.udp6.iter().map(|(n, v)| (Udp6Counters::GROUP, n, v));
+        let nd = self
+            .nd
+            .iter()
+            .filter_map(|(n, v)| n.strip_prefix("Arp").map(|n| ("Ndisc", n, v)));
+        ip.chain(icmp)
+            .chain(udp)
+            .chain(tcp)
+            .chain(ext)
+            .chain(link)
+            .chain(ip6)
+            .chain(icmp6)
+            .chain(udp6)
+            .chain(nd)
     }
 
     /// Look one counter up by group and name (e.g. `("Ip", "ReasmOKs")`).

@@ -3,20 +3,71 @@
 //! built in one reusable scratch buffer and handed to `tx`.
 
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr, ARP_LEN};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, ETHERNET_HEADER_LEN};
+use ustack_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN};
+use ustack_wire::ipv6::{solicited_node, Ipv6Cidr, Ipv6Packet, Ipv6Repr, IPV6_HEADER_LEN};
+use ustack_wire::ndisc::{na_flags, NdiscOption, NdiscOptions, NdiscRepr};
 use ustack_wire::tcp::{TcpPacket, TcpRepr};
 use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
-use crate::arp::{ArpCache, Lookup};
-use crate::counters::{IpCounters, LinkCounters};
+use crate::arp::{ArpCache, ArpRequest, Lookup};
+use crate::counters::{Counters, Icmp6Counters, IpCounters, LinkCounters};
 use crate::pmtu::PmtuCache;
 use crate::time::Instant;
+
+/// Default hop limit of IPv6 packets (Linux `hop_limit`, 64).
+pub const DEFAULT_HOP_LIMIT: u8 = 64;
+
+/// The link-local address Linux forms from a MAC (RFC 4291 2.5.1 /
+/// appendix A, modified EUI-64: `02:00:00:00:00:01` gives
+/// `fe80::ff:fe00:1`).
+pub fn link_local(mac: MacAddr) -> Ipv6Cidr {
+    let m = mac.0;
+    let a = Ipv6Addr::from([
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        m[0] ^ 0x02,
+        m[1],
+        m[2],
+        0xff,
+        0xfe,
+        m[3],
+        m[4],
+        m[5],
+    ]);
+    Ipv6Cidr {
+        address: a,
+        prefix_len: 64,
+    }
+}
+
+/// The Ethernet multicast address of an IPv6 multicast group (RFC 2464 7:
+/// 33:33 and the group's last four octets).
+pub fn ipv6_multicast_mac(group: Ipv6Addr) -> MacAddr {
+    let o = group.octets();
+    MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]])
+}
+
+/// The fields of an outgoing IPv6 header the upper layer chooses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ip6Out {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub next_header: IpProtocol,
+    pub hop_limit: u8,
+}
 
 /// Default TTL (Linux `ip_default_ttl`).
 pub const DEFAULT_TTL: u8 = 64;
@@ -26,6 +77,18 @@ pub const DEFAULT_TTL: u8 = 64;
 pub(crate) enum NextHop {
     Broadcast,
     Neighbour(Ipv4Addr),
+}
+
+/// Where an IPv6 packet goes on the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NextHop6 {
+    Multicast(MacAddr),
+    Neighbour(Ipv6Addr),
+}
+
+/// fe80::/10 (`Ipv6Addr::is_unicast_link_local` is not stable everywhere).
+pub(crate) fn is_link_local6(a: Ipv6Addr) -> bool {
+    a.segments()[0] & 0xffc0 == 0xfe80
 }
 
 /// Why the IP layer could not send.
@@ -118,6 +181,12 @@ pub(crate) struct Iface {
     /// IP MTU.
     pub mtu: usize,
     pub arp: ArpCache,
+    /// Our IPv6 addresses: the link-local one from the MAC (EUI-64) first,
+    /// then the static ones (`Stack::add_ipv6_address`).
+    pub addrs6: Vec<Ipv6Cidr>,
+    /// The IPv6 neighbour cache (RFC 4861 Neighbor Discovery), the same
+    /// structure as ARP's.
+    pub nd: ArpCache<Ipv6Addr>,
     /// Path MTUs learned per destination (`pmtu.rs`).
     pub pmtu: PmtuCache,
     /// Transparent mode (see `transparent.rs`): every unicast destination
@@ -133,12 +202,14 @@ pub(crate) struct Iface {
 }
 
 impl Iface {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         mac: MacAddr,
         cidr: Ipv4Cidr,
         gateway: Option<Ipv4Addr>,
         mtu: usize,
         arp: ArpCache,
+        nd: ArpCache<Ipv6Addr>,
         pmtu: PmtuCache,
         ident: u16,
     ) -> Self {
@@ -151,6 +222,8 @@ impl Iface {
             gateway,
             mtu,
             arp,
+            addrs6: vec![link_local(mac)],
+            nd,
             pmtu,
             transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
@@ -527,6 +600,251 @@ impl Iface {
                 tx(&f);
             }
         }
+    }
+
+    /// Whether `a` is one of our IPv6 unicast addresses.
+    pub(crate) fn has_addr6(&self, a: Ipv6Addr) -> bool {
+        self.addrs6.iter().any(|c| c.address == a)
+    }
+
+    /// Whether a packet to `a` is for us: one of our addresses, the
+    /// all-nodes group or the solicited-node group of one of our addresses
+    /// (RFC 4291 2.8: the groups every node joins).
+    pub(crate) fn accepts6(&self, a: Ipv6Addr) -> bool {
+        if a.is_multicast() {
+            a == Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)
+                || self.addrs6.iter().any(|c| solicited_node(c.address) == a)
+        } else {
+            self.has_addr6(a)
+        }
+    }
+
+    /// The source address for a packet to `dst` (RFC 6724, reduced to what
+    /// one interface needs): an address of ours on `dst`'s prefix, else a
+    /// global one for a global destination, else the link-local one.
+    pub(crate) fn source6(&self, dst: Ipv6Addr) -> Ipv6Addr {
+        let link_local = self.addrs6.first().map(|c| c.address);
+        if let Some(c) = self.addrs6.iter().find(|c| c.contains(dst)) {
+            return c.address;
+        }
+        if is_link_local6(dst) || dst.is_multicast() {
+            if let Some(a) = link_local {
+                return a;
+            }
+        }
+        self.addrs6
+            .iter()
+            .find(|c| !is_link_local6(c.address))
+            .or(self.addrs6.first())
+            .map(|c| c.address)
+            .unwrap_or(Ipv6Addr::UNSPECIFIED)
+    }
+
+    /// Where a packet to `dst` goes on the link: on-link prefixes (the
+    /// link-local one included) and multicast only; there is no IPv6
+    /// default router yet.
+    pub(crate) fn route6(&self, dst: Ipv6Addr) -> Option<NextHop6> {
+        if dst.is_unspecified() || dst.is_loopback() || self.has_addr6(dst) {
+            return None;
+        }
+        if dst.is_multicast() {
+            return Some(NextHop6::Multicast(ipv6_multicast_mac(dst)));
+        }
+        if is_link_local6(dst) || self.addrs6.iter().any(|c| c.contains(dst)) {
+            return Some(NextHop6::Neighbour(dst));
+        }
+        None
+    }
+
+    /// Send one IPv6 packet carrying `payload` (no fragmentation: larger
+    /// than the MTU is `TooLarge`).
+    pub(crate) fn send_ip6(
+        &mut self,
+        now: Instant,
+        c: &mut Counters,
+        out: Ip6Out,
+        payload: &[u8],
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TxError> {
+        let ip6 = &mut c.ip6;
+        ip6.OutRequests += 1;
+        let Some(hop) = self.route6(out.dst) else {
+            ip6.OutNoRoutes += 1;
+            return Err(TxError::NoRoute);
+        };
+        if IPV6_HEADER_LEN + payload.len() > self.mtu {
+            ip6.OutDiscards += 1;
+            return Err(TxError::TooLarge);
+        }
+        if out.dst.is_multicast() {
+            ip6.OutMcastPkts += 1;
+        }
+        self.emit_ip6(&out, payload);
+        self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
+        Ok(())
+    }
+
+    fn emit_ip6(&mut self, out: &Ip6Out, payload: &[u8]) {
+        self.start_frame(IPV6_HEADER_LEN + payload.len());
+        EthernetFrame::new_unchecked(self.eth_mut()).set_ethertype(EtherType::Ipv6);
+        let repr = Ipv6Repr {
+            src: out.src,
+            dst: out.dst,
+            next_header: out.next_header,
+            payload_len: payload.len(),
+            hop_limit: out.hop_limit,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let ip_buf = self.ip_buf();
+        let (hdr, body) = ip_buf.split_at_mut(IPV6_HEADER_LEN);
+        repr.emit(&mut Ipv6Packet::new_unchecked(&mut hdr[..]));
+        body.copy_from_slice(payload);
+    }
+
+    /// Hand the IPv6 frame in the scratch buffer to the link, resolving
+    /// the neighbour (RFC 4861 7.2.2: queue the packet and send a Neighbor
+    /// Solicitation) when its link-layer address is not known.
+    fn transmit6(
+        &mut self,
+        now: Instant,
+        hop: NextHop6,
+        icmp6: &mut Icmp6Counters,
+        nd: &mut LinkCounters,
+        link: &mut LinkCounters,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let target = match hop {
+            NextHop6::Multicast(mac) => mac,
+            NextHop6::Neighbour(ip) => match self.nd.lookup(now, ip) {
+                Lookup::Found(mac) => mac,
+                Lookup::Missing => {
+                    let frame = self.frame.get(..self.frame_len).unwrap_or(&[]);
+                    if self.nd.enqueue(now, ip, frame, nd) {
+                        let req = ArpRequest {
+                            target: ip,
+                            unicast: None,
+                        };
+                        self.send_ns(req, icmp6, link, tx);
+                    }
+                    return;
+                }
+            },
+        };
+        EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
+        link.OutFrames += 1;
+        tx(self.frame());
+    }
+
+    /// Send a Neighbor Solicitation for `req.target`: to its
+    /// solicited-node group, or unicast to the cached MAC when re-validating
+    /// (RFC 4861 7.2.2 / 7.3.3), with our link-layer address (built on the
+    /// stack, no allocation).
+    pub(crate) fn send_ns(
+        &mut self,
+        req: ArpRequest<Ipv6Addr>,
+        icmp6: &mut Icmp6Counters,
+        link: &mut LinkCounters,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let (dst, mac) = match req.unicast {
+            Some(mac) => (req.target, mac),
+            None => {
+                let g = solicited_node(req.target);
+                (g, ipv6_multicast_mac(g))
+            }
+        };
+        let src = self.source6(req.target);
+        let mut opts = [0u8; 8];
+        let mac_bytes = self.mac.0;
+        if NdiscOption::SourceLinkLayerAddr(&mac_bytes)
+            .emit(&mut opts)
+            .is_err()
+        {
+            return;
+        }
+        let Ok(options) = NdiscOptions::new_checked(&opts) else {
+            return;
+        };
+        let msg = Icmpv6Repr::Ndisc(NdiscRepr::NeighborSolicit {
+            target: req.target,
+            options,
+        });
+        self.send_nd(src, dst, mac, &msg, link, tx);
+        icmp6.OutMsgs += 1;
+        icmp6.OutNeighborSolicits += 1;
+    }
+
+    /// Send a Neighbor Advertisement for our address `target` to `dst`
+    /// (at `mac`) with our link-layer address (RFC 4861 7.2.4).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_na(
+        &mut self,
+        target: Ipv6Addr,
+        dst: Ipv6Addr,
+        mac: MacAddr,
+        solicited: bool,
+        icmp6: &mut Icmp6Counters,
+        link: &mut LinkCounters,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let mut opts = [0u8; 8];
+        let mac_bytes = self.mac.0;
+        if NdiscOption::TargetLinkLayerAddr(&mac_bytes)
+            .emit(&mut opts)
+            .is_err()
+        {
+            return;
+        }
+        let Ok(options) = NdiscOptions::new_checked(&opts) else {
+            return;
+        };
+        // Not a router; "Override flag SHOULD be set" for an address of
+        // ours that is not anycast; Solicited when answering a unicast-
+        // sourced solicitation.
+        let flags = if solicited {
+            na_flags::SOLICITED | na_flags::OVERRIDE
+        } else {
+            na_flags::OVERRIDE
+        };
+        let msg = Icmpv6Repr::Ndisc(NdiscRepr::NeighborAdvert {
+            flags,
+            target,
+            options,
+        });
+        self.send_nd(target, dst, mac, &msg, link, tx);
+        icmp6.OutMsgs += 1;
+        icmp6.OutNeighborAdvertisements += 1;
+    }
+
+    /// Emit a Neighbor Discovery message (hop limit 255, RFC 4861 7.1)
+    /// straight to `mac`: ND never waits for ND.
+    fn send_nd(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        mac: MacAddr,
+        msg: &Icmpv6Repr<'_>,
+        link: &mut LinkCounters,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        // NS/NA with one 8-byte option: 32 bytes.
+        let mut body = [0u8; 32];
+        let len = msg.buffer_len();
+        let Some(b) = body.get_mut(..len) else {
+            return;
+        };
+        msg.emit(&src, &dst, &mut Icmpv6Packet::new_unchecked(&mut b[..]));
+        let out = Ip6Out {
+            src,
+            dst,
+            next_header: IpProtocol::ICMPV6,
+            hop_limit: 255,
+        };
+        self.emit_ip6(&out, &body[..len]);
+        EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(mac);
+        link.OutFrames += 1;
+        tx(self.frame());
     }
 
     /// Emit an ARP packet (built on the stack, no allocation).

@@ -125,9 +125,11 @@ pub struct Stack {
     pub(crate) config: Config,
     pub(crate) counters: Counters,
     pub(crate) iface: Iface,
-    icmp_bucket: TokenBucket,
+    pub(crate) icmp_bucket: TokenBucket,
     reasm: Reassembler,
     pub(crate) udp: UdpTable,
+    /// UDP sockets over IPv6 (`ip6.rs`), a port space of their own.
+    pub(crate) udp6: UdpTable<std::net::SocketAddrV6>,
     pub(crate) tcp: TcpTable,
     echo: VecDeque<EchoReply>,
     /// Reused buffer where transport payloads are built before IP output.
@@ -137,6 +139,7 @@ pub struct Stack {
     /// Transparent mode state (`None` = an ordinary host).
     pub(crate) transparent: Option<Box<Transparent>>,
     arp_requests: Vec<ArpRequest>,
+    nd_requests: Vec<ArpRequest<std::net::Ipv6Addr>>,
     reasm_expired: Vec<Expired>,
     /// Gratuitous ARP still to announce.
     announce: bool,
@@ -182,6 +185,7 @@ impl Stack {
             config.gateway,
             config.mtu,
             arp,
+            ArpCache::new(config.limits.arp, KeyedState::new(&secret, 6)),
             PmtuCache::new(
                 config.limits.pmtu_cache,
                 config.limits.pmtu_expires,
@@ -200,6 +204,13 @@ impl Stack {
                 secret,
                 KeyedState::new(&secret, 3),
             ),
+            udp6: UdpTable::new(
+                l.max_udp_sockets,
+                l.udp_rcvbuf,
+                l.udp_rcv_datagrams,
+                secret,
+                KeyedState::new(&secret, 7),
+            ),
             tcp: TcpTable::new(
                 config.tcp.clone(),
                 secret,
@@ -212,6 +223,7 @@ impl Stack {
             scratch: Vec::new(),
             txq: TxQueue::new(l.tx_queue_bytes),
             arp_requests: Vec::new(),
+            nd_requests: Vec::new(),
             reasm_expired: Vec::new(),
             transparent: None,
             announce: true,
@@ -328,7 +340,10 @@ impl Stack {
             return;
         };
         let link_bcast = repr.dst.is_broadcast();
-        if repr.dst != self.iface.mac && !link_bcast {
+        // IPv6 multicast (RFC 2464 7: 33:33 and the group's low 32 bits):
+        // the groups are filtered by address in `receive_ipv6`.
+        let v6_mcast = repr.ethertype == EtherType::Ipv6 && repr.dst.0[..2] == [0x33, 0x33];
+        if repr.dst != self.iface.mac && !link_bcast && !v6_mcast {
             self.counters.link.InNotForUs += 1;
             return;
         }
@@ -336,6 +351,9 @@ impl Stack {
         match repr.ethertype {
             EtherType::Arp => self.receive_arp(now, payload, tx),
             EtherType::Ipv4 => self.receive_ipv4(now, payload, link_bcast, tx),
+            // IPv6 has no broadcast (RFC 4291 2).
+            EtherType::Ipv6 if link_bcast => self.counters.link.InNotForUs += 1,
+            EtherType::Ipv6 => self.receive_ipv6(now, payload, tx),
             _ => self.counters.link.InUnknownEthertype += 1,
         }
     }
@@ -995,7 +1013,9 @@ impl Stack {
 
     /// Close the socket; the handle becomes invalid. Stale handles are ignored.
     pub fn udp_close(&mut self, h: UdpHandle) {
+        // Either family's (a handle names a socket of one table only).
         self.udp.close(h);
+        self.udp6.close(h);
     }
 
     /// Frame bytes (with Ethernet and IP headers) an IP payload of `len` needs.
@@ -1048,6 +1068,15 @@ impl Stack {
             );
         }
         self.arp_requests = reqs;
+        // IPv6 neighbours: the same retries, give-ups and re-validation,
+        // with Neighbor Solicitations (RFC 4861 7.3.3).
+        let mut reqs = std::mem::take(&mut self.nd_requests);
+        self.iface.nd.poll(now, &mut self.counters.nd, &mut reqs);
+        for req in reqs.drain(..) {
+            self.iface
+                .send_ns(req, &mut self.counters.icmp6, &mut self.counters.link, tx);
+        }
+        self.nd_requests = reqs;
         // Reassembly timeouts.
         let mut expired = std::mem::take(&mut self.reasm_expired);
         self.reasm.poll(now, &mut self.counters.ip, &mut expired);
@@ -1067,6 +1096,7 @@ impl Stack {
             announce,
             self.txq.since(),
             self.iface.arp.poll_at(),
+            self.iface.nd.poll_at(),
             self.reasm.poll_at(),
             self.tcp_poll_at(),
             self.transparent_poll_at(),

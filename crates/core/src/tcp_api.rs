@@ -478,6 +478,7 @@ impl Stack {
         self.tcp
             .take_events(&mut |h, r| out(SocketEvent::Tcp(h, r)));
         self.udp.take_events(&mut |h| out(SocketEvent::Udp(h)));
+        self.udp6.take_events(&mut |h| out(SocketEvent::Udp(h)));
         if self.take_pending_syn_event() {
             out(SocketEvent::PendingSyn);
         }

@@ -2,7 +2,53 @@
 //! ephemeral port choice. Packet I/O lives in `stack.rs`.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{SocketAddrV4, SocketAddrV6};
+
+/// The socket addresses of one family a UDP table holds (IPv4 sockets and
+/// IPv6 sockets live in two tables of the same code).
+pub trait UdpAddr: Copy + Eq + std::fmt::Debug {
+    /// Same address, another port.
+    fn with_port(self, port: u16) -> Self;
+    fn port(&self) -> u16;
+    fn ip_is_unspecified(&self) -> bool;
+    /// The address bytes (for the ephemeral-port hash).
+    fn ip_bytes(&self) -> Vec<u8>;
+    /// Set in the index of every handle of this family's table, so that a
+    /// handle names one socket across both tables.
+    const HANDLE_TAG: u32;
+}
+
+impl UdpAddr for SocketAddrV4 {
+    const HANDLE_TAG: u32 = 0;
+    fn with_port(self, port: u16) -> Self {
+        SocketAddrV4::new(*self.ip(), port)
+    }
+    fn port(&self) -> u16 {
+        SocketAddrV4::port(self)
+    }
+    fn ip_is_unspecified(&self) -> bool {
+        self.ip().is_unspecified()
+    }
+    fn ip_bytes(&self) -> Vec<u8> {
+        self.ip().octets().to_vec()
+    }
+}
+
+impl UdpAddr for SocketAddrV6 {
+    const HANDLE_TAG: u32 = 1 << 31;
+    fn with_port(self, port: u16) -> Self {
+        SocketAddrV6::new(*self.ip(), port, 0, self.scope_id())
+    }
+    fn port(&self) -> u16 {
+        SocketAddrV6::port(self)
+    }
+    fn ip_is_unspecified(&self) -> bool {
+        self.ip().is_unspecified()
+    }
+    fn ip_bytes(&self) -> Vec<u8> {
+        self.ip().octets().to_vec()
+    }
+}
 
 use crate::error::{BindError, UdpError};
 use crate::hash::{keyed_hash, KeyedState};
@@ -21,9 +67,9 @@ pub struct UdpHandle {
 
 /// What `Stack::udp_status` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UdpStatus {
-    pub local: SocketAddrV4,
-    pub remote: Option<SocketAddrV4>,
+pub struct UdpStatus<A = SocketAddrV4> {
+    pub local: A,
+    pub remote: Option<A>,
     /// A datagram or an error is waiting.
     pub can_recv: bool,
     pub pending_error: Option<UdpError>,
@@ -34,20 +80,20 @@ pub struct UdpStatus {
 }
 
 #[derive(Debug)]
-pub(crate) struct UdpSocket {
-    pub local: SocketAddrV4,
-    pub remote: Option<SocketAddrV4>,
+pub(crate) struct UdpSocket<A = SocketAddrV4> {
+    pub local: A,
+    pub remote: Option<A>,
     rx_data: VecDeque<u8>,
-    rx_meta: VecDeque<(usize, SocketAddrV4)>,
+    rx_meta: VecDeque<(usize, A)>,
     pub pending_error: Option<UdpError>,
     /// Queued in the table's event list.
     ev_queued: bool,
 }
 
 #[derive(Debug)]
-struct Slot {
+struct Slot<A> {
     generation: u32,
-    socket: Option<UdpSocket>,
+    socket: Option<UdpSocket<A>>,
 }
 
 /// Outcome of offering a datagram to a socket.
@@ -57,8 +103,8 @@ pub(crate) enum Deliver {
 }
 
 #[derive(Debug)]
-pub(crate) struct UdpTable {
-    slots: Vec<Slot>,
+pub(crate) struct UdpTable<A = SocketAddrV4> {
+    slots: Vec<Slot<A>>,
     free: Vec<u32>,
     by_port: HashMap<u16, u32, KeyedState>,
     max_sockets: usize,
@@ -71,7 +117,7 @@ pub(crate) struct UdpTable {
     events: Vec<UdpHandle>,
 }
 
-impl UdpTable {
+impl<A: UdpAddr> UdpTable<A> {
     pub(crate) fn new(
         max_sockets: usize,
         rcvbuf_bytes: usize,
@@ -105,7 +151,7 @@ impl UdpTable {
             if !s.ev_queued {
                 s.ev_queued = true;
                 self.events.push(UdpHandle {
-                    index: idx,
+                    index: idx | A::HANDLE_TAG,
                     generation,
                 });
             }
@@ -132,24 +178,38 @@ impl UdpTable {
     }
 
     /// Every open socket's status (`ss -u`).
-    pub(crate) fn statuses(&self) -> Vec<UdpStatus> {
+    pub(crate) fn statuses(&self) -> Vec<UdpStatus<A>> {
         self.slots
             .iter()
             .filter_map(|s| s.socket.as_ref().map(UdpSocket::status))
             .collect()
     }
 
-    pub(crate) fn get(&self, h: UdpHandle) -> Result<&UdpSocket, UdpError> {
+    /// The slot a handle of this table names (`InvalidHandle` for the
+    /// other family's handles).
+    fn slot_index(h: UdpHandle) -> Result<usize, UdpError> {
+        if h.index & (1 << 31) != A::HANDLE_TAG {
+            return Err(UdpError::InvalidHandle);
+        }
+        Ok((h.index & !(1 << 31)) as usize)
+    }
+
+    /// Whether `h` is a handle of this table's family.
+    pub(crate) fn owns(h: UdpHandle) -> bool {
+        h.index & (1 << 31) == A::HANDLE_TAG
+    }
+
+    pub(crate) fn get(&self, h: UdpHandle) -> Result<&UdpSocket<A>, UdpError> {
         self.slots
-            .get(h.index as usize)
+            .get(Self::slot_index(h)?)
             .filter(|s| s.generation == h.generation)
             .and_then(|s| s.socket.as_ref())
             .ok_or(UdpError::InvalidHandle)
     }
 
-    pub(crate) fn get_mut(&mut self, h: UdpHandle) -> Result<&mut UdpSocket, UdpError> {
+    pub(crate) fn get_mut(&mut self, h: UdpHandle) -> Result<&mut UdpSocket<A>, UdpError> {
         self.slots
-            .get_mut(h.index as usize)
+            .get_mut(Self::slot_index(h)?)
             .filter(|s| s.generation == h.generation)
             .and_then(|s| s.socket.as_mut())
             .ok_or(UdpError::InvalidHandle)
@@ -157,12 +217,12 @@ impl UdpTable {
 
     /// Bind `local` (`port == 0` = pick an ephemeral port). The address must
     /// be unspecified or `our_addr` (checked by the caller).
-    pub(crate) fn bind(&mut self, local: SocketAddrV4) -> Result<UdpHandle, BindError> {
+    pub(crate) fn bind(&mut self, local: A) -> Result<UdpHandle, BindError> {
         if self.by_port.len() >= self.max_sockets {
             return Err(BindError::Exhausted);
         }
         let port = if local.port() == 0 {
-            self.pick_ephemeral(*local.ip())?
+            self.pick_ephemeral(&local)?
         } else if self.by_port.contains_key(&local.port()) {
             // One address per interface: any two binds of a port conflict
             // (no SO_REUSEADDR/SO_REUSEPORT semantics).
@@ -171,7 +231,7 @@ impl UdpTable {
             local.port()
         };
         let socket = UdpSocket {
-            local: SocketAddrV4::new(*local.ip(), port),
+            local: local.with_port(port),
             remote: None,
             rx_data: VecDeque::new(),
             rx_meta: VecDeque::new(),
@@ -181,7 +241,10 @@ impl UdpTable {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                let i = u32::try_from(self.slots.len()).map_err(|_| BindError::Exhausted)?;
+                let i = u32::try_from(self.slots.len())
+                    .ok()
+                    .filter(|i| i & (1 << 31) == 0)
+                    .ok_or(BindError::Exhausted)?;
                 self.slots.push(Slot {
                     generation: 0,
                     socket: None,
@@ -195,16 +258,16 @@ impl UdpTable {
         slot.socket = Some(socket);
         self.by_port.insert(port, index);
         Ok(UdpHandle {
-            index,
+            index: index | A::HANDLE_TAG,
             generation: slot.generation,
         })
     }
 
     /// RFC 6056 algorithm 3-like: start at a keyed hash of the local address
     /// plus a moving counter, probe sequentially for a free port.
-    fn pick_ephemeral(&mut self, local: Ipv4Addr) -> Result<u16, BindError> {
+    fn pick_ephemeral(&mut self, local: &A) -> Result<u16, BindError> {
         let n = u32::from(EPHEMERAL_LAST - EPHEMERAL_FIRST) + 1;
-        let offset = keyed_hash(&self.secret, 0x7564_7000, &local.octets()) as u32;
+        let offset = keyed_hash(&self.secret, 0x7564_7000, &local.ip_bytes()) as u32;
         for i in 0..n {
             let p = EPHEMERAL_FIRST as u32
                 + (offset.wrapping_add(self.next_ephemeral).wrapping_add(i) % n);
@@ -218,7 +281,10 @@ impl UdpTable {
     }
 
     pub(crate) fn close(&mut self, h: UdpHandle) {
-        let Some(slot) = self.slots.get_mut(h.index as usize) else {
+        let Ok(i) = Self::slot_index(h) else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(i) else {
             return;
         };
         if slot.generation != h.generation {
@@ -227,7 +293,7 @@ impl UdpTable {
         if let Some(s) = slot.socket.take() {
             self.by_port.remove(&s.local.port());
             slot.generation = slot.generation.wrapping_add(1);
-            self.free.push(h.index);
+            self.free.push(i as u32);
         }
     }
 
@@ -235,15 +301,15 @@ impl UdpTable {
     /// (`broadcast` = dst was a broadcast address).
     pub(crate) fn lookup_mut(
         &mut self,
-        src: SocketAddrV4,
+        src: A,
         dst_port: u16,
         broadcast: bool,
-    ) -> Option<&mut UdpSocket> {
+    ) -> Option<&mut UdpSocket<A>> {
         let idx = *self.by_port.get(&dst_port)?;
         let s = self.slots.get_mut(idx as usize)?.socket.as_mut()?;
         // A connected socket only accepts its peer; a socket bound to our
         // unicast address does not see broadcasts (Linux behaviour).
-        if s.remote.is_some_and(|r| r != src) || (broadcast && !s.local.ip().is_unspecified()) {
+        if s.remote.is_some_and(|r| r != src) || (broadcast && !s.local.ip_is_unspecified()) {
             return None;
         }
         Some(s)
@@ -253,8 +319,8 @@ impl UdpTable {
     pub(crate) fn lookup_connected_mut(
         &mut self,
         local_port: u16,
-        remote: SocketAddrV4,
-    ) -> Option<&mut UdpSocket> {
+        remote: A,
+    ) -> Option<&mut UdpSocket<A>> {
         let idx = *self.by_port.get(&local_port)?;
         let s = self.slots.get_mut(idx as usize)?.socket.as_mut()?;
         (s.remote == Some(remote)).then_some(s)
@@ -265,13 +331,8 @@ impl UdpTable {
     }
 }
 
-impl UdpSocket {
-    pub(crate) fn deliver(
-        &mut self,
-        from: SocketAddrV4,
-        data: &[u8],
-        limits: (usize, usize),
-    ) -> Deliver {
+impl<A: UdpAddr> UdpSocket<A> {
+    pub(crate) fn deliver(&mut self, from: A, data: &[u8], limits: (usize, usize)) -> Deliver {
         let (bytes, datagrams) = limits;
         if self.rx_meta.len() >= datagrams || self.rx_data.len() + data.len() > bytes {
             return Deliver::QueueFull;
@@ -284,7 +345,7 @@ impl UdpSocket {
     /// Pop one datagram into `buf` (truncated to `buf.len()`, the rest of the
     /// datagram discarded, as `recvfrom` without MSG_TRUNC does). A pending
     /// error is reported first, once.
-    pub(crate) fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, SocketAddrV4), UdpError> {
+    pub(crate) fn recv(&mut self, buf: &mut [u8]) -> Result<(usize, A), UdpError> {
         if let Some(e) = self.pending_error.take() {
             return Err(e);
         }
@@ -298,7 +359,7 @@ impl UdpSocket {
         Ok((n, from))
     }
 
-    pub(crate) fn status(&self) -> UdpStatus {
+    pub(crate) fn status(&self) -> UdpStatus<A> {
         UdpStatus {
             local: self.local,
             remote: self.remote,

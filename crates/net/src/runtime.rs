@@ -230,7 +230,7 @@ impl Interest {
                 s.pending_error.is_some() || !matches!(s.state, State::SynSent | State::SynReceived)
             }),
             Interest::UdpRecv(h) => stack
-                .udp_status(h)
+                .udp_status_addr(h)
                 .map_or(true, |s| s.can_recv || s.pending_error.is_some()),
             Interest::Any => true,
         }
@@ -593,7 +593,7 @@ impl Inner {
                 .stack
                 .tcp_readiness(h)
                 .unwrap_or(Readiness::READABLE | Readiness::CLOSED),
-            SockKey::Udp(h) => match self.stack.udp_status(h) {
+            SockKey::Udp(h) => match self.stack.udp_status_addr(h) {
                 Ok(s) if s.can_recv => Readiness::READABLE | Readiness::WRITABLE,
                 Ok(_) => Readiness::WRITABLE,
                 Err(_) => Readiness::READABLE | Readiness::CLOSED,

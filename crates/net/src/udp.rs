@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ustack_core::{UdpError, UdpHandle};
 
-use crate::error::{v4_addrs, IntoIoError};
+use crate::error::IntoIoError;
 use crate::runtime::{Interest, Net, SockKey, Source, SourceKey};
 
 struct UdpInner {
@@ -59,11 +59,13 @@ fn set(m: &Mutex<Option<Duration>>, d: Option<Duration>) -> io::Result<()> {
 }
 
 impl UdpSocket {
-    /// Bind to `addr` (port 0 = ephemeral).
+    /// Bind to `addr` (port 0 = ephemeral), IPv4 or IPv6 (one socket per
+    /// family: an IPv6 socket does not see IPv4 traffic, as with
+    /// `IPV6_V6ONLY`).
     pub fn bind(net: &Net, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
         let mut last = None;
-        for a in v4_addrs(addr)? {
-            match net.shared().op(|s, _, _| s.udp_bind(a)) {
+        for a in addr.to_socket_addrs()? {
+            match net.shared().op(|s, _, _| s.udp_bind_addr(a)) {
                 Ok(handle) => {
                     return Ok(UdpSocket {
                         inner: Arc::new(UdpInner {
@@ -86,18 +88,33 @@ impl UdpSocket {
         self.inner.handle
     }
 
-    /// Send one datagram to `addr` (the first IPv4 address it resolves to).
+    /// The first address `addr` resolves to in the socket's family.
+    fn resolve(&self, addr: impl ToSocketAddrs) -> io::Result<SocketAddr> {
+        let v6 = self.local_addr()?.is_ipv6();
+        addr.to_socket_addrs()?
+            .find(|a| a.is_ipv6() == v6)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    if v6 {
+                        "no IPv6 address to use"
+                    } else {
+                        "no IPv4 address to use"
+                    },
+                )
+            })
+    }
+
+    /// Send one datagram to `addr` (the first address of the socket's
+    /// family it resolves to).
     pub fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
-        let dst = v4_addrs(addr)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        self.send_with(|s, now, h, _tx| s.udp_send_to(now, h, buf, dst))
+        let dst = self.resolve(addr)?;
+        self.send_with(|s, now, h, _tx| s.udp_send_to_addr(now, h, buf, dst))
     }
 
     /// Send one datagram to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        self.send_with(|s, now, h, _tx| s.udp_send(now, h, buf))
+        self.send_with(|s, now, h, _tx| s.udp_send_addr(now, h, buf))
     }
 
     fn send_with(
@@ -137,8 +154,8 @@ impl UdpSocket {
             nonblocking,
             timeout,
             io::ErrorKind::WouldBlock,
-            |g, _| match g.stack.udp_recv_from(h, buf) {
-                Ok((n, from)) => Poll::Ready(Ok((n, SocketAddr::V4(from)))),
+            |g, _| match g.stack.udp_recv_from_addr(h, buf) {
+                Ok((n, from)) => Poll::Ready(Ok((n, from))),
                 Err(UdpError::WouldBlock) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e.into_io())),
             },
@@ -152,37 +169,33 @@ impl UdpSocket {
 
     /// Set the default destination and only accept datagrams from it.
     pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
-        let dst = v4_addrs(addr)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let dst = self.resolve(addr)?;
         let h = self.inner.handle;
         self.inner
             .net
             .shared()
-            .op(|s, _, _| s.udp_connect(h, dst))
+            .op(|s, _, _| s.udp_connect_addr(h, dst))
             .map_err(|e| e.into_io())
     }
 
-    fn status(&self) -> io::Result<ustack_core::UdpStatus> {
+    fn status(&self) -> io::Result<ustack_core::UdpStatus<SocketAddr>> {
         let h = self.inner.handle;
         self.inner
             .net
             .shared()
-            .op(|s, _, _| s.udp_status(h))
+            .op(|s, _, _| s.udp_status_addr(h))
             .map_err(|e| e.into_io())
     }
 
     /// The local address (with the real port if bound to 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.status()?.local))
+        Ok(self.status()?.local)
     }
 
     /// The connected peer; `NotConnected` if not connected.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.status()?
             .remote
-            .map(SocketAddr::V4)
             .ok_or_else(|| io::ErrorKind::NotConnected.into())
     }
 
