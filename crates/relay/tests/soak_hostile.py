@@ -5,7 +5,8 @@
 # MSS. Floods only while the file CTL/on exists; ends when CTL/stop exists.
 # Writes its progress (packets sent per class, the phase reached) to PROGRESS.
 #
-# argv: CTL PROGRESS CLOSED_TCP_PORTS TARPIT_PORT BLASTER_PORT UDP_PORTS SEED
+# argv: CTL PROGRESS CLOSED_TCP_PORTS TARPIT_PORT BLASTER_PORT UDP_PORTS SEED PPS
+# (the flood's pace once set up, packets per second).
 import json, os, random, socket, struct, sys, time
 
 ctl, progress = sys.argv[1], sys.argv[2]
@@ -14,6 +15,7 @@ tarpit = int(sys.argv[4])
 blaster = int(sys.argv[5])
 udp_ports = [int(p) for p in sys.argv[6].split(",")]
 rnd = random.Random(int(sys.argv[7]))
+pps = float(sys.argv[8])
 ON, STOP = os.path.join(ctl, "on"), os.path.join(ctl, "stop")
 
 ME, GW = "10.0.2.15", "10.0.2.2"
@@ -21,6 +23,8 @@ me_b, gw_b = socket.inet_aton(ME), socket.inet_aton(GW)
 GW_MAC = bytes.fromhex("52550a000202")
 counts = {}
 phase = "start"
+# Time spent flooding (CTL/on present) and the frames sent meanwhile.
+flood = {"secs": 0.0, "frames": 0}
 
 
 def count(k, n=1):
@@ -30,7 +34,7 @@ def count(k, n=1):
 def report():
     tmp = progress + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"phase": phase, "counts": counts}, f)
+        json.dump({"phase": phase, "counts": counts, "flood": flood}, f)
     os.replace(tmp, progress)
 
 
@@ -276,15 +280,26 @@ icmp_flood(200)
 phase = "flood"
 report()
 
-# Then everything, as fast as it goes, while CTL/on exists.
+# Then everything, paced to `pps`, while CTL/on exists.
+def sent():
+    return sum(v for k, v in counts.items() if not k.startswith("hold"))
+
+
 last = time.monotonic()
 while wait_on():
+    t0, n0 = time.monotonic(), sent()
     garbage()
     fragments()
     for _ in range(64):
         syn_to(rnd.choice(closed + [tarpit, blaster]), opts=MSS1)
     udp_flood(64)
     icmp_flood(16)
+    n = sent() - n0
+    rest = n / pps - (time.monotonic() - t0)
+    if rest > 0:
+        time.sleep(rest)
+    flood["secs"] += time.monotonic() - t0
+    flood["frames"] += n
     if time.monotonic() - last > 0.5:
         report()
         last = time.monotonic()
