@@ -330,6 +330,39 @@ fn too_many_fragments_drop_the_datagram() {
     assert_eq!(n.b.counters().ip.ReasmFails, 1);
 }
 
+/// Issue 16's soak found datagrams with malformed IPv4 options delivered
+/// and counted nowhere. Linux's `ip_options_compile` drops them and counts
+/// `InHdrErrors`; so do we. Well-formed options are still skipped.
+#[test]
+fn malformed_ipv4_options_are_counted_and_dropped() {
+    let mut n = warmed();
+    let good = ip_frame(&ip_repr(IpProtocol::Icmp, 1, 0, false), &echo_request(10));
+    let with_options = |opts: &[u8]| -> Vec<u8> {
+        assert_eq!(opts.len() % 4, 0);
+        let mut f = good[..14 + 20].to_vec();
+        f.extend_from_slice(opts);
+        f.extend_from_slice(&good[14 + 20..]);
+        f[14] = 0x45 + (opts.len() / 4) as u8;
+        let tl = u16::from_be_bytes([f[16], f[17]]) + opts.len() as u16;
+        f[16..18].copy_from_slice(&tl.to_be_bytes());
+        f[24..26].fill(0);
+        let c = ustack_wire::checksum::checksum(&f[14..14 + 20 + opts.len()]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        f
+    };
+    let echos = n.b.counters().icmp.InEchos;
+    let hdr = n.b.counters().ip.InHdrErrors;
+    n.inject_to_b(&with_options(&[0x44, 0, 0, 0])); // length 0
+    n.inject_to_b(&with_options(&[7, 0x27, 4, 0])); // past the header
+    n.inject_to_b(&with_options(&[0x83, 7, 2, 0, 0, 0, 0, 0])); // pointer 2
+    assert_eq!(n.b.counters().ip.InHdrErrors, hdr + 3);
+    assert_eq!(n.b.counters().icmp.InEchos, echos, "none delivered");
+    n.inject_to_b(&with_options(&[1, 1, 1, 0])); // NOPs, EOL
+    n.inject_to_b(&with_options(&[7, 7, 4, 0, 0, 0, 0, 0])); // Record Route
+    assert_eq!(n.b.counters().ip.InHdrErrors, hdr + 3);
+    assert_eq!(n.b.counters().icmp.InEchos, echos + 2, "both delivered");
+}
+
 #[test]
 fn malformed_frames_are_counted_and_dropped() {
     let mut n = warmed();

@@ -303,13 +303,27 @@ pub fn run_with<G: GuestStack>(
     run_report_with(args, make_guest).map(|r| r.code)
 }
 
-/// What one `ustack run` did: the command's exit code and the relay's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What one `ustack run` did: the command's exit code and the relay's and
+/// the guest-side engine's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunReport {
     /// The command's exit code (signal N → 128+N; 127 not found, 126 not executable).
     pub code: i32,
     /// The relay's counters at exit (what `--stats` prints).
     pub stats: Stats,
+    /// The guest-side engine's counters at exit, by `nstat` name
+    /// (`IpInCsumErrors`, ...), as `ustack nstat` shows them.
+    pub engine: Vec<(String, u64)>,
+}
+
+impl RunReport {
+    /// One engine counter by `nstat` name (0 if the engine has no such counter).
+    pub fn engine_counter(&self, name: &str) -> u64 {
+        self.engine
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, v)| *v)
+    }
 }
 
 /// `ustack run` with the default engine, returning the counters too.
@@ -413,6 +427,7 @@ fn run_report_inner<G: GuestStack>(
             return Ok(RunReport {
                 code: 127,
                 stats: *relay.stats(),
+                engine: relay.guest().ctl_counters(),
             });
         }
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
@@ -420,6 +435,7 @@ fn run_report_inner<G: GuestStack>(
             return Ok(RunReport {
                 code: 126,
                 stats: *relay.stats(),
+                engine: relay.guest().ctl_counters(),
             });
         }
         Err(e) => return Err(e).context("ustack run: cannot start the command"),
@@ -435,6 +451,7 @@ fn run_report_inner<G: GuestStack>(
     drop(control);
     relay.shutdown();
     let stats = *relay.stats();
+    let engine = relay.guest().ctl_counters();
     if args.relay.stats {
         eprint!("{stats}");
     }
@@ -444,7 +461,11 @@ fn run_report_inner<G: GuestStack>(
     if let Err(e) = served {
         bail!("ustack run: relay failed: {e}");
     }
-    Ok(RunReport { code, stats })
+    Ok(RunReport {
+        code,
+        stats,
+        engine,
+    })
 }
 
 /// The operator's side of a relay: the control endpoint (crates/ctl) under

@@ -309,6 +309,45 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 }
 
+/// Check the options area of an IPv4 header, as Linux's
+/// `ip_options_compile` does before it accepts a datagram (a failure there
+/// is counted in `InHdrErrors` and the datagram dropped). RFC 791 3.1: an
+/// option is "a single octet of option-type" (End of Option List, 0, after
+/// which the rest is padding; No Operation, 1) or "an option-type octet, an
+/// option-length octet, and the actual option-data octets", the length
+/// counting all three. So a length below 2 or running past the header is
+/// malformed; so is a Record Route or source route without room for its
+/// pointer or with a pointer below 4 ("the smallest legal value is 4"), and
+/// a Timestamp shorter than 4 octets or with a pointer below 5.
+pub fn check_options(opts: &[u8]) -> Result<()> {
+    let mut i = 0;
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            0 => return Ok(()),
+            1 => i += 1,
+            _ => {
+                let len = usize::from(*opts.get(i + 1).ok_or(Error::Malformed)?);
+                if len < 2 || len > opts.len() - i {
+                    return Err(Error::Malformed);
+                }
+                let ptr = opts.get(i + 2).copied().unwrap_or(0);
+                let bad = match kind {
+                    // Record Route, Loose and Strict Source Route.
+                    0x07 | 0x83 | 0x89 => len < 3 || ptr < 4,
+                    // Internet Timestamp.
+                    0x44 => len < 4 || ptr < 5,
+                    _ => false,
+                };
+                if bad {
+                    return Err(Error::Malformed);
+                }
+                i += len;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The decoded IPv4 header (options dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv4Repr {
@@ -332,7 +371,8 @@ impl Ipv4Repr {
     /// Rejects: version != 4 (`Malformed`), a bad checksum when asked to
     /// verify (`Checksum`), and a fragment reaching beyond 65535 bytes
     /// (`Malformed`; RFC 791 limits a datagram to 65535 octets, the classic
-    /// "ping of death" violates it). Options are skipped.
+    /// "ping of death" violates it), and malformed options (`Malformed`, see
+    /// [`check_options`]). Well-formed options are skipped.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(
         packet: &Ipv4Packet<&T>,
         verify_checksum: bool,
@@ -348,6 +388,7 @@ impl Ipv4Repr {
         if usize::from(packet.frag_offset()) + payload_len > IPV4_MAX_PACKET_LEN {
             return Err(Error::Malformed);
         }
+        check_options(packet.options())?;
         Ok(Self::from_header(packet, payload_len))
     }
 
@@ -629,6 +670,52 @@ mod tests {
         b[2..4].copy_from_slice(&27u16.to_be_bytes());
         let p = Ipv4Packet::new_checked(&b[..]).unwrap();
         assert!(Ipv4Repr::parse(&p, false).is_ok());
+    }
+
+    #[test]
+    fn malformed_options_are_refused() {
+        // Well-formed: nothing, NOPs, EOL then padding, Record Route with
+        // pointer 4, Timestamp with pointer 5, Router Alert, an unknown one.
+        for ok in [
+            &[][..],
+            &[1, 1, 1, 1],
+            &[0, 0xff, 0xff, 0xff],
+            &[7, 7, 4, 0, 0, 0, 0, 0],
+            &[0x44, 4, 5, 0],
+            &[0x94, 4, 0, 0],
+            &[0x9e, 2, 1, 0],
+        ] {
+            assert_eq!(check_options(ok), Ok(()), "{ok:?}");
+        }
+        for bad in [
+            &[7][..],                     // no length octet
+            &[7, 0, 4, 0],                // length 0
+            &[0x94, 1, 0, 0],             // length 1
+            &[7, 0x27, 4, 0],             // length past the header
+            &[1, 1, 0x83, 3, 3, 0],       // source route pointer below 4
+            &[0x89, 2, 0, 0],             // source route without a pointer
+            &[0x44, 3, 5, 0],             // timestamp shorter than 4
+            &[0x44, 8, 4, 0, 0, 0, 0, 0], // timestamp pointer below 5
+        ] {
+            assert_eq!(check_options(bad), Err(Error::Malformed), "{bad:?}");
+        }
+        // Through `Ipv4Repr::parse`: a 24-byte header with a zero-length option.
+        let mut b = [0u8; 24];
+        b[0] = 0x46;
+        b[3] = 24;
+        b[8] = 64;
+        b[9] = 17;
+        b[20..24].copy_from_slice(&[0x44, 0, 0, 0]);
+        let c = crate::checksum::checksum(&b);
+        b[10..12].copy_from_slice(&c.to_be_bytes());
+        let p = Ipv4Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(Ipv4Repr::parse(&p, true), Err(Error::Malformed));
+        b[20..24].copy_from_slice(&[0x44, 4, 5, 0]);
+        b[10..12].fill(0);
+        let c = crate::checksum::checksum(&b);
+        b[10..12].copy_from_slice(&c.to_be_bytes());
+        let p = Ipv4Packet::new_checked(&b[..]).unwrap();
+        assert!(Ipv4Repr::parse(&p, true).is_ok());
     }
 
     #[test]
