@@ -83,7 +83,7 @@ enum Nud {
     Probe { sent: u8, next: Instant },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Entry {
     /// Waiting for a reply; `queue` holds whole Ethernet frames whose
     /// destination MAC is filled in on resolution.
@@ -116,7 +116,7 @@ pub(crate) enum Lookup {
     Missing,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ArpCache {
     limits: ArpLimits,
     entries: HashMap<Ipv4Addr, Entry, KeyedState>,

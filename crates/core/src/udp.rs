@@ -33,7 +33,7 @@ pub struct UdpStatus {
     pub recv_datagrams: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct UdpSocket {
     pub local: SocketAddrV4,
     pub remote: Option<SocketAddrV4>,
@@ -44,7 +44,7 @@ pub(crate) struct UdpSocket {
     ev_queued: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Slot {
     generation: u32,
     socket: Option<UdpSocket>,
@@ -56,7 +56,7 @@ pub(crate) enum Deliver {
     QueueFull,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct UdpTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
