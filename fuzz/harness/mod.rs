@@ -1,11 +1,17 @@
 //! Bodies of the fuzz targets, shared by the libFuzzer binaries in
 //! `fuzz/fuzz_targets/` and by the stable-toolchain corpus replay test
 //! `crates/sim/tests/fuzz_corpus_replay.rs` (both include this directory with
-//! `#[path = ...] mod harness;`). Only `ustack-wire` and `ustack-core` may be
-//! used here: the replay test has no libFuzzer.
+//! `#[path = ...] mod harness;`). No libFuzzer here: the replay test runs
+//! on stable without it. `parsers`, `stack` and `tcp_conn` use only
+//! `ustack-wire` and `ustack-core`; `control` also uses the host-side crates
+//! whose input it fuzzes (`ustack-ctl`, `ustack-socket`, `ustack-relay`,
+//! `ustack-ipc`) and `serde_json`; each of those is a dependency of the
+//! fuzz crate and a dev-dependency of `ustack-sim` (the replay test).
 
+pub mod control;
 pub mod parsers;
 pub mod stack;
+pub mod tcp_conn;
 
 /// A target body: one fuzz input in, a panic on a violated invariant.
 pub type Body = fn(&[u8]);
@@ -20,4 +26,8 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("tcp", parsers::tcp),
     ("virtio_net", parsers::virtio_net),
     ("stack_receive", stack::run),
+    ("tcp_conn", tcp_conn::run),
+    ("ctl_request", control::ctl_request),
+    ("relay_config", control::relay_config),
+    ("ipc_domain", control::ipc_domain),
 ];
