@@ -20,7 +20,9 @@
 # New inputs go to a scratch corpus ($FUZZ_SCRATCH/<target>, default
 # /tmp/ustack-fuzz), never into fuzz/corpus/ (fold them in by hand, see
 # fuzz/README.md). Each run appends one line per target to fuzz/runs.tsv
-# (date, target, seconds, executions, exec/s, cov, ft, peak RSS MB, result)
+# (date, target, seconds, executions, exec/s, exec per CPU second, cov, ft,
+# peak RSS MB, result; exec per CPU second is executions / (user + system
+# time): what one core gives when others share the machine)
 # and the script ends with the totals per target over every run recorded.
 # A crash leaves its input in fuzz/artifacts/<target>/ and makes the exit
 # status 1 (the other targets still run).
@@ -83,17 +85,18 @@ done
 [ ${#deep[@]} -gt 0 ] && build deep "${deep[@]}"
 [ ${#parse[@]} -gt 0 ] && build parse "${parse[@]}"
 
-[ -f runs.tsv ] || printf 'date\ttarget\tseconds\texecs\texec_per_s\tcov\tft\tpeak_rss_mb\tresult\n' >runs.tsv
+[ -f runs.tsv ] || printf 'date\ttarget\tseconds\texecs\texec_per_s\texec_per_cpu_s\tcov\tft\tpeak_rss_mb\tresult\n' >runs.tsv
 status=0
-printf '%-16s %8s %12s %9s %7s %8s %8s %s\n' target seconds execs exec/s cov ft rss_mb result
+printf '%-16s %7s %12s %8s %9s %6s %7s %6s %s\n' target seconds execs exec/s exec/cpu-s cov ft rss_mb result
 for t in "${targets[@]}"; do
     secs=$((budget * $(weight "$t") / total_w))
     [ "$secs" -lt 1 ] && secs=1
     bin="target/$(flavour "$t")/$triple/release/$t"
     mkdir -p "$scratch/$t" "artifacts/$t"
     log=$(mktemp)
+    cpu=$(mktemp)
     result=ok
-    if ! "$bin" "$scratch/$t" "corpus/$t" -max_total_time="$secs" -max_len="$(max_len "$t")" \
+    if ! /usr/bin/time -f '%U %S' -o "$cpu" "$bin" "$scratch/$t" "corpus/$t" -max_total_time="$secs" -max_len="$(max_len "$t")" \
         -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/" >"$log" 2>&1; then
         result=crash
@@ -106,16 +109,17 @@ for t in "${targets[@]}"; do
     last=$(grep -E '^#[0-9]+' "$log" | grep -E 'cov: ' | tail -1 || true)
     cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
-    rm -f "$log"
-    printf '%-16s %8s %12s %9s %7s %8s %8s %s\n' "$t" "$secs" "${execs:-?}" "${eps:-?}" \
-        "${cov:-?}" "${ft:-?}" "${rss:-?}" "$result"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$secs" \
-        "${execs:-0}" "${eps:-0}" "${cov:-0}" "${ft:-0}" "${rss:-0}" "$result" >>runs.tsv
+    epc=$(awk -v e="${execs:-0}" 'NR == 1 { c = $1 + $2; printf "%d", c > 0 ? e / c : 0 }' "$cpu")
+    rm -f "$log" "$cpu"
+    printf '%-16s %7s %12s %8s %9s %6s %7s %6s %s\n' "$t" "$secs" "${execs:-?}" "${eps:-?}" \
+        "${epc:-?}" "${cov:-?}" "${ft:-?}" "${rss:-?}" "$result"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$secs" \
+        "${execs:-0}" "${eps:-0}" "${epc:-0}" "${cov:-0}" "${ft:-0}" "${rss:-0}" "$result" >>runs.tsv
 done
 
 echo
 echo "totals over every run in fuzz/runs.tsv:"
 printf '%-16s %10s %14s %8s\n' target seconds executions crashes
-awk -F'\t' 'NR > 1 { s[$2] += $3; e[$2] += $4; if ($9 != "ok") c[$2] += 1 }
+awk -F'\t' 'NR > 1 { s[$2] += $3; e[$2] += $4; if ($NF != "ok") c[$2] += 1 }
     END { for (t in s) printf "%-16s %10d %14d %8d\n", t, s[t], e[t], c[t] }' runs.tsv | sort
 exit $status
