@@ -250,7 +250,19 @@ fn check_vnet(f: &[u8], mtu: usize) -> Emitted {
     match v.gso {
         Gso::None => check(&frame, mtu),
         Gso::TcpV4 { size, ecn } => {
-            assert!(!ecn, "emitted GSO with ECN");
+            // GSO_ECN marks a super-frame whose TCP header has CWR (set on
+            // the first segment only when it is cut, Linux's
+            // SKB_GSO_TCP_ECN); never one without.
+            let cwr = frame
+                .get(ETHERNET_HEADER_LEN..)
+                .and_then(|ip| Ipv4Packet::new_checked(ip).ok())
+                .and_then(|ip| {
+                    let hl = ip.header_len();
+                    ip.into_inner().get(hl..).map(|t| t.get(13).copied())
+                })
+                .flatten()
+                .is_some_and(|f| f & flags::CWR != 0);
+            assert_eq!(ecn, cwr, "emitted GSO_ECN {ecn} with TCP CWR {cwr}");
             assert!(
                 matches!(v.csum, Csum::Partial { .. }),
                 "emitted GSO without a partial checksum"
