@@ -109,7 +109,7 @@ for t in "${targets[@]}"; do
     last=$(grep -E '^#[0-9]+' "$log" | grep -E 'cov: ' | tail -1 || true)
     cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
-    epc=$(awk -v e="${execs:-0}" 'NR == 1 { c = $1 + $2; printf "%d", c > 0 ? e / c : 0 }' "$cpu")
+    epc=$(awk -v e="${execs:-0}" 'NR == 1 { c = $1 + $2; printf "%d", (c > 0 ? e / c : 0) }' "$cpu")
     rm -f "$log" "$cpu"
     printf '%-16s %7s %12s %8s %9s %6s %7s %6s %s\n' "$t" "$secs" "${execs:-?}" "${eps:-?}" \
         "${epc:-?}" "${cov:-?}" "${ft:-?}" "${rss:-?}" "$result"
