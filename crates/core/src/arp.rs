@@ -84,7 +84,7 @@ enum Nud {
     Probe { sent: u8, next: Instant },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Entry {
     /// Waiting for a reply; `queue` holds whole Ethernet frames whose
     /// destination MAC is filled in on resolution.
@@ -117,7 +117,7 @@ pub(crate) enum Lookup {
     Missing,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ArpCache<A = Ipv4Addr> {
     limits: ArpLimits,
     entries: HashMap<A, Entry, KeyedState>,

@@ -46,7 +46,7 @@ struct Key {
     ident: u16,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Datagram {
     deadline: Instant,
     buf: Vec<u8>,
@@ -84,7 +84,7 @@ pub(crate) struct Expired {
     pub data_len: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Reassembler {
     limits: ReasmLimits,
     table: HashMap<Key, Datagram, KeyedState>,

@@ -174,6 +174,7 @@ impl LinkOffload {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Iface {
     pub mac: MacAddr,
     pub cidr: Ipv4Cidr,

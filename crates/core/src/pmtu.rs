@@ -35,6 +35,7 @@ struct Entry {
     until: Instant,
 }
 
+#[derive(Clone)]
 pub(crate) struct PmtuCache {
     map: HashMap<Ipv4Addr, Entry, KeyedState>,
     /// `(until, dst)` in the order entries were (re)written; `until` only

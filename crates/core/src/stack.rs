@@ -121,6 +121,13 @@ enum IcmpErr {
 }
 
 /// The sans-IO network stack.
+///
+/// `Clone` makes an independent copy of the whole state (sockets, buffers,
+/// timers, caches, counters, the random generator): fed the same calls, a
+/// clone emits the same frames as the original. A test harness can set a
+/// stack up once and clone it per run instead of building it again (the
+/// fuzz targets do; `tests/stack_clone.rs`).
+#[derive(Clone)]
 pub struct Stack {
     pub(crate) config: Config,
     pub(crate) counters: Counters,
@@ -1109,7 +1116,7 @@ impl Stack {
 
 /// Frames produced outside `poll` (socket calls have no `tx`), kept in pooled
 /// buffers so steady-state sending does not allocate.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct TxQueue {
     frames: VecDeque<Vec<u8>>,
     pool: Vec<Vec<u8>>,

@@ -201,6 +201,7 @@ enum Owner {
     Released,
 }
 
+#[derive(Clone)]
 struct Listener {
     local: SocketAddrV4,
     backlog: usize,
@@ -217,6 +218,7 @@ struct Listener {
     last_cookie_at: Option<Instant>,
 }
 
+#[derive(Clone)]
 struct Conn {
     conn: Connection,
     local: SocketAddrV4,
@@ -292,11 +294,13 @@ fn file(
     }
 }
 
+#[derive(Clone)]
 enum Sock {
     Listener(Listener),
     Conn(Box<Conn>),
 }
 
+#[derive(Clone)]
 struct Slot {
     generation: u32,
     sock: Option<Sock>,
@@ -315,6 +319,7 @@ pub(crate) enum Demux {
     Dropped,
 }
 
+#[derive(Clone)]
 pub(crate) struct TcpTable {
     slots: Vec<Slot>,
     free: Vec<u32>,

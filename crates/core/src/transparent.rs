@@ -123,6 +123,7 @@ pub struct TransparentCounters {
     pub udp_dropped: u64,
 }
 
+#[derive(Clone)]
 struct Held {
     local: SocketAddrV4,
     remote: SocketAddrV4,
@@ -130,6 +131,7 @@ struct Held {
 }
 
 /// Datagrams in one byte ring plus metadata (no allocation per datagram).
+#[derive(Clone)]
 struct DgramQueue<M> {
     data: VecDeque<u8>,
     meta: VecDeque<(usize, M)>,
@@ -181,6 +183,7 @@ impl<M> DgramQueue<M> {
 }
 
 /// Transparent-mode state owned by the `Stack`.
+#[derive(Clone)]
 pub(crate) struct Transparent {
     cfg: TransparentConfig,
     held: HashMap<u64, Held, KeyedState>,

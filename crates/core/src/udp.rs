@@ -79,7 +79,7 @@ pub struct UdpStatus<A = SocketAddrV4> {
     pub recv_datagrams: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct UdpSocket<A = SocketAddrV4> {
     pub local: A,
     pub remote: Option<A>,
@@ -90,7 +90,7 @@ pub(crate) struct UdpSocket<A = SocketAddrV4> {
     ev_queued: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Slot<A> {
     generation: u32,
     socket: Option<UdpSocket<A>>,
@@ -102,7 +102,7 @@ pub(crate) enum Deliver {
     QueueFull,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct UdpTable<A = SocketAddrV4> {
     slots: Vec<Slot<A>>,
     free: Vec<u32>,

@@ -15,7 +15,7 @@ use crate::time::{Duration, Instant};
 
 /// Send sequence space (RFC 9293 3.3.1) and the send buffer. `max` is the
 /// highest sequence number sent; `nxt` rewinds to SND.UNA on timeout.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Snd {
     pub(super) iss: SeqNum,
     pub(super) una: SeqNum,
@@ -33,7 +33,7 @@ pub(super) struct Snd {
 }
 
 /// Congestion control and how much of cwnd was used.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Cong {
     pub(super) cc: Box<dyn CongestionControl>,
     /// Was cwnd the limit on sending in the current window of data

@@ -183,6 +183,15 @@ pub trait CongestionControl: Debug + Send {
     /// switches algorithms (as Linux's `TCP_CONGESTION` keeps `snd_cwnd`
     /// and `snd_ssthresh`).
     fn set_window(&mut self, cwnd: usize, ssthresh: usize);
+    /// A boxed copy of this controller (for [`Clone`] of a connection, and so
+    /// of a whole `Stack`).
+    fn clone_box(&self) -> Box<dyn CongestionControl>;
+}
+
+impl Clone for Box<dyn CongestionControl> {
+    fn clone(&self) -> Self {
+        self.clone_box()
+    }
 }
 
 /// NewReno.
@@ -286,6 +295,10 @@ impl CongestionControl for NewReno {
         self.cwnd = cwnd.max(1);
         self.ssthresh = ssthresh.max(1);
         self.ca_acked = 0;
+    }
+
+    fn clone_box(&self) -> Box<dyn CongestionControl> {
+        Box::new(self.clone())
     }
 }
 

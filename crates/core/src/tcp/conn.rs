@@ -139,7 +139,7 @@ pub struct TcpConnInfo {
 /// each group mostly worked on by one file of this module; data that means
 /// something only in some states lives in those states (`Phase`) or in the
 /// loss recovery episode (`Recovery`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Connection {
     pub(super) cfg: Params,
     /// The state and the data only some states have.
@@ -430,7 +430,7 @@ impl Params {
 }
 
 /// Options negotiated in the handshake, and what they carry.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Negotiated {
     pub(super) adv_mss: u16,
     /// The MSS the path allows: the route's at first, lowered by ICMP
@@ -453,7 +453,7 @@ pub(super) struct Negotiated {
 }
 
 /// Application-facing state and settings.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct App {
     pub(super) error: Option<TcpError>,
     /// An ICMP error reported when the connection times out.
@@ -479,7 +479,7 @@ pub(super) struct App {
 }
 
 /// Resets owed.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Rst {
     /// Abort: send <SEQ=SND.NXT><CTL=RST> and close.
     pub(super) pending: bool,
@@ -490,7 +490,7 @@ pub(super) struct Rst {
 }
 
 /// What has been reported to the counters and the neighbour cache.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Report {
     /// ActiveOpens/PassiveOpens was counted.
     pub(super) open_counted: bool,

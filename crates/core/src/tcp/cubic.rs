@@ -497,6 +497,10 @@ impl CongestionControl for Cubic {
         self.ssthresh = ssthresh.max(1);
         self.epoch = None;
     }
+
+    fn clone_box(&self) -> Box<dyn CongestionControl> {
+        Box::new(self.clone())
+    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ pub enum IcmpUnreachable {
 }
 
 /// Receive sequence space and the receive buffer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Rcv {
     pub(super) nxt: SeqNum,
     /// Right edge of the window we advertised.
@@ -46,7 +46,7 @@ pub(super) struct Rcv {
 }
 
 /// ACK generation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct AckState {
     pub(super) now: bool,
     pub(super) delay_at: Option<Instant>,

@@ -97,7 +97,7 @@ pub enum MtuProbing {
 /// Probing state (Linux `icsk_mtup`), once probing is on; MTUs are IP
 /// datagram sizes. Boxed in the connection (`size_of::<Connection>()` is
 /// budgeted and few connections ever probe).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Mtup {
     /// Known to work (Linux `search_low`).
     search_low: usize,

@@ -22,7 +22,7 @@ const MIN_PTO: Duration = Duration::from_millis(10);
 
 /// Retransmission: RTT, the retransmission timer, the scoreboard and loss
 /// detection.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Rtx {
     pub(super) rtt: RttEstimator,
     pub(super) rto_at: Option<Instant>,
@@ -93,7 +93,7 @@ pub(super) struct Undo {
 }
 
 /// Tail loss probe (RFC 8985 7).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Tlp {
     /// The probe timer.
     pub(super) at: Option<Instant>,

@@ -12,7 +12,7 @@ use super::TcpConfig;
 const BUDGET_DOMAIN: u64 = 0x6368_616c_6c65_6e67; // "challeng"
 
 /// State shared by all the connections of one socket table (one stack).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TcpShared {
     /// The stack-wide challenge ACK budget (RFC 5961 7).
     pub(crate) challenge: ChallengeAckLimit,

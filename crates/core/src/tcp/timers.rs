@@ -7,7 +7,7 @@ use super::{KeepAlive, State, TcpCounters, TcpError};
 use crate::time::Instant;
 
 /// Other timers and the idle clock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Timers {
     pub(super) persist_at: Option<Instant>,
     pub(super) persist_backoff: u32,

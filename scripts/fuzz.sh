@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh SECONDS [TARGET...]
+#
+# Run every fuzz target (or the ones named) for a total budget of SECONDS,
+# one after another on one core. The budget is divided by weight:
+# stack_receive counts 3, tcp_conn 2, every other target 1 (with the 12
+# targets of today, `fuzz.sh 1800` gives stack_receive 5 min, tcp_conn 3:20
+# and the others 1:40 each). Needs a nightly toolchain and cargo-fuzz.
+#
+# Builds (fuzz/target/<flavour>/):
+#   deep    stack_receive, tcp_conn: no sanitizer, no trace-compares
+#   parse   every other target: no sanitizer, trace-compares on
+# Why no AddressSanitizer: ustack-wire and ustack-core forbid unsafe code,
+# so ASan cannot find anything there, and it cost stack_receive 5x in speed
+# and 10x in memory. Trace-compares (libFuzzer's CMP feedback) halves
+# stack_receive's speed for little gain, since its generator already builds
+# valid headers; the parsers keep it (they are fast either way). Debug
+# assertions (overflow checks) are on in both builds.
+#
+# New inputs go to a scratch corpus ($FUZZ_SCRATCH/<target>, default
+# /tmp/ustack-fuzz), never into fuzz/corpus/ (fold them in by hand, see
+# fuzz/README.md). Each run appends one line per target to fuzz/runs.tsv
+# (date, target, seconds, executions, exec/s, exec per CPU second, cov, ft,
+# peak RSS MB, result; exec per CPU second is executions / (user + system
+# time): what one core gives when others share the machine)
+# and the script ends with the totals per target over every run recorded.
+# A crash leaves its input in fuzz/artifacts/<target>/ and makes the exit
+# status 1 (the other targets still run).
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+
+if [ $# -lt 1 ] || ! [[ "$1" =~ ^[0-9]+$ ]] || [ "$1" -lt 1 ]; then
+    echo "usage: scripts/fuzz.sh SECONDS [TARGET...]" >&2
+    exit 2
+fi
+budget=$1
+shift
+export CARGO_INCREMENTAL=0
+scratch=${FUZZ_SCRATCH:-/tmp/ustack-fuzz}
+triple=x86_64-unknown-linux-gnu
+
+if [ $# -gt 0 ]; then
+    targets=("$@")
+else
+    mapfile -t targets < <(cargo +nightly fuzz list)
+fi
+
+flavour() {
+    case $1 in
+        stack_receive | tcp_conn) echo deep ;;
+        *) echo parse ;;
+    esac
+}
+weight() {
+    case $1 in
+        stack_receive) echo 3 ;;
+        tcp_conn) echo 2 ;;
+        *) echo 1 ;;
+    esac
+}
+max_len() {
+    case $1 in
+        stack_receive | tcp_conn | ctl_request) echo 4096 ;;
+        *) echo 2048 ;;
+    esac
+}
+
+build() { # flavour target...
+    local f=$1
+    shift
+    local flags=(-s none -a)
+    [ "$f" = deep ] && flags+=(--no-trace-compares)
+    for t in "$@"; do
+        cargo +nightly fuzz build "${flags[@]}" --target-dir "target/$f" "$t" >&2
+    done
+}
+
+total_w=0
+deep=()
+parse=()
+for t in "${targets[@]}"; do
+    total_w=$((total_w + $(weight "$t")))
+    if [ "$(flavour "$t")" = deep ]; then deep+=("$t"); else parse+=("$t"); fi
+done
+[ ${#deep[@]} -gt 0 ] && build deep "${deep[@]}"
+[ ${#parse[@]} -gt 0 ] && build parse "${parse[@]}"
+
+[ -f runs.tsv ] || printf 'date\ttarget\tseconds\texecs\texec_per_s\texec_per_cpu_s\tcov\tft\tpeak_rss_mb\tresult\n' >runs.tsv
+status=0
+printf '%-16s %7s %12s %8s %9s %6s %7s %6s %s\n' target seconds execs exec/s exec/cpu-s cov ft rss_mb result
+for t in "${targets[@]}"; do
+    secs=$((budget * $(weight "$t") / total_w))
+    [ "$secs" -lt 1 ] && secs=1
+    bin="target/$(flavour "$t")/$triple/release/$t"
+    mkdir -p "$scratch/$t" "artifacts/$t"
+    log=$(mktemp)
+    cpu=$(mktemp)
+    result=ok
+    if ! /usr/bin/time -f '%U %S' -o "$cpu" "$bin" "$scratch/$t" "corpus/$t" -max_total_time="$secs" -max_len="$(max_len "$t")" \
+        -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -artifact_prefix="artifacts/$t/" >"$log" 2>&1; then
+        result=crash
+        status=1
+        grep -E "^==|panicked|ERROR|artifact" "$log" | head -5 >&2 || true
+    fi
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+    last=$(grep -E '^#[0-9]+' "$log" | grep -E 'cov: ' | tail -1 || true)
+    cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
+    ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
+    epc=$(awk -v e="${execs:-0}" 'NR == 1 { c = $1 + $2; printf "%d", (c > 0 ? e / c : 0) }' "$cpu")
+    rm -f "$log" "$cpu"
+    printf '%-16s %7s %12s %8s %9s %6s %7s %6s %s\n' "$t" "$secs" "${execs:-?}" "${eps:-?}" \
+        "${epc:-?}" "${cov:-?}" "${ft:-?}" "${rss:-?}" "$result"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" "$secs" \
+        "${execs:-0}" "${eps:-0}" "${epc:-0}" "${cov:-0}" "${ft:-0}" "${rss:-0}" "$result" >>runs.tsv
+done
+
+echo
+echo "totals over every run in fuzz/runs.tsv:"
+printf '%-16s %10s %14s %8s\n' target seconds executions crashes
+awk -F'\t' 'NR > 1 { s[$2] += $3; e[$2] += $4; if ($NF != "ok") c[$2] += 1 }
+    END { for (t in s) printf "%-16s %10d %14d %8d\n", t, s[t], e[t], c[t] }' runs.tsv | sort
+exit $status
