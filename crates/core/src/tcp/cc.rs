@@ -179,6 +179,9 @@ pub trait CongestionControl: Debug + Send {
     fn on_timeout(&mut self, now: Instant, flight: usize, mss: usize, repeated: bool);
     /// Restart after an idle period longer than an RTO (RFC 5681 4.1).
     fn on_idle(&mut self, now: Instant, mss: usize);
+    /// New data goes out with nothing in flight (Linux
+    /// `CA_EVENT_TX_START`); `last_send` is when the connection last sent.
+    fn on_tx_start(&mut self, _now: Instant, _last_send: Instant) {}
     /// Take over another controller's window when a live connection
     /// switches algorithms (as Linux's `TCP_CONGESTION` keeps `snd_cwnd`
     /// and `snd_ssthresh`).
