@@ -174,7 +174,6 @@ impl Connection {
             self.rtx.rack.on_dsack(self.snd.una, self.snd.max);
         }
         let mut newly_lost = false;
-        let mut ended_fast_recovery = false;
         // In the CWR state of an ECN echo (`ecn.rs`) at this ACK.
         let mut no_growth_cwr = self.cwr().is_some();
         // Linux's `seq_rtt_us` (`tcp_clean_rtx_queue`): the send time of
@@ -271,7 +270,6 @@ impl Connection {
                     if !r.in_loss {
                         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
                         self.cong.cc.on_exit_recovery(now, flight, mss);
-                        ended_fast_recovery = true;
                     }
                     self.recovery = None;
                     self.rtx.last_recover = Some(r.recover);
@@ -371,12 +369,12 @@ impl Connection {
         // ACKs already counted, `tcp_newly_delivered`), when it advanced
         // SND.UNA -- or, once reordering beyond DupThresh was seen, also
         // when it only SACKed (`tcp_may_raise_cwnd`). The ACK that ends
-        // fast recovery sets cwnd to ssthresh and no more (Linux counts it
-        // towards CUBIC's next increment, a whole segment away).
+        // fast recovery sets cwnd to ssthresh, then counts as Linux counts
+        // it (the state is Open again when `tcp_cong_control` runs): it
+        // starts CUBIC's next epoch.
         self.stats.delivered = self.stats.delivered.wrapping_add(delivered_segs);
         self.rate_gen(now, delivered_segs, rs);
         if !ack.lt(una_before)
-            && !ended_fast_recovery
             && !no_growth_cwr
             && !ece
             && self.recovery.as_ref().is_none_or(|r| r.in_loss)
