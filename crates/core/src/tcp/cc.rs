@@ -1,5 +1,6 @@
-//! Congestion control behind a trait: CUBIC (RFC 9438, with Linux's
-//! HyStart, in `cubic.rs` and `hystart.rs`), the default, and NewReno
+//! Congestion control behind a trait: CUBIC as Linux's (its HyStart and
+//! its window growth, in `cubic.rs`, `cubic_linux.rs` and `hystart.rs`),
+//! the default, CUBIC per RFC 9438 with RFC 9406's HyStart++, and NewReno
 //! (RFC 5681, RFC 6582), selectable per stack ([`TcpConfig`]) and per
 //! connection ([`Connection::set_congestion_algorithm`]).
 //!
@@ -26,12 +27,14 @@ pub(crate) const INITIAL_SSTHRESH: usize = usize::MAX / 2;
 /// The congestion control algorithms built in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CcAlgorithm {
-    /// CUBIC (RFC 9438) with HyStart as Linux's: Linux's default.
+    /// CUBIC as Linux's `tcp_cubic` (its HyStart, its congestion
+    /// avoidance arithmetic): Linux's default.
     #[default]
     Cubic,
     /// NewReno (RFC 5681 and RFC 6582; Linux's `reno`).
     NewReno,
-    /// CUBIC with RFC 9406's HyStart++ (Conservative Slow Start) ending
+    /// CUBIC as RFC 9438 specifies it (cwnd follows W_cubic and W_est per
+    /// ACK), with RFC 9406's HyStart++ (Conservative Slow Start) ending
     /// the initial slow start instead of Linux's HyStart.
     CubicHyStartPlusPlus,
 }
