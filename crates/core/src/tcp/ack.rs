@@ -174,6 +174,7 @@ impl Connection {
             self.rtx.rack.on_dsack(self.snd.una, self.snd.max);
         }
         let mut newly_lost = false;
+        let mut ended_fast_recovery = false;
         // In the CWR state of an ECN echo (`ecn.rs`) at this ACK.
         let mut no_growth_cwr = self.cwr().is_some();
         // Linux's `seq_rtt_us` (`tcp_clean_rtx_queue`): the send time of
@@ -270,6 +271,7 @@ impl Connection {
                     if !r.in_loss {
                         let flight = self.snd.max.wrapping_sub(self.snd.una) as usize;
                         self.cong.cc.on_exit_recovery(now, flight, mss);
+                        ended_fast_recovery = true;
                     }
                     self.recovery = None;
                     self.rtx.last_recover = Some(r.recover);
@@ -369,9 +371,11 @@ impl Connection {
         // ACKs already counted, `tcp_newly_delivered`), when it advanced
         // SND.UNA -- or, once reordering beyond DupThresh was seen, also
         // when it only SACKed (`tcp_may_raise_cwnd`). The ACK that ends
-        // fast recovery sets cwnd to ssthresh, then counts as Linux counts
-        // it (the state is Open again when `tcp_cong_control` runs): it
-        // starts CUBIC's next epoch.
+        // fast recovery ends the reduction (`on_exit_recovery`), then goes
+        // to the controller marked as such: Linux's CUBIC counts it (the
+        // state is Open again when `tcp_cong_control` runs; it starts the
+        // next epoch), NewReno (RFC 6582's exit) and RFC 9438's CUBIC do
+        // not.
         self.stats.delivered = self.stats.delivered.wrapping_add(delivered_segs);
         self.rate_gen(now, delivered_segs, rs);
         if !ack.lt(una_before)
@@ -391,7 +395,7 @@ impl Connection {
             let may_raise = advanced > 0
                 || (self.rtx.rack.reordering > super::rack::DUP_THRESH as u32 && delivered > 0);
             if may_raise && delivered > 0 {
-                self.grow_cwnd(now, delivered, ack_rtt);
+                self.grow_cwnd(now, delivered, ack_rtt, ended_fast_recovery);
             }
         }
         // RFC 6937: what fast recovery (or the CWR state, `ecn.rs`) may
@@ -497,7 +501,13 @@ impl Connection {
     /// cwnd may also grow up to twice the most that was in flight in the
     /// last window, so it keeps ahead of an application that ramps up.
     /// Without this an application-limited sender grew cwnd without bound.
-    fn grow_cwnd(&mut self, now: Instant, acked: usize, rtt: Option<Duration>) {
+    fn grow_cwnd(
+        &mut self,
+        now: Instant,
+        acked: usize,
+        rtt: Option<Duration>,
+        ends_recovery: bool,
+    ) {
         let cwnd = self.cong.cc.cwnd();
         let limited = self.cong.limited
             || (cwnd < self.cong.cc.ssthresh() && cwnd < self.cong.max_flight.saturating_mul(2));
@@ -510,6 +520,7 @@ impl Connection {
             rtt,
             srtt: self.rtx.rtt.srtt(),
             cwnd_limited: limited,
+            ends_recovery,
         };
         self.cong.cc.on_ack(&sample);
         self.expand_sndbuf();

@@ -132,6 +132,10 @@ pub struct AckSample {
     /// (RFC 7661)? An application-limited sender must not grow cwnd
     /// (RFC 5681 3.1, RFC 9438 5.8).
     pub cwnd_limited: bool,
+    /// This ACK ended fast recovery (`on_exit_recovery` came first).
+    /// Linux's CUBIC counts it, as `tcp_cong_control` runs in the Open
+    /// state; NewReno's exit (RFC 6582 3.2) sets cwnd and no more.
+    pub ends_recovery: bool,
 }
 
 /// A controller's state before a window reduction, to restore if the
@@ -229,7 +233,7 @@ impl CongestionControl for NewReno {
     }
 
     fn on_ack(&mut self, ack: &AckSample) {
-        if !ack.cwnd_limited {
+        if !ack.cwnd_limited || ack.ends_recovery {
             return;
         }
         let (acked, mss) = (ack.acked, ack.mss);
@@ -309,6 +313,7 @@ mod tests {
             rtt: None,
             srtt: None,
             cwnd_limited: true,
+            ends_recovery: false,
         }
     }
 

@@ -383,6 +383,10 @@ impl CongestionControl for Cubic {
     fn on_ack(&mut self, ack: &AckSample) {
         let mss = ack.mss.max(1);
         if let Some(pp) = self.hspp.as_deref_mut() {
+            if ack.ends_recovery {
+                // RFC 9438's stage starts at the next ACK.
+                return;
+            }
             if self.cwnd < self.ssthresh {
                 let initial = self.ssthresh == INITIAL_SSTHRESH;
                 if !ack.cwnd_limited {
@@ -628,6 +632,7 @@ mod tests {
             rtt: None,
             srtt: Some(Duration::from_millis(srtt_ms)),
             cwnd_limited: true,
+            ends_recovery: false,
         }
     }
 
@@ -983,6 +988,31 @@ mod tests {
         let mut small = Cubic::new(2, MSS, true);
         small.on_enter_recovery(t0, MSS, MSS);
         assert_eq!((small.cwnd(), small.ssthresh()), (2 * MSS, 2 * MSS));
+    }
+
+    /// The ACK that ends fast recovery starts Linux's epoch (`cubic`:
+    /// `tcp_cong_control` runs in the Open state); RFC 9438's stage starts
+    /// at the next ACK.
+    #[test]
+    fn ack_ending_recovery_starts_linuxs_epoch() {
+        let t0 = Instant::from_secs(3);
+        let ending = AckSample {
+            ends_recovery: true,
+            ..ack_at(t0, MSS, 100)
+        };
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(20 * MSS, INITIAL_SSTHRESH);
+        c.on_enter_recovery(t0, 20 * MSS, MSS);
+        c.on_exit_recovery(t0, 0, MSS);
+        c.on_ack(&ending);
+        let b = c.bic();
+        assert_eq!((b.epoch_start.is_some(), b.cwnd_cnt, b.cnt), (true, 1, 14));
+        let mut r = rfc(10);
+        r.set_window(20 * MSS, INITIAL_SSTHRESH);
+        r.on_enter_recovery(t0, 20 * MSS, MSS);
+        r.on_exit_recovery(t0, 0, MSS);
+        r.on_ack(&ending);
+        assert_eq!(r.epoch, None);
     }
 
     /// Linux's undo (`cubic`): cwnd = max(cwnd, prior), ssthresh back up.
