@@ -225,7 +225,7 @@ impl Bictcp {
     /// TCP friendliness: the Reno estimate grows a segment per cwnd * 15/8
     /// acknowledged; ahead of cwnd, it caps `cnt`.
     fn friendliness(&mut self, cwnd: u32) {
-        let delta = u32::try_from(u64::from(cwnd) * FRIENDLY_SCALE >> 3)
+        let delta = u32::try_from((u64::from(cwnd) * FRIENDLY_SCALE) >> 3)
             .unwrap_or(u32::MAX)
             .max(1);
         // Linux: `while (ack_cnt > delta) { ack_cnt -= delta; tcp_cwnd++; }`
@@ -371,7 +371,9 @@ mod tests {
         // 100 ms rounds (25 jiffies), one ACK per segment.
         let mut at_k = None;
         while now < 2 * 1054 {
-            for _ in 0..cwnd {
+            // A round acknowledges the window it started with.
+            let round = cwnd;
+            for _ in 0..round {
                 b.update(cwnd, 1, now, 100_000);
                 cwnd = b.avoid_ai(cwnd, 1);
             }
