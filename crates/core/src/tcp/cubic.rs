@@ -4,7 +4,12 @@
 //!   start, and congestion avoidance grows cwnd as Linux's `tcp_cubic.c`
 //!   does (`cubic_linux.rs`: `cnt` ACKs per segment, the Reno estimate
 //!   capping `cnt`, jiffies, beta 717/1024), so that ustack's windows are
-//!   the kernel's, ACK for ACK (the packetdrill scripts check them).
+//!   the kernel's, ACK for ACK (the packetdrill scripts check them). Two
+//!   deliberate differences, both outside the growth: ssthresh is beta =
+//!   717/1024 of the window to the byte (Linux floors it to whole
+//!   segments), and an undo while cwnd is below prior_cwnd also restores
+//!   CUBIC's state (RFC 9438 4.9.2; Linux restores cwnd and ssthresh
+//!   only); see `linux_ssthresh` and `on_undo` for why.
 //! - `cubic-hystart++`: RFC 9438's model (below) with RFC 9406's HyStart++
 //!   ending slow start; the documented RFC variant.
 //!
