@@ -371,12 +371,14 @@ impl Connection {
         // ACKs already counted, `tcp_newly_delivered`), when it advanced
         // SND.UNA -- or, once reordering beyond DupThresh was seen, also
         // when it only SACKed (`tcp_may_raise_cwnd`). The ACK that ends
-        // fast recovery sets cwnd to ssthresh and no more (Linux counts it
-        // towards CUBIC's next increment, a whole segment away).
+        // fast recovery ends the reduction (`on_exit_recovery`), then goes
+        // to the controller marked as such: Linux's CUBIC counts it (the
+        // state is Open again when `tcp_cong_control` runs; it starts the
+        // next epoch), NewReno (RFC 6582's exit) and RFC 9438's CUBIC do
+        // not.
         self.stats.delivered = self.stats.delivered.wrapping_add(delivered_segs);
         self.rate_gen(now, delivered_segs, rs);
         if !ack.lt(una_before)
-            && !ended_fast_recovery
             && !no_growth_cwr
             && !ece
             && self.recovery.as_ref().is_none_or(|r| r.in_loss)
@@ -393,7 +395,7 @@ impl Connection {
             let may_raise = advanced > 0
                 || (self.rtx.rack.reordering > super::rack::DUP_THRESH as u32 && delivered > 0);
             if may_raise && delivered > 0 {
-                self.grow_cwnd(now, delivered, ack_rtt);
+                self.grow_cwnd(now, delivered, ack_rtt, ended_fast_recovery);
             }
         }
         // RFC 6937: what fast recovery (or the CWR state, `ecn.rs`) may
@@ -499,7 +501,13 @@ impl Connection {
     /// cwnd may also grow up to twice the most that was in flight in the
     /// last window, so it keeps ahead of an application that ramps up.
     /// Without this an application-limited sender grew cwnd without bound.
-    fn grow_cwnd(&mut self, now: Instant, acked: usize, rtt: Option<Duration>) {
+    fn grow_cwnd(
+        &mut self,
+        now: Instant,
+        acked: usize,
+        rtt: Option<Duration>,
+        ends_recovery: bool,
+    ) {
         let cwnd = self.cong.cc.cwnd();
         let limited = self.cong.limited
             || (cwnd < self.cong.cc.ssthresh() && cwnd < self.cong.max_flight.saturating_mul(2));
@@ -512,6 +520,7 @@ impl Connection {
             rtt,
             srtt: self.rtx.rtt.srtt(),
             cwnd_limited: limited,
+            ends_recovery,
         };
         self.cong.cc.on_ack(&sample);
         self.expand_sndbuf();

@@ -1,5 +1,6 @@
-//! Congestion control behind a trait: CUBIC (RFC 9438, with Linux's
-//! HyStart, in `cubic.rs` and `hystart.rs`), the default, and NewReno
+//! Congestion control behind a trait: CUBIC as Linux's (its HyStart and
+//! its window growth, in `cubic.rs`, `cubic_linux.rs` and `hystart.rs`),
+//! the default, CUBIC per RFC 9438 with RFC 9406's HyStart++, and NewReno
 //! (RFC 5681, RFC 6582), selectable per stack ([`TcpConfig`]) and per
 //! connection ([`Connection::set_congestion_algorithm`]).
 //!
@@ -26,12 +27,14 @@ pub(crate) const INITIAL_SSTHRESH: usize = usize::MAX / 2;
 /// The congestion control algorithms built in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CcAlgorithm {
-    /// CUBIC (RFC 9438) with HyStart as Linux's: Linux's default.
+    /// CUBIC as Linux's `tcp_cubic` (its HyStart, its congestion
+    /// avoidance arithmetic): Linux's default.
     #[default]
     Cubic,
     /// NewReno (RFC 5681 and RFC 6582; Linux's `reno`).
     NewReno,
-    /// CUBIC with RFC 9406's HyStart++ (Conservative Slow Start) ending
+    /// CUBIC as RFC 9438 specifies it (cwnd follows W_cubic and W_est per
+    /// ACK), with RFC 9406's HyStart++ (Conservative Slow Start) ending
     /// the initial slow start instead of Linux's HyStart.
     CubicHyStartPlusPlus,
 }
@@ -129,6 +132,10 @@ pub struct AckSample {
     /// (RFC 7661)? An application-limited sender must not grow cwnd
     /// (RFC 5681 3.1, RFC 9438 5.8).
     pub cwnd_limited: bool,
+    /// This ACK ended fast recovery (`on_exit_recovery` came first).
+    /// Linux's CUBIC counts it, as `tcp_cong_control` runs in the Open
+    /// state; NewReno's exit (RFC 6582 3.2) sets cwnd and no more.
+    pub ends_recovery: bool,
 }
 
 /// A controller's state before a window reduction, to restore if the
@@ -179,6 +186,9 @@ pub trait CongestionControl: Debug + Send {
     fn on_timeout(&mut self, now: Instant, flight: usize, mss: usize, repeated: bool);
     /// Restart after an idle period longer than an RTO (RFC 5681 4.1).
     fn on_idle(&mut self, now: Instant, mss: usize);
+    /// New data goes out with nothing in flight (Linux
+    /// `CA_EVENT_TX_START`); `last_send` is when the connection last sent.
+    fn on_tx_start(&mut self, _now: Instant, _last_send: Instant) {}
     /// Take over another controller's window when a live connection
     /// switches algorithms (as Linux's `TCP_CONGESTION` keeps `snd_cwnd`
     /// and `snd_ssthresh`).
@@ -232,7 +242,7 @@ impl CongestionControl for NewReno {
     }
 
     fn on_ack(&mut self, ack: &AckSample) {
-        if !ack.cwnd_limited {
+        if !ack.cwnd_limited || ack.ends_recovery {
             return;
         }
         let (acked, mss) = (ack.acked, ack.mss);
@@ -316,6 +326,7 @@ mod tests {
             rtt: None,
             srtt: None,
             cwnd_limited: true,
+            ends_recovery: false,
         }
     }
 

@@ -1,6 +1,19 @@
-//! CUBIC (RFC 9438), with Linux's HyStart (`hystart.rs`) ending slow start.
+//! CUBIC, two ways:
 //!
-//! All integer (no floating point): windows in bytes, times in
+//! - `cubic`, the default: Linux's CUBIC. HyStart (`hystart.rs`) ends slow
+//!   start, and congestion avoidance grows cwnd as Linux's `tcp_cubic.c`
+//!   does (`cubic_linux.rs`: `cnt` ACKs per segment, the Reno estimate
+//!   capping `cnt`, jiffies, beta 717/1024), so that ustack's windows are
+//!   the kernel's, ACK for ACK (the packetdrill scripts check them). Two
+//!   deliberate differences, both outside the growth: ssthresh is beta =
+//!   717/1024 of the window to the byte (Linux floors it to whole
+//!   segments), and an undo while cwnd is below prior_cwnd also restores
+//!   CUBIC's state (RFC 9438 4.9.2; Linux restores cwnd and ssthresh
+//!   only); see `linux_ssthresh` and `on_undo` for why.
+//! - `cubic-hystart++`: RFC 9438's model (below) with RFC 9406's HyStart++
+//!   ending slow start; the documented RFC variant.
+//!
+//! The RFC 9438 model: all integer (no floating point): windows in bytes, times in
 //! microseconds, the cubic function in 128-bit integers and K by an
 //! integer cube root, so a run gives the same windows on every platform
 //! (the simulation depends on it). The constants are exact fractions:
@@ -16,7 +29,8 @@
 //! cwnd_epoch) / (C * SMSS)).
 
 use super::cc::{AckSample, CcSnapshot, CongestionControl, INITIAL_SSTHRESH};
-use super::hystart::{HyStart, Round, Verdict, EPOCH_QUIET};
+use super::cubic_linux::{jiffies, Bictcp};
+use super::hystart::{HyStart, Round, Verdict};
 use super::hystart_pp::{self, HyStartPP};
 use crate::time::{Duration, Instant};
 
@@ -98,11 +112,20 @@ pub(crate) struct CubicPrior {
     w_est: u64,
     cwnd_prior: usize,
     after_timeout: bool,
+    /// Linux's state (`cubic`).
+    bic: Bictcp,
 }
 
-/// CUBIC congestion control (RFC 9438).
+/// CUBIC congestion control: Linux's (the default) or RFC 9438's (with
+/// HyStart++).
 #[derive(Debug, Clone)]
 pub struct Cubic {
+    /// Linux's congestion avoidance state (`struct bictcp`), in segments
+    /// and jiffies; unused in the RFC 9438 variant.
+    bic: Bictcp,
+    /// Acknowledged bytes short of a segment, carried to the next ACK
+    /// (Linux counts segments).
+    acked_rem: usize,
     cwnd: usize,
     ssthresh: usize,
     initial_segments: usize,
@@ -173,6 +196,8 @@ impl Cubic {
     pub fn new(initial_segments: u32, mss: usize, paced: bool) -> Cubic {
         let initial_segments = (initial_segments as usize).max(1);
         Cubic {
+            bic: Bictcp::default(),
+            acked_rem: 0,
             cwnd: initial_segments * mss.max(1),
             ssthresh: INITIAL_SSTHRESH,
             initial_segments,
@@ -188,6 +213,55 @@ impl Cubic {
             after_timeout: false,
             app_limited_since: None,
         }
+    }
+
+    /// Linux's growth (`cubic`), not RFC 9438's (`cubic-hystart++`).
+    fn linux(&self) -> bool {
+        self.hspp.is_none()
+    }
+
+    /// Linux `cubictcp_cong_avoid` after slow start: `acked` bytes (the
+    /// part of the ACK slow start did not use) in congestion avoidance:
+    /// `bictcp_update`, then `tcp_cong_avoid_ai`, in segments.
+    fn linux_avoid(&mut self, now: Instant, acked: usize, mss: usize) {
+        let total = self.acked_rem.saturating_add(acked);
+        self.acked_rem = total % mss;
+        let acked = u32::try_from(total / mss).unwrap_or(u32::MAX);
+        if acked == 0 {
+            return;
+        }
+        let segs = u32::try_from(self.cwnd / mss).unwrap_or(u32::MAX).max(1);
+        let delay_min = self.hystart.delay_min_us().unwrap_or(0);
+        self.bic.update(segs, acked, jiffies(now), delay_min);
+        let grown = self.bic.avoid_ai(segs, acked).saturating_sub(segs) as usize;
+        self.cwnd = self
+            .cwnd
+            .saturating_add(grown.saturating_mul(mss))
+            .min(INITIAL_SSTHRESH);
+    }
+
+    /// `cubictcp_recalc_ssthresh` on a window of `flight` bytes (`segs`
+    /// whole segments): W_max and the epoch as Linux sets them; ssthresh
+    /// beta = 717/1024 of the window, kept to the byte (Linux: whole
+    /// segments, floored). At the few-segment windows of heavy loss the
+    /// floor took up to a segment from every reduction (3 of a 5-segment
+    /// window where 3.5 is 0.7 of it), which cost a fifth of the goodput
+    /// at 5% loss (tests/tcp_loss_recovery.rs); tcpi_snd_ssthresh, which
+    /// counts whole segments, reads the same either way.
+    fn linux_ssthresh(bic: &mut Bictcp, segs: u32, flight: usize, mss: usize) -> usize {
+        let floor = bic.recalc_ssthresh(segs) as usize * mss;
+        let bytes = u64::try_from(flight).unwrap_or(u64::MAX) / 1024 * 717
+            + u64::try_from(flight % 1024).unwrap_or(0) * 717 / 1024;
+        usize::try_from(bytes)
+            .unwrap_or(usize::MAX)
+            .max(floor)
+            .max(2 * mss)
+    }
+
+    /// Linux's state, for tests.
+    #[cfg(test)]
+    pub(crate) fn bic(&self) -> &Bictcp {
+        &self.bic
     }
 
     /// K of the current congestion avoidance stage.
@@ -334,6 +408,10 @@ impl CongestionControl for Cubic {
     fn on_ack(&mut self, ack: &AckSample) {
         let mss = ack.mss.max(1);
         if let Some(pp) = self.hspp.as_deref_mut() {
+            if ack.ends_recovery {
+                // RFC 9438's stage starts at the next ACK.
+                return;
+            }
             if self.cwnd < self.ssthresh {
                 let initial = self.ssthresh == INITIAL_SSTHRESH;
                 if !ack.cwnd_limited {
@@ -357,12 +435,11 @@ impl CongestionControl for Cubic {
         }
         // Linux `cubictcp_acked` (before the window grows for this ACK,
         // cwnd-limited or not): the RTT sample, unless the congestion
-        // avoidance epoch started less than a second ago (right after a
-        // recovery); in slow start, HyStart may end it: ssthresh = cwnd.
+        // avoidance epoch started less than a second (HZ jiffies) ago
+        // (right after a recovery); in slow start, HyStart may end it:
+        // ssthresh = cwnd.
         if let Some(rtt) = ack.rtt {
-            let quiet = self
-                .epoch
-                .is_some_and(|e| ack.now.saturating_duration_since(e) < EPOCH_QUIET);
+            let quiet = self.bic.quiet(jiffies(ack.now));
             if !quiet {
                 self.hystart.on_rtt(rtt);
                 if self.cwnd < self.ssthresh {
@@ -386,16 +463,24 @@ impl CongestionControl for Cubic {
                 }
             }
         }
-        if self.cwnd < self.ssthresh {
-            if !ack.cwnd_limited {
-                return;
-            }
-            let grow = self.hystart.growth(ack.acked, mss);
-            let room = self.ssthresh - self.cwnd;
-            self.cwnd += grow.min(room);
+        // Linux `cubictcp_cong_avoid`: nothing grows while the sender is
+        // not cwnd-limited (`tcp_is_cwnd_limited`).
+        if !ack.cwnd_limited {
             return;
         }
-        self.on_ack_avoidance(ack, mss);
+        let mut acked = ack.acked;
+        if self.cwnd < self.ssthresh {
+            // `tcp_slow_start`: up to ssthresh; what is left of the ACK
+            // counts in congestion avoidance.
+            let grow = self.hystart.growth(acked, mss);
+            let room = self.ssthresh - self.cwnd;
+            self.cwnd += grow.min(room);
+            acked = grow.saturating_sub(room);
+            if acked == 0 {
+                return;
+            }
+        }
+        self.linux_avoid(ack.now, acked, mss);
     }
 
     fn snapshot(&self) -> CcSnapshot {
@@ -415,11 +500,24 @@ impl CongestionControl for Cubic {
                 w_est: self.w_est,
                 cwnd_prior: self.cwnd_prior,
                 after_timeout: self.after_timeout,
+                bic: self.bic,
             }),
         }
     }
 
     fn on_enter_recovery(&mut self, _now: Instant, flight: usize, mss: usize) {
+        let mss = mss.max(1);
+        if self.linux() {
+            // `tcp_init_cwnd_reduction`: ssthresh from the CA's
+            // `cubictcp_recalc_ssthresh` (on snd_cwnd, which is what the
+            // connection passes), `snd_cwnd_cnt` = 0; PRR then paces the
+            // reduction and cwnd ends at ssthresh.
+            let segs = u32::try_from(flight / mss).unwrap_or(u32::MAX);
+            self.ssthresh = Self::linux_ssthresh(&mut self.bic, segs, flight, mss);
+            self.cwnd = self.ssthresh;
+            self.bic.cwnd_cnt = 0;
+            return;
+        }
         self.remember_prior();
         // RFC 9438 4.6: "ssthresh = flight_size * beta_cubic ...
         // cwnd_prior = cwnd ... cwnd = max(ssthresh, 2) ... ssthresh =
@@ -439,6 +537,26 @@ impl CongestionControl for Cubic {
         // long after a spurious fast retransmit event and the current cwnd
         // is already higher than prior_cwnd, CUBIC SHOULD continue to use
         // the current and the most recent values of these variables."
+        if self.linux() {
+            // Linux `tcp_undo_cwnd_reduction`: cwnd = max(cwnd,
+            // prior_cwnd) (`tcp_reno_undo_cwnd`, CUBIC's), ssthresh back
+            // up if it was higher. Linux leaves CUBIC's own state as the
+            // reduction left it (W_max lowered, a new epoch at the next
+            // ACK, starting from the plateau); here, as RFC 9438 4.9.2
+            // allows, while cwnd is still below prior_cwnd the state before
+            // the reduction comes back too (W_max, K, the epoch, the Reno
+            // estimate, cnt): spurious episodes are common under
+            // reordering (tests/tcp_loss_recovery.rs), and restarting the
+            // curve at each cost a third of the goodput there.
+            if self.cwnd < prior.cwnd {
+                if let Some(p) = prior.cubic {
+                    self.bic = p.bic;
+                }
+            }
+            self.cwnd = self.cwnd.max(prior.cwnd);
+            self.ssthresh = self.ssthresh.max(prior.ssthresh);
+            return;
+        }
         if self.cwnd >= prior.cwnd {
             return;
         }
@@ -468,6 +586,23 @@ impl CongestionControl for Cubic {
     }
 
     fn on_timeout(&mut self, _now: Instant, flight: usize, mss: usize, repeated: bool) {
+        if self.linux() {
+            // `tcp_enter_loss`: ssthresh from `cubictcp_recalc_ssthresh`
+            // (unless the timer fired again for the same loss), cwnd one
+            // segment here (the connection's choice), `snd_cwnd_cnt` = 0;
+            // then `cubictcp_state(TCP_CA_Loss)` resets CUBIC (W_max,
+            // epoch, the Reno estimate, the minimum RTT) and HyStart.
+            let mss = mss.max(1);
+            if !repeated {
+                let segs = u32::try_from(flight / mss).unwrap_or(u32::MAX);
+                self.ssthresh = Self::linux_ssthresh(&mut self.bic, segs, flight, mss);
+            }
+            self.bic = Bictcp::default();
+            self.acked_rem = 0;
+            self.cwnd = mss;
+            self.hystart.reset();
+            return;
+        }
         // RFC 9438 4.8: "In the case of a timeout, CUBIC follows Reno to
         // reduce cwnd [RFC5681] but sets ssthresh using beta_cubic (same as
         // in Section 4.6)". W_max and K are set when the next congestion
@@ -486,16 +621,29 @@ impl CongestionControl for Cubic {
 
     fn on_idle(&mut self, _now: Instant, mss: usize) {
         // RFC 5681 4.1: "cwnd = min(RW, cwnd)" with RW = min(IW, cwnd); the
-        // idle time is no part of the next stage's t (RFC 9438 5.8).
+        // idle time is no part of the next stage's t (RFC 9438 5.8; Linux:
+        // `on_tx_start` shifts the epoch, which a restart leaves alone).
         self.cwnd = self.cwnd.min(self.initial_segments * mss.max(1));
-        self.epoch = None;
+        if !self.linux() {
+            self.epoch = None;
+        }
         self.app_limited_since = None;
+    }
+
+    fn on_tx_start(&mut self, now: Instant, last_send: Instant) {
+        if self.linux() {
+            self.bic.tx_start(jiffies(now), jiffies(last_send));
+        }
     }
 
     fn set_window(&mut self, cwnd: usize, ssthresh: usize) {
         self.cwnd = cwnd.max(1);
         self.ssthresh = ssthresh.max(1);
         self.epoch = None;
+        // Linux `tcp_set_congestion_control` starts the new CA afresh
+        // (`cubictcp_init`).
+        self.bic = Bictcp::default();
+        self.acked_rem = 0;
     }
 
     fn clone_box(&self) -> Box<dyn CongestionControl> {
@@ -520,7 +668,15 @@ mod tests {
             rtt: None,
             srtt: Some(Duration::from_millis(srtt_ms)),
             cwnd_limited: true,
+            ends_recovery: false,
         }
+    }
+
+    /// The RFC 9438 model, as `cubic-hystart++` runs it (the tests of
+    /// RFC 9438's values below use it; `Cubic::new`, Linux's growth, has
+    /// its own tests further down and in `cubic_linux.rs`).
+    fn rfc(initial_segments: u32) -> Cubic {
+        Cubic::with_hystart_pp(initial_segments, MSS, true)
     }
 
     #[test]
@@ -583,7 +739,7 @@ mod tests {
     #[test]
     fn loss_reduces_by_beta_and_sets_k() {
         let t0 = Instant::from_secs(10);
-        let mut c = Cubic::new(10, MSS, true);
+        let mut c = rfc(10);
         c.set_window(100 * MSS, INITIAL_SSTHRESH);
         c.on_enter_recovery(t0, 100 * MSS, MSS);
         assert_eq!((c.cwnd(), c.ssthresh()), (70 * MSS, 70 * MSS));
@@ -592,7 +748,7 @@ mod tests {
         c.on_ack(&ack_at(t0, MSS, 100));
         assert_eq!(c.k(), Duration::from_micros(4_217_163));
         // The floor: two segments.
-        let mut small = Cubic::new(2, MSS, true);
+        let mut small = rfc(2);
         small.on_enter_recovery(t0, MSS, MSS);
         assert_eq!((small.cwnd(), small.ssthresh()), (2 * MSS, 2 * MSS));
     }
@@ -604,7 +760,7 @@ mod tests {
     #[test]
     fn fast_convergence() {
         let t0 = Instant::from_secs(1);
-        let mut c = Cubic::new(10, MSS, true);
+        let mut c = rfc(10);
         c.set_window(100 * MSS, INITIAL_SSTHRESH);
         c.on_enter_recovery(t0, 100 * MSS, MSS);
         assert_eq!(c.w_max(), 100 * MSS);
@@ -628,7 +784,7 @@ mod tests {
     #[test]
     fn reno_friendly_region() {
         let t0 = Instant::from_secs(100);
-        let mut c = Cubic::new(10, MSS, true);
+        let mut c = rfc(10);
         c.set_window(10 * MSS, INITIAL_SSTHRESH);
         c.on_enter_recovery(t0, 10 * MSS, MSS);
         c.on_exit_recovery(t0, 7 * MSS, MSS);
@@ -673,7 +829,7 @@ mod tests {
     #[test]
     fn cubic_growth_follows_the_curve() {
         let t0 = Instant::from_secs(1000);
-        let mut c = Cubic::new(10, MSS, true);
+        let mut c = rfc(10);
         c.set_window(100 * MSS, INITIAL_SSTHRESH);
         c.on_enter_recovery(t0, 100 * MSS, MSS);
         c.on_exit_recovery(t0, 70 * MSS, MSS);
@@ -704,7 +860,7 @@ mod tests {
     #[test]
     fn target_is_capped_at_one_and_a_half_cwnd() {
         let t0 = Instant::from_secs(5);
-        let mut c = Cubic::new(10, MSS, true);
+        let mut c = rfc(10);
         c.set_window(10 * MSS, 10 * MSS);
         c.on_ack(&ack_at(t0, MSS, 100));
         // 60 s later W_cubic is enormous; one round of ACKs.
@@ -731,7 +887,7 @@ mod tests {
     #[test]
     fn timeout() {
         let t0 = Instant::from_secs(3);
-        let mut c = Cubic::new(10, MSS, true);
+        let mut c = rfc(10);
         c.set_window(50 * MSS, INITIAL_SSTHRESH);
         c.on_timeout(t0, 40 * MSS, MSS, false);
         assert_eq!((c.cwnd(), c.ssthresh()), (MSS, 28 * MSS));
@@ -755,7 +911,7 @@ mod tests {
     #[test]
     fn undo_restores_the_prior_state() {
         let t0 = Instant::from_secs(7);
-        let mut c = Cubic::new(10, MSS, true);
+        let mut c = rfc(10);
         c.set_window(60 * MSS, 50 * MSS);
         c.on_ack(&ack_at(t0, MSS, 50));
         let prior = c.snapshot();
@@ -778,7 +934,7 @@ mod tests {
     fn application_limited_time_is_not_on_the_curve() {
         let t0 = Instant::from_secs(1);
         let run = |pause: bool| {
-            let mut c = Cubic::new(10, MSS, true);
+            let mut c = rfc(10);
             c.set_window(100 * MSS, INITIAL_SSTHRESH);
             c.on_enter_recovery(t0, 100 * MSS, MSS);
             c.on_exit_recovery(t0, 70 * MSS, MSS);
@@ -805,6 +961,153 @@ mod tests {
         let (b1, a1) = run(true);
         assert_eq!(b0, b1, "no growth while application-limited");
         assert!(a0.abs_diff(a1) <= 2 * MSS, "same curve: {a0} vs {a1}");
+    }
+
+    /// Linux's growth (`cubic`): cubic-rto-ss-ca-cwnd-bump.pkt's ACKs
+    /// after its timeout, through the controller: ssthresh 10 * 717/1024
+    /// = 7; slow start from one segment to 7; then congestion avoidance
+    /// with W_max reset (cnt 20) until the Reno estimate, a segment per
+    /// 7 * 15/8 = 13 acked, reaches 8 at the 16th ACK (the 14th came
+    /// within HZ/32 of the last recomputation): cwnd 8 there, not before.
+    #[test]
+    fn linux_growth_after_timeout() {
+        let mut c = Cubic::new(10, MSS, true);
+        assert_eq!(c.name(), "cubic");
+        let t0 = Instant::from_secs(1);
+        c.on_timeout(t0, 10 * MSS, MSS, false);
+        // 10000 * 717 / 1024 = 7001.9 bytes: 7 segments (tcpi_snd_ssthresh).
+        assert_eq!((c.cwnd(), c.ssthresh()), (MSS, 7001));
+        let mut now = t0;
+        let ack = |now: Instant| AckSample {
+            rtt: Some(Duration::from_millis(100)),
+            ..ack_at(now, MSS, 100)
+        };
+        // The script's rhythm: an ACK 100 ms after the last, then 2 ms
+        // apart; slow start to 7.
+        let gaps = [100, 100, 2, 98, 2, 2];
+        for g in gaps {
+            now += Duration::from_millis(g);
+            c.on_ack(&ack(now));
+        }
+        assert_eq!(c.cwnd() / MSS, 7);
+        // Congestion avoidance: ACKs of 8001 .. 23001 (16 of them).
+        let gaps = [2, 98, 2, 2, 2, 2, 2, 2, 98, 2, 2, 2, 2, 2, 2, 98];
+        for (i, g) in gaps.into_iter().enumerate() {
+            now += Duration::from_millis(g);
+            c.on_ack(&ack(now));
+            let want = if i < 15 { 7 } else { 8 };
+            assert_eq!(c.cwnd() / MSS, want, "ACK {}", i + 1);
+        }
+        let b = c.bic();
+        assert_eq!((b.tcp_cwnd, b.cnt, b.last_max_cwnd), (8, 7, 0));
+    }
+
+    /// Linux's reduction (`cubic`): beta = 717/1024 on the window (kept
+    /// to the byte: 100000 * 717 / 1024 = 70019.5), W_max in segments with
+    /// fast convergence W_max = cwnd * 1741/2048; the
+    /// epoch after it has K = cubic_root(2^40/410 * (W_max - cwnd)) in
+    /// 2^-10 s (4316 for W_max 100, cwnd 70: 4.215 s, the RFC's 4.217).
+    #[test]
+    fn linux_reduction_and_k() {
+        let t0 = Instant::from_secs(10);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(100 * MSS, INITIAL_SSTHRESH);
+        c.on_enter_recovery(t0, 100 * MSS, MSS);
+        assert_eq!((c.cwnd(), c.ssthresh()), (70_019, 70_019));
+        c.on_exit_recovery(t0, 70 * MSS, MSS);
+        c.on_ack(&ack_at(t0, MSS, 100));
+        assert_eq!((c.bic().k, c.bic().origin), (4316, 100));
+        // Fast convergence: a loss at 80 < W_max 100: W_max 68, cwnd
+        // 80000 * 717 / 1024 = 56015.6.
+        c.set_window(80 * MSS, c.ssthresh());
+        c.bic.last_max_cwnd = 100;
+        c.on_enter_recovery(t0, 80 * MSS, MSS);
+        assert_eq!((c.cwnd(), c.bic().last_max_cwnd), (56_015, 68));
+        // The floor: two segments.
+        let mut small = Cubic::new(2, MSS, true);
+        small.on_enter_recovery(t0, MSS, MSS);
+        assert_eq!((small.cwnd(), small.ssthresh()), (2 * MSS, 2 * MSS));
+    }
+
+    /// The ACK that ends fast recovery starts Linux's epoch (`cubic`:
+    /// `tcp_cong_control` runs in the Open state); RFC 9438's stage starts
+    /// at the next ACK.
+    #[test]
+    fn ack_ending_recovery_starts_linuxs_epoch() {
+        let t0 = Instant::from_secs(3);
+        let ending = AckSample {
+            ends_recovery: true,
+            ..ack_at(t0, MSS, 100)
+        };
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(20 * MSS, INITIAL_SSTHRESH);
+        c.on_enter_recovery(t0, 20 * MSS, MSS);
+        c.on_exit_recovery(t0, 0, MSS);
+        c.on_ack(&ending);
+        let b = c.bic();
+        assert_eq!((b.epoch_start.is_some(), b.cwnd_cnt, b.cnt), (true, 1, 14));
+        let mut r = rfc(10);
+        r.set_window(20 * MSS, INITIAL_SSTHRESH);
+        r.on_enter_recovery(t0, 20 * MSS, MSS);
+        r.on_exit_recovery(t0, 0, MSS);
+        r.on_ack(&ending);
+        assert_eq!(r.epoch, None);
+    }
+
+    /// Undo (`cubic`): cwnd = max(cwnd, prior), ssthresh back up (Linux),
+    /// and, while cwnd is below prior_cwnd, CUBIC's state (RFC 9438
+    /// 4.9.2).
+    #[test]
+    fn linux_undo() {
+        let t0 = Instant::from_secs(7);
+        let mut c = Cubic::new(10, MSS, true);
+        c.set_window(60 * MSS, 50 * MSS);
+        let prior = c.snapshot();
+        c.on_enter_recovery(t0, 60 * MSS, MSS);
+        // 60000 * 717 / 1024 = 42011.7.
+        assert_eq!((c.cwnd(), c.ssthresh()), (42_011, 42_011));
+        assert_eq!(c.bic().last_max_cwnd, 60);
+        c.on_undo(t0, &prior);
+        assert_eq!((c.cwnd(), c.ssthresh()), (60 * MSS, 50 * MSS));
+        // Below prior_cwnd: CUBIC's state before the reduction is back.
+        assert_eq!(c.bic().last_max_cwnd, 0);
+        // Already above: cwnd stays, ssthresh still comes back.
+        c.on_enter_recovery(t0, 60 * MSS, MSS);
+        c.set_window(70 * MSS, 42 * MSS);
+        c.on_undo(t0, &prior);
+        assert_eq!((c.cwnd(), c.ssthresh()), (70 * MSS, 50 * MSS));
+    }
+
+    /// Linux (`cubic`): idle time before sending with nothing in flight
+    /// moves the epoch (`CA_EVENT_TX_START`): after 10 s of silence the
+    /// window grows as if they had not passed.
+    #[test]
+    fn linux_idle_time_is_not_on_the_curve() {
+        let t0 = Instant::from_secs(1);
+        let run = |idle: bool| {
+            let mut c = Cubic::new(10, MSS, true);
+            c.set_window(100 * MSS, INITIAL_SSTHRESH);
+            c.on_enter_recovery(t0, 100 * MSS, MSS);
+            c.on_exit_recovery(t0, 70 * MSS, MSS);
+            let mut now = t0;
+            c.on_ack(&ack_at(now, MSS, 100));
+            if idle {
+                let last = now;
+                now += Duration::from_secs(10);
+                c.on_tx_start(now, last);
+            }
+            for _ in 0..20 {
+                now += Duration::from_millis(100);
+                for _ in 0..c.cwnd() / MSS {
+                    c.on_ack(&ack_at(now, MSS, 100));
+                }
+            }
+            c.cwnd()
+        };
+        let (busy, idle) = (run(false), run(true));
+        assert!(busy.abs_diff(idle) <= MSS, "{busy} vs {idle}");
+        // Without the shift the curve would be 10 s on, far above W_max.
+        assert!(idle < 100 * MSS, "{idle}");
     }
 
     /// Slow start over a path whose RTT is 40 ms, rising by 10 ms a round

@@ -41,9 +41,6 @@ pub(crate) const ACK_DELTA: Duration = Duration::from_millis(2);
 /// for (`sk_gso_max_size` * 4 at the pacing rate).
 const ACK_DELAY_MAX: Duration = Duration::from_millis(1);
 const GSO_MAX_SIZE: u128 = 65_536;
-/// Linux `cubictcp_acked`: no delay samples within a second of the start
-/// of a congestion avoidance epoch (right after a recovery).
-pub(crate) const EPOCH_QUIET: Duration = Duration::from_secs(1);
 
 /// What an ACK in slow start decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +138,11 @@ impl HyStart {
         if self.delay_min.is_none_or(|m| rtt < m) {
             self.delay_min = Some(rtt);
         }
+    }
+
+    /// `delay_min`: the least RTT since the last reset, in µs.
+    pub(crate) fn delay_min_us(&self) -> Option<u32> {
+        self.delay_min
     }
 
     /// `bictcp_hystart_reset`: a new round.

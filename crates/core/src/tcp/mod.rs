@@ -44,6 +44,7 @@ mod ack;
 mod cc;
 mod conn;
 mod cubic;
+mod cubic_linux;
 mod ecn;
 mod hystart;
 mod hystart_pp;

@@ -682,6 +682,11 @@ impl Connection {
         self.ecn_sent(cwr);
         // (A no-op if `dispatch` restarted cwnd before sizing the packet.)
         self.restart_after_idle(now);
+        if n > 0 && self.snd.max == self.snd.una {
+            // Linux `tcp_event_data_sent`: CUBIC moves its epoch past the
+            // time nothing was sent.
+            self.cong.cc.on_tx_start(now, self.timers.last_send_at);
+        }
         self.sent_ack(ctr, now);
         // Linux counts a TSO segment as the segments it stands for
         // (`tcp_skb_pcount`), as the wire carries them.
