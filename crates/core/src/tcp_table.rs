@@ -226,7 +226,8 @@ struct Conn {
     remote: SocketAddrV4,
     /// An IPv6 connection's addresses (`local` and `remote` then hold
     /// only the ports, with hashed addresses: see [`Tuple::v4_view`]).
-    v6: Option<(SocketAddrV6, SocketAddrV6)>,
+    /// Boxed: IPv4 connections pay 8 bytes for it, not 60.
+    v6: Option<Box<(SocketAddrV6, SocketAddrV6)>>,
     owner: Owner,
     /// Still present in the demux map.
     in_map: bool,
@@ -248,8 +249,8 @@ struct Conn {
 
 impl Conn {
     fn tuple(&self) -> Tuple {
-        match self.v6 {
-            Some((l, r)) => Tuple::V6(l, r),
+        match self.v6.as_deref() {
+            Some(&(l, r)) => Tuple::V6(l, r),
             None => Tuple::V4(self.local, self.remote),
         }
     }
@@ -513,7 +514,7 @@ impl TcpTable {
                 self.buffered = self.buffered.saturating_sub(c.held);
                 if c.in_map {
                     match c.v6 {
-                        Some(k) => self.conns6.remove(&k),
+                        Some(k) => self.conns6.remove(&*k),
                         None => self.conns.remove(&(c.local, c.remote)),
                     };
                 }
@@ -604,7 +605,7 @@ impl TcpTable {
         let (l, r) = t.v4_view(&self.secret);
         let mut c = Conn::new(conn, l, r, owner, active_open);
         if let Tuple::V6(l6, r6) = t {
-            c.v6 = Some((l6, r6));
+            c.v6 = Some(Box::new((l6, r6)));
         }
         c
     }
@@ -1278,7 +1279,7 @@ impl TcpTable {
             c.conn.update_chrono(now);
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
-                match c.v6 {
+                match c.v6.as_deref() {
                     None => self.advice.push((*c.remote.ip(), adv)),
                     Some((_, r)) => self.advice6.push((*r.ip(), adv)),
                 }
