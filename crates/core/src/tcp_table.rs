@@ -225,7 +225,7 @@ struct Conn {
     local: SocketAddrV4,
     remote: SocketAddrV4,
     /// An IPv6 connection's addresses (`local` and `remote` then hold
-    /// only the ports, with hashed addresses: see [`Tuple::v4_view`]).
+    /// only the ports: see [`Tuple::ports_view`]).
     /// Boxed: IPv4 connections pay 8 bytes for it, not 60.
     v6: Option<Box<(SocketAddrV6, SocketAddrV6)>>,
     owner: Owner,
@@ -358,12 +358,23 @@ impl Tuple {
         }
     }
 
-    /// The pair `Connection`, the ISN generator and the SYN cookies take:
-    /// the addresses themselves for IPv4; for IPv6, the ports with each
-    /// address replaced by a keyed 32-bit hash of it (the ISN and cookies
-    /// stay keyed functions of the whole IPv6 4-tuple; `Connection` only
-    /// uses the ports).
-    fn v4_view(&self, secret: &[u8; 16]) -> (SocketAddrV4, SocketAddrV4) {
+    /// The pair `Connection` takes (it uses only the ports): the tuple
+    /// itself for IPv4; for IPv6 the ports with unspecified addresses.
+    fn ports_view(&self) -> (SocketAddrV4, SocketAddrV4) {
+        match self {
+            Tuple::V4(l, r) => (*l, *r),
+            Tuple::V6(l, r) => (
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, l.port()),
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, r.port()),
+            ),
+        }
+    }
+
+    /// The pair the ISN generator and the SYN cookies hash: the tuple
+    /// itself for IPv4; for IPv6 the ports with each address replaced by a
+    /// keyed 32-bit hash of it, so both stay keyed functions of the whole
+    /// IPv6 4-tuple.
+    fn key_view(&self, secret: &[u8; 16]) -> (SocketAddrV4, SocketAddrV4) {
         match self {
             Tuple::V4(l, r) => (*l, *r),
             Tuple::V6(l, r) => {
@@ -602,7 +613,7 @@ impl TcpTable {
 
     /// A new connection entry for `t` (IPv6 addresses kept beside it).
     fn new_conn(&self, conn: Connection, t: Tuple, owner: Owner, active_open: bool) -> Conn {
-        let (l, r) = t.v4_view(&self.secret);
+        let (l, r) = t.ports_view();
         let mut c = Conn::new(conn, l, r, owner, active_open);
         if let Tuple::V6(l6, r6) = t {
             c.v6 = Some(Box::new((l6, r6)));
@@ -779,8 +790,9 @@ impl TcpTable {
             found.ok_or(ConnectError::Exhausted)?
         };
         let t = t.with_local_port(port);
-        let (local, remote) = t.v4_view(&self.secret);
-        let iss = self.isn.generate(local, remote, now);
+        let (kl, kr) = t.key_view(&self.secret);
+        let iss = self.isn.generate(kl, kr, now);
+        let (local, remote) = t.ports_view();
         let conn = Connection::connect(&self.cfg, local, remote, iss, route_mss, now);
         let c = self.new_conn(conn, t, Owner::App, true);
         let h = self
@@ -1072,18 +1084,17 @@ impl TcpTable {
             return Demux::Dropped;
         }
         let route_mss = self.route_mss_for(now, &t, pmtu);
-        let (local, remote) = t.v4_view(&self.secret);
+        let (kl, kr) = t.key_view(&self.secret);
         if want_cookie {
-            let reply = self
-                .cookies
-                .syn_ack(&self.cfg, local, remote, seg, route_mss, now);
+            let reply = self.cookies.syn_ack(&self.cfg, kl, kr, seg, route_mss, now);
             if let Ok(Sock::Listener(l)) = self.sock_mut(lh) {
                 l.last_cookie_at = Some(now);
             }
             ext.SyncookiesSent += 1;
             return Demux::Reply(reply);
         }
-        let iss = reuse_iss.unwrap_or_else(|| self.isn.generate(local, remote, now));
+        let iss = reuse_iss.unwrap_or_else(|| self.isn.generate(kl, kr, now));
+        let (local, remote) = t.ports_view();
         let conn = Connection::accept(&self.cfg, local, remote, seg, iss, route_mss, now);
         let owner = Owner::Listener {
             listener: lh,
@@ -1160,10 +1171,11 @@ impl TcpTable {
         if self.cfg.syncookies == SynCookies::Off || !recent {
             return Demux::Unmatched;
         }
-        let (local, remote) = t.v4_view(&self.secret);
+        let (kl, kr) = t.key_view(&self.secret);
+        let (local, remote) = t.ports_view();
         let Some(mss) = self
             .cookies
-            .check(local, remote, seg.seq - 1usize, ack - 1usize, now)
+            .check(kl, kr, seg.seq - 1usize, ack - 1usize, now)
         else {
             ext.SyncookiesFailed += 1;
             return Demux::Unmatched;

@@ -133,6 +133,10 @@ fn handshake_transfer_both_ways_and_close_over_ipv6() {
     assert_eq!(*cl6.ip(), A6);
     assert_ne!(cl6.port(), 0);
     assert_eq!((sl, sr), (SocketAddr::V6(dst), cl));
+    // `TcpStatus` carries IPv4 addresses: for IPv6 only the ports.
+    let st = n.a.tcp_status(c).unwrap();
+    assert_eq!(st.local, SocketAddrV4::new(0.into(), cl6.port()));
+    assert_eq!(st.remote, SocketAddrV4::new(0.into(), 80));
     assert_eq!(
         n.b.tcp_addrs(l).unwrap(),
         (SocketAddr::V6(any6(80)), SocketAddr::V6(any6(0)))
