@@ -291,6 +291,26 @@ impl Iface {
         }
     }
 
+    /// [`Iface::neighbour_advice`] for IPv6 destinations (RFC 4861 7.3.1:
+    /// "hints from upper-layer protocols" confirm reachability).
+    pub(crate) fn neighbour_advice6(
+        &mut self,
+        now: Instant,
+        advice: impl Iterator<Item = (Ipv6Addr, crate::tcp::NeighbourAdvice)>,
+    ) {
+        for (dst, adv) in advice {
+            let Some(NextHop6::Neighbour(hop)) = self.route6(dst) else {
+                continue;
+            };
+            if adv.confirm {
+                self.nd.confirm(now, hop);
+            }
+            if adv.suspect {
+                self.nd.suspect(now, hop);
+            }
+        }
+    }
+
     /// Largest TCP MSS for this interface (MTU - 40).
     pub(crate) fn route_mss(&self) -> u16 {
         u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)
@@ -548,6 +568,121 @@ impl Iface {
             }
         }
         self.transmit(now, hop, link, tx);
+        Ok(())
+    }
+
+    /// Send a TCP segment over IPv6 from `src` to `dst`: the IPv6 twin of
+    /// [`Iface::send_tcp_from`]. A segment larger than the MTU (a TSO
+    /// super-segment the connection built because the link takes TCP/IPv4
+    /// GSO frames) is cut here into segments of at most `smss` payload
+    /// bytes and the MTU (TCP/IPv6 GSO is not negotiated with the device):
+    /// PSH and FIN on the last, CWR on the first. With checksum offload the
+    /// TCP checksum is left partial (the IPv6 pseudo-header sum).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_tcp6_from(
+        &mut self,
+        now: Instant,
+        c: &mut Counters,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        seg: &TcpRepr,
+        smss: usize,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TxError> {
+        if IPV6_HEADER_LEN + seg.buffer_len() <= self.mtu {
+            return self.send_tcp6_one(now, c, src, dst, seg, tx);
+        }
+        let tcp_hdr = seg.header_len();
+        let per = self
+            .mtu
+            .saturating_sub(IPV6_HEADER_LEN + tcp_hdr)
+            .min(smss.saturating_sub(tcp_hdr.saturating_sub(20)));
+        if per == 0 {
+            c.ip6.OutRequests += 1;
+            c.ip6.OutDiscards += 1;
+            return Err(TxError::TooLarge);
+        }
+        let n = seg.payload.len();
+        let mut off = 0;
+        while off < n {
+            let end = (off + per).min(n);
+            let last = end == n;
+            let piece = TcpRepr {
+                seq: seg.seq + off,
+                payload: seg.payload.get(off..end).unwrap_or(&[]),
+                fin: seg.fin && last,
+                psh: seg.psh && last,
+                cwr: seg.cwr && off == 0,
+                ..*seg
+            };
+            self.send_tcp6_one(now, c, src, dst, &piece, tx)?;
+            off = end;
+        }
+        Ok(())
+    }
+
+    /// One TCP/IPv6 segment within the MTU, built in place.
+    fn send_tcp6_one(
+        &mut self,
+        now: Instant,
+        c: &mut Counters,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        seg: &TcpRepr,
+        tx: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TxError> {
+        c.ip6.OutRequests += 1;
+        let Some(hop) = self.route6(dst) else {
+            c.ip6.OutNoRoutes += 1;
+            return Err(TxError::NoRoute);
+        };
+        let tcp_len = seg.buffer_len();
+        if IPV6_HEADER_LEN + tcp_len > self.mtu {
+            c.ip6.OutDiscards += 1;
+            return Err(TxError::TooLarge);
+        }
+        let repr = Ipv6Repr {
+            src,
+            dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp_len,
+            hop_limit: DEFAULT_HOP_LIMIT,
+            // RFC 3168: the ECN codepoint in the Traffic Class's low bits.
+            traffic_class: seg.ip_ecn & 3,
+            flow_label: 0,
+        };
+        // Every byte is written below (IPv6 and TCP emit every field).
+        self.start_frame_overwritten(IPV6_HEADER_LEN + tcp_len);
+        EthernetFrame::new_unchecked(self.eth_mut()).set_ethertype(EtherType::Ipv6);
+        let partial = self.offload.partial_csum();
+        let ip_buf = self.ip_buf();
+        let (hdr, body) = ip_buf.split_at_mut(IPV6_HEADER_LEN);
+        repr.emit(&mut Ipv6Packet::new_unchecked(&mut hdr[..]));
+        seg.emit(
+            &mut TcpPacket::new_unchecked(&mut body[..]),
+            src,
+            dst,
+            !partial,
+        );
+        if partial {
+            let pseudo = checksum::pseudo_header_v6(
+                &src,
+                &dst,
+                IpProtocol::Tcp.into(),
+                u32::try_from(tcp_len).unwrap_or(u32::MAX),
+            );
+            TcpPacket::new_unchecked(&mut body[..]).set_checksum(checksum::fold(pseudo));
+            let vnet = VnetRepr {
+                csum: Csum::Partial {
+                    start: (ETHERNET_HEADER_LEN + IPV6_HEADER_LEN) as u16,
+                    offset: 16,
+                },
+                gso: Gso::None,
+                hdr_len: (ETHERNET_HEADER_LEN + IPV6_HEADER_LEN + seg.header_len()) as u16,
+            };
+            vnet.emit(self.frame_mut());
+        }
+        self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
         Ok(())
     }
 

@@ -241,7 +241,8 @@ impl Stack {
             return;
         };
         let body = packet.get(offset..).unwrap_or(&[]);
-        // TCP over IPv6 is not built yet; GSO frames are IPv4-only here.
+        // GSO frames are taken over IPv4 only (TCP/IPv6 GSO is not
+        // negotiated with the device).
         if self.rx_gso_size.is_some() || self.rx_udp_gso.is_some() {
             self.counters.link.InVnetErrors += 1;
             return;
@@ -531,10 +532,10 @@ impl Stack {
         }
     }
 
-    /// TCP over IPv6 has no sockets yet: every segment is answered as one
-    /// for a closed port (RFC 9293 3.10.7.1: a RST, so that a peer's
-    /// connect fails at once instead of timing out). Counted in `Tcp` as
-    /// Linux counts both families there.
+    /// A TCP segment over IPv6: parsed and checksum-checked (the IPv6
+    /// pseudo-header), then to the same demux as IPv4's (its connection,
+    /// a listener, or a RST for a closed port). Counted in `Tcp` as Linux
+    /// counts both families there.
     fn receive_tcp6(
         &mut self,
         now: Instant,
@@ -558,38 +559,9 @@ impl Stack {
                 return;
             }
         };
-        // Never a RST to a multicast destination (RFC 1122 4.2.3.10's rule
-        // for TCP, which IPv6 multicast inherits).
-        if ip.dst.is_multicast() {
-            return;
-        }
-        let Some(rst) = crate::tcp::rst_for_unmatched(&seg) else {
-            return;
-        };
-        let mut buf = [0u8; ustack_wire::tcp::TCP_HEADER_LEN];
-        let Some(b) = buf.get_mut(..rst.buffer_len()) else {
-            return;
-        };
-        rst.emit(
-            &mut ustack_wire::tcp::TcpPacket::new_unchecked(&mut b[..]),
-            ip.dst,
-            ip.src,
-            true,
-        );
-        let out = Ip6Out {
-            src: ip.dst,
-            dst: ip.src,
-            next_header: IpProtocol::Tcp,
-            hop_limit: DEFAULT_HOP_LIMIT,
-        };
-        if self
-            .iface
-            .send_ip6(now, &mut self.counters, out, b, tx)
-            .is_ok()
-        {
-            self.counters.tcp.OutSegs += 1;
-            self.counters.tcp.OutRsts += 1;
-        }
+        // GSO frames were refused above: one wire segment.
+        let gso_size = seg.payload.len();
+        self.tcp_segment_input6(now, ip, &seg, gso_size, tx);
     }
 
     fn receive_udp6(

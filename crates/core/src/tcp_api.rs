@@ -1,9 +1,10 @@
 //! The `Stack`'s TCP side: segment input/output glue and the socket API.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::ipv4::Ipv4Repr;
+use ustack_wire::ipv6::Ipv6Repr;
 use ustack_wire::tcp::{SeqNum, TcpPacket, TcpRepr};
 use ustack_wire::Error as WireError;
 
@@ -12,7 +13,7 @@ use crate::error::{BindError, ConnectError};
 use crate::iface::Iface;
 use crate::stack::Stack;
 use crate::tcp::{rst_for_unmatched, CcAlgorithm, IcmpUnreachable, TcpConnInfo, TcpError};
-use crate::tcp_table::{Demux, Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus};
+use crate::tcp_table::{Demux, Readiness, TcpHandle, TcpInfo, TcpSchedStats, TcpStatus, Tuple};
 use crate::udp::UdpHandle;
 
 /// One entry of [`Stack::take_events`].
@@ -33,20 +34,24 @@ fn emitter<'a>(
     counters: &'a mut Counters,
     now: Instant,
     tx: &'a mut dyn FnMut(&[u8]),
-) -> impl FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr, usize) -> bool + 'a {
-    move |local: SocketAddrV4, remote: SocketAddrV4, seg: &TcpRepr, smss: usize| {
-        iface
+) -> impl FnMut(SocketAddr, SocketAddr, &TcpRepr, usize) -> bool + 'a {
+    move |local: SocketAddr, remote: SocketAddr, seg: &TcpRepr, smss: usize| match (local, remote) {
+        (SocketAddr::V4(l), SocketAddr::V4(r)) => iface
             .send_tcp_from(
                 now,
                 &mut counters.ip,
                 &mut counters.link,
-                *local.ip(),
-                *remote.ip(),
+                *l.ip(),
+                *r.ip(),
                 seg,
                 smss,
                 tx,
             )
-            .is_ok()
+            .is_ok(),
+        (SocketAddr::V6(l), SocketAddr::V6(r)) => iface
+            .send_tcp6_from(now, counters, *l.ip(), *r.ip(), seg, smss, tx)
+            .is_ok(),
+        _ => false,
     }
 }
 
@@ -153,6 +158,62 @@ impl Stack {
         }
     }
 
+    /// [`Stack::tcp_segment_input`] for a segment that came over IPv6.
+    pub(crate) fn tcp_segment_input6(
+        &mut self,
+        now: Instant,
+        ip: &Ipv6Repr,
+        seg: &TcpRepr,
+        gso_size: usize,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        let t = Tuple::V6(
+            SocketAddrV6::new(ip.dst, seg.dst_port, 0, 0),
+            SocketAddrV6::new(ip.src, seg.src_port, 0, 0),
+        );
+        // The ECN codepoint is the Traffic Class's low two bits (RFC 3168).
+        let seg = &TcpRepr {
+            ip_ecn: ip.traffic_class & 3,
+            ..*seg
+        };
+        let Stack {
+            tcp,
+            iface,
+            counters,
+            ..
+        } = self;
+        let ctr = &mut counters.tcp;
+        let ext = &mut counters.tcp_ext;
+        let demux = tcp.input_any(now, t, seg, gso_size, ctr, ext, &iface.pmtu);
+        let reply = match demux {
+            Demux::Conn(idx) => {
+                let mut tctr = std::mem::take(&mut counters.tcp);
+                tcp.dispatch(idx, now, &mut tctr, &mut emitter(iface, counters, now, tx));
+                counters.tcp = tctr;
+                iface.neighbour_advice6(now, tcp.advice6.drain(..));
+                return;
+            }
+            // RFC 9293 3.10.7.1, as for IPv4; never to a multicast
+            // destination (RFC 1122 4.2.3.10, which IPv6 inherits).
+            Demux::Unmatched if !ip.dst.is_multicast() => match rst_for_unmatched(seg) {
+                Some(rst) => rst,
+                None => return,
+            },
+            Demux::Reply(reply) => reply,
+            Demux::Unmatched | Demux::Dropped => return,
+        };
+        let rst = reply.rst;
+        if iface
+            .send_tcp6_from(now, counters, ip.dst, ip.src, &reply, 0, tx)
+            .is_ok()
+        {
+            counters.tcp.OutSegs += 1;
+            if rst {
+                counters.tcp.OutRsts += 1;
+            }
+        }
+    }
+
     pub(crate) fn poll_tcp(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
         let budget = self.config.limits.poll_budget;
         let Stack {
@@ -170,6 +231,7 @@ impl Stack {
         );
         counters.tcp = tctr;
         iface.neighbour_advice(now, tcp.advice.drain(..));
+        iface.neighbour_advice6(now, tcp.advice6.drain(..));
     }
 
     pub(crate) fn tcp_poll_at(&self) -> Option<Instant> {
@@ -227,6 +289,92 @@ impl Stack {
             return Err(BindError::AddrNotAvailable);
         }
         self.tcp.listen(local, backlog)
+    }
+
+    /// Listen on an IPv6 `local` (address unspecified or ours; port 0 =
+    /// ephemeral). It takes IPv6 connections only; a port has one
+    /// listener, of either family.
+    pub fn tcp_listen6(
+        &mut self,
+        local: SocketAddrV6,
+        backlog: usize,
+    ) -> Result<TcpHandle, BindError> {
+        if !local.ip().is_unspecified() && !self.iface.has_addr6(*local.ip()) {
+            return Err(BindError::AddrNotAvailable);
+        }
+        self.tcp.listen_any(SocketAddr::V6(local), backlog)
+    }
+
+    /// Listen on `local` in either family.
+    pub fn tcp_listen_addr(
+        &mut self,
+        local: SocketAddr,
+        backlog: usize,
+    ) -> Result<TcpHandle, BindError> {
+        match local {
+            SocketAddr::V4(l) => self.tcp_listen(l, backlog),
+            SocketAddr::V6(l) => self.tcp_listen6(l, backlog),
+        }
+    }
+
+    /// Start an active open to an IPv6 `remote` (on-link: there is no
+    /// IPv6 router yet); the SYN goes out on the next `poll`. The source
+    /// address is chosen as for UDP (`local` unspecified or absent) or
+    /// must be ours. The MSS is the link MTU less 60 (RFC 8200 headers).
+    pub fn tcp_connect6(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV6,
+        local: Option<SocketAddrV6>,
+    ) -> Result<TcpHandle, ConnectError> {
+        let r = *remote.ip();
+        if remote.port() == 0 || r.is_unspecified() || r.is_multicast() {
+            return Err(ConnectError::InvalidAddress);
+        }
+        if self.iface.route6(r).is_none() {
+            self.counters.ip6.OutNoRoutes += 1;
+            return Err(ConnectError::NoRoute);
+        }
+        let src = match local {
+            Some(l) if !l.ip().is_unspecified() => {
+                if !self.iface.has_addr6(*l.ip()) {
+                    return Err(ConnectError::InvalidAddress);
+                }
+                *l.ip()
+            }
+            _ => self.iface.source6(r),
+        };
+        if src.is_unspecified() {
+            return Err(ConnectError::NoRoute);
+        }
+        let port = local.map_or(0, |l| l.port());
+        self.last_now = self.last_now.max(now);
+        let route_mss = self.iface.route_mss().saturating_sub(20).max(64);
+        let t = Tuple::V6(SocketAddrV6::new(src, port, 0, 0), remote);
+        self.tcp.connect_any(now, t, route_mss)
+    }
+
+    /// Start an active open in either family.
+    pub fn tcp_connect_addr(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        local: Option<SocketAddr>,
+    ) -> Result<TcpHandle, ConnectError> {
+        match (remote, local) {
+            (SocketAddr::V4(r), None) => self.tcp_connect(now, r, None),
+            (SocketAddr::V4(r), Some(SocketAddr::V4(l))) => self.tcp_connect(now, r, Some(l)),
+            (SocketAddr::V6(r), None) => self.tcp_connect6(now, r, None),
+            (SocketAddr::V6(r), Some(SocketAddr::V6(l))) => self.tcp_connect6(now, r, Some(l)),
+            _ => Err(ConnectError::InvalidAddress),
+        }
+    }
+
+    /// A socket's `(local, remote)` addresses in its own family (remote
+    /// unspecified for a listener). [`TcpStatus`] and [`TcpInfo`] carry
+    /// IPv4 addresses: for an IPv6 socket only their ports are meaningful.
+    pub fn tcp_addrs(&self, h: TcpHandle) -> Result<(SocketAddr, SocketAddr), TcpError> {
+        self.tcp.addrs(h)
     }
 
     /// The next established connection, `Ok(None)` when none is waiting.

@@ -33,7 +33,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use ustack_wire::tcp::TcpRepr;
 
@@ -204,6 +204,9 @@ enum Owner {
 #[derive(Clone)]
 struct Listener {
     local: SocketAddrV4,
+    /// An IPv6 listener (`local` then holds only the port): it takes IPv6
+    /// SYNs only, an IPv4 one IPv4 SYNs only (one listener per port).
+    local6: Option<SocketAddrV6>,
     backlog: usize,
     /// Children still in SYN-RECEIVED.
     syn_queue: usize,
@@ -223,6 +226,10 @@ struct Conn {
     conn: Connection,
     local: SocketAddrV4,
     remote: SocketAddrV4,
+    /// An IPv6 connection's addresses (`local` and `remote` then hold
+    /// only the ports: see [`Tuple::ports_view`]).
+    /// Boxed: IPv4 connections pay 8 bytes for it, not 60.
+    v6: Option<Box<(SocketAddrV6, SocketAddrV6)>>,
     owner: Owner,
     /// Still present in the demux map.
     in_map: bool,
@@ -243,6 +250,13 @@ struct Conn {
 }
 
 impl Conn {
+    fn tuple(&self) -> Tuple {
+        match self.v6.as_deref() {
+            Some(&(l, r)) => Tuple::V6(l, r),
+            None => Tuple::V4(self.local, self.remote),
+        }
+    }
+
     fn new(
         conn: Connection,
         local: SocketAddrV4,
@@ -254,6 +268,7 @@ impl Conn {
             conn,
             local,
             remote,
+            v6: None,
             owner,
             in_map: true,
             active_open,
@@ -319,11 +334,79 @@ pub(crate) enum Demux {
     Dropped,
 }
 
+/// A connection's addresses, `(local, remote)`, in either family. IPv4
+/// flows keep their own demux map keyed by the 12-byte tuple as before;
+/// IPv6 flows have a second map, so IPv4 lookups hash no more than they did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tuple {
+    V4(SocketAddrV4, SocketAddrV4),
+    V6(SocketAddrV6, SocketAddrV6),
+}
+
+impl Tuple {
+    fn local_port(&self) -> u16 {
+        match self {
+            Tuple::V4(l, _) => l.port(),
+            Tuple::V6(l, _) => l.port(),
+        }
+    }
+
+    fn is_v6(&self) -> bool {
+        matches!(self, Tuple::V6(..))
+    }
+
+    fn with_local_port(self, port: u16) -> Tuple {
+        match self {
+            Tuple::V4(l, r) => Tuple::V4(SocketAddrV4::new(*l.ip(), port), r),
+            Tuple::V6(l, r) => Tuple::V6(SocketAddrV6::new(*l.ip(), port, 0, l.scope_id()), r),
+        }
+    }
+
+    /// The pair `Connection` takes (it uses only the ports): the tuple
+    /// itself for IPv4; for IPv6 the ports with unspecified addresses.
+    fn ports_view(&self) -> (SocketAddrV4, SocketAddrV4) {
+        match self {
+            Tuple::V4(l, r) => (*l, *r),
+            Tuple::V6(l, r) => (
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, l.port()),
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, r.port()),
+            ),
+        }
+    }
+
+    /// The pair the ISN generator and the SYN cookies hash: the tuple
+    /// itself for IPv4; for IPv6 the ports with each address replaced by a
+    /// keyed 32-bit hash of it, so both stay keyed functions of the whole
+    /// IPv6 4-tuple.
+    fn key_view(&self, secret: &[u8; 16]) -> (SocketAddrV4, SocketAddrV4) {
+        match self {
+            Tuple::V4(l, r) => (*l, *r),
+            Tuple::V6(l, r) => {
+                let fold = |a: &SocketAddrV6| {
+                    let h = keyed_hash(secret, 0x7463_7036, &a.ip().octets()) as u32;
+                    SocketAddrV4::new(Ipv4Addr::from(h), a.port())
+                };
+                (fold(l), fold(r))
+            }
+        }
+    }
+
+    /// The addresses as the emitter takes them.
+    pub(crate) fn addrs(&self) -> (SocketAddr, SocketAddr) {
+        match self {
+            Tuple::V4(l, r) => (SocketAddr::V4(*l), SocketAddr::V4(*r)),
+            Tuple::V6(l, r) => (SocketAddr::V6(*l), SocketAddr::V6(*r)),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub(crate) struct TcpTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
     conns: HashMap<(SocketAddrV4, SocketAddrV4), u32, KeyedState>,
+    /// IPv6 connections (see [`Tuple`]).
+    conns6: HashMap<(SocketAddrV6, SocketAddrV6), u32, KeyedState>,
     listeners: HashMap<u16, u32, KeyedState>,
     /// Local ports held by active opens (for `listen` conflicts).
     active_ports: HashMap<u16, u32, KeyedState>,
@@ -355,6 +438,8 @@ pub(crate) struct TcpTable {
     /// for the neighbour cache (drained by the Stack; reused, no per-packet
     /// allocation once grown).
     pub(crate) advice: Vec<(Ipv4Addr, NeighbourAdvice)>,
+    /// The same for IPv6 connections' remote addresses.
+    pub(crate) advice6: Vec<(std::net::Ipv6Addr, NeighbourAdvice)>,
     /// What the connections share while they run.
     shared: TcpShared,
 }
@@ -373,6 +458,7 @@ impl TcpTable {
             slots: Vec::new(),
             free: Vec::new(),
             conns: HashMap::with_hasher(hasher),
+            conns6: HashMap::with_hasher(hasher),
             listeners: HashMap::with_hasher(hasher),
             active_ports: HashMap::with_hasher(hasher),
             live: 0,
@@ -392,6 +478,7 @@ impl TcpTable {
             dispatches: 0,
             visits: 0,
             advice: Vec::new(),
+            advice6: Vec::new(),
             shared,
         }
     }
@@ -442,7 +529,10 @@ impl TcpTable {
             Sock::Conn(c) => {
                 self.buffered = self.buffered.saturating_sub(c.held);
                 if c.in_map {
-                    self.conns.remove(&(c.local, c.remote));
+                    match c.v6 {
+                        Some(k) => self.conns6.remove(&*k),
+                        None => self.conns.remove(&(c.local, c.remote)),
+                    };
                 }
                 if c.active_open {
                     if let Some(n) = self.active_ports.get_mut(&c.local.port()) {
@@ -504,9 +594,77 @@ impl TcpTable {
         self.cfg = cfg;
     }
 
+    /// The connection on `t`, if any.
+    fn lookup(&self, t: &Tuple) -> Option<u32> {
+        match t {
+            Tuple::V4(l, r) => self.conns.get(&(*l, *r)).copied(),
+            Tuple::V6(l, r) => self.conns6.get(&(*l, *r)).copied(),
+        }
+    }
+
+    fn map_insert(&mut self, t: Tuple, idx: u32) {
+        match t {
+            Tuple::V4(l, r) => self.conns.insert((l, r), idx),
+            Tuple::V6(l, r) => self.conns6.insert((l, r), idx),
+        };
+    }
+
+    fn map_remove(&mut self, t: &Tuple) {
+        match t {
+            Tuple::V4(l, r) => self.conns.remove(&(*l, *r)),
+            Tuple::V6(l, r) => self.conns6.remove(&(*l, *r)),
+        };
+    }
+
+    /// A new connection entry for `t` (IPv6 addresses kept beside it).
+    fn new_conn(&self, conn: Connection, t: Tuple, owner: Owner, active_open: bool) -> Conn {
+        let (l, r) = t.ports_view();
+        let mut c = Conn::new(conn, l, r, owner, active_open);
+        if let Tuple::V6(l6, r6) = t {
+            c.v6 = Some(Box::new((l6, r6)));
+        }
+        c
+    }
+
+    /// The MSS of a new connection's route: the path MTU cache's for IPv4;
+    /// for IPv6 the interface's less the 20 more bytes of its header.
+    fn route_mss_for(&self, now: Instant, t: &Tuple, pmtu: &PmtuCache) -> u16 {
+        match t {
+            Tuple::V4(_, r) => pmtu.mss(now, *r.ip(), self.route_mss),
+            Tuple::V6(..) => self.route_mss.saturating_sub(20).max(64),
+        }
+    }
+
+    /// A socket's addresses, `(local, remote)` (remote unspecified for a
+    /// listener), in its own family.
+    pub(crate) fn addrs(&self, h: TcpHandle) -> Result<(SocketAddr, SocketAddr), TcpError> {
+        match self.sock(h)? {
+            Sock::Listener(l) => Ok(match l.local6 {
+                Some(l6) => (
+                    SocketAddr::V6(l6),
+                    SocketAddr::V6(SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 0, 0, 0)),
+                ),
+                None => (
+                    SocketAddr::V4(l.local),
+                    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+                ),
+            }),
+            Sock::Conn(c) => Ok(c.tuple().addrs()),
+        }
+    }
+
     pub(crate) fn listen(
         &mut self,
         local: SocketAddrV4,
+        backlog: usize,
+    ) -> Result<TcpHandle, BindError> {
+        self.listen_any(SocketAddr::V4(local), backlog)
+    }
+
+    /// Listen on `local` in its family (one listener per port).
+    pub(crate) fn listen_any(
+        &mut self,
+        local: SocketAddr,
         backlog: usize,
     ) -> Result<TcpHandle, BindError> {
         if self.live >= self.max_sockets {
@@ -520,11 +678,18 @@ impl TcpTable {
         if self.listeners.contains_key(&port) || self.active_ports.contains_key(&port) {
             return Err(BindError::AddrInUse);
         }
-        let local = SocketAddrV4::new(*local.ip(), port);
+        let (local, local6) = match local {
+            SocketAddr::V4(l) => (SocketAddrV4::new(*l.ip(), port), None),
+            SocketAddr::V6(l) => (
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port),
+                Some(SocketAddrV6::new(*l.ip(), port, 0, l.scope_id())),
+            ),
+        };
         // Linux caps the backlog at somaxconn (4096) and treats 0 as 1.
         let backlog = backlog.clamp(1, 4096);
         let l = Listener {
             local,
+            local6,
             backlog,
             syn_queue: 0,
             accept: VecDeque::new(),
@@ -578,30 +743,50 @@ impl TcpTable {
         remote: SocketAddrV4,
         route_mss: u16,
     ) -> Result<TcpHandle, ConnectError> {
+        self.connect_any(now, Tuple::V4(local, remote), route_mss)
+    }
+
+    /// `connect` in either family (`t`: local, remote).
+    pub(crate) fn connect_any(
+        &mut self,
+        now: Instant,
+        t: Tuple,
+        route_mss: u16,
+    ) -> Result<TcpHandle, ConnectError> {
         if self.live >= self.max_sockets {
             return Err(ConnectError::Exhausted);
         }
-        let port = if local.port() != 0 {
-            if self.conns.contains_key(&(local, remote))
-                || self.listeners.contains_key(&local.port())
-            {
+        let lport = t.local_port();
+        let port = if lport != 0 {
+            if self.lookup(&t).is_some() || self.listeners.contains_key(&lport) {
                 return Err(ConnectError::AddrInUse);
             }
-            local.port()
+            lport
         } else {
             let n = u32::from(EPHEMERAL_LAST - EPHEMERAL_FIRST) + 1;
-            let mut key = [0u8; 10];
-            key[..4].copy_from_slice(&local.ip().octets());
-            key[4..8].copy_from_slice(&remote.ip().octets());
-            key[8..].copy_from_slice(&remote.port().to_be_bytes());
-            let offset = keyed_hash(&self.secret, 0x7463_7000, &key) as u32;
+            let offset = match &t {
+                Tuple::V4(local, remote) => {
+                    let mut key = [0u8; 10];
+                    key[..4].copy_from_slice(&local.ip().octets());
+                    key[4..8].copy_from_slice(&remote.ip().octets());
+                    key[8..].copy_from_slice(&remote.port().to_be_bytes());
+                    keyed_hash(&self.secret, 0x7463_7000, &key) as u32
+                }
+                Tuple::V6(local, remote) => {
+                    let mut key = [0u8; 34];
+                    key[..16].copy_from_slice(&local.ip().octets());
+                    key[16..32].copy_from_slice(&remote.ip().octets());
+                    key[32..].copy_from_slice(&remote.port().to_be_bytes());
+                    keyed_hash(&self.secret, 0x7463_7000, &key) as u32
+                }
+            };
             let mut found = None;
             for i in 0..n {
                 let p = (u32::from(EPHEMERAL_FIRST)
                     + offset.wrapping_add(self.next_ephemeral).wrapping_add(i) % n)
                     as u16;
-                let cand = SocketAddrV4::new(*local.ip(), p);
-                if !self.conns.contains_key(&(cand, remote)) && !self.listeners.contains_key(&p) {
+                let cand = t.with_local_port(p);
+                if self.lookup(&cand).is_none() && !self.listeners.contains_key(&p) {
                     self.next_ephemeral = self.next_ephemeral.wrapping_add(i + 1);
                     found = Some(p);
                     break;
@@ -609,14 +794,16 @@ impl TcpTable {
             }
             found.ok_or(ConnectError::Exhausted)?
         };
-        let local = SocketAddrV4::new(*local.ip(), port);
-        let iss = self.isn.generate(local, remote, now);
+        let t = t.with_local_port(port);
+        let (kl, kr) = t.key_view(&self.secret);
+        let iss = self.isn.generate(kl, kr, now);
+        let (local, remote) = t.ports_view();
         let conn = Connection::connect(&self.cfg, local, remote, iss, route_mss, now);
-        let c = Conn::new(conn, local, remote, Owner::App, true);
+        let c = self.new_conn(conn, t, Owner::App, true);
         let h = self
             .alloc(Sock::Conn(Box::new(c)))
             .ok_or(ConnectError::Exhausted)?;
-        self.conns.insert((local, remote), h.index);
+        self.map_insert(t, h.index);
         *self.active_ports.entry(port).or_insert(0) += 1;
         self.now = self.now.max(now);
         // The SYN goes out on the next poll.
@@ -787,19 +974,36 @@ impl TcpTable {
         ext: &mut TcpStackCounters,
         pmtu: &PmtuCache,
     ) -> Demux {
+        let t = Tuple::V4(local, remote);
+        self.input_any(now, t, seg, gso_size, ctr, ext, pmtu)
+    }
+
+    /// [`TcpTable::input`] in either family.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn input_any(
+        &mut self,
+        now: Instant,
+        t: Tuple,
+        seg: &TcpRepr,
+        gso_size: usize,
+        ctr: &mut TcpCounters,
+        ext: &mut TcpStackCounters,
+        pmtu: &PmtuCache,
+    ) -> Demux {
         self.now = self.now.max(now);
+        let lport = t.local_port();
         // Reopening a TIME-WAIT connection: the new ISS (Linux
         // `tcp_timewait_state_process`: the old SND.NXT + 65535 + 2, so the
         // new connection's sequence space starts above the old one's).
         let mut reuse_iss = None;
-        if let Some(&idx) = self.conns.get(&(local, remote)) {
+        if let Some(idx) = self.lookup(&t) {
             let idx = idx as usize;
             let reuse = match self.slots.get(idx).and_then(|s| s.sock.as_ref()) {
                 Some(Sock::Conn(c)) => {
                     let ok = c.conn.state() == State::TimeWait
                         && seg.syn
                         && seg.ack.is_none()
-                        && self.listeners.contains_key(&local.port())
+                        && self.listeners.contains_key(&lport)
                         && c.conn.accepts_reuse_syn(seg);
                     if ok {
                         reuse_iss = Some(c.conn.snd_max() + 65_537u32);
@@ -820,9 +1024,14 @@ impl TcpTable {
             // reopens it; drop the old control block and fall to the listener.
             self.detach(idx);
         }
-        let Some(&lidx) = self.listeners.get(&local.port()) else {
+        let Some(&lidx) = self.listeners.get(&lport) else {
             return Demux::Unmatched;
         };
+        // A listener takes its own family's segments only.
+        match self.slots.get(lidx as usize).and_then(|s| s.sock.as_ref()) {
+            Some(Sock::Listener(l)) if l.local6.is_some() == t.is_v6() => {}
+            _ => return Demux::Unmatched,
+        }
         // RFC 9293 3.10.7.2 (LISTEN): "first check for an RST ... An incoming
         // RST segment could not be valid since it could not have been sent in
         // response to anything sent by this incarnation of the connection. An
@@ -837,18 +1046,8 @@ impl TcpTable {
             if seg.syn {
                 return Demux::Unmatched;
             }
-            let route_mss = pmtu.mss(now, *remote.ip(), self.route_mss);
-            return self.cookie_ack(
-                now,
-                lidx as usize,
-                local,
-                remote,
-                seg,
-                gso_size,
-                route_mss,
-                ctr,
-                ext,
-            );
+            let route_mss = self.route_mss_for(now, &t, pmtu);
+            return self.cookie_ack(now, lidx as usize, t, seg, gso_size, route_mss, ctr, ext);
         }
         if !seg.syn {
             // "fourth other data or control ... drop the segment and return".
@@ -889,29 +1088,29 @@ impl TcpTable {
             ext.ListenDrops += 1;
             return Demux::Dropped;
         }
-        let route_mss = pmtu.mss(now, *remote.ip(), self.route_mss);
+        let route_mss = self.route_mss_for(now, &t, pmtu);
+        let (kl, kr) = t.key_view(&self.secret);
         if want_cookie {
-            let reply = self
-                .cookies
-                .syn_ack(&self.cfg, local, remote, seg, route_mss, now);
+            let reply = self.cookies.syn_ack(&self.cfg, kl, kr, seg, route_mss, now);
             if let Ok(Sock::Listener(l)) = self.sock_mut(lh) {
                 l.last_cookie_at = Some(now);
             }
             ext.SyncookiesSent += 1;
             return Demux::Reply(reply);
         }
-        let iss = reuse_iss.unwrap_or_else(|| self.isn.generate(local, remote, now));
+        let iss = reuse_iss.unwrap_or_else(|| self.isn.generate(kl, kr, now));
+        let (local, remote) = t.ports_view();
         let conn = Connection::accept(&self.cfg, local, remote, seg, iss, route_mss, now);
         let owner = Owner::Listener {
             listener: lh,
             queued: false,
         };
-        let c = Conn::new(conn, local, remote, owner, false);
+        let c = self.new_conn(conn, t, owner, false);
         let Some(h) = self.alloc(Sock::Conn(Box::new(c))) else {
             ext.ListenDrops += 1;
             return Demux::Dropped;
         };
-        self.conns.insert((local, remote), h.index);
+        self.map_insert(t, h.index);
         if let Ok(Sock::Listener(l)) = self.sock_mut(lh) {
             l.syn_queue += 1;
             l.embryos.push(h);
@@ -952,8 +1151,7 @@ impl TcpTable {
         &mut self,
         now: Instant,
         lidx: usize,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        t: Tuple,
         seg: &TcpRepr,
         gso_size: usize,
         route_mss: u16,
@@ -978,9 +1176,11 @@ impl TcpTable {
         if self.cfg.syncookies == SynCookies::Off || !recent {
             return Demux::Unmatched;
         }
+        let (kl, kr) = t.key_view(&self.secret);
+        let (local, remote) = t.ports_view();
         let Some(mss) = self
             .cookies
-            .check(local, remote, seg.seq - 1usize, ack - 1usize, now)
+            .check(kl, kr, seg.seq - 1usize, ack - 1usize, now)
         else {
             ext.SyncookiesFailed += 1;
             return Demux::Unmatched;
@@ -1004,12 +1204,12 @@ impl TcpTable {
             listener: lh,
             queued: true,
         };
-        let c = Conn::new(conn, local, remote, owner, false);
+        let c = self.new_conn(conn, t, owner, false);
         let Some(h) = self.alloc(Sock::Conn(Box::new(c))) else {
             ext.ListenDrops += 1;
             return Demux::Dropped;
         };
-        self.conns.insert((local, remote), h.index);
+        self.map_insert(t, h.index);
         if let Ok(Sock::Listener(l)) = self.sock_mut(lh) {
             l.accept.push_back(h);
             if !l.ev_queued {
@@ -1034,8 +1234,9 @@ impl TcpTable {
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
             if c.owner == Owner::App {
                 // The application still holds it: only unhook it.
-                self.conns.remove(&(c.local, c.remote));
                 c.in_map = false;
+                let t = c.tuple();
+                self.map_remove(&t);
                 return;
             }
         }
@@ -1081,12 +1282,12 @@ impl TcpTable {
         idx: usize,
         now: Instant,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr, usize) -> bool,
+        emit: &mut dyn FnMut(SocketAddr, SocketAddr, &TcpRepr, usize) -> bool,
     ) {
         self.now = self.now.max(now);
         self.dispatches += 1;
         if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
-            let (local, remote) = (c.local, c.remote);
+            let (local, remote) = c.tuple().addrs();
             // The send MSS, for cutting a TSO super-segment on the wire.
             let smss = c.conn.mss();
             c.conn.dispatch(now, ctr, &mut self.shared, &mut |seg| {
@@ -1095,7 +1296,10 @@ impl TcpTable {
             c.conn.update_chrono(now);
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
-                self.advice.push((*remote.ip(), adv));
+                match c.v6.as_deref() {
+                    None => self.advice.push((*c.remote.ip(), adv)),
+                    Some((_, r)) => self.advice6.push((*r.ip(), adv)),
+                }
             }
         }
         self.touched(idx);
@@ -1170,8 +1374,8 @@ impl TcpTable {
                 if let Ok(Sock::Conn(c)) = self.sock_mut(h) {
                     if c.in_map {
                         c.in_map = false;
-                        let key = (c.local, c.remote);
-                        self.conns.remove(&key);
+                        let t = c.tuple();
+                        self.map_remove(&t);
                     }
                 }
             }
@@ -1274,7 +1478,7 @@ impl TcpTable {
         now: Instant,
         budget: usize,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddrV4, SocketAddrV4, &TcpRepr, usize) -> bool,
+        emit: &mut dyn FnMut(SocketAddr, SocketAddr, &TcpRepr, usize) -> bool,
     ) {
         self.now = self.now.max(now);
         // Bounded: a mass expiry is spread over several calls (`poll_at`

@@ -23,22 +23,16 @@ macro_rules! into_io {
 
 into_io!(BindError, ConnectError, IcmpError, TcpError, UdpError);
 
-/// Resolve `addr` to the IPv4 socket addresses it names (ustack is IPv4-only
-/// for now); an address list with no IPv4 entry is `InvalidInput`.
-pub(crate) fn v4_addrs(
+/// Resolve `addr` to the socket addresses it names (either family); an
+/// empty list is `InvalidInput`.
+pub(crate) fn socket_addrs(
     addr: impl std::net::ToSocketAddrs,
-) -> io::Result<Vec<std::net::SocketAddrV4>> {
-    let v: Vec<_> = addr
-        .to_socket_addrs()?
-        .filter_map(|a| match a {
-            std::net::SocketAddr::V4(a) => Some(a),
-            std::net::SocketAddr::V6(_) => None,
-        })
-        .collect();
+) -> io::Result<Vec<std::net::SocketAddr>> {
+    let v: Vec<_> = addr.to_socket_addrs()?.collect();
     if v.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "no IPv4 address to use",
+            "no address to use",
         ));
     }
     Ok(v)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ustack_core::tcp::State;
 use ustack_core::{TcpError, TcpHandle};
 
-use crate::error::{v4_addrs, IntoIoError};
+use crate::error::{socket_addrs, IntoIoError};
 use crate::runtime::{Interest, Net, SockKey, Source, SourceKey};
 
 /// Listen backlog used by [`TcpListener::bind`] (Linux's `SOMAXCONN`).
@@ -65,8 +65,9 @@ impl std::fmt::Debug for TcpListener {
 }
 
 impl TcpListener {
-    /// Listen on `addr` (port 0 = an ephemeral port). The first IPv4 address
-    /// that binds wins, as with `std`.
+    /// Listen on `addr` (port 0 = an ephemeral port), IPv4 or IPv6 (an
+    /// IPv6 listener takes IPv6 connections only, as with `IPV6_V6ONLY`).
+    /// The first address that binds wins, as with `std`.
     pub fn bind(net: &Net, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         Self::bind_with_backlog(net, addr, DEFAULT_BACKLOG)
     }
@@ -78,8 +79,8 @@ impl TcpListener {
         backlog: usize,
     ) -> io::Result<TcpListener> {
         let mut last = None;
-        for a in v4_addrs(addr)? {
-            match net.shared().op(|s, _, _tx| s.tcp_listen(a, backlog)) {
+        for a in socket_addrs(addr)? {
+            match net.shared().op(|s, _, _tx| s.tcp_listen_addr(a, backlog)) {
                 Ok(handle) => {
                     return Ok(TcpListener {
                         inner: Arc::new(ListenerInner {
@@ -126,9 +127,9 @@ impl TcpListener {
         let st = l
             .net
             .shared()
-            .op(|s, _, _tx| s.tcp_status(l.handle))
+            .op(|s, _, _tx| s.tcp_addrs(l.handle))
             .map_err(|e| e.into_io())?;
-        Ok(SocketAddr::V4(st.local))
+        Ok(st.0)
     }
 
     /// In non-blocking mode `accept` gives `WouldBlock` instead of waiting.
@@ -229,13 +230,13 @@ impl TcpStream {
         }
     }
 
-    /// Connect to `addr`, trying each IPv4 address in turn like `std`.
+    /// Connect to `addr`, trying each address (IPv4 or IPv6) in turn like `std`.
     /// Blocks until the handshake completes or fails (`ConnectionRefused`,
     /// `TimedOut` after the SYN retries, `HostUnreachable`, ...).
     pub fn connect(net: &Net, addr: impl ToSocketAddrs) -> io::Result<TcpStream> {
         let mut last = None;
-        for a in v4_addrs(addr)? {
-            match Self::connect_v4(net, a, None) {
+        for a in socket_addrs(addr)? {
+            match Self::connect_inner(net, a, None, None) {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }
@@ -256,13 +257,7 @@ impl TcpStream {
                 "cannot set a 0 duration timeout",
             ));
         }
-        match addr {
-            SocketAddr::V4(a) => Self::connect_v4(net, *a, Some(timeout)),
-            SocketAddr::V6(_) => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "IPv6 is not supported yet",
-            )),
-        }
+        Self::connect_inner(net, *addr, None, Some(timeout))
     }
 
     /// Connect from a given local address (port 0 = ephemeral).
@@ -272,26 +267,23 @@ impl TcpStream {
         remote: SocketAddrV4,
         timeout: Option<Duration>,
     ) -> io::Result<TcpStream> {
-        Self::connect_inner(net, remote, Some(local), timeout)
-    }
-
-    fn connect_v4(
-        net: &Net,
-        remote: SocketAddrV4,
-        timeout: Option<Duration>,
-    ) -> io::Result<TcpStream> {
-        Self::connect_inner(net, remote, None, timeout)
+        Self::connect_inner(
+            net,
+            SocketAddr::V4(remote),
+            Some(SocketAddr::V4(local)),
+            timeout,
+        )
     }
 
     fn connect_inner(
         net: &Net,
-        remote: SocketAddrV4,
-        local: Option<SocketAddrV4>,
+        remote: SocketAddr,
+        local: Option<SocketAddr>,
         timeout: Option<Duration>,
     ) -> io::Result<TcpStream> {
         let h = net
             .shared()
-            .op(|s, now, _tx| s.tcp_connect(now, remote, local))
+            .op(|s, now, _tx| s.tcp_connect_addr(now, remote, local))
             .map_err(|e| e.into_io())?;
         let stream = TcpStream::from_handle(net, h);
         let r = net.shared().block_on(
@@ -346,12 +338,24 @@ impl TcpStream {
         if st.state == State::Closed || st.state == State::Listen {
             return Err(io::ErrorKind::NotConnected.into());
         }
-        Ok(SocketAddr::V4(st.remote))
+        Ok(self.addrs()?.1)
     }
 
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(SocketAddr::V4(self.status()?.local))
+        Ok(self.addrs()?.0)
+    }
+
+    /// `(local, remote)` in the connection's own family.
+    fn addrs(&self) -> io::Result<(SocketAddr, SocketAddr)> {
+        let s = &self.inner;
+        if s.released.load(Ordering::Acquire) {
+            return Err(io::ErrorKind::NotConnected.into());
+        }
+        s.net
+            .shared()
+            .op(|st, _, _tx| st.tcp_addrs(s.handle))
+            .map_err(|e| e.into_io())
     }
 
     /// Shut down the read half (reads then return EOF), the write half
