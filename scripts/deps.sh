@@ -20,6 +20,8 @@ want make make
 want ethtool ethtool
 want python3 python3
 want taskset util-linux
+want setpriv util-linux
+want script bsdutils
 want pasta passt
 want slirp4netns slirp4netns
 
