@@ -393,11 +393,22 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
         if libc::pipe2(ep.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
             child_fail(sock, Stage::Exec, &io::Error::last_os_error());
         }
+        // Ignore the terminal's signals before the command exists: once it
+        // runs, a Ctrl-C reaches this process too, and must not kill it
+        // (however late the scheduler runs it after `fork`).
+        for sig in INIT_IGNORES {
+            libc::signal(sig, libc::SIG_IGN);
+        }
         let cmd = libc::fork();
         if cmd < 0 {
             child_fail(sock, Stage::Exec, &io::Error::last_os_error());
         }
         if cmd == 0 {
+            // The command gets the default dispositions (an ignored signal
+            // would stay ignored across exec).
+            for sig in INIT_IGNORES {
+                libc::signal(sig, libc::SIG_DFL);
+            }
             libc::close(ep[0]);
             libc::close(sock);
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
@@ -418,9 +429,6 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
         // (another sandbox's TAP or socket when one process runs several)
         // would otherwise live as long as this command.
         close_all_but(sock, ep[0]);
-        for sig in INIT_IGNORES {
-            libc::signal(sig, libc::SIG_IGN);
-        }
         let mut e = [0u8; 4];
         let n = loop {
             let n = libc::read(ep[0], e.as_mut_ptr().cast(), e.len());
