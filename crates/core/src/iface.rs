@@ -751,7 +751,8 @@ impl Iface {
             a == Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)
                 || self.addrs6.iter().any(|c| solicited_node(c.address) == a)
         } else {
-            self.has_addr6(a)
+            // Transparent mode plays every unicast destination.
+            self.has_addr6(a) || (self.transparent && crate::transparent::is_unicast6(a))
         }
     }
 

@@ -307,6 +307,10 @@ impl Stack {
                 data,
             } => {
                 c.InEchos += 1;
+                // Transparent mode: the application answers (or relays).
+                if self.transparent_echo_request6(ip, ident, seq_no, data) {
+                    return;
+                }
                 // RFC 4443 4.2: "An Echo Reply SHOULD be sent in response to
                 // an Echo Request message sent to an IPv6 multicast
                 // address. The source address of the reply MUST be a
@@ -595,6 +599,10 @@ impl Stack {
         };
         let from = SocketAddrV6::new(ip.src, repr.src_port, 0, 0);
         if self.udp6_deliver(ip.dst, repr.dst_port, from, pkt.payload_ref()) {
+            return;
+        }
+        // Transparent mode: the catch-all socket takes the rest.
+        if self.transparent_udp6_input(ip, repr.src_port, repr.dst_port, pkt.payload_ref()) {
             return;
         }
         self.counters.udp6.NoPorts += 1;

@@ -111,7 +111,9 @@ impl Stack {
             ip_ecn: ip.dscp_ecn & 3,
             ..*seg
         };
-        if self.transparent_tcp_input(now, local, remote, seg) {
+        if self.transparent.is_some()
+            && self.transparent_tcp_input(now, Tuple::V4(local, remote), seg)
+        {
             return;
         }
         let Stack {
@@ -176,6 +178,9 @@ impl Stack {
             ip_ecn: ip.traffic_class & 3,
             ..*seg
         };
+        if self.transparent.is_some() && self.transparent_tcp_input6(now, ip, seg) {
+            return;
+        }
         let Stack {
             tcp,
             iface,

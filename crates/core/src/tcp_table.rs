@@ -1620,16 +1620,11 @@ impl TcpTable {
     /// no listener on the port and no connection on the 4-tuple (a
     /// TIME-WAIT connection that accepts the SYN as a new incarnation, RFC
     /// 9293 3.6.1, is dropped to make way).
-    pub(crate) fn syn_unclaimed(
-        &mut self,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
-        seg: &TcpRepr,
-    ) -> bool {
-        if self.listeners.contains_key(&local.port()) {
+    pub(crate) fn syn_unclaimed(&mut self, t: &Tuple, seg: &TcpRepr) -> bool {
+        if self.listeners.contains_key(&t.local_port()) {
             return false;
         }
-        let Some(&idx) = self.conns.get(&(local, remote)) else {
+        let Some(idx) = self.lookup(t) else {
             return true;
         };
         let idx = idx as usize;
@@ -1647,25 +1642,26 @@ impl TcpTable {
 
     /// Create an application-owned connection in SYN-RECEIVED from a SYN
     /// held earlier (RFC 9293 3.10.7.2, LISTEN state, "third check for a
-    /// SYN"); the SYN|ACK goes out on the next poll.
+    /// SYN"); the SYN|ACK goes out on the next poll. Either family.
     pub(crate) fn adopt_syn(
         &mut self,
         now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        t: Tuple,
         syn: &TcpRepr,
         route_mss: u16,
     ) -> Result<TcpHandle, TcpError> {
-        if self.live >= self.max_sockets || self.conns.contains_key(&(local, remote)) {
+        if self.live >= self.max_sockets || self.lookup(&t).is_some() {
             return Err(TcpError::InvalidState);
         }
-        let iss = self.isn.generate(local, remote, now);
+        let (kl, kr) = t.key_view(&self.secret);
+        let iss = self.isn.generate(kl, kr, now);
+        let (local, remote) = t.ports_view();
         let conn = Connection::accept(&self.cfg, local, remote, syn, iss, route_mss, now);
-        let c = Conn::new(conn, local, remote, Owner::App, false);
+        let c = self.new_conn(conn, t, Owner::App, false);
         let h = self
             .alloc(Sock::Conn(Box::new(c)))
             .ok_or(TcpError::InvalidState)?;
-        self.conns.insert((local, remote), h.index);
+        self.map_insert(t, h.index);
         self.now = self.now.max(now);
         // The SYN|ACK goes out on the next poll.
         self.touched(h.index as usize);

@@ -17,23 +17,30 @@
 //! * ICMP echo requests to any address are queued for the application
 //!   ([`Stack::icmp_echo_request_recv`]) instead of being answered;
 //!   replies and unreachables can come from any address.
+//! * IPv6 likewise: packets to any unicast destination are accepted (the
+//!   guest routes them through one of our addresses, e.g. its default
+//!   router; Neighbor Discovery is answered for our own addresses only),
+//!   and held SYNs, catch-all datagrams and echo requests carry IPv6
+//!   addresses (`SocketAddr`/`IpAddr`). IPv4 flows keep their own maps.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use ustack_wire::arp::{ArpOperation, ArpRepr};
 use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
+use ustack_wire::icmpv6::{DstUnreachable as DstUnreachable6, Icmpv6Packet, Icmpv6Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::Ipv4Repr;
+use ustack_wire::ipv6::{Ipv6Repr, IPV6_HEADER_LEN};
 use ustack_wire::tcp::TcpRepr;
 use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
 
 use crate::error::{BindError, IcmpError, UdpError};
 use crate::hash::KeyedState;
-use crate::iface::{IpOut, TxError, DEFAULT_TTL};
+use crate::iface::{Ip6Out, IpOut, TxError, DEFAULT_HOP_LIMIT, DEFAULT_TTL};
 use crate::stack::{Config, Stack};
 use crate::tcp::{rst_for_unmatched, TcpError};
-use crate::tcp_table::TcpHandle;
+use crate::tcp_table::{TcpHandle, Tuple};
 use crate::time::{Duration, Instant};
 
 /// Tunables of transparent mode.
@@ -78,9 +85,9 @@ pub struct PendingSynId(u64);
 pub struct PendingSyn {
     pub id: PendingSynId,
     /// Where the guest wants to go (our side of the connection).
-    pub local: SocketAddrV4,
-    /// The guest's end.
-    pub remote: SocketAddrV4,
+    pub local: SocketAddr,
+    /// The guest's end (same family as `local`).
+    pub remote: SocketAddr,
 }
 
 /// How to refuse a held SYN.
@@ -99,13 +106,16 @@ pub struct UdpAnyHandle(u32);
 /// An echo request the guest sent to `dst`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EchoRequestInfo {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
+    /// The guest's address and where the request went (same family: an
+    /// ICMPv6 echo request for IPv6 addresses).
+    pub src: IpAddr,
+    pub dst: IpAddr,
     pub ident: u16,
     pub seq: u16,
     /// Payload bytes (without the 8-byte ICMP header); the copy given to
     /// `icmp_echo_request_recv` is truncated to its buffer.
     pub len: usize,
+    /// TTL or hop limit.
     pub ttl: u8,
 }
 
@@ -125,8 +135,7 @@ pub struct TransparentCounters {
 
 #[derive(Clone)]
 struct Held {
-    local: SocketAddrV4,
-    remote: SocketAddrV4,
+    tuple: Tuple,
     syn: TcpRepr<'static>,
 }
 
@@ -188,6 +197,8 @@ pub(crate) struct Transparent {
     cfg: TransparentConfig,
     held: HashMap<u64, Held, KeyedState>,
     by_tuple: HashMap<(SocketAddrV4, SocketAddrV4), u64, KeyedState>,
+    /// IPv6 held SYNs by tuple (IPv4 lookups hash no more than before).
+    by_tuple6: HashMap<(SocketAddrV6, SocketAddrV6), u64, KeyedState>,
     /// Held SYN ids in arrival order with their expiry (may hold ids
     /// already decided; skipped lazily).
     order: VecDeque<(u64, Instant)>,
@@ -196,7 +207,7 @@ pub(crate) struct Transparent {
     /// A SYN was held since the last `take_events` (an event is due).
     syn_event: bool,
     next_id: u64,
-    udp_any: Option<(u32, DgramQueue<(SocketAddrV4, SocketAddrV4)>)>,
+    udp_any: Option<(u32, DgramQueue<(SocketAddr, SocketAddr)>)>,
     udp_generation: u32,
     echo: DgramQueue<EchoRequestInfo>,
     counters: TransparentCounters,
@@ -208,6 +219,7 @@ impl Transparent {
         Transparent {
             held: HashMap::with_hasher(KeyedState::new(secret, 0x7470_0001)),
             by_tuple: HashMap::with_hasher(KeyedState::new(secret, 0x7470_0002)),
+            by_tuple6: HashMap::with_hasher(KeyedState::new(secret, 0x7470_0003)),
             order: VecDeque::new(),
             fresh: VecDeque::new(),
             syn_event: false,
@@ -222,7 +234,10 @@ impl Transparent {
 
     fn remove(&mut self, id: u64) -> Option<Held> {
         let h = self.held.remove(&id)?;
-        self.by_tuple.remove(&(h.local, h.remote));
+        match h.tuple {
+            Tuple::V4(l, r) => self.by_tuple.remove(&(l, r)),
+            Tuple::V6(l, r) => self.by_tuple6.remove(&(l, r)),
+        };
         // Keep the side queues proportional to the live set.
         let bound = 2 * self.cfg.max_pending_syns + 16;
         if self.order.len() > bound {
@@ -236,7 +251,14 @@ impl Transparent {
         Some(h)
     }
 
-    fn hold(&mut self, now: Instant, local: SocketAddrV4, remote: SocketAddrV4, syn: &TcpRepr) {
+    fn lookup(&self, t: &Tuple) -> Option<u64> {
+        match t {
+            Tuple::V4(l, r) => self.by_tuple.get(&(*l, *r)).copied(),
+            Tuple::V6(l, r) => self.by_tuple6.get(&(*l, *r)).copied(),
+        }
+    }
+
+    fn hold(&mut self, now: Instant, tuple: Tuple, syn: &TcpRepr) {
         if self.cfg.max_pending_syns == 0 {
             self.counters.syns_dropped += 1;
             return;
@@ -254,12 +276,14 @@ impl Transparent {
         self.held.insert(
             id,
             Held {
-                local,
-                remote,
+                tuple,
                 syn: owned_syn(syn),
             },
         );
-        self.by_tuple.insert((local, remote), id);
+        match tuple {
+            Tuple::V4(l, r) => self.by_tuple.insert((l, r), id),
+            Tuple::V6(l, r) => self.by_tuple6.insert((l, r), id),
+        };
         self.order
             .push_back((id, now + self.cfg.pending_syn_timeout));
         self.fresh.push_back(id);
@@ -296,6 +320,12 @@ fn owned_syn(s: &TcpRepr) -> TcpRepr<'static> {
 /// Transparent mode accepts datagrams to (and sends from) any unicast address.
 pub(crate) fn is_unicast(a: Ipv4Addr) -> bool {
     !(a.is_unspecified() || a.is_broadcast() || a.is_multicast() || a.is_loopback())
+}
+
+/// The IPv6 twin of [`is_unicast`] (IPv4-mapped addresses are not ours to
+/// play either: no dual-stack translation).
+pub(crate) fn is_unicast6(a: Ipv6Addr) -> bool {
+    !(a.is_unspecified() || a.is_multicast() || a.is_loopback() || a.to_ipv4_mapped().is_some())
 }
 
 impl Stack {
@@ -396,8 +426,8 @@ impl Stack {
             return;
         };
         let info = EchoRequestInfo {
-            src: ip.src,
-            dst: ip.dst,
+            src: IpAddr::V4(ip.src),
+            dst: IpAddr::V4(ip.dst),
             ident,
             seq,
             len: data.len(),
@@ -431,7 +461,7 @@ impl Stack {
             return false;
         }
         let c = &mut self.counters.udp;
-        if q.push((from, to), data, false) == 0 {
+        if q.push((SocketAddr::V4(from), SocketAddr::V4(to)), data, false) == 0 {
             c.InDatagrams += 1;
         } else {
             c.RcvbufErrors += 1;
@@ -446,14 +476,13 @@ impl Stack {
     pub(crate) fn transparent_tcp_input(
         &mut self,
         now: Instant,
-        local: SocketAddrV4,
-        remote: SocketAddrV4,
+        tuple: Tuple,
         seg: &TcpRepr,
     ) -> bool {
         let Some(t) = self.transparent.as_deref_mut() else {
             return false;
         };
-        if let Some(&id) = t.by_tuple.get(&(local, remote)) {
+        if let Some(id) = t.lookup(&tuple) {
             // A retransmitted SYN while the decision is pending: stay
             // silent (no RST, no SYN|ACK). A SYN with another ISN is a new
             // attempt on the same 4-tuple: answer that one when accepted.
@@ -465,13 +494,17 @@ impl Stack {
             t.counters.syns_absorbed += 1;
             return true;
         }
-        if !seg.syn || seg.ack.is_some() || seg.rst || !is_unicast(*local.ip()) {
+        let local_ok = match &tuple {
+            Tuple::V4(l, _) => is_unicast(*l.ip()),
+            Tuple::V6(l, _) => is_unicast6(*l.ip()),
+        };
+        if !seg.syn || seg.ack.is_some() || seg.rst || !local_ok {
             return false;
         }
-        if !self.tcp.syn_unclaimed(local, remote, seg) {
+        if !self.tcp.syn_unclaimed(&tuple, seg) {
             return false;
         }
-        t.hold(now, local, remote, seg);
+        t.hold(now, tuple, seg);
         true
     }
 
@@ -512,10 +545,11 @@ impl Stack {
         let t = self.transparent.as_deref_mut()?;
         while let Some(id) = t.fresh.pop_front() {
             if let Some(h) = t.held.get(&id) {
+                let (local, remote) = h.tuple.addrs();
                 return Some(PendingSyn {
                     id: PendingSynId(id),
-                    local: h.local,
-                    remote: h.remote,
+                    local,
+                    remote,
                 });
             }
         }
@@ -548,9 +582,12 @@ impl Stack {
         let h = t.remove(id.0).ok_or(TcpError::InvalidHandle)?;
         t.counters.syns_accepted += 1;
         self.last_now = self.last_now.max(now);
-        let route_mss = self.iface.route_mss_to(now, *h.remote.ip());
-        self.tcp
-            .adopt_syn(now, h.local, h.remote, &h.syn, route_mss)
+        let route_mss = match &h.tuple {
+            Tuple::V4(_, r) => self.iface.route_mss_to(now, *r.ip()),
+            // The 20 more bytes of the IPv6 header (as `tcp_connect6`).
+            Tuple::V6(..) => self.iface.route_mss().saturating_sub(20).max(64),
+        };
+        self.tcp.adopt_syn(now, h.tuple, &h.syn, route_mss)
     }
 
     /// Refuse a held SYN: RST|ACK (RFC 9293 3.10.7.1: "If the ACK bit is
@@ -564,6 +601,10 @@ impl Stack {
         };
         let Some(h) = t.remove(id.0) else { return };
         t.counters.syns_refused += 1;
+        let (l4, r4) = match h.tuple {
+            Tuple::V4(l, r) => (l, r),
+            Tuple::V6(l, r) => return self.refuse_pending6(now, *l.ip(), *r.ip(), &h.syn, how),
+        };
         match how {
             Refuse::Rst => {
                 let Some(rst) = rst_for_unmatched(&h.syn) else {
@@ -577,8 +618,8 @@ impl Stack {
                     now,
                     &mut self.counters.ip,
                     &mut self.counters.link,
-                    *h.local.ip(),
-                    *h.remote.ip(),
+                    *l4.ip(),
+                    *r4.ip(),
                     &rst,
                     0,
                     &mut |f| q.push(now, f),
@@ -591,27 +632,74 @@ impl Stack {
             Refuse::IcmpUnreachable(reason) => {
                 // RFC 792: "the internet header plus the first 64 bits of
                 // the original datagram's data" — ports and sequence number.
-                let mut quoted = [0u8; 8];
-                quoted[0..2].copy_from_slice(&h.syn.src_port.to_be_bytes());
-                quoted[2..4].copy_from_slice(&h.syn.dst_port.to_be_bytes());
-                quoted[4..8].copy_from_slice(&h.syn.seq.0.to_be_bytes());
-                let header = quoted_header(
-                    *h.remote.ip(),
-                    *h.local.ip(),
-                    IpProtocol::Tcp,
-                    h.syn.header_len(),
-                );
+                let quoted = quoted_syn(&h.syn);
+                let header = quoted_header(*r4.ip(), *l4.ip(), IpProtocol::Tcp, h.syn.header_len());
                 let repr = Icmpv4Repr::DstUnreachable {
                     reason,
                     next_hop_mtu: 0,
                     header,
                     data: &quoted,
                 };
-                if self
-                    .queue_icmp_from(now, *h.local.ip(), *h.remote.ip(), &repr)
-                    .is_ok()
-                {
+                if self.queue_icmp_from(now, *l4.ip(), *r4.ip(), &repr).is_ok() {
                     self.counters.icmp.OutDestUnreachs += 1;
+                }
+            }
+        }
+    }
+
+    /// [`Stack::tcp_refuse_pending`] for an IPv6 SYN: RST|ACK, or ICMPv6
+    /// destination unreachable (RFC 4443 3.1) with the IPv4 code's
+    /// equivalent, quoting the SYN's header and first 8 bytes (the ports
+    /// and sequence number, all a receiver needs to find its socket).
+    fn refuse_pending6(
+        &mut self,
+        now: Instant,
+        local: Ipv6Addr,
+        remote: Ipv6Addr,
+        syn: &TcpRepr,
+        how: Refuse,
+    ) {
+        match how {
+            Refuse::Rst => {
+                let Some(rst) = rst_for_unmatched(syn) else {
+                    return;
+                };
+                if !self.txq.has_room(self.frames_bytes(rst.buffer_len() + 20)) {
+                    return;
+                }
+                let q = &mut self.txq;
+                let r = self.iface.send_tcp6_from(
+                    now,
+                    &mut self.counters,
+                    local,
+                    remote,
+                    &rst,
+                    0,
+                    &mut |f| q.push(now, f),
+                );
+                if r.is_ok() {
+                    self.counters.tcp.OutSegs += 1;
+                    self.counters.tcp.OutRsts += 1;
+                }
+            }
+            Refuse::IcmpUnreachable(reason) => {
+                let quoted = quoted_syn(syn);
+                let header = Ipv6Repr {
+                    src: remote,
+                    dst: local,
+                    next_header: IpProtocol::Tcp,
+                    payload_len: syn.header_len(),
+                    hop_limit: DEFAULT_HOP_LIMIT,
+                    traffic_class: 0,
+                    flow_label: 0,
+                };
+                let repr = Icmpv6Repr::DstUnreachable {
+                    reason: unreachable6(reason),
+                    header,
+                    data: &quoted,
+                };
+                if self.queue_icmp6_from(now, local, remote, &repr).is_ok() {
+                    self.counters.icmp6.OutDestUnreachs += 1;
                 }
             }
         }
@@ -653,7 +741,7 @@ impl Stack {
         &mut self,
         h: UdpAnyHandle,
         buf: &mut [u8],
-    ) -> Result<(usize, SocketAddrV4, SocketAddrV4), UdpError> {
+    ) -> Result<(usize, SocketAddr, SocketAddr), UdpError> {
         let q = self.udp_any_queue(h)?;
         let (len, (src, dst)) = q.pop(buf).ok_or(UdpError::WouldBlock)?;
         Ok((len.min(buf.len()), src, dst))
@@ -662,7 +750,7 @@ impl Stack {
     fn udp_any_queue(
         &mut self,
         h: UdpAnyHandle,
-    ) -> Result<&mut DgramQueue<(SocketAddrV4, SocketAddrV4)>, UdpError> {
+    ) -> Result<&mut DgramQueue<(SocketAddr, SocketAddr)>, UdpError> {
         match self
             .transparent
             .as_deref_mut()
@@ -674,8 +762,77 @@ impl Stack {
     }
 
     /// Send a datagram to the guest appearing to come from `src` (any
-    /// unicast address). Goes out on the next `poll`.
+    /// unicast address; both of one family). Goes out on the next `poll`.
     pub fn udp_send_from(
+        &mut self,
+        now: Instant,
+        h: UdpAnyHandle,
+        data: &[u8],
+        src: impl Into<SocketAddr>,
+        dst: impl Into<SocketAddr>,
+    ) -> Result<usize, UdpError> {
+        match (src.into(), dst.into()) {
+            (SocketAddr::V4(s), SocketAddr::V4(d)) => self.udp_send_from4(now, h, data, s, d),
+            (SocketAddr::V6(s), SocketAddr::V6(d)) => self.udp_send_from6(now, h, data, s, d),
+            _ => {
+                self.udp_any_queue(h)?;
+                Err(UdpError::InvalidAddress)
+            }
+        }
+    }
+
+    fn udp_send_from6(
+        &mut self,
+        now: Instant,
+        h: UdpAnyHandle,
+        data: &[u8],
+        src: SocketAddrV6,
+        dst: SocketAddrV6,
+    ) -> Result<usize, UdpError> {
+        self.udp_any_queue(h)?;
+        if !is_unicast6(*src.ip()) || src.port() == 0 || dst.port() == 0 || !is_unicast6(*dst.ip())
+        {
+            return Err(UdpError::InvalidAddress);
+        }
+        let len = UDP_HEADER_LEN + data.len();
+        if IPV6_HEADER_LEN + len > self.iface.mtu {
+            return Err(UdpError::TooLarge);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(len, 0);
+        if let Some(p) = scratch.get_mut(UDP_HEADER_LEN..) {
+            p.copy_from_slice(data);
+        }
+        let repr = UdpRepr {
+            src_port: src.port(),
+            dst_port: dst.port(),
+        };
+        // RFC 8200 8.1: the checksum is mandatory over IPv6.
+        repr.emit(
+            &mut UdpPacket::new_unchecked(&mut scratch[..]),
+            *src.ip(),
+            *dst.ip(),
+            data.len(),
+            true,
+        );
+        let r = self.queue_ip6_from(now, *src.ip(), *dst.ip(), IpProtocol::Udp, &scratch);
+        self.scratch = scratch;
+        match r {
+            Ok(()) => {
+                self.counters.udp6.OutDatagrams += 1;
+                Ok(data.len())
+            }
+            Err(QueueError::Full) => {
+                self.counters.udp6.SndbufErrors += 1;
+                Err(UdpError::Exhausted)
+            }
+            Err(QueueError::Tx(TxError::NoRoute)) => Err(UdpError::NoRoute),
+            Err(QueueError::Tx(TxError::TooLarge)) => Err(UdpError::TooLarge),
+        }
+    }
+
+    fn udp_send_from4(
         &mut self,
         now: Instant,
         h: UdpAnyHandle,
@@ -741,15 +898,30 @@ impl Stack {
 
     /// Send an echo reply from `from` to `to` (RFC 792: "The data received
     /// in the echo message must be returned in the echo reply message").
+    /// Both of one family (ICMPv6 for IPv6 addresses, RFC 4443 4.2).
     pub fn icmp_echo_reply_from(
         &mut self,
         now: Instant,
-        from: Ipv4Addr,
-        to: Ipv4Addr,
+        from: impl Into<IpAddr>,
+        to: impl Into<IpAddr>,
         ident: u16,
         seq: u16,
         data: &[u8],
     ) -> Result<(), IcmpError> {
+        let (from, to) = match (from.into(), to.into()) {
+            (IpAddr::V4(f), IpAddr::V4(t)) => (f, t),
+            (IpAddr::V6(f), IpAddr::V6(t)) if is_unicast6(f) && is_unicast6(t) => {
+                let repr = Icmpv6Repr::EchoReply {
+                    ident,
+                    seq_no: seq,
+                    data,
+                };
+                self.queue_icmp6_from(now, f, t, &repr)?;
+                self.counters.icmp6.OutEchoReplies += 1;
+                return Ok(());
+            }
+            _ => return Err(IcmpError::InvalidAddress),
+        };
         if !is_unicast(from) || !is_unicast(to) {
             return Err(IcmpError::InvalidAddress);
         }
@@ -766,16 +938,25 @@ impl Stack {
     /// Answer an echo request (`to` → `from`, with `ident`, `seq`, `data`)
     /// with ICMP destination unreachable `code` from `from`.
     #[allow(clippy::too_many_arguments)]
+    /// For IPv6 addresses: ICMPv6 destination unreachable with the
+    /// equivalent code, quoting the echo request.
     pub fn icmp_unreachable_for_echo(
         &mut self,
         now: Instant,
-        from: Ipv4Addr,
-        to: Ipv4Addr,
+        from: impl Into<IpAddr>,
+        to: impl Into<IpAddr>,
         ident: u16,
         seq: u16,
         data: &[u8],
         code: DstUnreachable,
     ) -> Result<(), IcmpError> {
+        let (from, to) = match (from.into(), to.into()) {
+            (IpAddr::V4(f), IpAddr::V4(t)) => (f, t),
+            (IpAddr::V6(f), IpAddr::V6(t)) if is_unicast6(f) && is_unicast6(t) => {
+                return self.icmp6_unreachable_for_echo(now, f, t, ident, seq, data, code);
+            }
+            _ => return Err(IcmpError::InvalidAddress),
+        };
         if !is_unicast(from) || !is_unicast(to) {
             return Err(IcmpError::InvalidAddress);
         }
@@ -805,9 +986,203 @@ impl Stack {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn icmp6_unreachable_for_echo(
+        &mut self,
+        now: Instant,
+        from: Ipv6Addr,
+        to: Ipv6Addr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+        code: DstUnreachable,
+    ) -> Result<(), IcmpError> {
+        // Rebuild the request (with its checksum) to quote it: RFC 4443
+        // 3.1 "as much of invoking packet as possible" within the minimum
+        // MTU.
+        let req = Icmpv6Repr::EchoRequest {
+            ident,
+            seq_no: seq,
+            data,
+        };
+        let room = ustack_wire::icmpv6::ICMPV6_ERROR_MAX_LEN
+            - ustack_wire::icmpv6::ICMPV6_HEADER_LEN
+            - IPV6_HEADER_LEN;
+        let mut quoted = vec![0u8; req.buffer_len()];
+        req.emit(
+            &to,
+            &from,
+            &mut Icmpv6Packet::new_unchecked(&mut quoted[..]),
+        );
+        quoted.truncate(room);
+        let header = Ipv6Repr {
+            src: to,
+            dst: from,
+            next_header: IpProtocol::ICMPV6,
+            payload_len: req.buffer_len(),
+            hop_limit: DEFAULT_HOP_LIMIT,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let repr = Icmpv6Repr::DstUnreachable {
+            reason: unreachable6(code),
+            header,
+            data: &quoted,
+        };
+        self.queue_icmp6_from(now, from, to, &repr)?;
+        self.counters.icmp6.OutDestUnreachs += 1;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------
+    // IPv6 input hooks (called from `ip6.rs`)
+    // ------------------------------------------------------------------
+
+    /// Queue an ICMPv6 echo request to a unicast address for the
+    /// application instead of answering it. Returns true when taken.
+    pub(crate) fn transparent_echo_request6(
+        &mut self,
+        ip: &Ipv6Repr,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) -> bool {
+        let Some(t) = self.transparent.as_deref_mut() else {
+            return false;
+        };
+        if !is_unicast6(ip.dst) {
+            return false;
+        }
+        let info = EchoRequestInfo {
+            src: IpAddr::V6(ip.src),
+            dst: IpAddr::V6(ip.dst),
+            ident,
+            seq,
+            len: data.len(),
+            ttl: ip.hop_limit,
+        };
+        t.counters.echo_dropped += t.echo.push(info, data, true);
+        true
+    }
+
+    /// UDP over IPv6 that no bound socket took: to the catch-all socket
+    /// when the destination is unicast. Returns true when taken.
+    pub(crate) fn transparent_udp6_input(
+        &mut self,
+        ip: &Ipv6Repr,
+        src_port: u16,
+        dst_port: u16,
+        data: &[u8],
+    ) -> bool {
+        let Some(t) = self.transparent.as_deref_mut() else {
+            return false;
+        };
+        let Some((_, q)) = t.udp_any.as_mut() else {
+            return false;
+        };
+        if !is_unicast6(ip.dst) || dst_port == 0 {
+            return false;
+        }
+        let from = SocketAddr::V6(SocketAddrV6::new(ip.src, src_port, 0, 0));
+        let to = SocketAddr::V6(SocketAddrV6::new(ip.dst, dst_port, 0, 0));
+        let c = &mut self.counters.udp6;
+        if q.push((from, to), data, false) == 0 {
+            c.InDatagrams += 1;
+        } else {
+            c.RcvbufErrors += 1;
+            c.InErrors += 1;
+            t.counters.udp_dropped += 1;
+        }
+        true
+    }
+
+    /// A TCP segment over IPv6 for transparent mode (see
+    /// [`Stack::transparent_tcp_input`]).
+    pub(crate) fn transparent_tcp_input6(
+        &mut self,
+        now: Instant,
+        ip: &Ipv6Repr,
+        seg: &TcpRepr,
+    ) -> bool {
+        if self.transparent.is_none() {
+            return false;
+        }
+        let t = Tuple::V6(
+            SocketAddrV6::new(ip.dst, seg.dst_port, 0, 0),
+            SocketAddrV6::new(ip.src, seg.src_port, 0, 0),
+        );
+        self.transparent_tcp_input(now, t, seg)
+    }
+
     // ------------------------------------------------------------------
     // Output helpers
     // ------------------------------------------------------------------
+
+    fn queue_icmp6_from(
+        &mut self,
+        now: Instant,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        repr: &Icmpv6Repr,
+    ) -> Result<(), IcmpError> {
+        if repr.buffer_len() > 65535 - IPV6_HEADER_LEN {
+            return Err(IcmpError::TooLarge);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.resize(repr.buffer_len(), 0);
+        repr.emit(
+            &src,
+            &dst,
+            &mut Icmpv6Packet::new_unchecked(&mut scratch[..]),
+        );
+        let r = self.queue_ip6_from(now, src, dst, IpProtocol::ICMPV6, &scratch);
+        self.scratch = scratch;
+        match r {
+            Ok(()) => {
+                self.counters.icmp6.OutMsgs += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.icmp6.OutErrors += 1;
+                Err(match e {
+                    QueueError::Full => IcmpError::Exhausted,
+                    QueueError::Tx(TxError::NoRoute) => IcmpError::NoRoute,
+                    QueueError::Tx(TxError::TooLarge) => IcmpError::TooLarge,
+                })
+            }
+        }
+    }
+
+    /// Send an IPv6 packet with source `src` into the frame queue.
+    fn queue_ip6_from(
+        &mut self,
+        now: Instant,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        next_header: IpProtocol,
+        payload: &[u8],
+    ) -> Result<(), QueueError> {
+        if !self
+            .txq
+            .has_room(self.frames_bytes(payload.len() + IPV6_HEADER_LEN - 20))
+        {
+            return Err(QueueError::Full);
+        }
+        self.last_now = self.last_now.max(now);
+        let out = Ip6Out {
+            src,
+            dst,
+            next_header,
+            hop_limit: DEFAULT_HOP_LIMIT,
+        };
+        let q = &mut self.txq;
+        self.iface
+            .send_ip6(now, &mut self.counters, out, payload, &mut |f| {
+                q.push(now, f)
+            })
+            .map_err(QueueError::Tx)
+    }
 
     fn queue_icmp_from(
         &mut self,
@@ -892,5 +1267,31 @@ fn quoted_header(src: Ipv4Addr, dst: Ipv4Addr, protocol: IpProtocol, len: usize)
         dont_frag: true,
         more_frags: false,
         frag_offset: 0,
+    }
+}
+
+/// The first 8 bytes of a SYN (ports and sequence number) to quote in an
+/// ICMP error.
+fn quoted_syn(syn: &TcpRepr) -> [u8; 8] {
+    let mut quoted = [0u8; 8];
+    quoted[0..2].copy_from_slice(&syn.src_port.to_be_bytes());
+    quoted[2..4].copy_from_slice(&syn.dst_port.to_be_bytes());
+    quoted[4..8].copy_from_slice(&syn.seq.0.to_be_bytes());
+    quoted
+}
+
+/// The ICMPv6 destination-unreachable code for an ICMPv4 one (as Linux's
+/// NAT64-free mapping of errno: no route, address unreachable,
+/// administratively prohibited, port unreachable).
+fn unreachable6(code: DstUnreachable) -> DstUnreachable6 {
+    match code {
+        DstUnreachable::NetUnreachable => DstUnreachable6::NoRoute,
+        DstUnreachable::PortUnreachable | DstUnreachable::ProtoUnreachable => {
+            DstUnreachable6::PortUnreachable
+        }
+        DstUnreachable::NetProhibited
+        | DstUnreachable::HostProhibited
+        | DstUnreachable::AdminProhibited => DstUnreachable6::AdminProhibited,
+        _ => DstUnreachable6::AddrUnreachable,
     }
 }

@@ -4,7 +4,7 @@
 
 mod stack_util;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use stack_util::{config, counter, parse_ip, Net};
 use ustack_core::tcp::State;
@@ -82,8 +82,8 @@ fn syn_to_any_address_is_held_absorbed_then_accepted() {
     let mut net = net();
     let dst = SocketAddrV4::new(FAR, 80);
     let (h, syn) = guest_connect(&mut net, dst);
-    assert_eq!(syn.local, dst);
-    assert_eq!(*syn.remote.ip(), GUEST);
+    assert_eq!(syn.local, SocketAddr::V4(dst));
+    assert_eq!(syn.remote.ip(), IpAddr::V4(GUEST));
     assert_eq!(net.b.tcp_pending_syn_count(), 1);
     // The guest retransmits its SYN (RTO 1 s): absorbed, reported no more,
     // and the guest sees neither RST nor SYN|ACK.
@@ -101,7 +101,7 @@ fn syn_to_any_address_is_held_absorbed_then_accepted() {
     }));
     let st = net.b.tcp_status(w).unwrap();
     assert_eq!(st.local, dst);
-    assert_eq!(st.remote, syn.remote);
+    assert_eq!(SocketAddr::V4(st.remote), syn.remote);
     // Every frame the world sent for this connection came from FAR.
     let srcs: Vec<Ipv4Addr> = net
         .log_ba
@@ -307,7 +307,10 @@ fn udp_to_anywhere_through_the_catch_all_socket() {
     let me = SocketAddrV4::new(GUEST, 5353);
     assert_eq!(
         got,
-        vec![(b"x".to_vec(), me, far), (b"query".to_vec(), me, dns)]
+        vec![
+            (b"x".to_vec(), me.into(), far.into()),
+            (b"query".to_vec(), me.into(), dns.into())
+        ]
     );
     assert_eq!(
         net.b.udp_recv_from_to(any, &mut buf),
@@ -363,11 +366,14 @@ fn echo_requests_surface_and_replies_come_from_anywhere() {
     assert_eq!(net.a.icmp_echo_replies().count(), 0);
     let mut buf = [0u8; 64];
     let r1 = net.b.icmp_echo_request_recv(&mut buf).unwrap();
-    assert_eq!((r1.src, r1.dst, r1.ident, r1.seq), (GUEST, far, 77, 1));
+    assert_eq!(
+        (r1.src, r1.dst, r1.ident, r1.seq),
+        (GUEST.into(), far.into(), 77, 1)
+    );
     assert_eq!(&buf[..r1.len], b"abcdefgh");
     let d1 = buf[..r1.len].to_vec();
     let r2 = net.b.icmp_echo_request_recv(&mut buf).unwrap();
-    assert_eq!((r2.dst, r2.seq, &buf[..r2.len]), (GW, 2, &b"gw"[..]));
+    assert_eq!((r2.dst, r2.seq, &buf[..r2.len]), (GW.into(), 2, &b"gw"[..]));
     assert!(net.b.icmp_echo_request_recv(&mut buf).is_none());
 
     net.b
