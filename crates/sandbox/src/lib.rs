@@ -27,5 +27,5 @@ mod sys;
 mod tapfd;
 
 pub use netif::encode_ifname;
-pub use spawn::{resolv_conf_for, shell_code, Sandbox, SandboxConfig, UserNs};
+pub use spawn::{resolv_conf_for, shell_code, Sandbox, SandboxConfig, SandboxIpv6, UserNs};
 pub use tapfd::TapFd;

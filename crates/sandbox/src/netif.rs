@@ -188,6 +188,96 @@ pub(crate) fn add_default_route(ctl: RawFd, name: &[u8; 16], gateway: [u8; 4]) -
     cvt(unsafe { libc::ioctl(ctl, SIOCADDRT as _, &mut rt as *mut RtEntry) }).map(|_| ())
 }
 
+/// Linux `struct in6_rtmsg` (for `SIOCADDRT` on an `AF_INET6` socket; the
+/// libc crate keeps its fields private).
+#[repr(C)]
+struct In6RtMsg {
+    dst: [u8; 16],
+    src: [u8; 16],
+    gateway: [u8; 16],
+    rt_type: u32,
+    dst_len: u16,
+    src_len: u16,
+    metric: u32,
+    info: libc::c_ulong,
+    flags: u32,
+    ifindex: libc::c_int,
+}
+
+const SIOCGIFINDEX: libc::c_ulong = 0x8933;
+
+/// An `AF_INET6` datagram socket used as an ioctl handle in the current
+/// netns (`EAFNOSUPPORT` when the kernel has no IPv6).
+pub(crate) fn ctl_socket6() -> io::Result<RawFd> {
+    // SAFETY: plain socket(2) call; the result is checked.
+    cvt(unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
+}
+
+fn ifindex(ctl: RawFd, name: &[u8; 16]) -> io::Result<libc::c_int> {
+    let mut req = IfReq::new(name);
+    ioctl_ifreq(ctl, SIOCGIFINDEX, &mut req)?;
+    Ok(libc::c_int::from_ne_bytes([
+        req.data[0],
+        req.data[1],
+        req.data[2],
+        req.data[3],
+    ]))
+}
+
+/// `ip -6 addr add ADDR/PREFIX dev name` (`ctl` an `AF_INET6` socket).
+pub(crate) fn add_address6(
+    ctl: RawFd,
+    name: &[u8; 16],
+    addr: [u8; 16],
+    prefix_len: u8,
+) -> io::Result<()> {
+    let req = libc::in6_ifreq {
+        ifr6_addr: libc::in6_addr { s6_addr: addr },
+        ifr6_prefixlen: u32::from(prefix_len),
+        ifr6_ifindex: ifindex(ctl, name)?,
+    };
+    // SAFETY: `req` is a valid `struct in6_ifreq` for the duration of the
+    // call, which only reads it.
+    cvt(unsafe { libc::ioctl(ctl, SIOCSIFADDR as _, &req as *const libc::in6_ifreq) }).map(|_| ())
+}
+
+/// `ip -6 route add default via gateway dev name` (`ctl` an `AF_INET6`
+/// socket).
+pub(crate) fn add_default_route6(ctl: RawFd, name: &[u8; 16], gateway: [u8; 16]) -> io::Result<()> {
+    let mut rt = In6RtMsg {
+        dst: [0; 16],
+        src: [0; 16],
+        gateway,
+        rt_type: 0,
+        dst_len: 0,
+        src_len: 0,
+        metric: 1,
+        info: 0,
+        flags: u32::from(RTF_UP | RTF_GATEWAY),
+        ifindex: ifindex(ctl, name)?,
+    };
+    // SAFETY: `rt` is a valid `struct in6_rtmsg` for the duration of the
+    // call.
+    cvt(unsafe { libc::ioctl(ctl, SIOCADDRT as _, &mut rt as *mut In6RtMsg) }).map(|_| ())
+}
+
+/// Write `value` to the (NUL-terminated) `path`, e.g. a sysctl file.
+/// Only system calls: safe between `fork` and `exec`.
+pub(crate) fn write_sysctl(path: &[u8], value: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated (built before the fork); the
+    // result is checked.
+    let fd = cvt(unsafe { libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: `value` is valid for reads of its length.
+    let n = unsafe { libc::write(fd, value.as_ptr().cast(), value.len()) };
+    let e = io::Error::last_os_error();
+    // SAFETY: `fd` was opened above and is not used after this.
+    unsafe { libc::close(fd) };
+    if n < 0 {
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Encode an interface name as a NUL-padded 16-byte array, checking it.
 pub fn encode_ifname(name: &str) -> io::Result<[u8; 16]> {
     let bytes = name.as_bytes();
@@ -228,6 +318,8 @@ mod tests {
         // x86_64/aarch64 glibc: sizeof(struct rtentry) == 120.
         if std::mem::size_of::<usize>() == 8 {
             assert_eq!(std::mem::size_of::<RtEntry>(), 120);
+            // linux/ipv6_route.h: sizeof(struct in6_rtmsg) == 80.
+            assert_eq!(std::mem::size_of::<In6RtMsg>(), 80);
         }
     }
 }

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::net::Ipv4Addr;
 
 use ustack_dev::Device;
-use ustack_sandbox::{attach, Sandbox, SandboxConfig, UserNs};
+use ustack_sandbox::{attach, Sandbox, SandboxConfig, SandboxIpv6, UserNs};
 
 fn args(v: &[&str]) -> Vec<OsString> {
     v.iter().map(OsString::from).collect()
@@ -51,11 +51,22 @@ fn flags_override_address_mtu_and_name() {
         dns: None,
         userns: UserNs::Auto,
         offload: true,
+        ipv6: Some(SandboxIpv6 {
+            addr: "fd00:77::9".parse().unwrap(),
+            prefix_len: 64,
+            gateway: Some("fd00:77::1".parse().unwrap()),
+            dns: None,
+        }),
     };
+    // The IPv6 address is usable at once (no DAD: not tentative), the
+    // link-local one stays.
     let script = format!(
         "ip -4 -o addr show dev {n} | grep -q 'inet 192.168.77.9/16' || exit 1; \
          ip route | grep -q '^default via 192.168.0.1 dev {n}' || exit 2; \
-         ip -o link show dev {n} | grep -q 'mtu 9000' || exit 3; exit 0",
+         ip -o link show dev {n} | grep -q 'mtu 9000' || exit 3; \
+         ip -6 -o addr show dev {n} | grep 'inet6 fd00:77::9/64' | grep -qv tentative || exit 4; \
+         ip -6 -o addr show dev {n} | grep -q 'inet6 fe80::' || exit 5; \
+         ip -6 route | grep -q '^default via fd00:77::1 dev {n}' || exit 6; exit 0",
         n = cfg.tap_name
     );
     assert_eq!(run(&cfg, &["sh", "-c", &script]), 0);
@@ -86,8 +97,10 @@ fn missing_program_is_an_error_not_a_hang() {
 fn resolv_conf_is_private_to_the_command() {
     let before = std::fs::read("/etc/resolv.conf").unwrap_or_default();
     let cfg = SandboxConfig::default();
+    // Ours only (none of the host's): the IPv4 one, then the IPv6 one.
     let script = "grep -q '^nameserver 10.0.2.3$' /etc/resolv.conf || exit 1; \
-                  [ $(grep -c '^nameserver' /etc/resolv.conf) = 1 ] || exit 2; exit 0";
+                  [ \"$(grep '^nameserver' /etc/resolv.conf | tr '\\n' ' ')\" = \
+                    'nameserver 10.0.2.3 nameserver fd00::3 ' ] || exit 2; exit 0";
     assert_eq!(run(&cfg, &["sh", "-c", script]), 0);
     let after = std::fs::read("/etc/resolv.conf").unwrap_or_default();
     assert_eq!(before, after, "host resolv.conf unchanged");
