@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,7 +14,8 @@ use ustack_core::tcp::CcAlgorithm;
 use ustack_dev::live::{CaptureHub, Tapped};
 use ustack_dev::pcap::Capture;
 use ustack_dev::Device;
-use ustack_sandbox::{attach as sb_attach, signals, Sandbox, SandboxConfig, UserNs};
+use ustack_sandbox::{attach as sb_attach, signals, Sandbox, SandboxConfig, SandboxIpv6, UserNs};
+use ustack_wire::ipv6::Ipv6Cidr;
 
 use crate::core_guest::{CoreGuest, CoreGuestConfig};
 use crate::dns;
@@ -45,6 +46,30 @@ impl std::str::FromStr for Cidr {
     }
 }
 
+/// An IPv6 address with prefix length, `ADDR/N` (default /64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr6 {
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+}
+
+impl std::str::FromStr for Cidr6 {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, p) = s.split_once('/').unwrap_or((s, "64"));
+        let addr: Ipv6Addr = a.parse().map_err(|_| format!("bad IPv6 address {a:?}"))?;
+        if addr.is_unspecified() || addr.is_multicast() || addr.is_loopback() {
+            return Err(format!("{addr} is not a unicast address"));
+        }
+        let prefix_len = p
+            .parse::<u8>()
+            .ok()
+            .filter(|p| (1..=127).contains(p))
+            .ok_or_else(|| format!("bad prefix length {p:?} (1..=127)"))?;
+        Ok(Cidr6 { addr, prefix_len })
+    }
+}
+
 /// Relay options shared by `run` and `attach`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RelayArgs {
@@ -64,6 +89,22 @@ pub struct RelayArgs {
     /// Do not map the gateway to the host's loopback.
     #[arg(long)]
     pub no_map_gateway: bool,
+    /// Guest IPv6 address and prefix (`ustack run` configures it on the
+    /// guest's interface, without DAD; inbound IPv6 forwards go to it).
+    #[arg(long, value_name = "ADDR/N", default_value = "fd00::100/64")]
+    pub addr6: Cidr6,
+    /// IPv6 gateway address (answers ping; connections to it go to the
+    /// host's ::1; the guest's default route).
+    #[arg(long, value_name = "ADDR", default_value = "fd00::2")]
+    pub gateway6: Ipv6Addr,
+    /// Guest-visible IPv6 DNS server, forwarded to the host's resolver
+    /// (listed after the IPv4 one in the guest's resolv.conf).
+    #[arg(long, value_name = "ADDR", default_value = "fd00::3")]
+    pub dns6: Ipv6Addr,
+    /// No IPv6: the guest gets no IPv6 address or route, and flows to IPv6
+    /// destinations are refused.
+    #[arg(long)]
+    pub no_ipv6: bool,
     /// Forward a host port to the guest: [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp] (repeatable).
     #[arg(short = 'p', long = "publish", value_name = "SPEC")]
     pub publish: Vec<PortForward>,
@@ -147,6 +188,9 @@ impl RelayArgs {
             gateway_to_loopback: !self.no_map_gateway,
             dns: Some(self.dns),
             host_dns: self.dns_upstream.unwrap_or_else(dns::host_resolver),
+            guest_addr6: (!self.no_ipv6).then_some(self.addr6.addr),
+            gateway6: self.gateway6,
+            dns6: (!self.no_ipv6).then_some(self.dns6),
             limits: Limits {
                 max_flows: self.max_flows(),
                 max_half_open: self.max_half_open,
@@ -249,6 +293,20 @@ pub fn guest_config(args: &RelayArgs, mtu: usize) -> CoreGuestConfig {
     cfg.tcp.snd_buf = args.flow_buffer_max.max(cfg.tcp.snd_buf_initial);
     cfg.tcp.rcv_buf = args.flow_buffer.max(1);
     cfg.gro = !args.no_gro && !gro_off_by_env();
+    // The engine owns the gateway's and the nameserver's IPv6 addresses on
+    // the guest's prefix (Neighbor Discovery answers for them).
+    if !args.no_ipv6 {
+        let p = args.addr6.prefix_len;
+        for a in [args.gateway6, args.dns6] {
+            let cidr = Ipv6Cidr {
+                address: a,
+                prefix_len: p,
+            };
+            if !cfg.addrs6.contains(&cidr) {
+                cfg.addrs6.push(cidr);
+            }
+        }
+    }
     // Room for every flow plus connections still closing (TIME-WAIT).
     cfg.limits.max_tcp_sockets = cfg
         .limits
@@ -361,6 +419,12 @@ fn run_report_inner<G: GuestStack>(
             UserNs::Auto
         },
         offload: !args.relay.no_offload,
+        ipv6: (!args.relay.no_ipv6).then_some(SandboxIpv6 {
+            addr: args.relay.addr6.addr,
+            prefix_len: args.relay.addr6.prefix_len,
+            gateway: Some(args.relay.gateway6),
+            dns: Some(args.relay.dns6),
+        }),
     };
     if let Some(n) = &args.relay.name {
         ustack_ctl::check_name(n).map_err(|e| anyhow!("ustack run: {e}"))?;
@@ -549,9 +613,7 @@ impl Operations {
     fn relay_config(&self, args: &RelayArgs) -> RelayConfig {
         let mut cfg = args.relay_config();
         if let Some(m) = &self.metrics {
-            if let std::net::SocketAddr::V4(a) = m.addr() {
-                cfg.deny.push(a);
-            }
+            cfg.deny.push(m.addr());
         }
         cfg
     }

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ use ustack_dev::{Device, FrameBatch};
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::icmpv4::DstUnreachable;
 use ustack_wire::ipv4::Ipv4Cidr;
+use ustack_wire::ipv6::Ipv6Cidr;
 
 use crate::guest::{
     ConnError, ConnId, ConnState, Datagram, EchoRequest, GuestStack, PendingSyn, Refusal, SynId,
@@ -64,6 +65,10 @@ pub struct CoreGuestConfig {
     /// Coalesce the guest's TCP segments before TCP input (software GRO,
     /// `Stack::set_gro`); on by default.
     pub gro: bool,
+    /// IPv6 addresses the engine owns on the link besides its link-local
+    /// one (the gateway's and the nameserver's, e.g. fd00::2/64 and
+    /// fd00::3/64): Neighbor Discovery answers for them. Empty: none.
+    pub addrs6: Vec<Ipv6Cidr>,
 }
 
 impl CoreGuestConfig {
@@ -92,6 +97,7 @@ impl CoreGuestConfig {
                 ..TransparentConfig::default()
             },
             gro: true,
+            addrs6: Vec::new(),
         }
     }
 }
@@ -159,6 +165,11 @@ impl CoreGuest {
             cfg.transparent,
             CoreInstant::from_micros(CORE_EPOCH_MICROS),
         );
+        for a in &cfg.addrs6 {
+            stack.add_ipv6_address(*a).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", a.address))
+            })?;
+        }
         let udp = stack
             .udp_bind_any()
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
@@ -241,7 +252,9 @@ impl GuestStack for CoreGuest {
         vec![ustack_ctl::DeviceInfo {
             name: "tap (guest link)".into(),
             mac: c.mac.to_string(),
-            addrs: vec![c.addr.to_string()],
+            addrs: std::iter::once(c.addr.to_string())
+                .chain(self.stack.ipv6_addresses().iter().map(|a| a.to_string()))
+                .collect(),
             mtu: c.mtu as u32,
         }]
     }
@@ -382,13 +395,13 @@ impl GuestStack for CoreGuest {
     fn tcp_connect(
         &mut self,
         now: Instant,
-        from: SocketAddrV4,
-        to: SocketAddrV4,
+        from: SocketAddr,
+        to: SocketAddr,
     ) -> io::Result<ConnId> {
         let t = self.core_now(now);
         let h = self
             .stack
-            .tcp_connect(t, to, Some(from))
+            .tcp_connect_addr(t, to, Some(from))
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
         let c = self.alloc();
         self.conns.insert(c, h);
@@ -521,8 +534,8 @@ impl GuestStack for CoreGuest {
     fn udp_send(
         &mut self,
         now: Instant,
-        src: SocketAddrV4,
-        dst: SocketAddrV4,
+        src: SocketAddr,
+        dst: SocketAddr,
         data: &[u8],
     ) -> io::Result<()> {
         let t = self.core_now(now);
@@ -546,8 +559,8 @@ impl GuestStack for CoreGuest {
     fn icmp_echo_reply(
         &mut self,
         now: Instant,
-        from: Ipv4Addr,
-        to: Ipv4Addr,
+        from: IpAddr,
+        to: IpAddr,
         ident: u16,
         seq: u16,
         data: &[u8],

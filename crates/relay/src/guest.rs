@@ -4,7 +4,7 @@
 //! `CORE_NEEDS.md`) or over a fake in tests.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::time::Instant;
 
@@ -22,9 +22,9 @@ pub struct ConnId(pub u64);
 pub struct PendingSyn {
     pub id: SynId,
     /// The guest's address and port.
-    pub src: SocketAddrV4,
-    /// Where the guest wants to go.
-    pub dst: SocketAddrV4,
+    pub src: SocketAddr,
+    /// Where the guest wants to go (same family as `src`).
+    pub dst: SocketAddr,
 }
 
 /// ICMP destination-unreachable codes the relay may answer with.
@@ -73,16 +73,16 @@ pub struct ConnState {
 /// A datagram the guest sent to anywhere outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram {
-    pub src: SocketAddrV4,
-    pub dst: SocketAddrV4,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
     pub len: usize,
 }
 
-/// An ICMP echo request from the guest.
+/// An ICMP echo request from the guest (ICMPv6 for IPv6 addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EchoRequest {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
+    pub src: IpAddr,
+    pub dst: IpAddr,
     pub ident: u16,
     pub seq: u16,
     pub len: usize,
@@ -134,13 +134,10 @@ pub trait GuestStack {
     fn tcp_accept(&mut self, now: Instant, id: SynId) -> io::Result<ConnId>;
     /// Refuse a pending SYN.
     fn tcp_refuse(&mut self, now: Instant, id: SynId, how: Refusal);
-    /// Open a connection to the guest (inbound port forward), appearing to come from `from`.
-    fn tcp_connect(
-        &mut self,
-        now: Instant,
-        from: SocketAddrV4,
-        to: SocketAddrV4,
-    ) -> io::Result<ConnId>;
+    /// Open a connection to the guest (inbound port forward), appearing
+    /// to come from `from` (both of one family).
+    fn tcp_connect(&mut self, now: Instant, from: SocketAddr, to: SocketAddr)
+        -> io::Result<ConnId>;
     fn tcp_state(&self, c: ConnId) -> ConnState;
     /// The connections that gained something since the last call (data or
     /// end of stream to read, send space, established, closed or reset),
@@ -223,8 +220,8 @@ pub trait GuestStack {
     fn udp_send(
         &mut self,
         now: Instant,
-        src: SocketAddrV4,
-        dst: SocketAddrV4,
+        src: SocketAddr,
+        dst: SocketAddr,
         data: &[u8],
     ) -> io::Result<()>;
 
@@ -234,8 +231,8 @@ pub trait GuestStack {
     fn icmp_echo_reply(
         &mut self,
         now: Instant,
-        from: Ipv4Addr,
-        to: Ipv4Addr,
+        from: IpAddr,
+        to: IpAddr,
         ident: u16,
         seq: u16,
         data: &[u8],

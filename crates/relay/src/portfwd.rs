@@ -1,7 +1,8 @@
-//! `-p [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]` port-forward specifications.
+//! `-p [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]` port-forward specifications
+//! (an IPv6 HOSTIP in brackets: `[::1]:8080:80`).
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 /// Transport of a forwarded port.
@@ -15,10 +16,30 @@ pub enum Proto {
 /// `guest_port` on the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortForward {
-    pub host_ip: Ipv4Addr,
+    /// Where the host listens. `None` (a spec without an address): the
+    /// loopback addresses of both families, 127.0.0.1 and ::1 (the latter
+    /// where the host has IPv6), and the guest is reached over IPv4 from
+    /// either (as before IPv6: a guest listening on 0.0.0.0 only still
+    /// works). An explicit IPv6 address reaches the guest over IPv6.
+    pub host_ip: Option<IpAddr>,
     pub host_port: u16,
     pub guest_port: u16,
     pub proto: Proto,
+}
+
+impl PortForward {
+    /// The host addresses to listen on, each with whether connections
+    /// through it go to the guest over IPv6.
+    pub fn binds(&self) -> Vec<(IpAddr, bool)> {
+        match self.host_ip {
+            None => vec![
+                (IpAddr::V4(Ipv4Addr::LOCALHOST), false),
+                (IpAddr::V6(Ipv6Addr::LOCALHOST), false),
+            ],
+            Some(ip @ IpAddr::V4(_)) => vec![(ip, false)],
+            Some(ip @ IpAddr::V6(_)) => vec![(ip, true)],
+        }
+    }
 }
 
 impl fmt::Display for PortForward {
@@ -27,11 +48,12 @@ impl fmt::Display for PortForward {
             Proto::Tcp => "tcp",
             Proto::Udp => "udp",
         };
-        write!(
-            f,
-            "{}:{}:{}/{}",
-            self.host_ip, self.host_port, self.guest_port, p
-        )
+        match self.host_ip {
+            None => {}
+            Some(IpAddr::V4(a)) => write!(f, "{a}:")?,
+            Some(IpAddr::V6(a)) => write!(f, "[{a}]:")?,
+        }
+        write!(f, "{}:{}/{}", self.host_port, self.guest_port, p)
     }
 }
 
@@ -46,8 +68,9 @@ fn port(s: &str, what: &str) -> Result<u16, String> {
 impl FromStr for PortForward {
     type Err = String;
 
-    /// The host address defaults to 127.0.0.1 (only local peers), as with
-    /// `docker -p 127.0.0.1:...`; use `0.0.0.0:` to listen on all addresses.
+    /// The host address defaults to the loopback (only local peers), as
+    /// with `docker -p 127.0.0.1:...`; use `0.0.0.0:` (IPv4) or `[::]:`
+    /// (IPv6) to listen on all addresses.
     fn from_str(spec: &str) -> Result<Self, String> {
         let (body, proto) = match spec.rsplit_once('/') {
             Some((b, "tcp")) => (b, Proto::Tcp),
@@ -55,21 +78,32 @@ impl FromStr for PortForward {
             Some((_, other)) => return Err(format!("unknown protocol {other:?} (tcp or udp)")),
             None => (spec, Proto::Tcp),
         };
-        let parts: Vec<&str> = body.split(':').collect();
-        let (host_ip, hp, gp) = match parts.as_slice() {
-            [hp, gp] => (Ipv4Addr::LOCALHOST, *hp, *gp),
-            [ip, hp, gp] => (
-                ip.parse::<Ipv4Addr>()
-                    .map_err(|_| format!("bad host address {ip:?}"))?,
-                *hp,
-                *gp,
-            ),
-            _ => {
-                return Err(format!(
-                    "bad port forward {spec:?}: expected [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]"
-                ))
+        let bad = || {
+            format!("bad port forward {spec:?}: expected [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]")
+        };
+        let (host_ip, rest) = if let Some(r) = body.strip_prefix('[') {
+            let (ip, rest) = r.split_once("]:").ok_or_else(bad)?;
+            let ip = ip
+                .parse::<Ipv6Addr>()
+                .map_err(|_| format!("bad host address {ip:?}"))?;
+            (Some(IpAddr::V6(ip)), rest)
+        } else {
+            match body.matches(':').count() {
+                1 => (None, body),
+                2 => {
+                    let (ip, rest) = body.split_once(':').ok_or_else(bad)?;
+                    let ip = ip
+                        .parse::<Ipv4Addr>()
+                        .map_err(|_| format!("bad host address {ip:?}"))?;
+                    (Some(IpAddr::V4(ip)), rest)
+                }
+                _ => return Err(bad()),
             }
         };
+        let (hp, gp) = rest.split_once(':').ok_or_else(bad)?;
+        if gp.contains(':') {
+            return Err(bad());
+        }
         Ok(PortForward {
             host_ip,
             host_port: port(hp, "host")?,
@@ -88,7 +122,7 @@ mod tests {
         assert_eq!(
             "8080:80".parse::<PortForward>(),
             Ok(PortForward {
-                host_ip: Ipv4Addr::LOCALHOST,
+                host_ip: None,
                 host_port: 8080,
                 guest_port: 80,
                 proto: Proto::Tcp
@@ -97,7 +131,7 @@ mod tests {
         assert_eq!(
             "0.0.0.0:5353:53/udp".parse::<PortForward>(),
             Ok(PortForward {
-                host_ip: Ipv4Addr::UNSPECIFIED,
+                host_ip: Some(Ipv4Addr::UNSPECIFIED.into()),
                 host_port: 5353,
                 guest_port: 53,
                 proto: Proto::Udp
@@ -109,6 +143,44 @@ mod tests {
                 .map(|p| p.to_string()),
             Ok("10.1.2.3:22:2222/tcp".to_string())
         );
+    }
+
+    #[test]
+    fn parses_ipv6_host_addresses() {
+        let f = "[::1]:8080:80".parse::<PortForward>().unwrap();
+        assert_eq!(f.host_ip, Some(Ipv6Addr::LOCALHOST.into()));
+        assert_eq!((f.host_port, f.guest_port, f.proto), (8080, 80, Proto::Tcp));
+        assert_eq!(f.binds(), vec![(Ipv6Addr::LOCALHOST.into(), true)]);
+        let f = "[::]:5353:53/udp".parse::<PortForward>().unwrap();
+        assert_eq!(f.host_ip, Some(Ipv6Addr::UNSPECIFIED.into()));
+        assert_eq!(f.to_string(), "[::]:5353:53/udp");
+        assert_eq!(
+            "[fd00::1]:1:2"
+                .parse::<PortForward>()
+                .map(|p| p.to_string()),
+            Ok("[fd00::1]:1:2/tcp".to_string())
+        );
+        // The plain form listens on both loopbacks, reaching the guest
+        // over IPv4 from either.
+        let f = "8080:80".parse::<PortForward>().unwrap();
+        assert_eq!(
+            f.binds(),
+            vec![
+                (Ipv4Addr::LOCALHOST.into(), false),
+                (Ipv6Addr::LOCALHOST.into(), false)
+            ]
+        );
+        assert_eq!(f.to_string(), "8080:80/tcp");
+        for bad in [
+            "[::1]8080:80",
+            "[::1:8080:80",
+            "[1.2.3.4]:1:2",
+            "::1:8080:80",
+            "[::1]:1:2:3",
+            "[]:1:2",
+        ] {
+            assert!(bad.parse::<PortForward>().is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

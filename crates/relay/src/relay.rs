@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,16 @@ pub struct RelayConfig {
     /// Guest-visible nameserver (default 10.0.2.3); port 53 goes to `host_dns`.
     pub dns: Option<Ipv4Addr>,
     pub host_dns: SocketAddrV4,
+    /// The guest's IPv6 address (target of inbound IPv6 forwards; default
+    /// fd00::100). None: IPv6 is off, flows to IPv6 destinations are
+    /// refused.
+    pub guest_addr6: Option<Ipv6Addr>,
+    /// The gateway's IPv6 address (default fd00::2): as `gateway`, answers
+    /// ping and leads to the host's ::1 (when `gateway_to_loopback`).
+    pub gateway6: Ipv6Addr,
+    /// Guest-visible IPv6 nameserver (default fd00::3); port 53 goes to
+    /// `host_dns` as for the IPv4 one.
+    pub dns6: Option<Ipv6Addr>,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub forwards: Vec<PortForward>,
@@ -38,8 +48,9 @@ pub struct RelayConfig {
     pub busy_poll: Option<Duration>,
     /// Host sockets the guest may never reach (the metrics endpoint): an
     /// unspecified address stands for the loopback and every address of
-    /// the host.
-    pub deny: Vec<SocketAddrV4>,
+    /// the host; a loopback target of either family with a denied port is
+    /// refused.
+    pub deny: Vec<SocketAddr>,
 }
 
 impl Default for RelayConfig {
@@ -50,6 +61,9 @@ impl Default for RelayConfig {
             gateway_to_loopback: true,
             dns: Some(Ipv4Addr::new(10, 0, 2, 3)),
             host_dns: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53),
+            guest_addr6: Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x100)),
+            gateway6: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+            dns6: Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 3)),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             forwards: Vec::new(),
@@ -122,20 +136,20 @@ enum Kind {
     Tcp(Box<TcpFlow>),
     /// Outbound UDP flow: own connected socket; replies appear from `dst`.
     Udp {
-        guest: SocketAddrV4,
-        dst: SocketAddrV4,
+        guest: SocketAddr,
+        dst: SocketAddr,
     },
     /// Inbound UDP forward: replies go out of listener `listener` to `peer`.
     UdpIn {
         listener: usize,
-        peer: SocketAddrV4,
-        guest: SocketAddrV4,
-        apparent: SocketAddrV4,
+        peer: SocketAddr,
+        guest: SocketAddr,
+        apparent: SocketAddr,
     },
     /// ICMP echo through a ping socket.
     Icmp {
-        guest: Ipv4Addr,
-        dst: Ipv4Addr,
+        guest: IpAddr,
+        dst: IpAddr,
         ident: u16,
     },
 }
@@ -152,6 +166,8 @@ struct Flow {
 struct Listener {
     fwd: PortForward,
     sock: OwnedFd,
+    /// Connections through it reach the guest over IPv6.
+    guest_v6: bool,
 }
 
 /// Why [`Relay::run_until`] returned.
@@ -169,9 +185,9 @@ pub struct Relay<G: GuestStack> {
     cfg: RelayConfig,
     epoll: Epoll,
     flows: HashMap<u64, Flow>,
-    udp_index: HashMap<(SocketAddrV4, SocketAddrV4), u64>,
-    udp_in_index: HashMap<(usize, SocketAddrV4), u64>,
-    icmp_index: HashMap<(Ipv4Addr, Ipv4Addr, u16), u64>,
+    udp_index: HashMap<(SocketAddr, SocketAddr), u64>,
+    udp_in_index: HashMap<(usize, SocketAddr), u64>,
+    icmp_index: HashMap<(IpAddr, IpAddr, u16), u64>,
     /// Port-forward listeners; a removed one leaves `None` (its index is
     /// its epoll token and inbound UDP flows refer to it).
     listeners: Vec<Option<Listener>>,
@@ -199,26 +215,62 @@ pub struct Relay<G: GuestStack> {
     last_active: Instant,
     /// The control endpoint's queries (`set_control`).
     control: Option<crate::control::ControlLink>,
-    /// The host's own IPv4 addresses (for `RelayConfig::deny`).
-    host_addrs: Vec<Ipv4Addr>,
+    /// The host's own addresses (for `RelayConfig::deny`).
+    host_addrs: Vec<IpAddr>,
 }
 
 /// Most port forwards a relay holds (added and removed ones together).
 const MAX_FORWARDS: usize = 4096;
 
-/// A bound (and, for TCP, listening) host socket for `fwd`.
-fn open_listener(fwd: &PortForward) -> io::Result<OwnedFd> {
+/// The bound (and, for TCP, listening) host sockets for `fwd`, each with
+/// whether it reaches the guest over IPv6. The implicit ::1 of a forward
+/// without a host address is skipped where the host has no IPv6.
+fn open_listeners(fwd: &PortForward) -> io::Result<Vec<(OwnedFd, bool)>> {
     let ty = match fwd.proto {
         Proto::Tcp => libc::SOCK_STREAM,
         Proto::Udp => libc::SOCK_DGRAM,
     };
-    let sock = sys::socket(ty, 0)?;
-    sys::bind(&sock, SocketAddrV4::new(fwd.host_ip, fwd.host_port))
-        .map_err(|e| io::Error::new(e.kind(), format!("port forward {fwd}: cannot bind: {e}")))?;
-    if fwd.proto == Proto::Tcp {
-        sys::listen(&sock, 128)?;
+    let mut out = Vec::new();
+    for (ip, guest_v6) in fwd.binds() {
+        let at = SocketAddr::new(ip, fwd.host_port);
+        let implicit = fwd.host_ip.is_none() && ip.is_ipv6();
+        let opened = sys::socket_for(&at, ty, 0).and_then(|sock| {
+            if ip.is_ipv6() {
+                // `[::]` is IPv6 only, beside a `0.0.0.0` forward of the
+                // same port (as pasta and Docker bind the two).
+                sys::set_int_opt(&sock, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+            }
+            sys::bind(&sock, at)?;
+            if fwd.proto == Proto::Tcp {
+                sys::listen(&sock, 128)?;
+            }
+            Ok(sock)
+        });
+        match opened {
+            Ok(sock) => out.push((sock, guest_v6)),
+            Err(e)
+                if implicit
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
+                    ) => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("port forward {fwd}: cannot bind {at}: {e}"),
+                ))
+            }
+        }
     }
-    Ok(sock)
+    Ok(out)
+}
+
+/// Whether `ip` is a guest-visible nameserver.
+fn is_dns(cfg: &RelayConfig, ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => Some(a) == cfg.dns,
+        IpAddr::V6(a) => Some(a) == cfg.dns6,
+    }
 }
 
 fn unreachable_for(e: &io::Error) -> Refusal {
@@ -243,10 +295,16 @@ impl<G: GuestStack> Relay<G> {
             epoll.add(fd, EV_IN, TOKEN_GUEST)?;
         }
         let mut listeners = Vec::new();
-        for (i, fwd) in cfg.forwards.iter().enumerate() {
-            let sock = open_listener(fwd)?;
-            epoll.add(sock.as_raw_fd(), EV_IN, TOKEN_LISTENER0 + i as u64)?;
-            listeners.push(Some(Listener { fwd: *fwd, sock }));
+        for fwd in &cfg.forwards {
+            for (sock, guest_v6) in open_listeners(fwd)? {
+                let token = TOKEN_LISTENER0 + listeners.len() as u64;
+                epoll.add(sock.as_raw_fd(), EV_IN, token)?;
+                listeners.push(Some(Listener {
+                    fwd: *fwd,
+                    sock,
+                    guest_v6,
+                }));
+            }
         }
         let bucket = TokenBucket::new(cfg.limits.new_flows_per_sec);
         let cfg_has_deny = !cfg.deny.is_empty();
@@ -276,7 +334,7 @@ impl<G: GuestStack> Relay<G> {
             last_active: Instant::now(),
             control: None,
             host_addrs: if cfg_has_deny {
-                sys::host_ipv4_addrs()
+                sys::host_addrs()
             } else {
                 Vec::new()
             },
@@ -444,7 +502,7 @@ impl<G: GuestStack> Relay<G> {
         self.guest.tcp_buffered()
     }
     /// Local addresses of the port-forward listeners (useful with port 0).
-    pub fn listener_addrs(&self) -> Vec<SocketAddrV4> {
+    pub fn listener_addrs(&self) -> Vec<SocketAddr> {
         self.listeners
             .iter()
             .flatten()
@@ -453,22 +511,32 @@ impl<G: GuestStack> Relay<G> {
     }
 
     /// The port forwards in force, each with the address it listens on.
-    pub fn forwards(&self) -> Vec<(PortForward, SocketAddrV4)> {
+    pub fn forwards(&self) -> Vec<(PortForward, SocketAddr)> {
         self.listeners
             .iter()
             .flatten()
             .map(|l| {
-                let a = sys::local_addr(&l.sock)
-                    .unwrap_or(SocketAddrV4::new(l.fwd.host_ip, l.fwd.host_port));
+                let ip = l.fwd.host_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+                let a = sys::local_addr(&l.sock).unwrap_or(SocketAddr::new(ip, l.fwd.host_port));
                 (l.fwd, a)
             })
             .collect()
     }
 
-    /// Add a port forward while running (`ustack ports add`).
-    pub fn add_forward(&mut self, fwd: PortForward) -> io::Result<SocketAddrV4> {
+    /// Add a port forward while running (`ustack ports add`); the first
+    /// address it listens on.
+    pub fn add_forward(&mut self, fwd: PortForward) -> io::Result<SocketAddr> {
+        // Two forwards of one port may listen on the two families
+        // (`0.0.0.0:P` and `[::]:P`), not twice on one.
         let same = |l: &Listener| {
-            l.fwd.proto == fwd.proto && l.fwd.host_port == fwd.host_port && fwd.host_port != 0
+            let overlap = match (l.fwd.host_ip, fwd.host_ip) {
+                (Some(a), Some(b)) => a.is_ipv6() == b.is_ipv6(),
+                _ => true,
+            };
+            l.fwd.proto == fwd.proto
+                && l.fwd.host_port == fwd.host_port
+                && fwd.host_port != 0
+                && overlap
         };
         if self.listeners.iter().flatten().any(same) {
             return Err(io::Error::new(
@@ -481,31 +549,44 @@ impl<G: GuestStack> Relay<G> {
                 "port forward {fwd}: at most {MAX_FORWARDS} forwards per run"
             )));
         }
-        let sock = open_listener(&fwd)?;
-        let token = TOKEN_LISTENER0 + self.listeners.len() as u64;
-        self.epoll.add(sock.as_raw_fd(), EV_IN, token)?;
-        let a = sys::local_addr(&sock)?;
-        self.listeners.push(Some(Listener { fwd, sock }));
-        Ok(a)
+        let mut first = None;
+        for (sock, guest_v6) in open_listeners(&fwd)? {
+            let token = TOKEN_LISTENER0 + self.listeners.len() as u64;
+            self.epoll.add(sock.as_raw_fd(), EV_IN, token)?;
+            let a = sys::local_addr(&sock)?;
+            first.get_or_insert(a);
+            self.listeners.push(Some(Listener {
+                fwd,
+                sock,
+                guest_v6,
+            }));
+        }
+        first.ok_or_else(|| io::Error::other(format!("port forward {fwd}: nothing to bind")))
     }
 
     /// Remove the port forward listening on `fwd`'s host port (and
-    /// protocol); connections it made stay. False if there is none.
+    /// protocol; and host address when `fwd` names one other than an
+    /// unspecified one): every socket it listens on. Connections it made
+    /// stay. False if there is none.
     pub fn remove_forward(&mut self, fwd: &PortForward) -> bool {
-        let hit = self.listeners.iter().position(|l| {
-            l.as_ref().is_some_and(|l| {
-                l.fwd.proto == fwd.proto
-                    && l.fwd.host_port == fwd.host_port
-                    && (fwd.host_ip.is_unspecified() || l.fwd.host_ip == fwd.host_ip)
-            })
-        });
-        let Some(i) = hit else {
-            return false;
+        let hit = |l: &Listener| {
+            l.fwd.proto == fwd.proto
+                && l.fwd.host_port == fwd.host_port
+                && match fwd.host_ip {
+                    None => true,
+                    Some(ip) => ip.is_unspecified() || l.fwd.host_ip == Some(ip),
+                }
         };
-        if let Some(l) = self.listeners.get_mut(i).and_then(Option::take) {
-            self.epoll.delete(l.sock.as_raw_fd());
+        let mut removed = false;
+        for slot in self.listeners.iter_mut() {
+            if slot.as_ref().is_some_and(hit) {
+                if let Some(l) = slot.take() {
+                    self.epoll.delete(l.sock.as_raw_fd());
+                    removed = true;
+                }
+            }
         }
-        true
+        removed
     }
 
     /// Run until `stop_fd` is readable, or `max_time` has passed.
@@ -817,13 +898,13 @@ impl<G: GuestStack> Relay<G> {
     }
 
     /// Where a guest destination goes on the host; `Err` = unreachable.
-    fn map_dst(&self, dst: SocketAddrV4) -> Result<SocketAddrV4, Unreachable> {
+    fn map_dst(&self, dst: SocketAddr) -> Result<SocketAddr, Unreachable> {
         let t = self.map_dst_inner(dst)?;
         let denied = self.cfg.deny.iter().any(|d| {
             d.port() == t.port()
                 && (d.ip() == t.ip()
                     || t.ip().is_loopback()
-                    || (d.ip().is_unspecified() && self.host_addrs.contains(t.ip())))
+                    || (d.ip().is_unspecified() && self.host_addrs.contains(&t.ip())))
         });
         if denied {
             return Err(Unreachable::AdminProhibited);
@@ -831,18 +912,25 @@ impl<G: GuestStack> Relay<G> {
         Ok(t)
     }
 
-    fn map_dst_inner(&self, dst: SocketAddrV4) -> Result<SocketAddrV4, Unreachable> {
+    fn map_dst_inner(&self, dst: SocketAddr) -> Result<SocketAddr, Unreachable> {
+        let dst = match dst {
+            SocketAddr::V4(d) => d,
+            SocketAddr::V6(d) => return self.map_dst6(d),
+        };
         let ip = *dst.ip();
         if ip == self.cfg.gateway {
             return if self.cfg.gateway_to_loopback {
-                Ok(SocketAddrV4::new(Ipv4Addr::LOCALHOST, dst.port()))
+                Ok(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::LOCALHOST,
+                    dst.port(),
+                )))
             } else {
                 Err(Unreachable::AdminProhibited)
             };
         }
         if Some(ip) == self.cfg.dns {
             return if dst.port() == 53 {
-                Ok(self.cfg.host_dns)
+                Ok(SocketAddr::V4(self.cfg.host_dns))
             } else {
                 Err(Unreachable::Port)
             };
@@ -858,7 +946,59 @@ impl<G: GuestStack> Relay<G> {
         if dst.port() == 0 {
             return Err(Unreachable::Port);
         }
-        Ok(dst)
+        Ok(SocketAddr::V4(dst))
+    }
+
+    /// [`Relay::map_dst`] for an IPv6 destination: the gateway leads to
+    /// the host's ::1, the nameserver to the host's resolver; link-local,
+    /// IPv4-mapped and the guest's own addresses are not relayed.
+    fn map_dst6(&self, dst: SocketAddrV6) -> Result<SocketAddr, Unreachable> {
+        let Some(guest6) = self.cfg.guest_addr6 else {
+            return Err(Unreachable::AdminProhibited);
+        };
+        let ip = *dst.ip();
+        if ip == self.cfg.gateway6 {
+            return if self.cfg.gateway_to_loopback {
+                Ok(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::LOCALHOST,
+                    dst.port(),
+                    0,
+                    0,
+                )))
+            } else {
+                Err(Unreachable::AdminProhibited)
+            };
+        }
+        if Some(ip) == self.cfg.dns6 {
+            return if dst.port() == 53 {
+                Ok(SocketAddr::V4(self.cfg.host_dns))
+            } else {
+                Err(Unreachable::Port)
+            };
+        }
+        let link_local = ip.segments()[0] & 0xffc0 == 0xfe80;
+        if ip.is_unspecified()
+            || ip.is_multicast()
+            || ip.is_loopback()
+            || link_local
+            || ip.to_ipv4_mapped().is_some()
+            || ip == guest6
+        {
+            return Err(Unreachable::AdminProhibited);
+        }
+        if dst.port() == 0 {
+            return Err(Unreachable::Port);
+        }
+        Ok(SocketAddr::V6(SocketAddrV6::new(ip, dst.port(), 0, 0)))
+    }
+
+    /// Whether `ip` is one of the addresses the relay itself answers ping
+    /// for (the gateway and the nameserver).
+    fn is_gateway(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => a == self.cfg.gateway,
+            IpAddr::V6(a) => self.cfg.guest_addr6.is_some() && a == self.cfg.gateway6,
+        }
     }
 
     // ---------------------------------------------------------------- TCP
@@ -878,7 +1018,7 @@ impl<G: GuestStack> Relay<G> {
             self.stats.tcp_refused_rst += 1;
             return;
         }
-        let sock = match sys::socket(libc::SOCK_STREAM, 0) {
+        let sock = match sys::socket_for(&target, libc::SOCK_STREAM, 0) {
             Ok(s) => s,
             Err(_) => {
                 self.guest.tcp_refuse(now, syn.id, Refusal::Reset);
@@ -931,6 +1071,7 @@ impl<G: GuestStack> Relay<G> {
             return;
         };
         let fwd = l.fwd;
+        let guest_v6 = l.guest_v6;
         match fwd.proto {
             Proto::Tcp => {
                 for _ in 0..64 {
@@ -941,7 +1082,7 @@ impl<G: GuestStack> Relay<G> {
                         Ok(x) => x,
                         Err(_) => return,
                     };
-                    self.on_inbound_tcp(now, fwd, sock, peer);
+                    self.on_inbound_tcp(now, fwd, guest_v6, sock, peer);
                 }
             }
             Proto::Udp => {
@@ -953,7 +1094,7 @@ impl<G: GuestStack> Relay<G> {
                     let r = sys::recv_from(&l.sock, &mut buf);
                     if let Ok((n, peer)) = r {
                         let data = buf.get(..n).unwrap_or(&[]);
-                        self.on_inbound_udp(now, idx, fwd, peer, data);
+                        self.on_inbound_udp(now, idx, fwd, guest_v6, peer, data);
                     }
                     self.scratch = buf;
                     if r.is_err() {
@@ -968,15 +1109,15 @@ impl<G: GuestStack> Relay<G> {
         &mut self,
         now: Instant,
         fwd: PortForward,
+        guest_v6: bool,
         sock: OwnedFd,
-        peer: SocketAddrV4,
+        peer: SocketAddr,
     ) {
         if !self.admit(now, true) {
             sys::set_linger_zero(&sock);
             return;
         }
-        let from = SocketAddrV4::new(self.cfg.gateway, peer.port());
-        let to = SocketAddrV4::new(self.cfg.guest_addr, fwd.guest_port);
+        let (from, to) = self.inbound_ends(guest_v6, peer.port(), fwd.guest_port);
         let conn = match self.guest.tcp_connect(now, from, to) {
             Ok(c) => c,
             Err(_) => {
@@ -1446,13 +1587,7 @@ impl<G: GuestStack> Relay<G> {
 
     // ---------------------------------------------------------------- UDP
 
-    fn on_guest_datagram(
-        &mut self,
-        now: Instant,
-        src: SocketAddrV4,
-        dst: SocketAddrV4,
-        data: &[u8],
-    ) {
+    fn on_guest_datagram(&mut self, now: Instant, src: SocketAddr, dst: SocketAddr, data: &[u8]) {
         if let Some(&id) = self.udp_index.get(&(src, dst)) {
             self.udp_forward_existing(now, id, data);
             return;
@@ -1467,7 +1602,7 @@ impl<G: GuestStack> Relay<G> {
         if !self.admit(now, false) {
             return;
         }
-        let sock = match sys::socket(libc::SOCK_DGRAM, 0) {
+        let sock = match sys::socket_for(&target, libc::SOCK_DGRAM, 0) {
             Ok(s) => s,
             Err(_) => {
                 self.stats.udp_errors += 1;
@@ -1504,7 +1639,7 @@ impl<G: GuestStack> Relay<G> {
         };
         let r = match &flow.kind {
             Kind::Udp { dst, .. } => {
-                if Some(*dst.ip()) == self.cfg.dns {
+                if is_dns(&self.cfg, dst.ip()) {
                     self.stats.dns_queries += 1;
                 }
                 flow.sock.as_ref().map(|s| sys::send(s, data))
@@ -1564,15 +1699,37 @@ impl<G: GuestStack> Relay<G> {
         }
     }
 
+    /// The guest-side ends of an inbound forward: `(from, to)`, the
+    /// gateway's `peer_port` to the guest's `guest_port`, over IPv6 when
+    /// the listener says so and IPv6 is on.
+    fn inbound_ends(
+        &self,
+        guest_v6: bool,
+        peer_port: u16,
+        guest_port: u16,
+    ) -> (SocketAddr, SocketAddr) {
+        match self.cfg.guest_addr6 {
+            Some(g6) if guest_v6 => (
+                SocketAddr::V6(SocketAddrV6::new(self.cfg.gateway6, peer_port, 0, 0)),
+                SocketAddr::V6(SocketAddrV6::new(g6, guest_port, 0, 0)),
+            ),
+            _ => (
+                SocketAddr::V4(SocketAddrV4::new(self.cfg.gateway, peer_port)),
+                SocketAddr::V4(SocketAddrV4::new(self.cfg.guest_addr, guest_port)),
+            ),
+        }
+    }
+
     fn on_inbound_udp(
         &mut self,
         now: Instant,
         listener: usize,
         fwd: PortForward,
-        peer: SocketAddrV4,
+        guest_v6: bool,
+        peer: SocketAddr,
         data: &[u8],
     ) {
-        let guest = SocketAddrV4::new(self.cfg.guest_addr, fwd.guest_port);
+        let (gw, guest) = self.inbound_ends(guest_v6, peer.port(), fwd.guest_port);
         let id = match self.udp_in_index.get(&(listener, peer)) {
             Some(&id) => id,
             None => {
@@ -1581,11 +1738,11 @@ impl<G: GuestStack> Relay<G> {
                 }
                 // The guest sees the datagram from gateway:port; pick a port
                 // not used by another inbound flow to this guest port.
-                let mut apparent = SocketAddrV4::new(self.cfg.gateway, peer.port());
+                let mut apparent = gw;
                 let mut tries = 0u32;
                 while self.udp_index.contains_key(&(guest, apparent)) && tries < 1000 {
                     self.next_udp_in_port = self.next_udp_in_port.wrapping_add(1).max(1024);
-                    apparent = SocketAddrV4::new(self.cfg.gateway, self.next_udp_in_port);
+                    apparent.set_port(self.next_udp_in_port);
                     tries += 1;
                 }
                 if self.udp_index.contains_key(&(guest, apparent)) {
@@ -1632,14 +1789,14 @@ impl<G: GuestStack> Relay<G> {
     // ---------------------------------------------------------------- ICMP
 
     fn on_echo(&mut self, now: Instant, req: &EchoRequest, data: &[u8]) {
-        if req.dst == self.cfg.gateway || Some(req.dst) == self.cfg.dns {
+        if self.is_gateway(req.dst) || is_dns(&self.cfg, req.dst) {
             self.stats.icmp_echo_gateway += 1;
             let _ = self
                 .guest
                 .icmp_echo_reply(now, req.dst, req.src, req.ident, req.seq, data);
             return;
         }
-        let dst_ok = self.map_dst(SocketAddrV4::new(req.dst, 1)).is_ok();
+        let dst_ok = self.map_dst(SocketAddr::new(req.dst, 1)).is_ok();
         let key = (req.src, req.dst, req.ident);
         let id = match self.icmp_index.get(&key) {
             Some(&id) => Some(id),
@@ -1661,12 +1818,13 @@ impl<G: GuestStack> Relay<G> {
             self.guest.icmp_echo_unreachable(now, req, data, how);
             return;
         };
-        // ICMP echo header (type 8, code 0, checksum and identifier filled by
-        // the kernel for ping sockets), then the data.
+        // ICMP echo header (type 8, ICMPv6 128; code 0, checksum and
+        // identifier filled by the kernel for ping sockets), then the data.
+        let ty = if req.dst.is_ipv6() { 128 } else { 8 };
         let mut pkt = std::mem::take(&mut self.scratch);
         let n = (8 + data.len()).min(pkt.len());
         if let Some(h) = pkt.get_mut(..8) {
-            h.copy_from_slice(&[8, 0, 0, 0, 0, 0, (req.seq >> 8) as u8, req.seq as u8]);
+            h.copy_from_slice(&[ty, 0, 0, 0, 0, 0, (req.seq >> 8) as u8, req.seq as u8]);
         }
         if let Some(d) = pkt.get_mut(8..n) {
             d.copy_from_slice(data.get(..n - 8).unwrap_or(&[]));
@@ -1691,7 +1849,13 @@ impl<G: GuestStack> Relay<G> {
     }
 
     fn open_ping(&mut self, now: Instant, req: &EchoRequest) -> Option<u64> {
-        let sock = match sys::socket(libc::SOCK_DGRAM, libc::IPPROTO_ICMP) {
+        let to = SocketAddr::new(req.dst, 0);
+        let proto = if to.is_ipv6() {
+            libc::IPPROTO_ICMPV6
+        } else {
+            libc::IPPROTO_ICMP
+        };
+        let sock = match sys::socket_for(&to, libc::SOCK_DGRAM, proto) {
             Ok(s) => s,
             Err(_) => {
                 // net.ipv4.ping_group_range does not include us.
@@ -1700,7 +1864,7 @@ impl<G: GuestStack> Relay<G> {
             }
         };
         self.ping_allowed = Some(true);
-        sys::connect(&sock, SocketAddrV4::new(req.dst, 0)).ok()?;
+        sys::connect(&sock, to).ok()?;
         let id = self.alloc_id();
         self.epoll.add(sock.as_raw_fd(), EV_IN, id).ok()?;
         self.flows.insert(
@@ -1736,8 +1900,10 @@ impl<G: GuestStack> Relay<G> {
             if let Ok(n) = r {
                 again = true;
                 flow.last_active = now;
-                // Ping sockets return the ICMP message without the IP header.
-                let is_reply = buf.get(..2) == Some(&[0u8, 0][..]);
+                // Ping sockets return the ICMP message without the IP
+                // header: an echo reply is type 0 (ICMPv6: 129), code 0.
+                let reply_type = if dst.is_ipv6() { 129u8 } else { 0 };
+                let is_reply = buf.get(..2) == Some(&[reply_type, 0][..]);
                 let seq = buf
                     .get(6..8)
                     .and_then(|s| <[u8; 2]>::try_from(s).ok())

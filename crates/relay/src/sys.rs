@@ -3,7 +3,7 @@
 //! way.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
@@ -99,45 +99,100 @@ impl Epoll {
     }
 }
 
-fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
-    // SAFETY: sockaddr_in is plain old data; zero is valid.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    sa.sin_family = libc::AF_INET as libc::sa_family_t;
-    sa.sin_port = a.port().to_be();
-    sa.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-    sa
+/// A socket address in the kernel's form, with its length.
+fn sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; zero is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for
+            // any sockaddr type.
+            let sin = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: as above.
+            let sin6 = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
 }
 
-fn from_sockaddr(sa: &libc::sockaddr_in) -> SocketAddrV4 {
-    SocketAddrV4::new(
-        Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
-        u16::from_be(sa.sin_port),
-    )
+/// The address the kernel filled in (`None`: another family).
+fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
 }
 
-/// A non-blocking, close-on-exec socket.
+fn addr_or_err(ss: &libc::sockaddr_storage) -> io::Result<SocketAddr> {
+    from_sockaddr(ss).ok_or_else(|| io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// A non-blocking, close-on-exec IPv4 socket.
 pub fn socket(ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
+    socket_in(libc::AF_INET, ty, proto)
+}
+
+/// A non-blocking, close-on-exec socket of `addr`'s family.
+pub fn socket_for(addr: &SocketAddr, ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
+    let domain = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    socket_in(domain, ty, proto)
+}
+
+fn socket_in(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; result checked.
-    let fd = cvt(unsafe {
-        libc::socket(
-            libc::AF_INET,
-            ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            proto,
-        )
-    })?;
+    let fd =
+        cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) })?;
     // SAFETY: fresh descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Start a non-blocking connect. `Ok(true)` = connected already.
-pub fn connect(fd: &OwnedFd, to: SocketAddrV4) -> io::Result<bool> {
-    let sa = sockaddr(to);
-    // SAFETY: `sa` is a valid sockaddr_in of the given length.
+pub fn connect(fd: &OwnedFd, to: impl Into<SocketAddr>) -> io::Result<bool> {
+    let (sa, len) = sockaddr(to.into());
+    // SAFETY: `sa` is a valid sockaddr of length `len`.
     let rc = unsafe {
         libc::connect(
             fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            (&sa as *const libc::sockaddr_storage).cast(),
+            len,
         )
     };
     if rc == 0 {
@@ -151,7 +206,7 @@ pub fn connect(fd: &OwnedFd, to: SocketAddrV4) -> io::Result<bool> {
     }
 }
 
-pub fn bind(fd: &OwnedFd, at: SocketAddrV4) -> io::Result<()> {
+pub fn bind(fd: &OwnedFd, at: impl Into<SocketAddr>) -> io::Result<()> {
     let one: libc::c_int = 1;
     // SAFETY: valid option pointer and length.
     unsafe {
@@ -163,13 +218,13 @@ pub fn bind(fd: &OwnedFd, at: SocketAddrV4) -> io::Result<()> {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    let sa = sockaddr(at);
-    // SAFETY: `sa` is a valid sockaddr_in.
+    let (sa, len) = sockaddr(at.into());
+    // SAFETY: `sa` is a valid sockaddr of length `len`.
     cvt(unsafe {
         libc::bind(
             fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            (&sa as *const libc::sockaddr_storage).cast(),
+            len,
         )
     })
     .map(|_| ())
@@ -180,40 +235,40 @@ pub fn listen(fd: &OwnedFd, backlog: i32) -> io::Result<()> {
     cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) }).map(|_| ())
 }
 
-pub fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
-    // SAFETY: zeroed sockaddr_in is valid; length matches.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+pub fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddr> {
+    // SAFETY: zeroed sockaddr_storage is valid; length matches.
+    let mut sa: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: valid out-pointers.
     cvt(unsafe {
         libc::getsockname(
             fd.as_raw_fd(),
-            (&mut sa as *mut libc::sockaddr_in).cast(),
+            (&mut sa as *mut libc::sockaddr_storage).cast(),
             &mut len,
         )
     })?;
-    Ok(from_sockaddr(&sa))
+    addr_or_err(&sa)
 }
 
 /// The peer a connected socket is connected to.
-pub fn peer_addr(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
-    // SAFETY: zeroed sockaddr_in is valid; length matches.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+pub fn peer_addr(fd: &OwnedFd) -> io::Result<SocketAddr> {
+    // SAFETY: zeroed sockaddr_storage is valid; length matches.
+    let mut sa: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: valid out-pointers.
     cvt(unsafe {
         libc::getpeername(
             fd.as_raw_fd(),
-            (&mut sa as *mut libc::sockaddr_in).cast(),
+            (&mut sa as *mut libc::sockaddr_storage).cast(),
             &mut len,
         )
     })?;
-    Ok(from_sockaddr(&sa))
+    addr_or_err(&sa)
 }
 
-/// Every IPv4 address of the host's interfaces (empty if they cannot be
-/// listed).
-pub fn host_ipv4_addrs() -> Vec<Ipv4Addr> {
+/// Every IPv4 and IPv6 address of the host's interfaces (empty if they
+/// cannot be listed).
+pub fn host_addrs() -> Vec<IpAddr> {
     let mut v = Vec::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below.
@@ -229,7 +284,12 @@ pub fn host_ipv4_addrs() -> Vec<Ipv4Addr> {
             let a = (*p).ifa_addr;
             if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET {
                 let sin = &*(a as *const libc::sockaddr_in);
-                v.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+                v.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))));
+            } else if !a.is_null() && i32::from((*a).sa_family) == libc::AF_INET6 {
+                let sin6 = &*(a as *const libc::sockaddr_in6);
+                v.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
             }
             p = (*p).ifa_next;
         }
@@ -263,21 +323,22 @@ pub fn eventfd_clear(fd: RawFd) {
 }
 
 /// Accept one connection (non-blocking, close-on-exec).
-pub fn accept(fd: &OwnedFd) -> io::Result<(OwnedFd, SocketAddrV4)> {
-    // SAFETY: zeroed sockaddr_in is valid; length matches.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+pub fn accept(fd: &OwnedFd) -> io::Result<(OwnedFd, SocketAddr)> {
+    // SAFETY: zeroed sockaddr_storage is valid; length matches.
+    let mut sa: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: valid out-pointers.
     let c = cvt(unsafe {
         libc::accept4(
             fd.as_raw_fd(),
-            (&mut sa as *mut libc::sockaddr_in).cast(),
+            (&mut sa as *mut libc::sockaddr_storage).cast(),
             &mut len,
             libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
         )
     })?;
     // SAFETY: fresh descriptor.
-    Ok((unsafe { OwnedFd::from_raw_fd(c) }, from_sockaddr(&sa)))
+    let c = unsafe { OwnedFd::from_raw_fd(c) };
+    Ok((c, addr_or_err(&sa)?))
 }
 
 /// Pending socket error (SO_ERROR), cleared by reading.
@@ -369,17 +430,17 @@ pub fn recv2(fd: &OwnedFd, a: &mut [u8], b: &mut [u8]) -> io::Result<usize> {
     cvt_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) })
 }
 
-pub fn send_to(fd: &OwnedFd, data: &[u8], to: SocketAddrV4) -> io::Result<usize> {
-    let sa = sockaddr(to);
-    // SAFETY: `data` valid for reads; `sa` a valid sockaddr_in.
+pub fn send_to(fd: &OwnedFd, data: &[u8], to: impl Into<SocketAddr>) -> io::Result<usize> {
+    let (sa, len) = sockaddr(to.into());
+    // SAFETY: `data` valid for reads; `sa` a valid sockaddr of `len`.
     cvt_size(unsafe {
         libc::sendto(
             fd.as_raw_fd(),
             data.as_ptr().cast(),
             data.len(),
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            (&sa as *const libc::sockaddr_storage).cast(),
+            len,
         )
     })
 }
@@ -396,10 +457,10 @@ pub fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     })
 }
 
-pub fn recv_from(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
-    // SAFETY: zeroed sockaddr_in is valid; length matches.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+pub fn recv_from(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+    // SAFETY: zeroed sockaddr_storage is valid; length matches.
+    let mut sa: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: valid buffers and out-pointers.
     let n = cvt_size(unsafe {
         libc::recvfrom(
@@ -407,11 +468,11 @@ pub fn recv_from(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV
             buf.as_mut_ptr().cast(),
             buf.len(),
             libc::MSG_DONTWAIT,
-            (&mut sa as *mut libc::sockaddr_in).cast(),
+            (&mut sa as *mut libc::sockaddr_storage).cast(),
             &mut len,
         )
     })?;
-    Ok((n, from_sockaddr(&sa)))
+    Ok((n, addr_or_err(&sa)?))
 }
 
 pub fn shutdown_write(fd: &OwnedFd) -> io::Result<()> {

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::RawFd;
 use std::time::Instant;
 
@@ -16,8 +16,8 @@ use crate::guest::{
 /// One fake guest connection.
 #[derive(Debug, Default, Clone)]
 pub struct FakeConn {
-    pub from: Option<SocketAddrV4>,
-    pub to: Option<SocketAddrV4>,
+    pub from: Option<SocketAddr>,
+    pub to: Option<SocketAddr>,
     pub established: bool,
     /// Bytes the relay delivered to the guest (taken by its application).
     pub received: Vec<u8>,
@@ -61,9 +61,9 @@ pub struct FakeGuest {
     pub refused: Vec<(SynId, Refusal)>,
     pub conns: HashMap<ConnId, FakeConn>,
     pub udp_in: VecDeque<(Datagram, Vec<u8>)>,
-    pub udp_out: Vec<(SocketAddrV4, SocketAddrV4, Vec<u8>)>,
+    pub udp_out: Vec<(SocketAddr, SocketAddr, Vec<u8>)>,
     pub echo_in: VecDeque<(EchoRequest, Vec<u8>)>,
-    pub echo_replies: Vec<(Ipv4Addr, Ipv4Addr, u16, u16, Vec<u8>)>,
+    pub echo_replies: Vec<(IpAddr, IpAddr, u16, u16, Vec<u8>)>,
     pub unreachables: Vec<(EchoRequest, Unreachable)>,
     /// Inbound connects are established at once unless this is false.
     pub refuse_inbound: bool,
@@ -85,9 +85,10 @@ impl FakeGuest {
     }
 
     /// The guest sends a SYN from `src` to `dst`.
-    pub fn syn(&mut self, src: SocketAddrV4, dst: SocketAddrV4) -> SynId {
+    pub fn syn(&mut self, src: impl Into<SocketAddr>, dst: impl Into<SocketAddr>) -> SynId {
         let id = SynId(self.next);
         self.next += 1;
+        let (src, dst) = (src.into(), dst.into());
         self.syns.push_back(PendingSyn { id, src, dst });
         id
     }
@@ -127,22 +128,34 @@ impl FakeGuest {
         }
     }
 
-    pub fn send_udp(&mut self, src: SocketAddrV4, dst: SocketAddrV4, data: &[u8]) {
+    pub fn send_udp(
+        &mut self,
+        src: impl Into<SocketAddr>,
+        dst: impl Into<SocketAddr>,
+        data: &[u8],
+    ) {
         self.udp_in.push_back((
             Datagram {
-                src,
-                dst,
+                src: src.into(),
+                dst: dst.into(),
                 len: data.len(),
             },
             data.to_vec(),
         ));
     }
 
-    pub fn ping(&mut self, src: Ipv4Addr, dst: Ipv4Addr, ident: u16, seq: u16, data: &[u8]) {
+    pub fn ping(
+        &mut self,
+        src: impl Into<IpAddr>,
+        dst: impl Into<IpAddr>,
+        ident: u16,
+        seq: u16,
+        data: &[u8],
+    ) {
         self.echo_in.push_back((
             EchoRequest {
-                src,
-                dst,
+                src: src.into(),
+                dst: dst.into(),
                 ident,
                 seq,
                 len: data.len(),
@@ -151,7 +164,7 @@ impl FakeGuest {
         ));
     }
 
-    fn new_conn(&mut self, from: SocketAddrV4, to: SocketAddrV4, established: bool) -> ConnId {
+    fn new_conn(&mut self, from: SocketAddr, to: SocketAddr, established: bool) -> ConnId {
         let c = ConnId(self.next);
         self.next += 1;
         self.conns.insert(
@@ -193,8 +206,8 @@ impl GuestStack for FakeGuest {
             ));
         }
         let c = self.new_conn(
-            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0).into(),
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0).into(),
             true,
         );
         self.syn_conn.insert(id, c);
@@ -206,8 +219,8 @@ impl GuestStack for FakeGuest {
     fn tcp_connect(
         &mut self,
         _now: Instant,
-        from: SocketAddrV4,
-        to: SocketAddrV4,
+        from: SocketAddr,
+        to: SocketAddr,
     ) -> io::Result<ConnId> {
         if self.refuse_inbound {
             return Err(io::Error::from(io::ErrorKind::ConnectionRefused));
@@ -320,8 +333,8 @@ impl GuestStack for FakeGuest {
     fn udp_send(
         &mut self,
         _now: Instant,
-        src: SocketAddrV4,
-        dst: SocketAddrV4,
+        src: SocketAddr,
+        dst: SocketAddr,
         data: &[u8],
     ) -> io::Result<()> {
         self.udp_out.push((src, dst, data.to_vec()));
@@ -336,8 +349,8 @@ impl GuestStack for FakeGuest {
     fn icmp_echo_reply(
         &mut self,
         _now: Instant,
-        from: Ipv4Addr,
-        to: Ipv4Addr,
+        from: IpAddr,
+        to: IpAddr,
         ident: u16,
         seq: u16,
         data: &[u8],

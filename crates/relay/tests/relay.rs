@@ -555,12 +555,16 @@ fn udp_flows_and_dns_forwarding() {
     assert!(spin(&mut r, |r| r.guest().udp_out.len() == 2));
     let out = r.guest().udp_out.clone();
     assert!(
-        out.contains(&(SocketAddrV4::new(GW, echo_port), g, b"pong".to_vec())),
+        out.contains(&(
+            SocketAddrV4::new(GW, echo_port).into(),
+            g.into(),
+            b"pong".to_vec()
+        )),
         "{out:?}"
     );
     assert!(out.contains(&(
-        SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), 53),
-        g,
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), 53).into(),
+        g.into(),
         b"answer".to_vec()
     )));
     assert_eq!(r.stats().dns_queries, 1);
@@ -597,7 +601,7 @@ fn icmp_echo_gateway_answered_others_unreachable_without_ping_sockets() {
     let _ = r.step(Some(Duration::from_millis(1)));
     assert_eq!(
         r.guest().echo_replies,
-        vec![(GW, GUEST, 77, 1, b"abc".to_vec())]
+        vec![(GW.into(), GUEST.into(), 77, 1, b"abc".to_vec())]
     );
     assert_eq!(r.guest().unreachables.len(), 1);
     assert_eq!(r.guest().unreachables[0].1, Unreachable::AdminProhibited);
@@ -610,13 +614,13 @@ fn inbound_tcp_and_udp_port_forwards() {
     let cfg = RelayConfig {
         forwards: vec![
             PortForward {
-                host_ip: Ipv4Addr::LOCALHOST,
+                host_ip: Some(Ipv4Addr::LOCALHOST.into()),
                 host_port: 0,
                 guest_port: 8080,
                 proto: Proto::Tcp,
             },
             PortForward {
-                host_ip: Ipv4Addr::LOCALHOST,
+                host_ip: Some(Ipv4Addr::LOCALHOST.into()),
                 host_port: 0,
                 guest_port: 5353,
                 proto: Proto::Udp,
@@ -636,8 +640,8 @@ fn inbound_tcp_and_udp_port_forwards() {
         .iter()
         .next()
         .unwrap_or_else(|| panic!("conn"));
-    assert_eq!(k.to, Some(guest_port(8080)));
-    assert_eq!(k.from.map(|a| *a.ip()), Some(GW));
+    assert_eq!(k.to, Some(guest_port(8080).into()));
+    assert_eq!(k.from.map(|a| a.ip()), Some(GW.into()));
     peer.write_all(b"GET /").unwrap_or_else(|e| panic!("{e}"));
     assert!(spin(&mut r, |r| r
         .guest()
@@ -656,8 +660,8 @@ fn inbound_tcp_and_udp_port_forwards() {
     u.send_to(b"q", addrs[1]).unwrap_or_else(|e| panic!("{e}"));
     assert!(spin(&mut r, |r| !r.guest().udp_out.is_empty()));
     let (src, dst, data) = r.guest().udp_out[0].clone();
-    assert_eq!((dst, data.as_slice()), (guest_port(5353), &b"q"[..]));
-    assert_eq!(*src.ip(), GW);
+    assert_eq!((dst, data.as_slice()), (guest_port(5353).into(), &b"q"[..]));
+    assert_eq!(src.ip(), GW);
     r.guest_mut().send_udp(guest_port(5353), src, b"a");
     let _ = r.step(Some(Duration::from_millis(1)));
     let mut buf = [0u8; 8];
@@ -665,6 +669,6 @@ fn inbound_tcp_and_udp_port_forwards() {
         .recv_from(&mut buf)
         .unwrap_or_else(|e| panic!("reply: {e}"));
     assert_eq!(&buf[..n], b"a");
-    assert_eq!(from, std::net::SocketAddr::V4(addrs[1]));
+    assert_eq!(from, addrs[1]);
     assert_eq!(r.stats().udp_inbound_flows, 1);
 }
