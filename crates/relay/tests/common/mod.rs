@@ -132,8 +132,11 @@ pub fn http_server(len: usize) -> (u16, Helper) {
     (port, helper)
 }
 
-/// A DNS responder on 127.0.0.1 answering every A query with 10.1.2.3
-/// (other types: NOERROR, no answer).
+/// The AAAA answer of [`dns_server`].
+pub const DNS_AAAA: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 1, 2, 3);
+
+/// A DNS responder on 127.0.0.1 answering every A query with 10.1.2.3 and
+/// every AAAA query with [`DNS_AAAA`] (other types: NOERROR, no answer).
 pub fn dns_server() -> (u16, Helper) {
     let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
     s.set_read_timeout(Some(Duration::from_millis(100)))
@@ -158,13 +161,18 @@ pub fn dns_server() -> (u16, Helper) {
             if end > q.len() {
                 continue;
             }
-            let a = u16::from_be_bytes([q[i + 1], q[i + 2]]) == 1;
-            let mut r = Vec::with_capacity(end + 16);
+            let qtype = u16::from_be_bytes([q[i + 1], q[i + 2]]);
+            let (a, aaaa) = (qtype == 1, qtype == 28);
+            let mut r = Vec::with_capacity(end + 28);
             r.extend_from_slice(&q[0..2]);
-            r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(a), 0, 0, 0, 0]);
+            r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(a || aaaa), 0, 0, 0, 0]);
             r.extend_from_slice(&q[12..end]);
             if a {
                 r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 1, 2, 3]);
+            }
+            if aaaa {
+                r.extend_from_slice(&[0xc0, 0x0c, 0, 28, 0, 1, 0, 0, 0, 60, 0, 16]);
+                r.extend_from_slice(&DNS_AAAA.octets());
             }
             let _ = s.send_to(&r, peer);
         }
