@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ustack_relay::cli::{run_report, RunReport};
 
 mod common;
-use common::{args, body_byte, dns_server, Helper, TempFile, DNS_AAAA};
+use common::{args, body_byte, dns_server_with, Helper, TempFile, DNS_AAAA};
 
 fn ustack_run(v: &[&str]) -> RunReport {
     match run_report(args(v)) {
@@ -158,7 +158,7 @@ fn ping6_the_gateway() {
 
 #[test]
 fn dns_aaaa_through_the_ipv6_nameserver() {
-    let (port, _dns) = dns_server();
+    let (port, _dns) = dns_server_with(true);
     let upstream = format!("127.0.0.1:{port}");
     // A raw AAAA query to fd00::3 (the resolver library would ask the
     // IPv4 nameserver first), then the library's lookup, whose AAAA

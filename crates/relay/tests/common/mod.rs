@@ -135,9 +135,15 @@ pub fn http_server(len: usize) -> (u16, Helper) {
 /// The AAAA answer of [`dns_server`].
 pub const DNS_AAAA: std::net::Ipv6Addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 1, 2, 3);
 
-/// A DNS responder on 127.0.0.1 answering every A query with 10.1.2.3 and
-/// every AAAA query with [`DNS_AAAA`] (other types: NOERROR, no answer).
+/// A DNS responder on 127.0.0.1 answering every A query with 10.1.2.3
+/// (other types: NOERROR, no answer).
 pub fn dns_server() -> (u16, Helper) {
+    dns_server_with(false)
+}
+
+/// [`dns_server`] that also answers every AAAA query with [`DNS_AAAA`].
+pub fn dns_server_with(aaaa: bool) -> (u16, Helper) {
+    let answer_aaaa = aaaa;
     let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
     s.set_read_timeout(Some(Duration::from_millis(100)))
         .expect("timeout");
@@ -162,7 +168,7 @@ pub fn dns_server() -> (u16, Helper) {
                 continue;
             }
             let qtype = u16::from_be_bytes([q[i + 1], q[i + 2]]);
-            let (a, aaaa) = (qtype == 1, qtype == 28);
+            let (a, aaaa) = (qtype == 1, answer_aaaa && qtype == 28);
             let mut r = Vec::with_capacity(end + 28);
             r.extend_from_slice(&q[0..2]);
             r.extend_from_slice(&[0x81, 0x80, 0, 1, 0, u8::from(a || aaaa), 0, 0, 0, 0]);
