@@ -262,3 +262,122 @@ fn no_ipv6_leaves_the_sandbox_without_ipv6_addresses() {
     let r = ustack_run(&["--no-ipv6", "--", "sh", "-c", script]);
     assert_eq!(r.code, 0);
 }
+
+/// A network namespace made by `ip netns add`, deleted when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let st = std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .expect("run ip");
+    assert!(st.success(), "ip {args:?} failed");
+}
+
+#[test]
+fn attach_serves_ipv6_in_an_existing_namespace() {
+    use clap::Parser;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use ustack_relay::cli::{attach_with, default_guest, AttachArgs};
+
+    #[derive(Parser)]
+    struct A {
+        #[command(flatten)]
+        a: AttachArgs,
+    }
+
+    // The namespace is configured by its owner, as for IPv4: the same
+    // addresses `ustack run` gives its sandbox.
+    let name = format!("ustk-att6-{}", std::process::id());
+    ip(&["netns", "add", &name]);
+    let ns = Netns(name);
+    ip(&["-n", &ns.0, "tuntap", "add", "mode", "tap", "name", "tap0"]);
+    ip(&["-n", &ns.0, "link", "set", "tap0", "up"]);
+    ip(&[
+        "-n",
+        &ns.0,
+        "-6",
+        "addr",
+        "add",
+        "fd00::100/64",
+        "dev",
+        "tap0",
+        "nodad",
+    ]);
+    ip(&[
+        "-n", &ns.0, "-6", "route", "add", "default", "via", "fd00::2",
+    ]);
+
+    let l = TcpListener::bind("[::1]:0").expect("bind [::1]");
+    let at = l.local_addr().expect("addr");
+    let len = 200_000;
+    let server = serve_one(l, move |mut c, peer| {
+        let mut req = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => req.extend_from_slice(&buf[..n]),
+            }
+        }
+        let body: Vec<u8> = (0..len).map(body_byte).collect();
+        let head = format!("HTTP/1.0 200 OK\r\nContent-Length: {len}\r\n\r\n");
+        let _ = c.write_all(head.as_bytes());
+        let _ = c.write_all(&body);
+        peer
+    });
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (stop_r, stop_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let netns = format!("/run/netns/{}", ns.0);
+    let parsed = match A::try_parse_from(["ustack-attach", "--netns", &netns, "--tap", "tap0"]) {
+        Ok(a) => a.a,
+        Err(e) => panic!("parse: {e}"),
+    };
+    let stop_fd = stop_r.as_raw_fd();
+    let relay = thread::spawn(move || {
+        let r = attach_with(parsed, Box::new(default_guest), Some(stop_fd));
+        drop(stop_r);
+        r.map_err(|e| format!("{e:#}"))
+    });
+    let url = format!("http://[fd00::2]:{}/x", at.port());
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            "curl",
+            "-s",
+            "--max-time",
+            "10",
+            &url,
+        ])
+        .output()
+        .expect("curl in the namespace");
+    // Stop the relay whatever happened.
+    // SAFETY: writing one byte from a valid buffer to the pipe we own.
+    let w = unsafe { libc::write(stop_w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+    assert_eq!(w, 1);
+    let served = relay.join().expect("attach thread");
+    unblock(&server, at);
+    let peer = server.join().expect("server thread").expect("accept");
+    assert_eq!(served, Ok(0));
+    assert!(out.status.success(), "curl: {:?}", out.status);
+    assert_eq!(peer.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+    assert_eq!(out.stdout.len(), len);
+    assert!(out
+        .stdout
+        .iter()
+        .enumerate()
+        .all(|(i, b)| *b == body_byte(i)));
+}
