@@ -760,7 +760,8 @@ pub struct PortsArgs {
     #[command(flatten)]
     pub sel: StackSel,
     /// `add SPEC` or `remove SPEC` (SPEC as `ustack run -p`:
-    /// [HOST_IP:]HOST_PORT:GUEST_PORT[/udp]); nothing: list them.
+    /// [HOST_IP:]HOST_PORT:GUEST_PORT[/udp], an IPv6 HOST_IP in brackets);
+    /// nothing: list them.
     #[arg(value_name = "add|remove SPEC", num_args = 0..=2)]
     pub action: Vec<String>,
 }

@@ -106,6 +106,8 @@ pub struct RelayArgs {
     #[arg(long)]
     pub no_ipv6: bool,
     /// Forward a host port to the guest: [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp] (repeatable).
+    /// An IPv6 HOSTIP in brackets ([::1]:8080:80) reaches the guest over IPv6; without
+    /// HOSTIP, 127.0.0.1 and ::1 listen and the guest is reached over IPv4.
     #[arg(short = 'p', long = "publish", value_name = "SPEC")]
     pub publish: Vec<PortForward>,
     /// Maximum concurrent flows [default: 16384, or fewer if the descriptor

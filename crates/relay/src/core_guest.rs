@@ -265,10 +265,14 @@ impl GuestStack for CoreGuest {
             .tcp_sockets_detailed(detail)
             .iter()
             .map(|(h, t, d)| {
-                (
-                    ustack_ctl::socket_entry(t, d.as_ref(), now),
-                    self.by_handle.get(h).map(|&id| ConnId(id)),
-                )
+                let mut e = ustack_ctl::socket_entry(t, d.as_ref(), now);
+                // `TcpStatus` carries IPv4 addresses: an IPv6 connection's
+                // come from the table.
+                if let Ok((l @ SocketAddr::V6(_), r)) = self.stack.tcp_addrs(*h) {
+                    e.local = l.to_string();
+                    e.peer = r.to_string();
+                }
+                (e, self.by_handle.get(h).map(|&id| ConnId(id)))
             })
             .collect()
     }
