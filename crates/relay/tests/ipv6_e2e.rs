@@ -381,3 +381,88 @@ fn attach_serves_ipv6_in_an_existing_namespace() {
         .enumerate()
         .all(|(i, b)| *b == body_byte(i)));
 }
+
+#[test]
+fn a_host_without_an_ipv6_route_gives_the_guest_network_unreachable() {
+    use clap::Parser;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use ustack_relay::cli::{attach_with, default_guest, AttachArgs};
+
+    #[derive(Parser)]
+    struct A {
+        #[command(flatten)]
+        a: AttachArgs,
+    }
+
+    // The relay runs in a namespace of its own without any route (as a
+    // host without IPv6 connectivity); the guest in another one.
+    let pid = std::process::id();
+    let host = Netns(format!("ustk-noroute-{pid}"));
+    ip(&["netns", "add", &host.0]);
+    ip(&["-n", &host.0, "link", "set", "lo", "up"]);
+    let guest = Netns(format!("ustk-guest6-{pid}"));
+    ip(&["netns", "add", &guest.0]);
+    ip(&[
+        "-n", &guest.0, "tuntap", "add", "mode", "tap", "name", "tap0",
+    ]);
+    ip(&["-n", &guest.0, "link", "set", "tap0", "up"]);
+    ip(&[
+        "-n",
+        &guest.0,
+        "-6",
+        "addr",
+        "add",
+        "fd00::100/64",
+        "dev",
+        "tap0",
+        "nodad",
+    ]);
+    ip(&[
+        "-n", &guest.0, "-6", "route", "add", "default", "via", "fd00::2",
+    ]);
+
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (stop_r, stop_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let guest_ns = format!("/run/netns/{}", guest.0);
+    let parsed = match A::try_parse_from(["ustack-attach", "--netns", &guest_ns, "--tap", "tap0"]) {
+        Ok(a) => a.a,
+        Err(e) => panic!("parse: {e}"),
+    };
+    let host_ns = std::fs::File::open(format!("/run/netns/{}", host.0)).expect("open netns");
+    let stop_fd = stop_r.as_raw_fd();
+    let relay = thread::spawn(move || {
+        // SAFETY: setns on a namespace descriptor we own; it moves only
+        // this thread, which runs the relay and ends.
+        if unsafe { libc::setns(host_ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(format!("setns: {}", std::io::Error::last_os_error()));
+        }
+        let r = attach_with(parsed, Box::new(default_guest), Some(stop_fd));
+        drop(stop_r);
+        r.map_err(|e| format!("{e:#}"))
+    });
+    // The guest's connect fails at once with ENETUNREACH (ICMPv6 no route
+    // to destination, RFC 4443 3.1 code 0), not after a timeout.
+    let py = "import errno, socket, sys, time\n\
+              t = time.monotonic()\n\
+              try:\n\
+              \x20   socket.create_connection(('2001:db8::1', 80), timeout=10)\n\
+              \x20   sys.exit(1)\n\
+              except OSError as e:\n\
+              \x20   print(errno.errorcode.get(e.errno, e.errno), round(time.monotonic() - t, 3))\n\
+              \x20   sys.exit(0 if e.errno == errno.ENETUNREACH else 2)\n";
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &guest.0, "python3", "-c", py])
+        .output()
+        .expect("python3 in the namespace");
+    // SAFETY: writing one byte from a valid buffer to the pipe we own.
+    let w = unsafe { libc::write(stop_w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+    assert_eq!(w, 1);
+    let served = relay.join().expect("relay thread");
+    assert_eq!(served, Ok(0));
+    let said = String::from_utf8_lossy(&out.stdout);
+    eprintln!("the guest's connect: {}", said.trim());
+    assert_eq!(out.status.code(), Some(0), "guest saw: {said}");
+}
