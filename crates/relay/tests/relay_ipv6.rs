@@ -199,3 +199,103 @@ fn denied_host_ports_are_closed_on_both_loopbacks() {
         vec![(s, Refusal::Unreachable(Unreachable::AdminProhibited))]
     );
 }
+
+#[test]
+fn ipv6_port_forwards_reach_the_guest_over_ipv6_and_plain_ones_over_ipv4() {
+    use std::io::Read as _;
+    use std::net::{Ipv4Addr, TcpStream};
+    use ustack_relay::{PortForward, Proto};
+
+    let fwd = |host_ip: Option<IpAddr>, guest_port, proto| PortForward {
+        host_ip,
+        host_port: 0,
+        guest_port,
+        proto,
+    };
+    let mut r = relay(RelayConfig {
+        forwards: vec![
+            fwd(Some(Ipv6Addr::LOCALHOST.into()), 8080, Proto::Tcp),
+            fwd(Some(Ipv6Addr::LOCALHOST.into()), 5353, Proto::Udp),
+        ],
+        ..RelayConfig::default()
+    });
+    let addrs = r.listener_addrs();
+    assert_eq!(addrs.len(), 2);
+    assert!(addrs
+        .iter()
+        .all(|a| a.ip() == IpAddr::V6(Ipv6Addr::LOCALHOST)));
+
+    // TCP: the guest sees [fd00::2]:PEERPORT -> [fd00::100]:8080.
+    let mut peer = TcpStream::connect(addrs[0]).unwrap_or_else(|e| panic!("connect: {e}"));
+    peer.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    let peer_port = peer.local_addr().map(|a| a.port()).unwrap_or(0);
+    assert!(spin(&mut r, |r| !r.guest().conns.is_empty()));
+    let (&c, k) = r
+        .guest()
+        .conns
+        .iter()
+        .next()
+        .unwrap_or_else(|| panic!("conn"));
+    assert_eq!(k.to, Some(v6(GUEST6, 8080)));
+    assert_eq!(k.from, Some(v6(GW6, peer_port)));
+    r.guest_mut().write(c, b"hi6");
+    r.guest_mut().fin(c);
+    let _ = spin(&mut r, |r| r.stats().bytes_guest_to_host >= 3);
+    let mut got = Vec::new();
+    let _ = peer.read_to_end(&mut got);
+    assert_eq!(got, b"hi6");
+
+    // UDP: the same, and the reply leaves by the listener.
+    let u = UdpSocket::bind("[::1]:0").unwrap_or_else(|e| panic!("{e}"));
+    u.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    u.send_to(b"q6", addrs[1]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(spin(&mut r, |r| !r.guest().udp_out.is_empty()));
+    let (src, dst, data) = r.guest().udp_out[0].clone();
+    assert_eq!((dst, data.as_slice()), (v6(GUEST6, 5353), &b"q6"[..]));
+    assert_eq!(src.ip(), IpAddr::V6(GW6));
+    r.guest_mut().send_udp(v6(GUEST6, 5353), src, b"a6");
+    let _ = r.step(Some(Duration::from_millis(1)));
+    let mut buf = [0u8; 8];
+    let (n, from) = u.recv_from(&mut buf).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((&buf[..n], from), (&b"a6"[..], addrs[1]));
+
+    // A forward without a host address listens on both loopbacks and
+    // reaches the guest over IPv4 from either; `ports remove` by port
+    // takes both listeners.
+    let plain = PortForward {
+        host_ip: None,
+        host_port: 0,
+        guest_port: 9090,
+        proto: Proto::Tcp,
+    };
+    let first = r.add_forward(plain).unwrap_or_else(|e| panic!("add: {e}"));
+    assert_eq!(first.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let listening: Vec<SocketAddr> = r
+        .forwards()
+        .into_iter()
+        .filter(|(f, _)| *f == plain)
+        .map(|(_, a)| a)
+        .collect();
+    assert_eq!(listening.len(), 2, "{listening:?}");
+    let on6 = listening
+        .iter()
+        .find(|a| a.is_ipv6())
+        .copied()
+        .unwrap_or_else(|| panic!("no ::1 listener: {listening:?}"));
+    let _c6 = TcpStream::connect(on6).unwrap_or_else(|e| panic!("connect: {e}"));
+    assert!(spin(&mut r, |r| r
+        .guest()
+        .conns
+        .values()
+        .any(|k| k.to.is_some_and(|t| t.port() == 9090))));
+    let k = r
+        .guest()
+        .conns
+        .values()
+        .find(|k| k.to.is_some_and(|t| t.port() == 9090))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(k.to, Some(SocketAddr::from(([10, 0, 2, 15], 9090))));
+    assert!(r.remove_forward(&plain));
+    assert!(r.forwards().iter().all(|(f, _)| *f != plain));
+}
