@@ -182,6 +182,35 @@ impl RelayArgs {
         self.max_flows.unwrap_or(Limits::default().max_flows)
     }
 
+    /// Options that cannot work together: the guest's IPv6 address must
+    /// not be one the engine owns, and the gateway must be on its prefix
+    /// (the guest's default route goes through it).
+    pub fn check(&self) -> Result<(), String> {
+        if self.no_ipv6 {
+            return Ok(());
+        }
+        let a = self.addr6;
+        if a.addr == self.gateway6 || a.addr == self.dns6 {
+            return Err(format!(
+                "--addr6 {} is the IPv6 gateway's or nameserver's address",
+                a.addr
+            ));
+        }
+        let on_prefix = |x: Ipv6Addr| {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(a.prefix_len))
+                .unwrap_or(0);
+            u128::from(x) & mask == u128::from(a.addr) & mask
+        };
+        if !on_prefix(self.gateway6) {
+            return Err(format!(
+                "--gateway6 {} is not on the guest's prefix {}/{}",
+                self.gateway6, a.addr, a.prefix_len
+            ));
+        }
+        Ok(())
+    }
+
     /// The relay configuration these options describe.
     pub fn relay_config(&self) -> RelayConfig {
         RelayConfig {
@@ -428,6 +457,7 @@ fn run_report_inner<G: GuestStack>(
             dns: Some(args.relay.dns6),
         }),
     };
+    args.relay.check().map_err(|e| anyhow!("ustack run: {e}"))?;
     if let Some(n) = &args.relay.name {
         ustack_ctl::check_name(n).map_err(|e| anyhow!("ustack run: {e}"))?;
     }
@@ -705,6 +735,9 @@ fn attach_inner<G: GuestStack>(
         crate::harden::close_descriptors(&crate::harden::open_descriptors());
     }
     let mut args = args;
+    args.relay
+        .check()
+        .map_err(|e| anyhow!("ustack attach: {e}"))?;
     check_descriptors("ustack attach", &mut args.relay);
     let tap = match &args.netns {
         Some(ns) => sb_attach::open_tap_in_netns(ns, &args.tap, !args.relay.no_offload),

@@ -466,3 +466,36 @@ fn a_host_without_an_ipv6_route_gives_the_guest_network_unreachable() {
     eprintln!("the guest's connect: {}", said.trim());
     assert_eq!(out.status.code(), Some(0), "guest saw: {said}");
 }
+
+#[test]
+fn conflicting_ipv6_options_are_refused_before_anything_starts() {
+    for (bad, why) in [
+        (
+            &["--addr6", "fd00::2/64", "--", "true"][..],
+            "--addr6 fd00::2 is",
+        ),
+        (
+            &["--gateway6", "fd01::2", "--", "true"][..],
+            "--gateway6 fd01::2 is not",
+        ),
+    ] {
+        match run_report(args(bad)) {
+            Ok(r) => panic!("{bad:?} ran (exit {})", r.code),
+            Err(e) => assert!(format!("{e:#}").contains(why), "{bad:?}: {e:#}"),
+        }
+    }
+    // A consistent choice of one's own runs.
+    let r = ustack_run(&[
+        "--addr6",
+        "fd42::10/64",
+        "--gateway6",
+        "fd42::1",
+        "--dns6",
+        "fd42::53",
+        "--",
+        "sh",
+        "-c",
+        "ip -6 route | grep -q '^default via fd42::1' && grep -q '^nameserver fd42::53$' /etc/resolv.conf && ping -6 -c 1 -W 2 fd42::1 > /dev/null",
+    ]);
+    assert_eq!(r.code, 0);
+}
