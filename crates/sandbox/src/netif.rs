@@ -261,6 +261,50 @@ pub(crate) fn add_default_route6(ctl: RawFd, name: &[u8; 16], gateway: [u8; 16])
     cvt(unsafe { libc::ioctl(ctl, SIOCADDRT as _, &mut rt as *mut In6RtMsg) }).map(|_| ())
 }
 
+/// Wait (at most `tries` times `step_ms`) until the IPv6 address `addr`
+/// is usable: a socket can bind to it. The kernel keeps a new address
+/// tentative until it sees the link ready (its link-watch event runs
+/// asynchronously, later under load), even without DAD; a program
+/// started before then finds no usable source address (Linux then picks
+/// `::1`, whose packets the other end rightly drops). Returns whether it
+/// became usable. Only system calls: safe between `fork` and `exec`.
+pub(crate) fn wait_address6_usable(addr: [u8; 16], tries: u32, step_ms: u64) -> bool {
+    // SAFETY: plain socket(2) call; the result is checked.
+    let Ok(fd) =
+        cvt(unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
+    else {
+        return false;
+    };
+    // SAFETY: sockaddr_in6 is plain old data; all-zero is valid.
+    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+    sa.sin6_addr.s6_addr = addr;
+    let mut ok = false;
+    for _ in 0..tries {
+        // SAFETY: `sa` is a valid sockaddr_in6 of the given length.
+        let rc = unsafe {
+            libc::bind(
+                fd,
+                (&sa as *const libc::sockaddr_in6).cast(),
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            ok = true;
+            break;
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: (step_ms * 1_000_000) as libc::c_long,
+        };
+        // SAFETY: `ts` is a valid timespec; the remainder is not wanted.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    }
+    // SAFETY: `fd` was opened above and is not used after this.
+    unsafe { libc::close(fd) };
+    ok
+}
+
 /// Write `value` to the (NUL-terminated) `path`, e.g. a sysctl file.
 /// Only system calls: safe between `fork` and `exec`.
 pub(crate) fn write_sysctl(path: &[u8], value: &[u8]) -> io::Result<()> {

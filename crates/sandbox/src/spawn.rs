@@ -378,6 +378,9 @@ fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
                     }
                 }
                 libc::close(ctl6);
+                // Usable before the command starts (at most 3 s; the
+                // kernel makes it usable later otherwise).
+                let _ = netif::wait_address6_usable(addr6, 300, 10);
             }
         }
         if let Err(e) = sys::send_msg_fd(sock, b"R", Some(tap)) {
