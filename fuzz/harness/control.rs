@@ -250,7 +250,11 @@ fn ipc_file() -> Option<IpcFile> {
     drop(dom);
     let _ = std::fs::remove_file(&path);
     let image = image?;
-    let control = image.len().saturating_sub(ARENA_CHUNK).max(1).min(image.len());
+    let control = image
+        .len()
+        .saturating_sub(ARENA_CHUNK)
+        .max(1)
+        .min(image.len());
     // The file every input of this thread opens: the whole image once.
     std::fs::write(&path, &image).ok()?;
     let file = std::fs::OpenOptions::new().write(true).open(&path).ok()?;

@@ -259,6 +259,12 @@ impl Stack {
             // No Next Header (59): nothing to deliver.
             IpProtocol::IPV6_NO_NEXT => {}
             IpProtocol::Tcp => {
+                // TCP is unicast only (Linux `tcp_v6_rcv` drops what is not
+                // PACKET_HOST): no answer, no RST from a group address.
+                if ip.dst.is_multicast() {
+                    self.counters.ip6.InAddrErrors += 1;
+                    return;
+                }
                 self.counters.ip6.InDelivers += 1;
                 self.receive_tcp6(now, &ip, body, tx);
             }
