@@ -421,9 +421,11 @@ impl IpHdr {
     }
 }
 
-fn udp_bytes(
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
+/// A UDP header and `data` for either family: `csum` 1 leaves the
+/// checksum zero, 2 spoils it.
+fn udp_bytes<A: ustack_wire::checksum::PseudoHeader>(
+    src: A,
+    dst: A,
     sport: u16,
     dport: u16,
     data: &[u8],
@@ -942,6 +944,23 @@ impl Harness {
             self.receive(&frame);
         }
     }
+}
+
+/// The order in which the `n` pieces of a datagram are sent: in order,
+/// reversed, rotated, or with one left out; `dup`'s low bit adds a
+/// duplicate of one piece.
+fn fragment_order(n: usize, order: u8, dup: u8) -> Vec<usize> {
+    let k = usize::from(order >> 2);
+    let mut idxs: Vec<usize> = match order % 4 {
+        0 => (0..n).collect(),
+        1 => (0..n).rev().collect(),
+        2 => (0..n).map(|i| (i + k) % n).collect(),
+        _ => (0..n).filter(|i| *i != k % n).collect(),
+    };
+    if dup & 1 != 0 && n > 0 {
+        idxs.push(usize::from(dup >> 1) % n);
+    }
+    idxs
 }
 
 /// Append one emitted frame to the flat output buffer.
@@ -1788,20 +1807,10 @@ impl Harness {
         let pieces: Vec<&[u8]> = body.chunks(step).collect();
         let n = pieces.len();
         let order = inp.u8();
-        let dup = usize::from(inp.u8());
+        let dup = inp.u8();
         self.ident = self.ident.wrapping_add(1);
         let ident = self.ident;
-        let mut idxs: Vec<usize> = match order % 4 {
-            0 => (0..n).collect(),
-            1 => (0..n).rev().collect(),
-            2 => (0..n).map(|i| (i + usize::from(order >> 2)) % n).collect(),
-            _ => (0..n)
-                .filter(|i| *i != usize::from(order >> 2) % n)
-                .collect(),
-        };
-        if dup & 1 != 0 && n > 0 {
-            idxs.push((dup >> 1) % n);
-        }
+        let idxs = fragment_order(n, order, dup);
         for i in idxs {
             let Some(piece) = pieces.get(i) else { continue };
             let mut hdr = IpHdr::new(PEER_IP, OUR_IP, proto);

@@ -13,9 +13,11 @@ use ustack_wire::icmpv6::Icmpv6Packet;
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv6::{solicited_node, Ipv6Packet, Ipv6Repr};
 use ustack_wire::tcp::{TcpPacket, TcpRepr};
-use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
+use ustack_wire::udp::{UdpPacket, UdpRepr};
 
-use super::{ethernet, payload, tcp_bytes, Emitted, Harness, Input, MAX_FRAME, MAX_HANDLES};
+use super::{
+    ethernet, payload, tcp_bytes, udp_bytes, Emitted, Harness, Input, MAX_FRAME, MAX_HANDLES,
+};
 use super::{MAX_APP_SEND, OUR_MAC, PEER_MAC};
 
 /// Our static IPv6 address (the link-local one is derived from `OUR_MAC`).
@@ -87,29 +89,6 @@ fn icmp6(ty: u8, code: u8, body: &[u8], src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8>
     }
     Icmpv6Packet::new_unchecked(&mut b[..]).fill_checksum(&src, &dst);
     b
-}
-
-fn udp6_bytes(
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    sport: u16,
-    dport: u16,
-    data: &[u8],
-    csum: u8,
-) -> Vec<u8> {
-    let mut u = vec![0u8; UDP_HEADER_LEN];
-    u.extend_from_slice(data);
-    let mut p = UdpPacket::new_unchecked(&mut u[..]);
-    UdpRepr {
-        src_port: sport,
-        dst_port: dport,
-    }
-    .emit(&mut p, src, dst, data.len(), csum != 1);
-    if csum == 2 {
-        let c = p.checksum();
-        p.set_checksum(c ^ 0x0101);
-    }
-    u
 }
 
 /// A source address for the peer's IPv6 frames: mostly the peer.
@@ -502,7 +481,7 @@ impl Harness {
                 ip6_packet(OUR_IP6, PEER_IP6, NEXT_TCP, 64, &t)
             }
             None => {
-                let u = udp6_bytes(OUR_IP6, PEER_IP6, UDP6_PORT, inp.u16(), &[0; 12], 0);
+                let u = udp_bytes(OUR_IP6, PEER_IP6, UDP6_PORT, inp.u16(), &[0; 12], 0);
                 ip6_packet(OUR_IP6, PEER_IP6, NEXT_UDP, 64, &u)
             }
         };
@@ -549,7 +528,7 @@ impl Harness {
         let (mut next, upper) = match inp.u8() % 6 {
             0 | 1 => (
                 NEXT_UDP,
-                udp6_bytes(src, dst, inp.u16(), UDP6_PORT, &data, inp.u8() % 4),
+                udp_bytes(src, dst, inp.u16(), UDP6_PORT, &data, inp.u8() % 4),
             ),
             2 => {
                 let mut b = inp.u32().to_be_bytes().to_vec();
@@ -648,7 +627,7 @@ impl Harness {
         let (next, body) = if kind & 1 == 0 {
             (
                 NEXT_UDP,
-                udp6_bytes(PEER_IP6, OUR_IP6, 5353, UDP6_PORT, &data, 0),
+                udp_bytes(PEER_IP6, OUR_IP6, 5353, UDP6_PORT, &data, 0),
             )
         } else {
             let mut b = vec![0, 7, 0, 7];
@@ -661,17 +640,7 @@ impl Harness {
         let order = inp.u8();
         let dup = inp.u8();
         let ident = 0x7000 + u32::from(inp.u8() % 4);
-        let mut idxs: Vec<usize> = match order % 4 {
-            0 => (0..n).collect(),
-            1 => (0..n).rev().collect(),
-            2 => (0..n).map(|i| (i + usize::from(order >> 2)) % n).collect(),
-            _ => (0..n)
-                .filter(|i| *i != usize::from(order >> 2) % n)
-                .collect(),
-        };
-        if dup & 1 != 0 && n > 0 {
-            idxs.push(usize::from(dup >> 1) % n);
-        }
+        let idxs = super::fragment_order(n, order, dup);
         for i in idxs {
             let Some(piece) = pieces.get(i) else { continue };
             // An overlap: this piece claims to start 8 bytes early.
