@@ -232,7 +232,13 @@ impl Dhcp6Server {
         let mut inner = Vec::new();
         let mut t = (pref / 2, pref / 5 * 4);
         let slot = match act {
-            IaAction::Extend => self.find(now, duid, iaid),
+            // Only a live binding is extended (not a released, expired
+            // or merely advertised one).
+            IaAction::Extend => self.find(now, duid, iaid).filter(|&i| {
+                self.bindings[i]
+                    .as_ref()
+                    .is_some_and(|b| b.state == State::Bound && now < b.until)
+            }),
             _ => self.choose(now, duid, iaid),
         };
         match slot {
