@@ -24,6 +24,7 @@ want setpriv util-linux
 want script bsdutils
 want pasta passt
 want slirp4netns slirp4netns
+want busybox busybox
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
