@@ -3,9 +3,12 @@
 //! test: the kernel (accept_ra=2) takes an address in the advertised
 //! prefix by SLAAC, a default route via ustack's link-local address and
 //! the advertised MTU; busybox's `udhcpc` gets 10.0.2.15/24, the router
-//! and the DNS server from ustack's DHCPv4 server. Needs root,
-//! /dev/net/tun and busybox (`scripts/deps.sh` installs it); if they are
-//! missing the test fails loudly.
+//! and the DNS server from ustack's DHCPv4 server; `dhcpcd` gets fd00::100,
+//! the DNS server and the domain search list from ustack's DHCPv6 server.
+//! Needs root, /dev/net/tun, busybox and dhcpcd (`scripts/deps.sh`
+//! installs them); if they are missing the test fails loudly. dhcpcd runs
+//! with a configuration and script of the test's (no resolv.conf hook) and
+//! its files for the test's interface are removed afterwards.
 
 mod common;
 
@@ -16,7 +19,7 @@ use std::process::{Command, Output};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ustack_net::core::{link_local, AddressServices, Dhcpv4Config, RouterConfig};
+use ustack_net::core::{link_local, AddressServices, Dhcpv4Config, Dhcpv6Config, RouterConfig};
 use ustack_net::dev::tap::Tap;
 use ustack_net::Net;
 
@@ -25,6 +28,7 @@ const DNS4: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 const GUEST4: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
 const PREFIX: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0);
 const DNS6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 3);
+const GUEST6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x100);
 
 fn run(cmd: &str, args: &[&str]) -> Output {
     Command::new(cmd)
@@ -107,6 +111,39 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What dhcpcd leaves on the host for one interface (its lease, control
+/// sockets, and the DUID file if the test created it), removed on drop.
+struct DhcpcdFiles {
+    paths: Vec<std::path::PathBuf>,
+}
+
+impl DhcpcdFiles {
+    fn new(tap: &str) -> DhcpcdFiles {
+        let mut paths: Vec<std::path::PathBuf> = [
+            format!("/var/lib/dhcpcd/{tap}.lease6"),
+            format!("/run/dhcpcd/{tap}-6.sock"),
+            format!("/run/dhcpcd/{tap}-6.unpriv.sock"),
+            format!("/run/dhcpcd/{tap}-6.pid"),
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+        let duid = std::path::PathBuf::from("/var/lib/dhcpcd/duid");
+        if !duid.exists() {
+            paths.push(duid);
+        }
+        DhcpcdFiles { paths }
+    }
+}
+
+impl Drop for DhcpcdFiles {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
@@ -256,4 +293,96 @@ fn the_kernel_configures_itself_from_ustacks_ra_and_dhcp() {
         c.dhcp
     );
     assert_eq!(c.dhcp.InErrors, 0);
+}
+
+#[test]
+fn dhcpcd_gets_an_ipv6_address_and_dns_from_ustacks_dhcpv6_server() {
+    let ns = NetNs::new("dh6");
+    let tap_name = format!("ustkd{}", std::process::id() % 10_000_000);
+    let name = tap_name.clone();
+    let tap = ns
+        .run(move || Tap::create(&name))
+        .join()
+        .expect("tap thread")
+        .expect("create TAP (root and /dev/net/tun needed)");
+    ns.sysctl(&format!("net/ipv6/conf/{tap_name}/accept_ra"), "2");
+    let mut cfg = common::config(GW4, 0x0d);
+    cfg.mtu = 1500;
+    let net = Net::start(cfg, Box::new(tap), common::opts("ustack-dh6")).expect("start");
+    let mut svc = services();
+    if let Some(r) = svc.router.as_mut() {
+        // M: addresses by DHCPv6 (the client starts a Solicit).
+        r.managed = true;
+        r.other = true;
+    }
+    let mut d6 = Dhcpv6Config::new(GUEST6);
+    d6.dns = vec![DNS6];
+    d6.domains = vec!["example.test".into()];
+    svc.dhcpv6 = Some(d6);
+    let now = net.now();
+    net.with_stack(|s| s.set_address_services(now, svc))
+        .expect("services");
+    ip(&["-n", &ns.name, "link", "set", &tap_name, "up"]);
+
+    let dir = TempDir::new("dhcpcd");
+    let script = dir.0.join("script.sh");
+    let got = dir.0.join("env");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$reason\" in BOUND6|REBOOT6|RENEW6) env | sort > {}.tmp && mv {}.tmp {} ;; esac\nexit 0\n",
+            got.display(),
+            got.display(),
+            got.display()
+        ),
+    )
+    .expect("write script");
+    assert!(run("chmod", &["755", &script.to_string_lossy()])
+        .status
+        .success());
+    let conf = dir.0.join("dhcpcd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "ipv6only\nnoipv4ll\nnohook resolv.conf\nscript {}\nia_na 1\n",
+            script.display()
+        ),
+    )
+    .expect("write conf");
+    let _files = DhcpcdFiles::new(&tap_name);
+    let out = ns.exec(&[
+        "dhcpcd",
+        "-f",
+        &conf.to_string_lossy(),
+        "-B",
+        "-1",
+        "-t",
+        "20",
+        &tap_name,
+    ]);
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = std::fs::read_to_string(&got).unwrap_or_default();
+    assert!(out.status.success(), "dhcpcd failed:\n{log}\nenv:\n{env}");
+    assert!(
+        env.contains(&format!("new_dhcp6_ia_na1_ia_addr1={GUEST6}")),
+        "no fd00::100 in dhcpcd's lease:\n{env}\n{log}"
+    );
+    assert!(
+        env.contains(&format!("new_dhcp6_name_servers={DNS6}")),
+        "no DNS server in dhcpcd's lease:\n{env}"
+    );
+    assert!(
+        env.contains("new_dhcp6_domain_search=example.test"),
+        "no domain search list:\n{env}"
+    );
+    let v6 = ip(&["-n", &ns.name, "-6", "addr", "show", "dev", &tap_name]);
+    assert!(v6.contains(&format!("inet6 {GUEST6}/128")), "{v6}");
+    let c = net.counters();
+    assert!(c.dhcp6.InSolicits >= 1 && c.dhcp6.InRequests + c.dhcp6.InSolicits >= 2);
+    assert!(c.dhcp6.OutReplies >= 1, "{:?}", c.dhcp6);
+    assert_eq!(c.dhcp6.InErrors + c.dhcp6.InDiscards, 0, "{:?}", c.dhcp6);
 }
