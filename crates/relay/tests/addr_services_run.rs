@@ -5,7 +5,9 @@
 //! `--no-dhcp`. Needs root, /dev/net/tun and busybox (`scripts/deps.sh`);
 //! a missing prerequisite fails the test loudly.
 
-use ustack_relay::cli::run;
+use std::net::Ipv4Addr;
+
+use ustack_relay::cli::{guest_config, run};
 
 mod common;
 use common::args;
@@ -42,5 +44,40 @@ fn a_dhcp_client_gets_a_lease_unless_dhcp_is_off() {
         ustack_run(&["--no-dhcp", "--", "sh", "-c", udhcpc]),
         0,
         "no lease with --no-dhcp"
+    );
+}
+
+#[test]
+fn the_flags_turn_each_service_off() {
+    let cfg = |v: &[&str]| guest_config(&args(v).relay, 1500).services;
+    let all = cfg(&["--", "true"]);
+    assert!(all.router.is_some() && all.dhcpv4.is_some() && all.dhcpv6.is_some());
+    let d4 = all
+        .dhcpv4
+        .as_ref()
+        .map(|d| (d.pool_start, d.router, d.dns.clone()));
+    let want = (
+        Ipv4Addr::new(10, 0, 2, 15),
+        Some(Ipv4Addr::new(10, 0, 2, 2)),
+        vec![Ipv4Addr::new(10, 0, 2, 3)],
+    );
+    assert_eq!(d4, Some(want));
+    let s = cfg(&["--no-ra", "--", "true"]);
+    assert!(s.router.is_none() && s.dhcpv4.is_some() && s.dhcpv6.is_some());
+    let s = cfg(&["--no-dhcp", "--", "true"]);
+    assert!(s.router.is_some() && s.dhcpv4.is_none() && s.dhcpv6.is_some());
+    let s = cfg(&["--no-dhcpv6", "--", "true"]);
+    assert!(s.router.is_some() && s.dhcpv4.is_some() && s.dhcpv6.is_none());
+    // Without DHCPv6 the RA does not send guests to it (O flag).
+    assert_eq!(s.router.map(|r| r.other), Some(false));
+    // --addr and --dns reach the DHCPv4 server.
+    let s = cfg(&["--addr", "10.0.2.20/24", "--dns", "10.0.2.4", "--", "true"]);
+    let d4 = s.dhcpv4.map(|d| (d.pool_start, d.dns));
+    assert_eq!(
+        d4,
+        Some((
+            Ipv4Addr::new(10, 0, 2, 20),
+            vec![Ipv4Addr::new(10, 0, 2, 4)]
+        ))
     );
 }
