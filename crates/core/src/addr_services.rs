@@ -80,7 +80,9 @@ pub(crate) fn accepts6(services: &Option<Box<Services>>, dst: Ipv6Addr) -> bool 
 impl Stack {
     /// Turn the address services on (or off, with `AddressServices::default()`),
     /// replacing the previous ones and their leases. The first router
-    /// advertisement goes on the next `poll`.
+    /// advertisement goes on the next `poll`; turning advertisements off
+    /// sends a final one with Router Lifetime zero (RFC 4861 6.2.5) on the
+    /// next `poll`.
     pub fn set_address_services(
         &mut self,
         now: Instant,
@@ -94,6 +96,13 @@ impl Stack {
         }
         if let Some(d) = &svc.dhcpv6 {
             d.validate()?;
+        }
+        let stopped = match self.services.as_deref().and_then(|s| s.router.as_ref()) {
+            Some(r) if svc.router.is_none() => Some(r.cfg.clone()),
+            _ => None,
+        };
+        if let Some(cfg) = stopped {
+            self.final_ra(now, &cfg);
         }
         if svc.router.is_none() && svc.dhcpv4.is_none() && svc.dhcpv6.is_none() {
             self.services = None;

@@ -193,45 +193,44 @@ impl Router6 {
         }
         self.next = now + interval;
     }
+}
 
-    /// Write the options (SLLA, MTU, prefix, RDNSS) into `buf`; their
-    /// length, or `None` if they do not fit.
-    fn options(&self, mac: MacAddr, buf: &mut [u8]) -> Option<usize> {
-        let c = &self.cfg;
-        let mut pos = 0;
-        let mut put = |o: NdiscOption<'_>, buf: &mut [u8]| -> Option<()> {
-            pos += o.emit(buf.get_mut(pos..)?).ok()?;
-            Some(())
-        };
-        let m = mac.0;
-        put(NdiscOption::SourceLinkLayerAddr(&m), buf)?;
-        if let Some(mtu) = c.mtu {
-            put(NdiscOption::Mtu(mtu), buf)?;
-        }
+/// Write the options (SLLA, MTU, prefix, RDNSS) into `buf`; their
+/// length, or `None` if they do not fit.
+fn ra_options(c: &RouterConfig, mac: MacAddr, buf: &mut [u8]) -> Option<usize> {
+    let mut pos = 0;
+    let mut put = |o: NdiscOption<'_>, buf: &mut [u8]| -> Option<()> {
+        pos += o.emit(buf.get_mut(pos..)?).ok()?;
+        Some(())
+    };
+    let m = mac.0;
+    put(NdiscOption::SourceLinkLayerAddr(&m), buf)?;
+    if let Some(mtu) = c.mtu {
+        put(NdiscOption::Mtu(mtu), buf)?;
+    }
+    put(
+        NdiscOption::PrefixInformation(PrefixInfo {
+            prefix_len: c.prefix_len,
+            flags: prefix_flags::ON_LINK | prefix_flags::AUTONOMOUS,
+            valid_lifetime: c.valid_lifetime,
+            preferred_lifetime: c.preferred_lifetime,
+            prefix: c.network(),
+        }),
+        buf,
+    )?;
+    if !c.rdnss.is_empty() {
+        // RFC 8106 5.1: the lifetime "SHOULD be bounded as follows:
+        // MaxRtrAdvInterval <= Lifetime <= 2*MaxRtrAdvInterval".
+        let lifetime = u32::try_from(c.max_interval.as_secs() * 2).unwrap_or(u32::MAX);
         put(
-            NdiscOption::PrefixInformation(PrefixInfo {
-                prefix_len: c.prefix_len,
-                flags: prefix_flags::ON_LINK | prefix_flags::AUTONOMOUS,
-                valid_lifetime: c.valid_lifetime,
-                preferred_lifetime: c.preferred_lifetime,
-                prefix: c.network(),
-            }),
+            NdiscOption::Rdnss {
+                lifetime,
+                servers: Ipv6AddrList::Addrs(&c.rdnss),
+            },
             buf,
         )?;
-        if !c.rdnss.is_empty() {
-            // RFC 8106 5.1: the lifetime "SHOULD be bounded as follows:
-            // MaxRtrAdvInterval <= Lifetime <= 2*MaxRtrAdvInterval".
-            let lifetime = u32::try_from(c.max_interval.as_secs() * 2).unwrap_or(u32::MAX);
-            put(
-                NdiscOption::Rdnss {
-                    lifetime,
-                    servers: Ipv6AddrList::Addrs(&c.rdnss),
-                },
-                buf,
-            )?;
-        }
-        Some(pos)
     }
+    Some(pos)
 }
 
 impl Stack {
@@ -293,14 +292,35 @@ impl Stack {
             return;
         }
         router.sent(now, &mut svc.rng);
+        let cfg = router.cfg.clone();
+        self.send_ra(now, &cfg, cfg.router_lifetime, tx);
+    }
+
+    /// RFC 4861 6.2.5: an interface that stops advertising sends a final
+    /// advertisement with Router Lifetime zero (hosts drop the default
+    /// route at once), queued for the next `poll`.
+    pub(crate) fn final_ra(&mut self, now: Instant, cfg: &RouterConfig) {
+        let mut q = std::mem::take(&mut self.txq);
+        self.send_ra(now, cfg, 0, &mut |f| q.push(now, f));
+        self.txq = q;
+    }
+
+    /// Build an advertisement of `cfg` with `router_lifetime` and send it
+    /// to all-nodes.
+    fn send_ra(
+        &mut self,
+        now: Instant,
+        c: &RouterConfig,
+        router_lifetime: u16,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
         let mut opts = [0u8; 256];
-        let Some(n) = router.options(self.iface.mac, &mut opts) else {
+        let Some(n) = ra_options(c, self.iface.mac, &mut opts) else {
             return;
         };
         let Ok(options) = NdiscOptions::new_checked(&opts[..n]) else {
             return;
         };
-        let c = &router.cfg;
         let mut flags = 0;
         if c.managed {
             flags |= ra_flags::MANAGED;
@@ -311,7 +331,7 @@ impl Stack {
         let msg = Icmpv6Repr::Ndisc(NdiscRepr::RouterAdvert {
             hop_limit: c.cur_hop_limit,
             flags,
-            router_lifetime: c.router_lifetime,
+            router_lifetime,
             reachable_time: 0,
             retrans_time: 0,
             options,

@@ -398,6 +398,23 @@ fn unsolicited_ras_at_randomised_intervals() {
 }
 
 #[test]
+fn turning_advertisements_off_sends_a_final_ra_with_lifetime_zero() {
+    let (mut s, mut now) = gateway(services());
+    assert_eq!(ras(&poll(&mut s, now)).len(), 1);
+    now += Duration::from_secs(5);
+    let mut svc = services();
+    svc.router = None;
+    s.set_address_services(now, svc).unwrap();
+    let last = ras(&poll(&mut s, now));
+    assert_eq!(last.len(), 1, "RFC 4861 6.2.5: a final RA");
+    assert_eq!(last[0].router_lifetime, 0);
+    assert_eq!(last[0].ip.src, gw_ll());
+    // Then silence, while DHCP still runs.
+    assert!(next_ra(&mut s, &mut now, Duration::from_secs(3600)).is_none());
+    assert!(s.address_services().dhcpv4.is_some());
+}
+
+#[test]
 fn services_are_off_by_default_and_checked() {
     let now = Instant::from_secs(1);
     let mut s = Stack::new(config(GW_MAC, GW4, 3), now);
