@@ -47,7 +47,16 @@ const GW4: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 const GUEST4: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
 const GUEST6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x100);
 const POOL: u32 = 2;
-const STEPS: [u64; 8] = [0, 1_000, 100_000, 1_000_000, 10_000_000, 60_000_000, 600_000_000, 3_600_000_000];
+const STEPS: [u64; 8] = [
+    0,
+    1_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    60_000_000,
+    600_000_000,
+    3_600_000_000,
+];
 const MAX_FRAMES: usize = 64;
 
 fn gateway() -> Stack {
@@ -114,7 +123,13 @@ fn udp4(src: Ipv4Addr, dst: Ipv4Addr, body: &[u8]) -> Vec<u8> {
         src_port: 68,
         dst_port: 67,
     }
-    .emit(&mut UdpPacket::new_unchecked(&mut p[20..]), src, dst, body.len(), true);
+    .emit(
+        &mut UdpPacket::new_unchecked(&mut p[20..]),
+        src,
+        dst,
+        body.len(),
+        true,
+    );
     Ipv4Repr {
         src,
         dst,
@@ -166,7 +181,13 @@ fn udp6(dst: Ipv6Addr, body: &[u8]) -> Vec<u8> {
         src_port: 546,
         dst_port: 547,
     }
-    .emit(&mut UdpPacket::new_unchecked(&mut u[..]), src, dst, body.len(), true);
+    .emit(
+        &mut UdpPacket::new_unchecked(&mut u[..]),
+        src,
+        dst,
+        body.len(),
+        true,
+    );
     ip6(src, dst, IpProtocol::Udp, 1, &u)
 }
 
