@@ -123,7 +123,7 @@ impl Stack {
         if ip.dst.is_multicast() {
             c.InMcastPkts += 1;
         }
-        if !self.iface.accepts6(ip.dst) {
+        if !self.iface.accepts6(ip.dst) && !crate::addr_services::accepts6(&self.services, ip.dst) {
             // RFC 8200 / RFC 4291: not ours and we do not forward.
             c.InAddrErrors += 1;
             return;
@@ -355,8 +355,9 @@ impl Stack {
     ) {
         let c = &mut self.counters.icmp6;
         match nd {
-            NdiscRepr::RouterSolicit { .. } => {
+            NdiscRepr::RouterSolicit { options } => {
                 c.InRouterSolicits += 1;
+                self.receive_rs(now, ip, *options, tx);
                 return;
             }
             NdiscRepr::RouterAdvert { .. } => {
@@ -600,6 +601,9 @@ impl Stack {
             }
         };
         let from = SocketAddrV6::new(ip.src, repr.src_port, 0, 0);
+        if self.dhcp6_input(now, ip, repr.src_port, repr.dst_port, pkt.payload_ref(), tx) {
+            return;
+        }
         if self.udp6_deliver(ip.dst, repr.dst_port, from, pkt.payload_ref()) {
             return;
         }
