@@ -55,6 +55,7 @@ counter_group!(
     InReceives, InHdrErrors, InTooBigErrors, InNoRoutes, InAddrErrors, InUnknownProtos,
     InTruncatedPkts, InDiscards, InDelivers, OutRequests, OutDiscards, OutNoRoutes,
     ReasmReqds, ReasmFails, InMcastPkts, OutMcastPkts,
+    ReasmTimeout, ReasmOKs, FragOKs, FragFails, FragCreates,
 });
 
 counter_group!(
@@ -65,7 +66,7 @@ counter_group!(
     InGroupMembQueries, InRouterSolicits, InRouterAdvertisements, InNeighborSolicits,
     InNeighborAdvertisements, InRedirects, InMLDv2Reports,
     OutDestUnreachs, OutParmProblems, OutEchos, OutEchoReplies, OutNeighborSolicits,
-    OutNeighborAdvertisements,
+    OutNeighborAdvertisements, OutTimeExcds,
     /// Extra: ICMPv6 errors not sent because the token bucket was empty.
     OutRateLimited,
 });

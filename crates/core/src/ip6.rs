@@ -21,6 +21,7 @@ use ustack_wire::Error as WireError;
 
 use crate::error::{BindError, UdpError};
 use crate::iface::{ipv6_multicast_mac, Ip6Out, TxError, DEFAULT_HOP_LIMIT};
+use crate::ip6_frag::Icmp6Report;
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::udp::{Deliver, UdpHandle, UdpStatus, UdpTable};
@@ -61,6 +62,8 @@ pub(crate) enum Icmp6Err {
     Unreachable(DstUnreachable),
     /// Parameter Problem with the offset of the offending octet.
     Param(ParamProblem, u32),
+    /// Time Exceeded, fragment reassembly time exceeded (code 1).
+    FragTimeExceeded,
 }
 
 impl Stack {
@@ -99,8 +102,20 @@ impl Stack {
     // ------------------------------------------------------------------
 
     pub(crate) fn receive_ipv6(&mut self, now: Instant, bytes: &[u8], tx: &mut dyn FnMut(&[u8])) {
+        self.counters.ip6.InReceives += 1;
+        self.input_ipv6(now, bytes, false, tx);
+    }
+
+    /// The receive path proper; `reassembled`: `bytes` is a datagram
+    /// rebuilt from fragments (`ip6_frag.rs`).
+    pub(crate) fn input_ipv6(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        reassembled: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
         let c = &mut self.counters.ip6;
-        c.InReceives += 1;
         let pkt = match Ipv6Packet::new_checked(bytes) {
             Ok(p) => p,
             Err(_) => {
@@ -196,11 +211,15 @@ impl Stack {
                             return;
                         };
                         // RFC 6946: an atomic fragment is processed as a
-                        // whole packet. Reassembly of IPv6 fragments is not
-                        // built yet: real fragments are dropped, counted.
+                        // whole packet; others go to reassembly
+                        // (`ip6_frag.rs`), once: a fragment inside a
+                        // reassembled datagram is dropped.
                         if !f.is_atomic() {
-                            self.counters.ip6.ReasmReqds += 1;
-                            self.counters.ip6.ReasmFails += 1;
+                            if reassembled {
+                                self.counters.ip6.ReasmFails += 1;
+                                return;
+                            }
+                            self.receive_fragment6(now, &ip, packet, h.offset, f, tx);
                             return;
                         }
                     }
@@ -327,10 +346,30 @@ impl Stack {
                 }
             }
             Icmpv6Repr::EchoReply { .. } => c.InEchoReplies += 1,
-            Icmpv6Repr::DstUnreachable { .. } => c.InDestUnreachs += 1,
-            Icmpv6Repr::PacketTooBig { .. } => c.InPktTooBigs += 1,
-            Icmpv6Repr::TimeExceeded { .. } => c.InTimeExcds += 1,
-            Icmpv6Repr::ParamProblem { .. } => c.InParmProblems += 1,
+            Icmpv6Repr::DstUnreachable {
+                reason,
+                header,
+                data,
+            } => {
+                c.InDestUnreachs += 1;
+                let r = Icmp6Report::Unreachable(reason);
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::PacketTooBig { mtu, header, data } => {
+                c.InPktTooBigs += 1;
+                let r = Icmp6Report::PacketTooBig(mtu);
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::TimeExceeded { header, data, .. } => {
+                c.InTimeExcds += 1;
+                let r = Icmp6Report::TimeExceeded;
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::ParamProblem { header, data, .. } => {
+                c.InParmProblems += 1;
+                let r = Icmp6Report::ParamProblem;
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
             Icmpv6Repr::Mld(_) => match pkt.msg_type() {
                 Icmpv6Message::MldQuery => c.InGroupMembQueries += 1,
                 _ => c.InMLDv2Reports += 1,
@@ -671,8 +710,8 @@ impl Stack {
                 }
             }
         }
-        // RFC 4443 2.4 (f): rate-limited (shared with ICMPv4's bucket).
-        if !self.icmp_bucket.take(now) {
+        // RFC 4443 2.4 (f): rate-limited (a bucket apart from ICMPv4's).
+        if !self.icmp6_bucket.take(now) {
             self.counters.icmp6.OutRateLimited += 1;
             return;
         }
@@ -693,6 +732,11 @@ impl Stack {
                 header: *ip,
                 data,
             },
+            Icmp6Err::FragTimeExceeded => Icmpv6Repr::TimeExceeded {
+                reason: ustack_wire::icmpv6::TimeExceeded::FragReassemblyExceeded,
+                header: *ip,
+                data,
+            },
         };
         let src = if ip.dst.is_multicast() {
             self.iface.source6(ip.src)
@@ -703,6 +747,7 @@ impl Stack {
             match err {
                 Icmp6Err::Unreachable(_) => self.counters.icmp6.OutDestUnreachs += 1,
                 Icmp6Err::Param(..) => self.counters.icmp6.OutParmProblems += 1,
+                Icmp6Err::FragTimeExceeded => self.counters.icmp6.OutTimeExcds += 1,
             }
         }
     }
@@ -744,9 +789,9 @@ impl Stack {
     }
 
     /// Send one datagram to `remote` (the IPv6 pseudo-header checksum is
-    /// always filled, RFC 8200 8.1). Larger than the link MTU is
-    /// `TooLarge` (no IPv6 fragmentation yet). The frame goes out on the
-    /// next `poll`.
+    /// always filled, RFC 8200 8.1). Larger than the path MTU it goes in
+    /// fragments (`Iface::send_ip6`); more than 65535 bytes of UDP is
+    /// `TooLarge`. The frames go out on the next `poll`.
     pub fn udp6_send_to(
         &mut self,
         now: Instant,
@@ -760,10 +805,10 @@ impl Stack {
             return Err(UdpError::InvalidAddress);
         }
         let len = ustack_wire::udp::UDP_HEADER_LEN + data.len();
-        if IPV6_HEADER_LEN + len > self.iface.mtu {
+        if len > usize::from(u16::MAX) {
             return Err(UdpError::TooLarge);
         }
-        if !self.txq.has_room(len + IPV6_HEADER_LEN + 14) {
+        if !self.txq.has_room(self.frames_bytes6(now, dst, len)) {
             self.counters.udp6.SndbufErrors += 1;
             return Err(UdpError::Exhausted);
         }

@@ -11,7 +11,8 @@
 //! | `iface` | routing, IPv4 output and fragmentation, framing |
 //! | `pmtu` | the path MTU cache (RFC 1191) |
 //! | `arp` | the neighbour cache |
-//! | `frag` | IPv4 reassembly |
+//! | `frag` | IPv4 and IPv6 reassembly |
+//! | `ip6` / `ip6_frag` | IPv6 input, NDP, ICMPv6, UDP6; IPv6 fragments and ICMPv6 errors to sockets |
 //! | `gro` | coalescing received TCP segments in a burst (software GRO) |
 //! | `udp` | the UDP socket table |
 //! | `transparent` | transparent mode: the stack as the whole outside world for one guest |
@@ -29,6 +30,7 @@ mod gro;
 mod hash;
 mod iface;
 mod ip6;
+mod ip6_frag;
 mod pmtu;
 mod stack;
 mod tcp_api;

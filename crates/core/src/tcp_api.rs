@@ -270,7 +270,7 @@ impl Stack {
             let link_mtu = self.iface.mtu;
             self.iface
                 .pmtu
-                .update(now, *remote.ip(), next_hop_mtu, link_mtu);
+                .update(now, *remote.ip(), u32::from(next_hop_mtu), link_mtu);
         }
     }
 
@@ -349,7 +349,9 @@ impl Stack {
         }
         let port = local.map_or(0, |l| l.port());
         self.last_now = self.last_now.max(now);
-        let route_mss = self.iface.route_mss().saturating_sub(20).max(64);
+        let link_mss = self.iface.route_mss().saturating_sub(20).max(64);
+        // RFC 8201: a path MTU a Packet Too Big taught lowers it.
+        let route_mss = self.iface.pmtu.mss(now, r, link_mss);
         let t = Tuple::V6(SocketAddrV6::new(src, port, 0, 0), remote);
         self.tcp.connect_any(now, t, route_mss)
     }

@@ -631,7 +631,7 @@ impl TcpTable {
     fn route_mss_for(&self, now: Instant, t: &Tuple, pmtu: &PmtuCache) -> u16 {
         match t {
             Tuple::V4(_, r) => pmtu.mss(now, *r.ip(), self.route_mss),
-            Tuple::V6(..) => self.route_mss.saturating_sub(20).max(64),
+            Tuple::V6(_, r) => pmtu.mss(now, *r.ip(), self.route_mss.saturating_sub(20).max(64)),
         }
     }
 
@@ -1251,6 +1251,23 @@ impl TcpTable {
         f: impl FnOnce(&mut Connection),
     ) {
         let Some(&idx) = self.conns.get(&(local, remote)) else {
+            return;
+        };
+        let idx = idx as usize;
+        if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
+            f(&mut c.conn);
+        }
+        self.touched(idx);
+    }
+
+    /// [`TcpTable::icmp`] for an IPv6 connection.
+    pub(crate) fn icmp6(
+        &mut self,
+        local: SocketAddrV6,
+        remote: SocketAddrV6,
+        f: impl FnOnce(&mut Connection),
+    ) {
+        let Some(&idx) = self.conns6.get(&(local, remote)) else {
             return;
         };
         let idx = idx as usize;
