@@ -289,8 +289,7 @@ impl<K: Copy + Eq + Hash, H: Head> Reassembler<K, H> {
         *ctr.reqds() += 1;
         let end = offset + payload.len();
         // RFC 791: every fragment but the last carries a multiple of 8 octets.
-        if end > max_payload || (more && (payload.is_empty() || !payload.len().is_multiple_of(8)))
-        {
+        if end > max_payload || (more && (payload.is_empty() || !payload.len().is_multiple_of(8))) {
             *ctr.fails() += 1;
             return Reasm::Pending;
         }

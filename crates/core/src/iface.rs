@@ -18,8 +18,8 @@ use ustack_wire::tcp::{TcpPacket, TcpRepr};
 use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
 use crate::arp::{ArpCache, ArpRequest, Lookup};
-use crate::hash::KeyedState;
 use crate::counters::{Counters, Icmp6Counters, IpCounters, LinkCounters};
+use crate::hash::KeyedState;
 use crate::pmtu::PmtuCache;
 use crate::time::Instant;
 

@@ -220,7 +220,14 @@ impl Stack {
         let mut expired = std::mem::take(&mut self.reasm6_expired);
         self.reasm6.poll(now, &mut self.counters.ip6, &mut expired);
         for h in expired.drain(..) {
-            self.send_icmp6_error(now, &h.header, &h.packet, Icmp6Err::FragTimeExceeded, false, tx);
+            self.send_icmp6_error(
+                now,
+                &h.header,
+                &h.packet,
+                Icmp6Err::FragTimeExceeded,
+                false,
+                tx,
+            );
         }
         self.reasm6_expired = expired;
     }
