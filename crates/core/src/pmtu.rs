@@ -247,7 +247,7 @@ mod tests {
         // Rewriting one entry many times keeps the queue small.
         for k in 0..1000u64 {
             let t = Instant::from_secs(20 + k);
-            c.update(t, D, 1400 - (k % 100) as u16, 1500);
+            c.update(t, D, 1400 - (k % 100) as u32, 1500);
         }
         assert!(c.order.len() <= 2 * c.map.len() + 64);
         assert!(c.len() <= 4);
