@@ -380,3 +380,71 @@ fn the_kernel_and_ustack_carry_10_mb_each_way_over_tcp6() {
     assert_eq!(c.tcp.PassiveOpens, 1);
     net.shutdown();
 }
+
+/// Fragments both ways with the kernel: `ping -6 -s 8000` (8008-byte echo
+/// requests the kernel fragments, ustack reassembles; replies ustack
+/// fragments, the kernel reassembles and checks byte by byte), and UDP
+/// datagrams of 8000 and 60000 bytes each way, byte-exact.
+#[test]
+fn the_kernel_and_ustack_fragment_and_reassemble_ipv6_both_ways() {
+    let (ns, net) = start6("v6frag");
+    let out = ns.exec(&[
+        "ping",
+        "-6",
+        "-n",
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "5",
+        "-s",
+        "8000",
+        &USTACK6.to_string(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ping -s 8000 failed:\n{text}");
+    assert!(
+        text.contains("3 packets transmitted, 3 received"),
+        "ping -s 8000:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("8008 bytes from {USTACK6}")),
+        "reply size:\n{text}"
+    );
+    // ping compares every byte of the reply with what it sent.
+    assert!(!text.contains("wrong data"), "ping -s 8000:\n{text}");
+    let c = net.counters();
+    assert_eq!(c.icmp6.OutEchoReplies, 3);
+    assert!(c.ip6.ReasmOKs >= 3, "{:?}", c.ip6);
+    assert_eq!(c.ip6.FragOKs, 3, "{:?}", c.ip6);
+    assert_eq!(c.ip6.FragCreates, 18, "8008 bytes in six pieces each");
+    assert_eq!(c.ip6.ReasmFails, 0);
+
+    let ustack_sock = UdpSocket::bind(&net, "[::]:7300").expect("ustack udp6 bind");
+    ustack_sock
+        .set_read_timeout(Some(common::PATIENCE))
+        .expect("timeout");
+    let kernel_sock = ns
+        .run(|| std::net::UdpSocket::bind(SocketAddrV6::new(KERNEL6, 7301, 0, 0)))
+        .join()
+        .expect("bind thread")
+        .expect("kernel udp bind");
+    kernel_sock
+        .set_read_timeout(Some(common::PATIENCE))
+        .expect("timeout");
+    for (i, len) in [8000usize, 60_000].into_iter().enumerate() {
+        let to_ustack = pattern(len, 7 + i as u8);
+        kernel_sock
+            .send_to(&to_ustack, SocketAddrV6::new(USTACK6, 7300, 0, 0))
+            .expect("kernel send");
+        let mut buf = vec![0u8; 65536];
+        let (n, from) = ustack_sock.recv_from(&mut buf).expect("ustack recv");
+        assert_eq!(&buf[..n], &to_ustack[..], "kernel -> ustack, {len} bytes");
+        let to_kernel = pattern(len, 77 + i as u8);
+        assert_eq!(ustack_sock.send_to(&to_kernel, from).expect("send"), len);
+        let (n, _) = kernel_sock.recv_from(&mut buf).expect("kernel recv");
+        assert_eq!(&buf[..n], &to_kernel[..], "ustack -> kernel, {len} bytes");
+    }
+    net.shutdown();
+}
