@@ -56,6 +56,9 @@ counter_group!(
     InTruncatedPkts, InDiscards, InDelivers, OutRequests, OutDiscards, OutNoRoutes,
     ReasmReqds, ReasmFails, InMcastPkts, OutMcastPkts,
     ReasmTimeout, ReasmOKs, FragOKs, FragFails, FragCreates,
+    /// Extra: our addresses found in use by another node during duplicate
+    /// address detection (RFC 4862 5.4.5; not used).
+    DadDuplicates,
 });
 
 counter_group!(
@@ -66,7 +69,7 @@ counter_group!(
     InGroupMembQueries, InRouterSolicits, InRouterAdvertisements, InNeighborSolicits,
     InNeighborAdvertisements, InRedirects, InMLDv2Reports,
     OutDestUnreachs, OutParmProblems, OutEchos, OutEchoReplies, OutNeighborSolicits,
-    OutNeighborAdvertisements, OutTimeExcds,
+    OutNeighborAdvertisements, OutTimeExcds, OutRouterSolicits, OutMLDv2Reports,
     /// Extra: ICMPv6 errors not sent because the token bucket was empty.
     OutRateLimited,
 });

@@ -192,6 +192,17 @@ pub(crate) struct Iface {
     pub nd: ArpCache<Ipv6Addr>,
     /// Path MTUs learned per destination (`pmtu.rs`).
     pub pmtu: PmtuCache,
+    /// Our IPv6 addresses still under duplicate address detection
+    /// (`ip6_host.rs`): not used, only their solicited-node groups heard.
+    pub tentative6: Vec<Ipv6Cidr>,
+    /// Default routers from Router Advertisements, with the end of their
+    /// lifetime (`ip6_host.rs`, RFC 4861 6.3.4); the first is used.
+    pub routers6: Vec<(Ipv6Addr, Instant)>,
+    /// On-link prefixes from Router Advertisements and when they expire
+    /// (`None` = infinite).
+    pub onlink6: Vec<(Ipv6Cidr, Option<Instant>)>,
+    /// The link MTU a Router Advertisement set for IPv6 (RFC 4861 4.6.4).
+    pub ra_mtu6: Option<usize>,
     /// Transparent mode (see `transparent.rs`): every unicast destination
     /// is on-link.
     pub transparent: bool,
@@ -233,6 +244,10 @@ impl Iface {
             addrs6: vec![link_local(mac)],
             nd,
             pmtu,
+            tentative6: Vec::new(),
+            routers6: Vec::new(),
+            onlink6: Vec::new(),
+            ra_mtu6: None,
             transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             frame_len: 0,
@@ -759,6 +774,10 @@ impl Iface {
         if a.is_multicast() {
             a == Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)
                 || self.addrs6.iter().any(|c| solicited_node(c.address) == a)
+                || self
+                    .tentative6
+                    .iter()
+                    .any(|c| solicited_node(c.address) == a)
         } else {
             self.has_addr6(a)
         }
@@ -786,8 +805,9 @@ impl Iface {
     }
 
     /// Where a packet to `dst` goes on the link: on-link prefixes (the
-    /// link-local one included) and multicast only; there is no IPv6
-    /// default router yet.
+    /// link-local one, our addresses' and those Router Advertisements
+    /// announce) and multicast directly, the rest through the default
+    /// router if Router Advertisements gave one (RFC 4861 5.2).
     pub(crate) fn route6(&self, dst: Ipv6Addr) -> Option<NextHop6> {
         if dst.is_unspecified() || dst.is_loopback() || self.has_addr6(dst) {
             return None;
@@ -798,15 +818,19 @@ impl Iface {
         if is_link_local6(dst) || self.addrs6.iter().any(|c| c.contains(dst)) {
             return Some(NextHop6::Neighbour(dst));
         }
-        None
+        if self.onlink6.iter().any(|(p, _)| p.contains(dst)) {
+            return Some(NextHop6::Neighbour(dst));
+        }
+        self.routers6.first().map(|&(r, _)| NextHop6::Neighbour(r))
     }
 
     /// The MTU of the path to `dst`: the link's, or less if a Packet Too
     /// Big taught it (RFC 8201; never below 1280).
     pub(crate) fn path_mtu6(&self, now: Instant, dst: Ipv6Addr) -> usize {
+        let link = self.ra_mtu6.map_or(self.mtu, |m| m.min(self.mtu));
         match self.pmtu.get(now, dst) {
-            Some(m) => m.min(self.mtu),
-            None => self.mtu,
+            Some(m) => m.min(link),
+            None => link,
         }
     }
 
@@ -1046,7 +1070,7 @@ impl Iface {
 
     /// Emit a Neighbor Discovery message (hop limit 255, RFC 4861 7.1)
     /// straight to `mac`: ND never waits for ND.
-    fn send_nd(
+    pub(crate) fn send_nd(
         &mut self,
         src: Ipv6Addr,
         dst: Ipv6Addr,

@@ -70,18 +70,23 @@ impl Stack {
     /// Add a static IPv6 address (and its on-link prefix). The link-local
     /// address formed from the MAC (EUI-64) is always there. Static
     /// addresses are usable at once (no duplicate address detection, as
-    /// Linux's `nodad`).
+    /// Linux's `nodad`) unless [`Stack::set_ipv6_host`] turned DAD on:
+    /// then the address is tentative until detection ends.
     pub fn add_ipv6_address(&mut self, cidr: Ipv6Cidr) -> Result<(), Ipv6AddrError> {
         let a = cidr.address;
         let mapped = a.to_ipv4_mapped().is_some();
         if a.is_multicast() || a.is_unspecified() || a.is_loopback() || mapped {
             return Err(Ipv6AddrError::Invalid);
         }
-        if self.iface.has_addr6(a) {
+        if self.iface.has_addr6(a) || self.iface.tentative6.iter().any(|c| c.address == a) {
             return Err(Ipv6AddrError::Exists);
         }
-        if self.iface.addrs6.len() >= MAX_IPV6_ADDRESSES {
+        if self.iface.addrs6.len() + self.iface.tentative6.len() >= MAX_IPV6_ADDRESSES {
             return Err(Ipv6AddrError::Full);
+        }
+        if self.dad_enabled() {
+            self.start_dad(self.last_now, cidr);
+            return Ok(());
         }
         self.iface.addrs6.push(cidr);
         Ok(())
@@ -370,8 +375,11 @@ impl Stack {
                 let r = Icmp6Report::ParamProblem;
                 self.icmp6_error_to_transport(now, r, &header, data);
             }
-            Icmpv6Repr::Mld(_) => match pkt.msg_type() {
-                Icmpv6Message::MldQuery => c.InGroupMembQueries += 1,
+            Icmpv6Repr::Mld(m) => match pkt.msg_type() {
+                Icmpv6Message::MldQuery => {
+                    c.InGroupMembQueries += 1;
+                    self.receive_mld(now, ip, &m);
+                }
                 _ => c.InMLDv2Reports += 1,
             },
             Icmpv6Repr::Ndisc(nd) => self.receive_ndisc(now, ip, packet, &nd, tx),
@@ -394,6 +402,7 @@ impl Stack {
             }
             NdiscRepr::RouterAdvert { .. } => {
                 c.InRouterAdvertisements += 1;
+                self.receive_ra(now, ip, nd);
                 return;
             }
             NdiscRepr::Redirect { .. } => {
@@ -436,6 +445,11 @@ impl Stack {
                     },
                     None => None,
                 };
+                // A tentative address of ours (RFC 4862 5.4.3).
+                if self.dad_ns(ip, target) {
+                    return;
+                }
+                let ndc = &mut self.counters.nd;
                 if !self.iface.has_addr6(target) {
                     // Not one of ours: nothing to answer (we proxy nothing).
                     return;
@@ -494,6 +508,10 @@ impl Stack {
                     ndc.ArpInvalid += 1;
                     return;
                 }
+                if self.dad_na(target) {
+                    return;
+                }
+                let ndc = &mut self.counters.nd;
                 if self.iface.has_addr6(target) {
                     // Someone else advertises our address.
                     ndc.ArpConflicts += 1;

@@ -144,6 +144,8 @@ pub struct Stack {
     /// IPv6 fragments being reassembled (`ip6.rs`).
     pub(crate) reasm6: Reassembler<Key6, Head6>,
     pub(crate) reasm6_expired: Vec<Head6>,
+    /// IPv6 host autoconfiguration (`ip6_host.rs`; off by default).
+    pub(crate) host6: crate::ip6_host::Host6,
     pub(crate) udp: UdpTable,
     /// UDP sockets over IPv6 (`ip6.rs`), a port space of their own.
     pub(crate) udp6: UdpTable<std::net::SocketAddrV6>,
@@ -218,6 +220,7 @@ impl Stack {
             reasm: Reassembler::new(l.reasm, KeyedState::new(&secret, 2)),
             reasm6: Reassembler::new(l.reasm6, KeyedState::new(&secret, 0x61)),
             reasm6_expired: Vec::new(),
+            host6: Default::default(),
             udp: UdpTable::new(
                 l.max_udp_sockets,
                 l.udp_rcvbuf,
@@ -1107,6 +1110,7 @@ impl Stack {
         }
         self.reasm_expired = expired;
         self.poll_reasm6(now, tx);
+        self.poll_host6(now, tx);
         self.transparent_poll(now);
         self.poll_tcp(now, tx);
     }
@@ -1121,6 +1125,7 @@ impl Stack {
             self.iface.nd.poll_at(),
             self.reasm.poll_at(),
             self.reasm6_poll_at(),
+            self.host6_poll_at(),
             self.tcp_poll_at(),
             self.transparent_poll_at(),
         ]
