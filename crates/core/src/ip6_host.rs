@@ -438,7 +438,13 @@ impl Stack {
     pub(crate) fn host6_poll_at(&self) -> Option<Instant> {
         let h = &self.host6;
         let dad = h.dad.iter().map(|d| d.next).min();
-        let rs = h.rs_next.filter(|_| h.cfg.accept_ra && !h.ra_seen);
+        // (While the link-local address is tentative the solicitation waits
+        // for the end of its DAD, a deadline of its own.)
+        let ll = link_local(self.iface.mac).address;
+        let ll_tentative = self.iface.tentative6.iter().any(|c| c.address == ll);
+        let rs = h
+            .rs_next
+            .filter(|_| h.cfg.accept_ra && !h.ra_seen && !ll_tentative);
         let routers = self.iface.routers6.iter().map(|&(_, u)| u).min();
         let prefixes = self.iface.onlink6.iter().filter_map(|&(_, u)| u).min();
         let slaac = h.slaac.iter().filter_map(|s| s.valid_until).min();
