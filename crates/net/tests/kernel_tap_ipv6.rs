@@ -448,3 +448,84 @@ fn the_kernel_and_ustack_fragment_and_reassemble_ipv6_both_ways() {
     }
     net.shutdown();
 }
+
+/// Duplicate address detection against the kernel, both ways: the kernel
+/// trying to take ustack's address gets ustack's advertisement and marks
+/// it `dadfailed`; ustack, with DAD on, trying to take the kernel's
+/// address gets the kernel's advertisement and refuses it, while its
+/// other addresses pass detection and are used.
+#[test]
+fn ustack_and_the_kernel_detect_duplicate_addresses_both_ways() {
+    let ns = NetNs::new("v6dad");
+    let (tap, tap_name) = tap_in(&ns);
+    let mut cfg = common::config(Ipv4Addr::new(10, 216, 0, 2), 0x0d);
+    cfg.mtu = 1500;
+    let net = Net::start(cfg, Box::new(tap), common::opts("ustack-dad6")).expect("start");
+    net.with_stack(|s| {
+        s.add_ipv6_address(Ipv6Cidr {
+            address: USTACK6,
+            prefix_len: 64,
+        })
+    })
+    .expect("add address");
+    let wait = |what: &str, cond: &dyn Fn() -> bool| {
+        for _ in 0..200 {
+            if cond() {
+                return;
+            }
+            thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}");
+    };
+    // The kernel claims USTACK6 (with DAD): ustack defends it.
+    ip(&[
+        "-n",
+        &ns.name,
+        "addr",
+        "add",
+        &format!("{USTACK6}/64"),
+        "dev",
+        &tap_name,
+    ]);
+    wait("the kernel's dadfailed", &|| {
+        let out = run(
+            "ip",
+            &["-n", &ns.name, "-6", "addr", "show", "dev", &tap_name],
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.contains(&USTACK6.to_string()) && l.contains("dadfailed"))
+    });
+    assert!(net.counters().link.InFrames > 0);
+    // ustack turns DAD on (its addresses go tentative again) and claims
+    // the kernel's KERNEL6 as well.
+    let now = net.now();
+    net.with_stack(|s| {
+        s.set_ipv6_host(
+            now,
+            ustack_net::core::Ipv6HostConfig {
+                dad_transmits: 1,
+                ..Default::default()
+            },
+        );
+        s.add_ipv6_address(Ipv6Cidr {
+            address: KERNEL6,
+            prefix_len: 64,
+        })
+    })
+    .expect("add KERNEL6");
+    wait("ustack's DAD", &|| {
+        net.with_stack(|s| s.ipv6_tentative_addresses().is_empty())
+    });
+    let (dups, addrs) = net.with_stack(|s| {
+        let a: Vec<Ipv6Addr> = s.ipv6_addresses().iter().map(|c| c.address).collect();
+        (s.ipv6_duplicate_addresses().to_vec(), a)
+    });
+    assert_eq!(dups, vec![KERNEL6]);
+    assert!(addrs.contains(&USTACK6), "{addrs:?}");
+    assert!(!addrs.contains(&KERNEL6), "{addrs:?}");
+    let c = net.counters();
+    assert_eq!(c.ip6.DadDuplicates, 1);
+    assert!(c.icmp6.OutMLDv2Reports >= 1);
+    net.shutdown();
+}
