@@ -516,6 +516,8 @@ impl Stack {
             let mtu = usize::try_from(mtu).unwrap_or(usize::MAX);
             if (1280..=self.iface.mtu).contains(&mtu) {
                 self.iface.ra_mtu6 = Some(mtu);
+                let mss = u16::try_from(mtu - 60).unwrap_or(u16::MAX);
+                self.tcp.set_route_mss6(mss);
             }
         }
         for p in options.prefixes() {

@@ -349,9 +349,12 @@ impl Stack {
         }
         let port = local.map_or(0, |l| l.port());
         self.last_now = self.last_now.max(now);
-        let link_mss = self.iface.route_mss().saturating_sub(20).max(64);
-        // RFC 8201: a path MTU a Packet Too Big taught lowers it.
-        let route_mss = self.iface.pmtu.mss(now, r, link_mss);
+        // The link's IPv6 MTU (a Router Advertisement may have lowered it)
+        // or the path's a Packet Too Big taught (RFC 8201), less 60.
+        let mtu = self.iface.path_mtu6(now, r);
+        let route_mss = u16::try_from(mtu.saturating_sub(60))
+            .unwrap_or(u16::MAX)
+            .max(64);
         let t = Tuple::V6(SocketAddrV6::new(src, port, 0, 0), remote);
         self.tcp.connect_any(now, t, route_mss)
     }

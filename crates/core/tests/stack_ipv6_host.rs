@@ -479,6 +479,20 @@ fn an_advertisement_gives_a_default_router_an_on_link_prefix_an_mtu_and_slaac() 
         assert!(40 + p.len() <= 1400);
         let _ = Ipv6FragmentRepr::parse(p).unwrap();
     }
+    // TCP to the far host: the MSS fits the advertised MTU.
+    let t = s
+        .tcp_connect6(now, SocketAddrV6::new(far, 80, 0, 0), None)
+        .unwrap();
+    let out = poll(&mut s, now);
+    let syn = out
+        .iter()
+        .find(|(_, ip, _)| ip.next_header == IpProtocol::Tcp)
+        .expect("SYN");
+    assert_eq!(syn.0, ROUTER_MAC);
+    let opts = ustack_wire::tcp::TcpPacket::new_checked(&syn.2[..]).unwrap();
+    let seg = ustack_wire::tcp::TcpRepr::parse(&opts, SLAAC_B, far, true).unwrap();
+    assert_eq!(seg.max_seg_size, Some(1340));
+    s.tcp_abort(t);
     // On-link: straight to the neighbour (a solicitation for it).
     let near = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x42);
     s.udp6_send_to(now, h, b"x", SocketAddrV6::new(near, 9, 0, 0))
