@@ -99,6 +99,8 @@ pub(crate) struct Host6 {
     /// When to send an MLDv2 report, and whether it is the unsolicited
     /// join (CHANGE_TO_EXCLUDE) or a current-state answer (MODE_IS_EXCLUDE).
     mld_at: Option<(Instant, bool)>,
+    /// The join report is sent [Robustness Variable] (2) times.
+    mld_join_repeat: bool,
 }
 
 fn lifetime(now: Instant, secs: u32) -> Option<Instant> {
@@ -127,6 +129,7 @@ impl Stack {
             }
         }
         self.host6.mld_at = Some((now, true));
+        self.host6.mld_join_repeat = true;
         if cfg.accept_ra && cfg.router_solicitations > 0 {
             self.host6.rs_next = Some(now);
         }
@@ -166,9 +169,8 @@ impl Stack {
             next: now,
         });
         // Join its solicited-node group before soliciting (RFC 4862 5.4.2).
-        if self.host6.mld_at.is_none() {
-            self.host6.mld_at = Some((now, true));
-        }
+        self.host6.mld_at = Some((now, true));
+        self.host6.mld_join_repeat = true;
     }
 
     fn dad_done(&mut self, addr: Ipv6Addr) -> Option<Ipv6Cidr> {
@@ -373,6 +375,19 @@ impl Stack {
             if at <= now {
                 self.host6.mld_at = None;
                 self.send_mld_report(now, join, tx);
+                // RFC 3810 6.1: the unsolicited report is retransmitted
+                // [Robustness Variable] - 1 more times, after a random
+                // delay within [Unsolicited Report Interval] (1 s).
+                if join && self.host6.mld_join_repeat {
+                    self.host6.mld_join_repeat = false;
+                    let h = crate::hash::keyed_hash(
+                        &self.config.secret,
+                        0x64,
+                        &now.total_micros().to_le_bytes(),
+                    );
+                    let delay = Duration::from_millis(1 + h % 1000);
+                    self.host6.mld_at = Some((now + delay, true));
+                }
             }
         }
         let transmits = self.host6.cfg.dad_transmits;
