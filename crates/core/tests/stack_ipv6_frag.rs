@@ -758,3 +758,72 @@ fn icmpv6_errors_have_a_rate_limit_apart_from_icmpv4() {
     assert_eq!(c(&s, "Icmp6", "OutRateLimited"), 1);
     let _ = SocketAddrV4::new(B_IP, 0);
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Fragments of two datagrams (first, middle, last of each, and an
+    /// overlapping piece), the frames mutated.
+    fn corpus() -> Vec<Vec<u8>> {
+        let udp = udp6_bytes(PEER6, B6, 9, &pattern(2000));
+        let mut v = Vec::new();
+        for id in [11u32, 12] {
+            v.push(frag(id, 0, true, IpProtocol::Udp, &udp[..800]));
+            v.push(frag(id, 800, true, IpProtocol::Udp, &udp[800..1600]));
+            v.push(frag(id, 1600, false, IpProtocol::Udp, &udp[1600..]));
+            v.push(frag(id, 400, true, IpProtocol::Udp, &udp[400..1200]));
+        }
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Whatever fragments come, in whatever order, mutated or cut:
+        /// no panic, memory within the limit, every frame sent back
+        /// well-formed.
+        #[test]
+        fn mutated_fragments_never_panic_and_stay_bounded(
+            picks in prop::collection::vec((0usize..8, prop::collection::vec((any::<u16>(), any::<u8>()), 0..4), any::<u16>()), 1..24)
+        ) {
+            let corpus = corpus();
+            let (mut s, mut now) = stack_b(|c| {
+                c.limits.reasm6 = ReasmLimits {
+                    mem_limit: 16 * 1024,
+                    max_datagrams: 4,
+                    ..ReasmLimits::ipv6()
+                };
+            });
+            let h = s.udp6_bind(SocketAddrV6::new(B6, 9, 0, 0)).unwrap();
+            for (i, muts, cut) in picks {
+                let mut f = corpus[i].clone();
+                for (at, v) in muts {
+                    let at = 14 + usize::from(at) % (f.len() - 14);
+                    f[at] = v;
+                }
+                if cut % 5 == 0 {
+                    let keep = 14 + usize::from(cut) % (f.len() - 13);
+                    f.truncate(keep);
+                }
+                let mut out = Vec::new();
+                s.receive(now, &f, &mut |x| out.push(x.to_vec()));
+                now += Duration::from_millis(u64::from(cut % 20_000));
+                s.poll(now, &mut |x| out.push(x.to_vec()));
+                prop_assert!(s.reassembly_memory6() <= 16 * 1024);
+                prop_assert!(s.reassembly_datagrams6() <= 4);
+                for (ip, p) in sent(&out) {
+                    prop_assert_eq!(ip.src, B6);
+                    prop_assert!(40 + p.len() <= 1500);
+                    if ip.next_header == IpProtocol::ICMPV6 {
+                        let c = Icmpv6Packet::new_checked(&p[..]).unwrap();
+                        prop_assert!(c.verify_checksum(&ip.src, &ip.dst));
+                    }
+                }
+                let mut buf = vec![0u8; 4096];
+                // (Whatever was delivered passed the UDP checksum.)
+                while s.udp6_recv_from(h, &mut buf).is_ok() {}
+            }
+        }
+    }
+}

@@ -586,3 +586,62 @@ fn slaac_lifetimes_follow_the_two_hour_rule() {
         .iter()
         .all(|c| c.address != SLAAC_B));
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Mutated advertisements, solicitations, MLD queries: a host never
+        /// panics, keeps its lists bounded, and every frame it sends parses.
+        #[test]
+        fn mutated_neighbour_discovery_never_panics(
+            picks in prop::collection::vec((0usize..4, prop::collection::vec((any::<u16>(), any::<u8>()), 0..4), any::<u16>()), 1..16)
+        ) {
+            let now0 = Instant::from_secs(1);
+            let g = solicited_node(B6);
+            let probe = Icmpv6Repr::Ndisc(NdiscRepr::NeighborSolicit {
+                target: B6,
+                options: NdiscOptions::default(),
+            });
+            let corpus = [
+                ra(1800, 3600, 1800, Some(1400)),
+                ra(0, 0, 0, None),
+                mld_query(1, Ipv6Addr::UNSPECIFIED),
+                icmp6(Ipv6Addr::UNSPECIFIED, g, 255, &probe),
+            ];
+            let mut s = new_b(now0);
+            s.set_ipv6_host(now0, Ipv6HostConfig::host());
+            s.add_ipv6_address(Ipv6Cidr { address: B6, prefix_len: 64 }).unwrap();
+            let mut now = now0;
+            for (i, muts, step) in picks {
+                let mut f = corpus[i].clone();
+                for (at, v) in muts {
+                    let at = 14 + usize::from(at) % (f.len() - 14);
+                    f[at] = v;
+                }
+                // Keep the ICMPv6 checksum right so mutations reach the
+                // parsers behind it.
+                if let Ok(p) = Ipv6Packet::new_checked(&f[14..]) {
+                    let (src, dst) = (p.src_addr(), p.dst_addr());
+                    if p.next_header() == IpProtocol::ICMPV6 && f.len() >= 62 {
+                        Icmpv6Packet::new_unchecked(&mut f[54..]).fill_checksum(&src, &dst);
+                    }
+                }
+                let mut out = Vec::new();
+                s.receive(now, &f, &mut |x| out.push(x.to_vec()));
+                now += Duration::from_millis(u64::from(step) * 50);
+                s.poll(now, &mut |x| out.push(x.to_vec()));
+                prop_assert!(s.ipv6_default_routers().len() <= 8);
+                prop_assert!(s.ipv6_addresses().len() + s.ipv6_tentative_addresses().len() <= 16);
+                for (_, ip, p) in sent(&out) {
+                    if ip.next_header == IpProtocol::ICMPV6 || ip.next_header == IpProtocol::HOP_BY_HOP {
+                        prop_assert!(icmp_of(&ip, &p).is_some(), "unparsable {:?}", p);
+                    }
+                }
+            }
+        }
+    }
+}
