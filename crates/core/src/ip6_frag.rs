@@ -334,7 +334,8 @@ impl Stack {
     /// Linux `tcp_v6_err`: the report must quote a sequence number in
     /// flight. Packet Too Big lowers the connection's MSS (the path MTU
     /// less 60, never below 1280 - 60) and retransmits what no longer
-    /// fits, and every new connection to the destination starts with it;
+    /// fits, the other connections to the destination do the same, and
+    /// every new one starts with it;
     /// port unreachable aborts an opening connection (ECONNREFUSED), the
     /// others are soft errors (EHOSTUNREACH) as for IPv4.
     fn tcp6_icmp_error(
@@ -377,8 +378,13 @@ impl Stack {
         // RFC 8201 / RFC 5927 4.1: a report the connection validated
         // teaches the path MTU to new connections to this destination.
         if valid {
-            if let Icmp6Report::PacketTooBig(mtu) = report {
+            if let (Icmp6Report::PacketTooBig(mtu), IcmpUnreachable::FragRequired { mtu: mtu4 }) =
+                (report, kind)
+            {
                 self.learn_pmtu6(now, *remote.ip(), mtu);
+                // The other connections to the destination use the same
+                // path (Linux: the route's MTU, read on every send).
+                self.tcp.mtu_reduced6(*remote.ip(), mtu4);
             }
         }
     }

@@ -1273,6 +1273,25 @@ impl TcpTable {
         self.route_mss6 = mss;
     }
 
+    /// Every IPv6 connection to `remote` learns that the path carries
+    /// `mtu4` bytes (IPv4 terms: the connection counts 40 bytes of
+    /// headers); those whose segments no longer fit send again.
+    pub(crate) fn mtu_reduced6(&mut self, remote: std::net::Ipv6Addr, mtu4: u16) {
+        let idxs: Vec<u32> = self
+            .conns6
+            .iter()
+            .filter(|((_, r), _)| *r.ip() == remote)
+            .map(|(_, &i)| i)
+            .collect();
+        for idx in idxs {
+            let idx = idx as usize;
+            if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
+                c.conn.path_mtu_reduced(mtu4);
+            }
+            self.touched(idx);
+        }
+    }
+
     /// [`TcpTable::icmp`] for an IPv6 connection.
     pub(crate) fn icmp6(
         &mut self,

@@ -532,6 +532,12 @@ fn packet_too_big_lowers_the_mss_of_the_connection_and_retransmits() {
     let mut n = net6();
     let (cl, sv) = establish6(&mut n);
     assert_eq!(n.a.tcp_info(cl).unwrap().smss, 1440);
+    // Another connection to the same destination, idle.
+    let other =
+        n.a.tcp_connect6(n.now, SocketAddrV6::new(B6, 80, 0, 0), None)
+            .unwrap();
+    n.pump();
+    assert_eq!(n.a.tcp_info(other).unwrap().smss, 1440);
     // B stops hearing A: data stays in flight.
     n.filter_ab = Some(Box::new(|f| {
         Ipv6Packet::new_checked(&f[14..]).map_or(true, |p| p.payload_len() < 100)
@@ -560,6 +566,7 @@ fn packet_too_big_lowers_the_mss_of_the_connection_and_retransmits() {
     let f = ptb_to_a(1300, &pkt);
     n.a.receive(n.now, &f, &mut |_| {});
     assert_eq!(n.a.tcp_info(cl).unwrap().smss, 1240);
+    assert_eq!(n.a.tcp_info(other).unwrap().smss, 1240, "same path");
     assert_eq!(n.a.path_mtu6(n.now, B6), Some(1300));
     assert_eq!(c(&n.a, "Icmp6", "InPktTooBigs"), 2);
     n.log_ab.clear();
