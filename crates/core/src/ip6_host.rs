@@ -84,6 +84,9 @@ struct Slaac {
     /// `None` = infinite.
     valid_until: Option<Instant>,
     preferred_until: Option<Instant>,
+    /// Moved behind the other addresses once its preferred lifetime
+    /// ended (RFC 6724 rule 3: avoid deprecated source addresses).
+    deprecated: bool,
 }
 
 /// The host-side IPv6 state of a stack.
@@ -441,6 +444,22 @@ impl Stack {
             .filter(|s| s.valid_until.is_some_and(|u| u <= now))
             .map(|s| s.addr)
             .collect();
+        // Deprecated addresses go behind the others, so that source
+        // selection (`Iface::source6`, the first global address) takes a
+        // preferred one when there is one; connections keep theirs.
+        let mut stale = Vec::new();
+        for sl in self.host6.slaac.iter_mut() {
+            if !sl.deprecated && sl.preferred_until.is_some_and(|u| u <= now) {
+                sl.deprecated = true;
+                stale.push(sl.addr);
+            }
+        }
+        for a in stale {
+            if let Some(i) = self.iface.addrs6.iter().position(|c| c.address == a) {
+                let c = self.iface.addrs6.remove(i);
+                self.iface.addrs6.push(c);
+            }
+        }
         for a in gone {
             // RFC 4862 5.5.4: "an address ... becomes invalid ... MUST NOT
             // be used".
@@ -463,10 +482,24 @@ impl Stack {
         let routers = self.iface.routers6.iter().map(|&(_, u)| u).min();
         let prefixes = self.iface.onlink6.iter().filter_map(|&(_, u)| u).min();
         let slaac = h.slaac.iter().filter_map(|s| s.valid_until).min();
-        [h.mld_at.map(|(t, _)| t), dad, rs, routers, prefixes, slaac]
-            .into_iter()
-            .flatten()
-            .min()
+        let deprecate = h
+            .slaac
+            .iter()
+            .filter(|s| !s.deprecated)
+            .filter_map(|s| s.preferred_until)
+            .min();
+        [
+            h.mld_at.map(|(t, _)| t),
+            dad,
+            rs,
+            routers,
+            prefixes,
+            slaac,
+            deprecate,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// A Router Advertisement (RFC 4861 6.1.2 validity, 6.3.4 processing).
@@ -590,6 +623,7 @@ impl Stack {
         let preferred = lifetime(now, p.preferred_lifetime);
         if let Some(s) = self.host6.slaac.iter_mut().find(|s| s.addr == addr) {
             s.preferred_until = preferred;
+            s.deprecated = false;
             // (e) the two-hour rule: a short valid lifetime only lowers the
             // remaining one down to two hours (a forged advertisement cannot
             // kill the address at once).
@@ -626,6 +660,7 @@ impl Stack {
             addr,
             valid_until: valid,
             preferred_until: preferred,
+            deprecated: false,
         });
         if self.dad_enabled() {
             self.start_dad(now, cidr);

@@ -645,3 +645,38 @@ mod props {
         }
     }
 }
+
+#[test]
+fn a_deprecated_slaac_address_is_no_longer_chosen_as_source() {
+    let (mut s, now) = configured_b();
+    s.add_ipv6_address(Ipv6Cidr {
+        address: B6,
+        prefix_len: 64,
+    })
+    .unwrap();
+    let _ = receive(&mut s, now, &ra(9000, 3600, 100, None));
+    let now = now + Duration::from_secs(1);
+    let _ = poll(&mut s, now);
+    assert!(s.ipv6_addresses().iter().any(|c| c.address == B6));
+    let h = s
+        .udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 5000, 0, 0))
+        .unwrap();
+    let far = SocketAddrV6::new(Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 1), 9, 0, 0);
+    let src_of = |s: &mut Stack, t: Instant| {
+        s.udp6_send_to(t, h, b"x", far).unwrap();
+        let out = poll(s, t);
+        out.iter()
+            .find(|(_, ip, _)| ip.next_header == IpProtocol::Udp)
+            .map(|(_, ip, _)| ip.src)
+    };
+    assert_eq!(src_of(&mut s, now), Some(SLAAC_B));
+    assert!(!s.ipv6_address_deprecated(now, SLAAC_B));
+    // Preferred lifetime over (100 s after the advertisement): still
+    // valid, but the other global address is chosen.
+    let t = now + Duration::from_secs(100);
+    assert!(s.poll_at().is_some_and(|p| p <= t));
+    let _ = poll(&mut s, t);
+    assert_eq!(src_of(&mut s, t), Some(B6));
+    assert!(s.ipv6_address_deprecated(t, SLAAC_B));
+    assert!(s.ipv6_addresses().iter().any(|c| c.address == SLAAC_B));
+}
