@@ -534,6 +534,11 @@ impl Harness {
                     mem_limit: 8192,
                     ..ReasmLimits::default()
                 },
+                reasm6: ReasmLimits {
+                    max_frags_per_datagram: 4,
+                    mem_limit: 8192,
+                    ..ReasmLimits::ipv6()
+                },
                 max_udp_sockets: 4,
                 udp_rcvbuf: 2048,
                 udp_rcv_datagrams: 2,
