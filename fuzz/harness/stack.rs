@@ -381,6 +381,26 @@ fn check(f: &[u8], mtu: usize) -> Emitted {
                     let r = TcpRepr::parse(&t, ip.src, ip.dst, true).expect("emitted TCP6: parse");
                     assert!(r.rst && !r.syn, "emitted TCP6 other than a RST");
                 }
+                IpProtocol::IPV6_FRAG => {
+                    // A fragment of a packet larger than the MTU (an echo
+                    // reply to a reassembled request): a Fragment header
+                    // for an upper layer we send, data in 8-byte units.
+                    let fh = ustack_wire::ipv6ext::Ipv6FragmentRepr::parse(payload)
+                        .expect("emitted IPv6 fragment: header");
+                    assert!(
+                        matches!(
+                            fh.next_header,
+                            IpProtocol::ICMPV6 | IpProtocol::Udp | IpProtocol::Tcp
+                        ),
+                        "emitted fragment of {:?}",
+                        fh.next_header
+                    );
+                    assert!(
+                        !fh.more_frags || (payload.len() - 8).is_multiple_of(8),
+                        "emitted fragment of {} bytes with M set",
+                        payload.len() - 8
+                    );
+                }
                 other => panic!("emitted IPv6 next header {other:?}"),
             }
             Emitted::Other
@@ -1805,6 +1825,13 @@ impl Harness {
             self.stack.reassembly_memory(),
             self.limits.reasm.mem_limit
         );
+        assert!(
+            self.stack.reassembly_memory6() <= self.limits.reasm6.mem_limit,
+            "IPv6 reassembly memory {} > limit {}",
+            self.stack.reassembly_memory6(),
+            self.limits.reasm6.mem_limit
+        );
+        assert!(self.stack.reassembly_datagrams6() <= self.limits.reasm6.max_datagrams);
         let _ = self.stack.counters().iter().count();
         // Every frame counted once, whether it was coalesced or not.
         assert_eq!(

@@ -131,8 +131,11 @@ impl Stack {
                 self.start_dad(now, a);
             }
         }
-        self.host6.mld_at = Some((now, true));
-        self.host6.mld_join_repeat = true;
+        if cfg != Ipv6HostConfig::default() {
+            // A host reports the groups it is in (RFC 3810 6.1).
+            self.host6.mld_at = Some((now, true));
+            self.host6.mld_join_repeat = true;
+        }
         if cfg.accept_ra && cfg.router_solicitations > 0 {
             self.host6.rs_next = Some(now);
         }
