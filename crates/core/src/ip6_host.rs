@@ -125,20 +125,35 @@ impl Stack {
     pub fn set_ipv6_host(&mut self, now: Instant, cfg: Ipv6HostConfig) {
         self.last_now = self.last_now.max(now);
         self.host6.cfg = cfg;
+        // RFC 4862 5.4.2 / RFC 4861 6.3.7: the first messages after the
+        // interface comes up wait a random time in [0,
+        // MAX_RTR_SOLICITATION_DELAY] (1 s), so that hosts started together
+        // do not send at once (a keyed hash: deterministic for a stack).
+        let start = now + self.random_delay(now, 0x65, 1000);
         if cfg.dad_transmits > 0 {
             let addrs = std::mem::take(&mut self.iface.addrs6);
             for a in addrs {
-                self.start_dad(now, a);
+                self.start_dad(start, a);
             }
         }
         if cfg != Ipv6HostConfig::default() {
             // A host reports the groups it is in (RFC 3810 6.1).
-            self.host6.mld_at = Some((now, true));
+            self.host6.mld_at = Some((start, true));
             self.host6.mld_join_repeat = true;
         }
         if cfg.accept_ra && cfg.router_solicitations > 0 {
-            self.host6.rs_next = Some(now);
+            self.host6.rs_next = Some(start);
         }
+    }
+
+    /// A delay in [0, `max_ms`] ms from the stack secret and the time.
+    fn random_delay(&self, now: Instant, domain: u64, max_ms: u64) -> Duration {
+        let h = crate::hash::keyed_hash(
+            &self.config.secret,
+            domain,
+            &now.total_micros().to_le_bytes(),
+        );
+        Duration::from_millis(h % (max_ms + 1))
     }
 
     /// The IPv6 host configuration.
@@ -249,9 +264,7 @@ impl Stack {
             return;
         }
         let max = u64::from(max_resp_delay_ms(max_resp_code));
-        let h =
-            crate::hash::keyed_hash(&self.config.secret, 0x63, &now.total_micros().to_le_bytes());
-        let delay = Duration::from_millis(if max == 0 { 0 } else { h % max });
+        let delay = self.random_delay(now, 0x63, max.saturating_sub(1));
         let at = now + delay;
         match self.host6.mld_at {
             Some((t, _)) if t <= at => {}
@@ -386,12 +399,7 @@ impl Stack {
                 // delay within [Unsolicited Report Interval] (1 s).
                 if join && self.host6.mld_join_repeat {
                     self.host6.mld_join_repeat = false;
-                    let h = crate::hash::keyed_hash(
-                        &self.config.secret,
-                        0x64,
-                        &now.total_micros().to_le_bytes(),
-                    );
-                    let delay = Duration::from_millis(1 + h % 1000);
+                    let delay = self.random_delay(now, 0x64, 999) + Duration::from_millis(1);
                     self.host6.mld_at = Some((now + delay, true));
                 }
             }

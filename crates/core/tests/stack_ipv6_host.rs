@@ -117,6 +117,19 @@ fn icmp_of(ip: &Ipv6Repr, p: &[u8]) -> Option<Icmpv6Repr<'static>> {
     Icmpv6Repr::parse(&pkt, &ip.src, &ip.dst, true).ok()
 }
 
+/// Poll at every deadline up to `t` (and at `t`): what was sent.
+fn run_to(s: &mut Stack, t: Instant) -> Vec<(MacAddr, Ipv6Repr, Vec<u8>)> {
+    let mut out = Vec::new();
+    for _ in 0..1000 {
+        match s.poll_at() {
+            Some(at) if at < t => out.extend(poll(s, at)),
+            _ => break,
+        }
+    }
+    out.extend(poll(s, t));
+    out
+}
+
 fn echo_to(dst: Ipv6Addr) -> Vec<u8> {
     let e = Icmpv6Repr::EchoRequest {
         ident: 1,
@@ -138,12 +151,13 @@ fn addresses_stay_tentative_until_dad_ends_and_mld_goes_first() {
     let now = Instant::from_secs(1);
     let mut s = new_b(now);
     let ll = link_local(B_MAC).address;
-    s.set_ipv6_host(now, dad_only());
     s.add_ipv6_address(Ipv6Cidr {
         address: B6,
         prefix_len: 64,
     })
     .unwrap();
+    // DAD on: the addresses the stack has become tentative.
+    s.set_ipv6_host(now, dad_only());
     assert!(s.ipv6_addresses().is_empty());
     assert_eq!(s.ipv6_tentative_addresses().len(), 2);
     // Not usable while tentative.
@@ -151,6 +165,12 @@ fn addresses_stay_tentative_until_dad_ends_and_mld_goes_first() {
         s.udp6_bind(SocketAddrV6::new(B6, 7, 0, 0)),
         Err(BindError::AddrNotAvailable)
     );
+    // The first messages wait a random time of at most 1 s (RFC 4862
+    // 5.4.2).
+    assert!(poll(&mut s, now).is_empty());
+    let start = s.poll_at().unwrap();
+    assert!(start <= now + Duration::from_secs(1));
+    let now = start;
     let out = poll(&mut s, now);
     // First the MLDv2 report joining both solicited-node groups (from ::,
     // hop limit 1, Router Alert), then one NS from :: per address.
@@ -299,9 +319,9 @@ fn mld_queries_are_answered_with_a_current_state_report() {
     let now = Instant::from_secs(1);
     let mut s = new_b(now);
     s.set_ipv6_host(now, dad_only());
-    let _ = poll(&mut s, now);
-    let now = now + Duration::from_secs(1);
-    let _ = poll(&mut s, now);
+    let now = now + Duration::from_secs(3);
+    let _ = run_to(&mut s, now);
+    assert!(s.ipv6_tentative_addresses().is_empty());
     // A query forwarded from elsewhere (hop limit not 1) is ignored.
     let _ = receive(&mut s, now, &mld_query(64, Ipv6Addr::UNSPECIFIED));
     assert_eq!(s.poll_at(), None);
@@ -420,21 +440,24 @@ fn router_solicitations_at_start_up_stop_at_three_or_at_an_advertisement() {
             _ => break,
         }
     }
-    // After the link-local address's DAD (1 s), then every 4 s, 3 in all.
-    let secs: Vec<u64> = rs_times.iter().map(|d| d.as_secs()).collect();
-    assert_eq!(secs, vec![1, 5, 9]);
+    // After the random start delay (at most 1 s) and the link-local
+    // address's DAD (1 s), then every 4 s, 3 in all.
+    assert_eq!(rs_times.len(), 3);
+    assert!(rs_times[0] >= Duration::from_secs(1) && rs_times[0] <= Duration::from_secs(2));
+    assert_eq!(rs_times[1] - rs_times[0], Duration::from_secs(4));
+    assert_eq!(rs_times[2] - rs_times[1], Duration::from_secs(4));
     assert_eq!(c(&s, "Icmp6", "OutRouterSolicits"), 3);
     // An advertisement stops them early.
     let mut s = new_b(now);
     s.set_ipv6_host(now, Ipv6HostConfig::host());
-    let _ = poll(&mut s, now);
-    let _ = poll(&mut s, now + Duration::from_secs(1));
+    let _ = run_to(&mut s, now + Duration::from_millis(2100));
+    assert_eq!(c(&s, "Icmp6", "OutRouterSolicits"), 1);
     let _ = receive(
         &mut s,
-        now + Duration::from_secs(2),
+        now + Duration::from_millis(2100),
         &ra(1800, 3600, 1800, None),
     );
-    let mut t = now + Duration::from_secs(2);
+    let mut t = now + Duration::from_millis(2100);
     while let Some(n) = s.poll_at().filter(|&n| n <= now + Duration::from_secs(20)) {
         t = n.max(t);
         let _ = poll(&mut s, t);
@@ -450,9 +473,8 @@ fn configured_b() -> (Stack, Instant) {
     let now = Instant::from_secs(1);
     let mut s = new_b(now);
     s.set_ipv6_host(now, Ipv6HostConfig::host());
-    let _ = poll(&mut s, now);
-    let now = now + Duration::from_secs(1);
-    let _ = poll(&mut s, now);
+    let now = now + Duration::from_secs(3);
+    let _ = run_to(&mut s, now);
     let _ = receive(&mut s, now, &ra(1800, 3600, 1800, Some(1400)));
     assert_eq!(s.ipv6_default_routers(), vec![ROUTER_LL]);
     assert_eq!(
@@ -463,10 +485,8 @@ fn configured_b() -> (Stack, Instant) {
         vec![SLAAC_B],
         "the SLAAC address goes through DAD"
     );
-    let now = now + Duration::from_secs(1);
-    let _ = poll(&mut s, now);
-    let now = now + Duration::from_secs(1);
-    let _ = poll(&mut s, now);
+    let now = now + Duration::from_secs(2);
+    let _ = run_to(&mut s, now);
     assert!(s.ipv6_addresses().iter().any(|c| c.address == SLAAC_B));
     (s, now)
 }
