@@ -104,6 +104,8 @@ pub(crate) struct Host6 {
     mld_at: Option<(Instant, bool)>,
     /// The join report is sent [Robustness Variable] (2) times.
     mld_join_repeat: bool,
+    /// Groups to report left (their address went).
+    mld_leave: Vec<Ipv6Addr>,
 }
 
 fn lifetime(now: Instant, secs: u32) -> Option<Instant> {
@@ -211,6 +213,7 @@ impl Stack {
             return;
         }
         self.host6.slaac.retain(|s| s.addr != addr);
+        self.leave_group_of(addr);
         self.counters.ip6.DadDuplicates += 1;
         if self.host6.duplicates.len() < MAX_IPV6_ADDRESSES {
             self.host6.duplicates.push(addr);
@@ -291,14 +294,36 @@ impl Stack {
     /// link-local address or `::` while it is tentative.
     fn send_mld_report(&mut self, now: Instant, join: bool, tx: &mut dyn FnMut(&[u8])) {
         let groups = self.mld_groups();
-        if groups.is_empty() {
-            return;
-        }
         let kind = if join {
             record_type::CHANGE_TO_EXCLUDE
         } else {
             record_type::MODE_IS_EXCLUDE
         };
+        self.send_mld_records(now, kind, &groups, tx);
+    }
+
+    /// A group we no longer need (its address went): RFC 3810 6.1, a
+    /// state-change report with a CHANGE_TO_INCLUDE record without
+    /// sources, on the next poll.
+    fn leave_group_of(&mut self, addr: Ipv6Addr) {
+        let g = solicited_node(addr);
+        if !self.mld_groups().contains(&g) && !self.host6.mld_leave.contains(&g) {
+            self.host6.mld_leave.push(g);
+        }
+    }
+
+    /// An MLDv2 report of `groups`, each with a record of type `kind`
+    /// and no sources.
+    fn send_mld_records(
+        &mut self,
+        now: Instant,
+        kind: u8,
+        groups: &[Ipv6Addr],
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
+        if groups.is_empty() {
+            return;
+        }
         let ll = link_local(self.iface.mac).address;
         let src = if self.iface.has_addr6(ll) {
             ll
@@ -477,6 +502,11 @@ impl Stack {
             self.host6.slaac.retain(|s| s.addr != a);
             self.iface.addrs6.retain(|c| c.address != a);
             self.dad_done(a);
+            self.leave_group_of(a);
+        }
+        if !self.host6.mld_leave.is_empty() {
+            let leave = std::mem::take(&mut self.host6.mld_leave);
+            self.send_mld_records(now, record_type::CHANGE_TO_INCLUDE, &leave, tx);
         }
     }
 
@@ -507,6 +537,8 @@ impl Stack {
             prefixes,
             slaac,
             deprecate,
+            // Leaves found on input go on the next poll.
+            (!h.mld_leave.is_empty()).then_some(self.last_now),
         ]
         .into_iter()
         .flatten()

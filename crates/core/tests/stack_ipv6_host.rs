@@ -265,7 +265,23 @@ fn a_solicitation_or_advertisement_for_a_tentative_address_makes_it_duplicate() 
         options: NdiscOptions::default(),
     });
     let f = icmp6(Ipv6Addr::UNSPECIFIED, g, 255, &probe);
-    assert!(receive(&mut s, now, &f).is_empty(), "no answer");
+    // No answer; its group is left (RFC 3810 6.1: CHANGE_TO_INCLUDE, no
+    // sources).
+    let out = receive(&mut s, now, &f);
+    let leaves: Vec<_> = out
+        .iter()
+        .map(|(_, ip, p)| match icmp_of(ip, p) {
+            Some(Icmpv6Repr::Mld(MldRepr::Report { records })) => records
+                .iter()
+                .map(|r| (r.record_type, r.mcast_addr))
+                .collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        leaves,
+        vec![vec![(record_type::CHANGE_TO_INCLUDE, solicited_node(B6))]]
+    );
     assert_eq!(s.ipv6_duplicate_addresses(), &[B6]);
     // Someone advertising our link-local address: duplicate too.
     let mut tll = [0u8; 8];
@@ -284,7 +300,21 @@ fn a_solicitation_or_advertisement_for_a_tentative_address_makes_it_duplicate() 
         255,
         &na,
     );
-    assert!(receive(&mut s, now, &f).is_empty());
+    let out = receive(&mut s, now, &f);
+    assert_eq!(out.len(), 1, "only the leave of its group");
+    match icmp_of(&out[0].1, &out[0].2) {
+        Some(Icmpv6Repr::Mld(MldRepr::Report { records })) => {
+            let r: Vec<_> = records
+                .iter()
+                .map(|r| (r.record_type, r.mcast_addr))
+                .collect();
+            assert_eq!(
+                r,
+                vec![(record_type::CHANGE_TO_INCLUDE, solicited_node(ll))]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(s.ipv6_duplicate_addresses(), &[B6, ll]);
     assert_eq!(c(&s, "Ip6", "DadDuplicates"), 2);
     // Neither is ever used.
