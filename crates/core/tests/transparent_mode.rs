@@ -100,8 +100,8 @@ fn syn_to_any_address_is_held_absorbed_then_accepted() {
             && n.b.tcp_status(w).unwrap().state == State::Established
     }));
     let st = net.b.tcp_status(w).unwrap();
-    assert_eq!(st.local, dst);
-    assert_eq!(st.remote, syn.remote);
+    assert_eq!(st.local, dst.into());
+    assert_eq!(st.remote, syn.remote.into());
     // Every frame the world sent for this connection came from FAR.
     let srcs: Vec<Ipv4Addr> = net
         .log_ba
@@ -257,7 +257,7 @@ fn connect_from_any_source_reaches_a_guest_listener() {
         n.b.tcp_status(w).unwrap().state == State::Established
     }));
     let g = net.a.tcp_accept(l).unwrap().expect("accepted");
-    assert_eq!(net.a.tcp_status(g).unwrap().remote, from);
+    assert_eq!(net.a.tcp_status(g).unwrap().remote, from.into());
     net.b.tcp_send(w, b"ping").unwrap();
     net.advance(Duration::from_millis(50));
     assert_eq!(recv_all(&mut net.a, g), b"ping");
