@@ -1013,6 +1013,27 @@ impl Stack {
         self.udp.statuses()
     }
 
+    /// Every open UDP socket of both families (for `ss -u`).
+    pub fn udp_sockets_addr(&self) -> Vec<UdpStatus<std::net::SocketAddr>> {
+        let v4 = self.udp.statuses().into_iter().map(|u| UdpStatus {
+            local: u.local.into(),
+            remote: u.remote.map(Into::into),
+            can_recv: u.can_recv,
+            pending_error: u.pending_error,
+            recv_queue: u.recv_queue,
+            recv_datagrams: u.recv_datagrams,
+        });
+        let v6 = self.udp6.statuses().into_iter().map(|u| UdpStatus {
+            local: u.local.into(),
+            remote: u.remote.map(Into::into),
+            can_recv: u.can_recv,
+            pending_error: u.pending_error,
+            recv_queue: u.recv_queue,
+            recv_datagrams: u.recv_datagrams,
+        });
+        v4.chain(v6).collect()
+    }
+
     /// Number of open UDP sockets (diagnostics).
     pub fn udp_socket_count(&self) -> usize {
         self.udp.len()

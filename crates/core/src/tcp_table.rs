@@ -193,6 +193,9 @@ pub struct TcpInfo {
     pub cwnd: usize,
     /// The application has closed its handle (orphan).
     pub orphan: bool,
+    /// An IPv6 listener with `IPV6_V6ONLY` (`ss` prints an unspecified
+    /// IPv6 address as `*` only for a dual-stack socket).
+    pub v6only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1103,6 +1106,7 @@ impl TcpTable {
                         srtt_us: None,
                         cwnd: 0,
                         orphan: false,
+                        v6only: l.v6only,
                     },
                     None,
                 )),
@@ -1120,6 +1124,7 @@ impl TcpTable {
                             srtt_us: i.srtt.map(|d| d.as_micros() as u64),
                             cwnd: i.cwnd,
                             orphan: c.owner == Owner::Released,
+                            v6only: false,
                         },
                         Some(detail(&i)),
                     ))
