@@ -326,7 +326,14 @@ impl Stack {
                     self.counters.icmp6.OutEchoReplies += 1;
                 }
             }
-            Icmpv6Repr::EchoReply { .. } => c.InEchoReplies += 1,
+            Icmpv6Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            } => {
+                c.InEchoReplies += 1;
+                self.record_echo6(now, ip.src, ip.hop_limit, ident, seq_no, data.len());
+            }
             Icmpv6Repr::DstUnreachable { .. } => c.InDestUnreachs += 1,
             Icmpv6Repr::PacketTooBig { .. } => c.InPktTooBigs += 1,
             Icmpv6Repr::TimeExceeded { .. } => c.InTimeExcds += 1,

@@ -23,6 +23,7 @@ pub mod time;
 
 mod arp;
 pub mod counters;
+mod echo6;
 mod error;
 mod frag;
 mod gro;

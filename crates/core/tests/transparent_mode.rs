@@ -378,7 +378,7 @@ fn echo_requests_surface_and_replies_come_from_anywhere() {
     assert_eq!(replies.len(), 1);
     assert_eq!(
         (replies[0].from, replies[0].seq, replies[0].len),
-        (far, 1, 8)
+        (far.into(), 1, 8)
     );
 
     let before = net.log_ba.len();

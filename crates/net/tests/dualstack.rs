@@ -127,3 +127,34 @@ fn only_v6_listeners_share_the_port_with_ipv4() {
     assert_eq!(c.local_addr().expect("local"), mapped(A_IP, p.port()));
     assert_eq!(p.ip(), IpAddr::V4(A_IP));
 }
+
+#[test]
+fn ping_an_ipv6_address() {
+    let (a, b) = pair();
+    add6(&a, A6);
+    add6(&b, B6);
+    let r = a
+        .ping(B6, 1, b"ustack ping6", std::time::Duration::from_secs(5))
+        .expect("ping6")
+        .expect("a reply");
+    assert_eq!(r.reply.from, IpAddr::V6(B6));
+    assert_eq!((r.reply.seq, r.reply.len), (1, 12));
+    assert_eq!(r.reply.ttl, 64);
+    // IPv4 still works the same way.
+    let r = a
+        .ping(B_IP, 2, b"v4", std::time::Duration::from_secs(5))
+        .expect("ping")
+        .expect("a reply");
+    assert_eq!(r.reply.from, IpAddr::V4(B_IP));
+    let c = b.counters();
+    assert_eq!(c.get("Icmp6", "InEchos"), Some(1));
+    assert_eq!(c.get("Icmp6", "OutEchoReplies"), Some(1));
+    // Off-link without a router: no route.
+    let far: Ipv6Addr = "2001:db8::1".parse().expect("address");
+    assert_eq!(
+        a.ping(far, 3, b"x", std::time::Duration::from_secs(1))
+            .expect_err("no route")
+            .kind(),
+        ErrorKind::HostUnreachable
+    );
+}
