@@ -12,6 +12,12 @@ use crate::stack::{EchoReply, Stack};
 use crate::time::Instant;
 
 impl Stack {
+    /// The source address the stack picks for IPv6 destination `dst`
+    /// (unspecified when it has none).
+    pub fn ipv6_source_for(&self, dst: Ipv6Addr) -> Ipv6Addr {
+        self.iface.source6(dst)
+    }
+
     /// Send an ICMPv6 echo request to `dst` from the source address chosen
     /// for it; the reply comes back through
     /// [`icmp_echo_replies`](Self::icmp_echo_replies) with `from` set to
