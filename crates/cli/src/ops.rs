@@ -440,7 +440,11 @@ pub fn ss(a: SsArgs) -> Result<i32> {
     let rows: Vec<&SocketEntry> = sockets
         .iter()
         .filter(|s| (s.proto == "tcp" && want_tcp) || (s.proto == "udp" && a.udp))
-        .filter(|s| !(a.ipv4 && is_ipv6_row(s)) && !(a.ipv6 && !is_ipv6_row(s)))
+        .filter(|s| match (a.ipv4, a.ipv6) {
+            (true, _) => !is_ipv6_row(s),
+            (_, true) => is_ipv6_row(s),
+            _ => true,
+        })
         .filter(|s| keep(s, &a, &terms))
         .collect();
     if a.sel.json {
