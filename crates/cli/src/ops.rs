@@ -450,8 +450,12 @@ pub fn ss(a: SsArgs) -> Result<i32> {
     if a.sel.json {
         return print_json(&rows).map(|_| 0);
     }
+    // Address columns as wide as the longest address (IPv4-mapped and
+    // IPv6 ones are longer than IPv4's 21 characters), at least 22.
+    let lw = rows.iter().map(|s| s.local.len() + 1).fold(22, usize::max);
+    let pw = rows.iter().map(|s| s.peer.len() + 1).fold(22, usize::max);
     println!(
-        "{:<11} {:>7} {:>7} {:>22} {:>22}{}",
+        "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
         "State",
         "Recv-Q",
         "Send-Q",
@@ -470,7 +474,7 @@ pub fn ss(a: SsArgs) -> Result<i32> {
             }
         }
         println!(
-            "{:<11} {:>7} {:>7} {:>22} {:>22}{extra}",
+            "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{extra}",
             s.state, s.recv_q, s.send_q, s.local, s.peer
         );
         if a.info {
