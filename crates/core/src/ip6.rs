@@ -908,7 +908,8 @@ impl Stack {
     }
 
     /// Send on a socket of either family; the destination must be of the
-    /// socket's family (no IPv4-mapped dual stack).
+    /// socket's family (IPv6 UDP sockets act as `IPV6_V6ONLY`: an
+    /// IPv4-mapped destination is `NoRoute`).
     pub fn udp_send_to_addr(
         &mut self,
         now: Instant,
@@ -917,6 +918,11 @@ impl Stack {
         remote: SocketAddr,
     ) -> Result<usize, UdpError> {
         match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            // IPv6 UDP sockets are V6ONLY: no IPv4-mapped destinations
+            // (Linux: ENETUNREACH).
+            (true, SocketAddr::V6(r)) if r.ip().to_ipv4_mapped().is_some() => {
+                Err(UdpError::NoRoute)
+            }
             (true, SocketAddr::V6(r)) => self.udp6_send_to(now, h, data, r),
             (false, SocketAddr::V4(r)) => self.udp_send_to(now, h, data, r),
             _ => Err(UdpError::InvalidAddress),
@@ -926,6 +932,9 @@ impl Stack {
     /// Connect a socket of either family (same family as the socket).
     pub fn udp_connect_addr(&mut self, h: UdpHandle, remote: SocketAddr) -> Result<(), UdpError> {
         match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            (true, SocketAddr::V6(r)) if r.ip().to_ipv4_mapped().is_some() => {
+                Err(UdpError::NoRoute)
+            }
             (true, SocketAddr::V6(r)) => self.udp6_connect(h, r),
             (false, SocketAddr::V4(r)) => self.udp_connect(h, r),
             _ => Err(UdpError::InvalidAddress),

@@ -1185,7 +1185,7 @@ impl TcpTable {
                     let ok = c.conn.state() == State::TimeWait
                         && seg.syn
                         && seg.ack.is_none()
-                        && self.listeners.contains_key(&lport)
+                        && self.listener_for(lport, t.is_v6()).is_some()
                         && c.conn.accepts_reuse_syn(seg);
                     if ok {
                         reuse_iss = Some(c.conn.snd_max() + 65_537u32);
@@ -1814,7 +1814,8 @@ impl TcpTable {
         remote: SocketAddrV4,
         seg: &TcpRepr,
     ) -> bool {
-        if self.listeners.contains_key(&local.port()) {
+        // A listener that takes this IPv4 SYN (of IPv4, or dual-stack).
+        if self.listener_for(local.port(), false).is_some() {
             return false;
         }
         let Some(&idx) = self.conns.get(&(local, remote)) else {

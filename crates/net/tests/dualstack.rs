@@ -158,3 +158,26 @@ fn ping_an_ipv6_address() {
         ErrorKind::HostUnreachable
     );
 }
+
+#[test]
+fn ipv6_udp_sockets_are_v6only() {
+    let (a, b) = pair();
+    add6(&a, A6);
+    add6(&b, B6);
+    let u = ustack_net::UdpSocket::bind(&a, "[::]:0").expect("bind");
+    let to = mapped(B_IP, 7);
+    let e = u.send_to(b"x", to).expect_err("mapped destination");
+    assert_eq!(e.kind(), ErrorKind::HostUnreachable, "{e}");
+    assert!(u.connect(to).is_err());
+    // Its own family still works, and an IPv4 socket may share the port.
+    let port = u.local_addr().expect("local").port();
+    let _u4 = ustack_net::UdpSocket::bind(&a, SocketAddrV4::new(A_IP, port)).expect("v4 beside");
+    let peer = ustack_net::UdpSocket::bind(&b, "[::]:7").expect("bind peer");
+    u.send_to(b"v6", SocketAddrV6::new(B6, 7, 0, 0))
+        .expect("send over IPv6");
+    peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = [0u8; 8];
+    let (n, from) = peer.recv_from(&mut buf).expect("datagram");
+    assert_eq!((&buf[..n], from.ip()), (&b"v6"[..], IpAddr::V6(A6)));
+}
