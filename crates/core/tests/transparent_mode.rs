@@ -494,3 +494,30 @@ fn ordinary_stack_keeps_its_behaviour() {
     net.advance(Duration::from_millis(10));
     assert_eq!(net.a.icmp_echo_replies().count(), 1);
 }
+
+#[test]
+fn a_v6only_listener_leaves_ipv4_syns_to_the_application() {
+    let mut net = net();
+    let v6only = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 80, 0, 0);
+    net.b.tcp_listen6_v6only(v6only, 8).expect("listen v6only");
+    // Its port's IPv4 SYNs are not the listener's: held as before.
+    let (_, syn) = guest_connect(&mut net, SocketAddrV4::new(FAR, 80));
+    assert_eq!(syn.local, SocketAddrV4::new(FAR, 80));
+    // A dual-stack listener takes them (nothing is held).
+    let dual = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 81, 0, 0);
+    let l = net.b.tcp_listen6(dual, 8).expect("listen dual-stack");
+    let before = net.b.tcp_pending_syn_count();
+    let h = net
+        .a
+        .tcp_connect(net.now, SocketAddrV4::new(FAR, 81), None)
+        .expect("connect");
+    assert!(net.run_until(Duration::from_secs(2), |n| {
+        n.a.tcp_status(h).unwrap().state == State::Established
+    }));
+    assert_eq!(net.b.tcp_pending_syn_count(), before);
+    let c = net.b.tcp_accept(l).unwrap().expect("accepted");
+    assert_eq!(
+        net.b.tcp_addrs(c).unwrap().0,
+        std::net::SocketAddr::V6(std::net::SocketAddrV6::new(FAR.to_ipv6_mapped(), 81, 0, 0))
+    );
+}
