@@ -63,28 +63,20 @@ pub fn serve_limits(max_connections: usize) -> Limits {
     }
 }
 
-fn v4(a: SocketAddr) -> io::Result<SocketAddrV4> {
-    match a {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => Err(io::Error::other("unexpected IPv6 address")),
-    }
-}
-
 impl Listener for ustack_net::TcpListener {
     type Stream = ustack_net::TcpStream;
-    fn accept(&self) -> io::Result<(Self::Stream, SocketAddrV4)> {
+    fn accept(&self) -> io::Result<(Self::Stream, SocketAddr)> {
         let (s, a) = ustack_net::TcpListener::accept(self)?;
         let _ = s.set_nodelay(true);
-        Ok((s, v4(a)?))
+        Ok((s, a))
     }
 }
 
 impl Datagram for ustack_net::UdpSocket {
-    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
-        let (n, a) = ustack_net::UdpSocket::recv_from(self, buf)?;
-        Ok((n, v4(a)?))
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        ustack_net::UdpSocket::recv_from(self, buf)
     }
-    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+    fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
         ustack_net::UdpSocket::send_to(self, buf, to)
     }
 }
