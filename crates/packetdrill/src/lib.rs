@@ -614,6 +614,68 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
 }
 
+type LibcSendfile = unsafe extern "C" fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t;
+
+/// `sendfile(2)` interposed when this library is `LD_PRELOAD`ed into
+/// packetdrill: packetdrill's `sendfile` calls libc on the live
+/// descriptors (the call is not in `struct packetdrill_interface`); to one
+/// of our sockets it goes to [`ffi::ustack_sendfile`], which reads the
+/// kernel file and sends on the socket; anything else to libc.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { interposed_sendfile(c"sendfile", out_fd, in_fd, offset, count) }
+}
+
+/// `sendfile64`, the same call under glibc's large-file name.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { interposed_sendfile(c"sendfile64", out_fd, in_fd, offset, count) }
+}
+
+/// # Safety
+/// As `sendfile(2)`; `name` is libc's symbol for it.
+unsafe fn interposed_sendfile(
+    name: &CStr,
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    if let Some(cur) = instance_owning(out_fd) {
+        // SAFETY: forwarded.
+        return unsafe { ffi::ustack_sendfile(cur, out_fd, in_fd, offset, count) };
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a C string; the symbol is libc's
+    // sendfile with this signature (off_t is 64-bit on LP64).
+    unsafe {
+        let sym = libc::dlsym(libc::RTLD_NEXT, name.as_ptr());
+        if sym.is_null() {
+            *libc::__errno_location() = libc::ENOSYS;
+            return -1;
+        }
+        let real: LibcSendfile = std::mem::transmute::<*mut c_void, LibcSendfile>(sym);
+        real(out_fd, in_fd, offset, count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
