@@ -295,6 +295,20 @@ impl Host {
         self.flush();
     }
 
+    /// Ethernet frames the link received together (one read of the
+    /// device): the stack's GRO may coalesce their TCP segments, as
+    /// [`ustack_core::Stack::receive_burst`] says.
+    pub fn link_input_burst(&mut self, frames: &[Vec<u8>]) {
+        let Host {
+            stack, now, out, ..
+        } = self;
+        let at = *now;
+        stack.receive_burst(at, frames.iter().map(|f| &f[..]), &mut |f| {
+            out.push_back((at, f.to_vec()))
+        });
+        self.flush();
+    }
+
     /// The next Ethernet frame for the link, with the time it left.
     pub fn link_output(&mut self) -> Option<(Instant, Vec<u8>)> {
         self.out.pop_front()
