@@ -21,6 +21,7 @@ use ustack_wire::Error as WireError;
 
 use crate::error::{BindError, UdpError};
 use crate::iface::{ipv6_multicast_mac, Ip6Out, TxError, DEFAULT_HOP_LIMIT};
+use crate::ip6_frag::Icmp6Report;
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::udp::{Deliver, UdpHandle, UdpStatus, UdpTable};
@@ -61,24 +62,31 @@ pub(crate) enum Icmp6Err {
     Unreachable(DstUnreachable),
     /// Parameter Problem with the offset of the offending octet.
     Param(ParamProblem, u32),
+    /// Time Exceeded, fragment reassembly time exceeded (code 1).
+    FragTimeExceeded,
 }
 
 impl Stack {
     /// Add a static IPv6 address (and its on-link prefix). The link-local
     /// address formed from the MAC (EUI-64) is always there. Static
     /// addresses are usable at once (no duplicate address detection, as
-    /// Linux's `nodad`).
+    /// Linux's `nodad`) unless [`Stack::set_ipv6_host`] turned DAD on:
+    /// then the address is tentative until detection ends.
     pub fn add_ipv6_address(&mut self, cidr: Ipv6Cidr) -> Result<(), Ipv6AddrError> {
         let a = cidr.address;
         let mapped = a.to_ipv4_mapped().is_some();
         if a.is_multicast() || a.is_unspecified() || a.is_loopback() || mapped {
             return Err(Ipv6AddrError::Invalid);
         }
-        if self.iface.has_addr6(a) {
+        if self.iface.has_addr6(a) || self.iface.tentative6.iter().any(|c| c.address == a) {
             return Err(Ipv6AddrError::Exists);
         }
-        if self.iface.addrs6.len() >= MAX_IPV6_ADDRESSES {
+        if self.iface.addrs6.len() + self.iface.tentative6.len() >= MAX_IPV6_ADDRESSES {
             return Err(Ipv6AddrError::Full);
+        }
+        if self.dad_enabled() {
+            self.start_dad(self.last_now, cidr);
+            return Ok(());
         }
         self.iface.addrs6.push(cidr);
         Ok(())
@@ -99,8 +107,20 @@ impl Stack {
     // ------------------------------------------------------------------
 
     pub(crate) fn receive_ipv6(&mut self, now: Instant, bytes: &[u8], tx: &mut dyn FnMut(&[u8])) {
+        self.counters.ip6.InReceives += 1;
+        self.input_ipv6(now, bytes, false, tx);
+    }
+
+    /// The receive path proper; `reassembled`: `bytes` is a datagram
+    /// rebuilt from fragments (`ip6_frag.rs`).
+    pub(crate) fn input_ipv6(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        reassembled: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
         let c = &mut self.counters.ip6;
-        c.InReceives += 1;
         let pkt = match Ipv6Packet::new_checked(bytes) {
             Ok(p) => p,
             Err(_) => {
@@ -123,7 +143,7 @@ impl Stack {
         if ip.dst.is_multicast() {
             c.InMcastPkts += 1;
         }
-        if !self.iface.accepts6(ip.dst) {
+        if !self.iface.accepts6(ip.dst) && !crate::addr_services::accepts6(&self.services, ip.dst) {
             // RFC 8200 / RFC 4291: not ours and we do not forward.
             c.InAddrErrors += 1;
             return;
@@ -196,11 +216,15 @@ impl Stack {
                             return;
                         };
                         // RFC 6946: an atomic fragment is processed as a
-                        // whole packet. Reassembly of IPv6 fragments is not
-                        // built yet: real fragments are dropped, counted.
+                        // whole packet; others go to reassembly
+                        // (`ip6_frag.rs`), once: a fragment inside a
+                        // reassembled datagram is dropped.
                         if !f.is_atomic() {
-                            self.counters.ip6.ReasmReqds += 1;
-                            self.counters.ip6.ReasmFails += 1;
+                            if reassembled {
+                                self.counters.ip6.ReasmFails += 1;
+                                return;
+                            }
+                            self.receive_fragment6(now, &ip, packet, h.offset, f, tx);
                             return;
                         }
                     }
@@ -259,6 +283,12 @@ impl Stack {
             // No Next Header (59): nothing to deliver.
             IpProtocol::IPV6_NO_NEXT => {}
             IpProtocol::Tcp => {
+                // TCP is unicast only (Linux `tcp_v6_rcv` drops what is not
+                // PACKET_HOST): no answer, no RST from a group address.
+                if ip.dst.is_multicast() {
+                    self.counters.ip6.InAddrErrors += 1;
+                    return;
+                }
                 self.counters.ip6.InDelivers += 1;
                 self.receive_tcp6(now, &ip, body, tx);
             }
@@ -330,13 +360,43 @@ impl Stack {
                     self.counters.icmp6.OutEchoReplies += 1;
                 }
             }
-            Icmpv6Repr::EchoReply { .. } => c.InEchoReplies += 1,
-            Icmpv6Repr::DstUnreachable { .. } => c.InDestUnreachs += 1,
-            Icmpv6Repr::PacketTooBig { .. } => c.InPktTooBigs += 1,
-            Icmpv6Repr::TimeExceeded { .. } => c.InTimeExcds += 1,
-            Icmpv6Repr::ParamProblem { .. } => c.InParmProblems += 1,
-            Icmpv6Repr::Mld(_) => match pkt.msg_type() {
-                Icmpv6Message::MldQuery => c.InGroupMembQueries += 1,
+            Icmpv6Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            } => {
+                c.InEchoReplies += 1;
+                self.record_echo6(now, ip.src, ip.hop_limit, ident, seq_no, data.len());
+            }
+            Icmpv6Repr::DstUnreachable {
+                reason,
+                header,
+                data,
+            } => {
+                c.InDestUnreachs += 1;
+                let r = Icmp6Report::Unreachable(reason);
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::PacketTooBig { mtu, header, data } => {
+                c.InPktTooBigs += 1;
+                let r = Icmp6Report::PacketTooBig(mtu);
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::TimeExceeded { header, data, .. } => {
+                c.InTimeExcds += 1;
+                let r = Icmp6Report::TimeExceeded;
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::ParamProblem { header, data, .. } => {
+                c.InParmProblems += 1;
+                let r = Icmp6Report::ParamProblem;
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::Mld(m) => match pkt.msg_type() {
+                Icmpv6Message::MldQuery => {
+                    c.InGroupMembQueries += 1;
+                    self.receive_mld(now, ip, &m);
+                }
                 _ => c.InMLDv2Reports += 1,
             },
             Icmpv6Repr::Ndisc(nd) => self.receive_ndisc(now, ip, packet, &nd, tx),
@@ -353,12 +413,14 @@ impl Stack {
     ) {
         let c = &mut self.counters.icmp6;
         match nd {
-            NdiscRepr::RouterSolicit { .. } => {
+            NdiscRepr::RouterSolicit { options } => {
                 c.InRouterSolicits += 1;
+                self.receive_rs(now, ip, *options, tx);
                 return;
             }
             NdiscRepr::RouterAdvert { .. } => {
                 c.InRouterAdvertisements += 1;
+                self.receive_ra(now, ip, nd);
                 return;
             }
             NdiscRepr::Redirect { .. } => {
@@ -401,6 +463,11 @@ impl Stack {
                     },
                     None => None,
                 };
+                // A tentative address of ours (RFC 4862 5.4.3).
+                if self.dad_ns(ip, target) {
+                    return;
+                }
+                let ndc = &mut self.counters.nd;
                 if !self.iface.has_addr6(target) {
                     // Not one of ours: nothing to answer (we proxy nothing).
                     return;
@@ -459,6 +526,10 @@ impl Stack {
                     ndc.ArpInvalid += 1;
                     return;
                 }
+                if self.dad_na(target) {
+                    return;
+                }
+                let ndc = &mut self.counters.nd;
                 if self.iface.has_addr6(target) {
                     // Someone else advertises our address.
                     ndc.ArpConflicts += 1;
@@ -598,6 +669,9 @@ impl Stack {
             }
         };
         let from = SocketAddrV6::new(ip.src, repr.src_port, 0, 0);
+        if self.dhcp6_input(now, ip, repr.src_port, repr.dst_port, pkt.payload_ref(), tx) {
+            return;
+        }
         if self.udp6_deliver(ip.dst, repr.dst_port, from, pkt.payload_ref()) {
             return;
         }
@@ -679,8 +753,8 @@ impl Stack {
                 }
             }
         }
-        // RFC 4443 2.4 (f): rate-limited (shared with ICMPv4's bucket).
-        if !self.icmp_bucket.take(now) {
+        // RFC 4443 2.4 (f): rate-limited (a bucket apart from ICMPv4's).
+        if !self.icmp6_bucket.take(now) {
             self.counters.icmp6.OutRateLimited += 1;
             return;
         }
@@ -701,6 +775,11 @@ impl Stack {
                 header: *ip,
                 data,
             },
+            Icmp6Err::FragTimeExceeded => Icmpv6Repr::TimeExceeded {
+                reason: ustack_wire::icmpv6::TimeExceeded::FragReassemblyExceeded,
+                header: *ip,
+                data,
+            },
         };
         let src = if ip.dst.is_multicast() {
             self.iface.source6(ip.src)
@@ -711,6 +790,7 @@ impl Stack {
             match err {
                 Icmp6Err::Unreachable(_) => self.counters.icmp6.OutDestUnreachs += 1,
                 Icmp6Err::Param(..) => self.counters.icmp6.OutParmProblems += 1,
+                Icmp6Err::FragTimeExceeded => self.counters.icmp6.OutTimeExcds += 1,
             }
         }
     }
@@ -752,9 +832,9 @@ impl Stack {
     }
 
     /// Send one datagram to `remote` (the IPv6 pseudo-header checksum is
-    /// always filled, RFC 8200 8.1). Larger than the link MTU is
-    /// `TooLarge` (no IPv6 fragmentation yet). The frame goes out on the
-    /// next `poll`.
+    /// always filled, RFC 8200 8.1). Larger than the path MTU it goes in
+    /// fragments (`Iface::send_ip6`); more than 65535 bytes of UDP is
+    /// `TooLarge`. The frames go out on the next `poll`.
     pub fn udp6_send_to(
         &mut self,
         now: Instant,
@@ -768,10 +848,10 @@ impl Stack {
             return Err(UdpError::InvalidAddress);
         }
         let len = ustack_wire::udp::UDP_HEADER_LEN + data.len();
-        if IPV6_HEADER_LEN + len > self.iface.mtu {
+        if len > usize::from(u16::MAX) {
             return Err(UdpError::TooLarge);
         }
-        if !self.txq.has_room(len + IPV6_HEADER_LEN + 14) {
+        if !self.txq.has_room(self.frames_bytes6(now, dst, len)) {
             self.counters.udp6.SndbufErrors += 1;
             return Err(UdpError::Exhausted);
         }
@@ -909,7 +989,8 @@ impl Stack {
     }
 
     /// Send on a socket of either family; the destination must be of the
-    /// socket's family (no IPv4-mapped dual stack).
+    /// socket's family (IPv6 UDP sockets act as `IPV6_V6ONLY`: an
+    /// IPv4-mapped destination is `NoRoute`).
     pub fn udp_send_to_addr(
         &mut self,
         now: Instant,
@@ -918,6 +999,11 @@ impl Stack {
         remote: SocketAddr,
     ) -> Result<usize, UdpError> {
         match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            // IPv6 UDP sockets are V6ONLY: no IPv4-mapped destinations
+            // (Linux: ENETUNREACH).
+            (true, SocketAddr::V6(r)) if r.ip().to_ipv4_mapped().is_some() => {
+                Err(UdpError::NoRoute)
+            }
             (true, SocketAddr::V6(r)) => self.udp6_send_to(now, h, data, r),
             (false, SocketAddr::V4(r)) => self.udp_send_to(now, h, data, r),
             _ => Err(UdpError::InvalidAddress),
@@ -927,6 +1013,9 @@ impl Stack {
     /// Connect a socket of either family (same family as the socket).
     pub fn udp_connect_addr(&mut self, h: UdpHandle, remote: SocketAddr) -> Result<(), UdpError> {
         match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            (true, SocketAddr::V6(r)) if r.ip().to_ipv4_mapped().is_some() => {
+                Err(UdpError::NoRoute)
+            }
             (true, SocketAddr::V6(r)) => self.udp6_connect(h, r),
             (false, SocketAddr::V4(r)) => self.udp_connect(h, r),
             _ => Err(UdpError::InvalidAddress),

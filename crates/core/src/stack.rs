@@ -18,7 +18,7 @@ use ustack_wire::Error as WireError;
 use crate::arp::{ArpCache, ArpLimits, ArpRequest};
 use crate::counters::Counters;
 use crate::error::{IcmpError, UdpError};
-use crate::frag::{Expired, Reasm, ReasmLimits, Reassembler};
+use crate::frag::{Expired, Head6, Key6, Reasm, ReasmLimits, Reassembler};
 use crate::hash::{KeyedState, SplitMix};
 use crate::iface::{Iface, IpOut, LinkOffload, TokenBucket, TxError};
 use crate::pmtu::PmtuCache;
@@ -34,6 +34,9 @@ use crate::BindError;
 pub struct Limits {
     pub arp: ArpLimits,
     pub reasm: ReasmLimits,
+    /// IPv6 reassembly (its own table and memory, as Linux's
+    /// `ip6frag_*`; 60 s timeout, RFC 8200 4.5).
+    pub reasm6: ReasmLimits,
     /// Open UDP sockets.
     pub max_udp_sockets: usize,
     /// Per-socket UDP receive queue in payload bytes (Linux `rmem_default`).
@@ -68,6 +71,7 @@ impl Default for Limits {
         Limits {
             arp: ArpLimits::default(),
             reasm: ReasmLimits::default(),
+            reasm6: ReasmLimits::ipv6(),
             max_udp_sockets: 4096,
             udp_rcvbuf: 212_992,
             udp_rcv_datagrams: 1024,
@@ -101,14 +105,16 @@ pub struct Config {
     pub seed: u64,
 }
 
-/// An ICMP echo reply received for `icmp_echo_send`.
+/// An ICMP echo reply received for `icmp_echo_send` (or an ICMPv6 one
+/// for `icmp6_echo_send`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EchoReply {
-    pub from: Ipv4Addr,
+    pub from: std::net::IpAddr,
     pub ident: u16,
     pub seq: u16,
     /// Payload bytes (without the 8-byte ICMP header).
     pub len: usize,
+    /// The reply's TTL (IPv4) or hop limit (IPv6).
     pub ttl: u8,
     pub at: Instant,
 }
@@ -133,7 +139,15 @@ pub struct Stack {
     pub(crate) counters: Counters,
     pub(crate) iface: Iface,
     pub(crate) icmp_bucket: TokenBucket,
+    /// ICMPv6 errors have their own bucket (Linux: `icmpv6_global_allow`
+    /// is apart from ICMPv4's), with the same rate and burst.
+    pub(crate) icmp6_bucket: TokenBucket,
     reasm: Reassembler,
+    /// IPv6 fragments being reassembled (`ip6.rs`).
+    pub(crate) reasm6: Reassembler<Key6, Head6>,
+    pub(crate) reasm6_expired: Vec<Head6>,
+    /// IPv6 host autoconfiguration (`ip6_host.rs`; off by default).
+    pub(crate) host6: crate::ip6_host::Host6,
     pub(crate) udp: UdpTable,
     /// UDP sockets over IPv6 (`ip6.rs`), a port space of their own.
     pub(crate) udp6: UdpTable<std::net::SocketAddrV6>,
@@ -145,6 +159,8 @@ pub struct Stack {
     pub(crate) txq: TxQueue,
     /// Transparent mode state (`None` = an ordinary host).
     pub(crate) transparent: Option<Box<Transparent>>,
+    /// Router advertisements and DHCP servers (`addr_services.rs`).
+    pub(crate) services: Option<Box<crate::addr_services::Services>>,
     arp_requests: Vec<ArpRequest>,
     nd_requests: Vec<ArpRequest<std::net::Ipv6Addr>>,
     reasm_expired: Vec<Expired>,
@@ -186,7 +202,7 @@ impl Stack {
         let secret = config.secret;
         let mut rng = SplitMix::new(config.seed);
         let arp = ArpCache::new(config.limits.arp, KeyedState::new(&secret, 1));
-        let iface = Iface::new(
+        let mut iface = Iface::new(
             config.mac,
             config.addr,
             config.gateway,
@@ -200,10 +216,15 @@ impl Stack {
             ),
             rng.next_u64() as u16,
         );
+        iface.frag6_key = KeyedState::new(&secret, 0x62);
         let l = &config.limits;
         Stack {
             icmp_bucket: TokenBucket::new(l.icmp_error_rate, l.icmp_error_burst, now),
+            icmp6_bucket: TokenBucket::new(l.icmp_error_rate, l.icmp_error_burst, now),
             reasm: Reassembler::new(l.reasm, KeyedState::new(&secret, 2)),
+            reasm6: Reassembler::new(l.reasm6, KeyedState::new(&secret, 0x61)),
+            reasm6_expired: Vec::new(),
+            host6: Default::default(),
             udp: UdpTable::new(
                 l.max_udp_sockets,
                 l.udp_rcvbuf,
@@ -233,6 +254,7 @@ impl Stack {
             nd_requests: Vec::new(),
             reasm_expired: Vec::new(),
             transparent: None,
+            services: None,
             announce: true,
             started: now,
             last_now: now,
@@ -457,6 +479,12 @@ impl Stack {
         };
         let me = self.iface.addr();
         let ip_bcast = self.iface.is_broadcast(repr.dst);
+        // DHCP clients send from 0.0.0.0 (`dhcp_server.rs`).
+        if self.services.is_some() && self.dhcp4_input(now, &repr, pkt.payload_ref(), ip_bcast, tx)
+        {
+            return;
+        }
+        let ipc = &mut self.counters.ip;
         let any_dst = self.transparent.is_some() && crate::transparent::is_unicast(repr.dst);
         if repr.dst != me && !ip_bcast && !any_dst {
             // RFC 1122 3.3.4.2 / 3.2.1.3: not ours and we do not forward.
@@ -595,19 +623,14 @@ impl Stack {
                 data,
             } => {
                 c.InEchoReps += 1;
-                if self.echo.len() >= self.config.limits.echo_reply_queue {
-                    self.echo.pop_front();
-                }
-                if self.config.limits.echo_reply_queue > 0 {
-                    self.echo.push_back(EchoReply {
-                        from: ip.src,
-                        ident,
-                        seq: seq_no,
-                        len: data.len(),
-                        ttl: ip.ttl,
-                        at: now,
-                    });
-                }
+                self.record_echo(EchoReply {
+                    from: ip.src.into(),
+                    ident,
+                    seq: seq_no,
+                    len: data.len(),
+                    ttl: ip.ttl,
+                    at: now,
+                });
             }
             Icmpv4Repr::DstUnreachable {
                 reason,
@@ -886,9 +909,20 @@ impl Stack {
         }
     }
 
-    /// Echo replies received since the last call (drained).
+    /// Echo replies (ICMP and ICMPv6) received since the last call (drained).
     pub fn icmp_echo_replies(&mut self) -> impl Iterator<Item = EchoReply> + '_ {
         self.echo.drain(..)
+    }
+
+    /// Queue an echo reply for `icmp_echo_replies` (bounded: the oldest
+    /// is dropped).
+    pub(crate) fn record_echo(&mut self, r: EchoReply) {
+        if self.echo.len() >= self.config.limits.echo_reply_queue {
+            self.echo.pop_front();
+        }
+        if self.config.limits.echo_reply_queue > 0 {
+            self.echo.push_back(r);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -1013,6 +1047,27 @@ impl Stack {
         self.udp.statuses()
     }
 
+    /// Every open UDP socket of both families (for `ss -u`).
+    pub fn udp_sockets_addr(&self) -> Vec<UdpStatus<std::net::SocketAddr>> {
+        let v4 = self.udp.statuses().into_iter().map(|u| UdpStatus {
+            local: u.local.into(),
+            remote: u.remote.map(Into::into),
+            can_recv: u.can_recv,
+            pending_error: u.pending_error,
+            recv_queue: u.recv_queue,
+            recv_datagrams: u.recv_datagrams,
+        });
+        let v6 = self.udp6.statuses().into_iter().map(|u| UdpStatus {
+            local: u.local.into(),
+            remote: u.remote.map(Into::into),
+            can_recv: u.can_recv,
+            pending_error: u.pending_error,
+            recv_queue: u.recv_queue,
+            recv_datagrams: u.recv_datagrams,
+        });
+        v4.chain(v6).collect()
+    }
+
     /// Number of open UDP sockets (diagnostics).
     pub fn udp_socket_count(&self) -> usize {
         self.udp.len()
@@ -1092,7 +1147,10 @@ impl Stack {
             self.send_icmp_error(now, &e.header, d, IcmpErr::FragExpired, false, tx);
         }
         self.reasm_expired = expired;
+        self.poll_reasm6(now, tx);
+        self.poll_host6(now, tx);
         self.transparent_poll(now);
+        self.services_poll(now, tx);
         self.poll_tcp(now, tx);
     }
 
@@ -1105,8 +1163,11 @@ impl Stack {
             self.iface.arp.poll_at(),
             self.iface.nd.poll_at(),
             self.reasm.poll_at(),
+            self.reasm6_poll_at(),
+            self.host6_poll_at(),
             self.tcp_poll_at(),
             self.transparent_poll_at(),
+            self.services_poll_at(),
         ]
         .into_iter()
         .flatten()

@@ -101,8 +101,9 @@ pub struct RelayArgs {
     /// (listed after the IPv4 one in the guest's resolv.conf).
     #[arg(long, value_name = "ADDR", default_value = "fd00::3")]
     pub dns6: Ipv6Addr,
-    /// No IPv6: the guest gets no IPv6 address or route, and flows to IPv6
-    /// destinations are refused.
+    /// No IPv6: the guest gets no IPv6 address or route (no router
+    /// advertisements or DHCPv6 either), and flows to IPv6 destinations are
+    /// refused.
     #[arg(long)]
     pub no_ipv6: bool,
     /// Forward a host port to the guest: [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp] (repeatable).
@@ -171,6 +172,19 @@ pub struct RelayArgs {
     /// default; the environment variable USTACK_GRO=off does the same).
     #[arg(long)]
     pub no_gro: bool,
+    /// Send no IPv6 router advertisements (by default the guest gets a
+    /// fd00::/64 address by SLAAC, a default route and the DNS server
+    /// fd00::3 from them).
+    #[arg(long)]
+    pub no_ra: bool,
+    /// Run no DHCPv4 server (by default a guest's DHCP client gets the
+    /// --addr address, the --gateway and the --dns server).
+    #[arg(long)]
+    pub no_dhcp: bool,
+    /// Run no DHCPv6 server (by default it gives fd00::100 and the DNS
+    /// server fd00::3 to guests that ask).
+    #[arg(long)]
+    pub no_dhcpv6: bool,
     /// Capture the guest side to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -338,6 +352,15 @@ pub fn guest_config(args: &RelayArgs, mtu: usize) -> CoreGuestConfig {
             }
         }
     }
+    // --no-ipv6 turns the IPv6 services off too.
+    let on = crate::addr_services::ServiceSwitches {
+        ra: !args.no_ra && !args.no_ipv6,
+        dhcpv4: !args.no_dhcp,
+        dhcpv6: !args.no_dhcpv6 && !args.no_ipv6,
+    };
+    let (a, gw) = (args.addr, args.gateway);
+    cfg.services =
+        crate::addr_services::guest_services(on, a.addr, gw, a.prefix_len, args.dns, mtu);
     // Room for every flow plus connections still closing (TIME-WAIT).
     cfg.limits.max_tcp_sockets = cfg
         .limits

@@ -69,6 +69,9 @@ pub struct CoreGuestConfig {
     /// one (the gateway's and the nameserver's, e.g. fd00::2/64 and
     /// fd00::3/64): Neighbor Discovery answers for them. Empty: none.
     pub addrs6: Vec<Ipv6Cidr>,
+    /// Router advertisements and DHCP servers for the guest (none by
+    /// default; `cli::guest_config` turns them on, see `addr_services`).
+    pub services: ustack_core::AddressServices,
 }
 
 impl CoreGuestConfig {
@@ -98,6 +101,7 @@ impl CoreGuestConfig {
             },
             gro: true,
             addrs6: Vec::new(),
+            services: ustack_core::AddressServices::default(),
         }
     }
 }
@@ -174,6 +178,9 @@ impl CoreGuest {
             .udp_bind_any()
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
         stack.set_gro(cfg.gro);
+        stack
+            .set_address_services(CoreInstant::from_micros(CORE_EPOCH_MICROS), cfg.services)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let off = dev.offloads();
         stack.set_link_offload(LinkOffload {
             vnet_hdr: off.vnet_hdr,
