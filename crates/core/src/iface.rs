@@ -143,14 +143,19 @@ impl TokenBucket {
 
 /// What the link does with our frames (`Stack::set_link_offload`): a
 /// device opened with a virtio-net header (a TAP with `IFF_VNET_HDR`) takes
-/// partial checksums and TCP/IPv4 GSO super-frames, and gives them.
+/// partial checksums and TCP GSO super-frames, and gives them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkOffload {
     /// Every frame, both ways, starts with a virtio-net header.
     pub vnet_hdr: bool,
     /// We may send TCP/IPv4 GSO super-frames (up to 64 KB) for the other
-    /// side to segment (needs `vnet_hdr` and `tx_csum`).
+    /// side to segment (needs `vnet_hdr` and `tx_csum`). Connections build
+    /// segments larger than the MTU only with this on.
     pub tso4: bool,
+    /// We may send TCP/IPv6 GSO super-frames (`GSO_TCPV6`, needs
+    /// `vnet_hdr` and `tx_csum`); without it an IPv6 super-segment is cut
+    /// into MTU-sized segments in software.
+    pub tso6: bool,
     /// We may leave TCP checksums partial (the pseudo-header sum) for the
     /// other side to complete (needs `vnet_hdr`).
     pub tx_csum: bool,
@@ -160,6 +165,11 @@ impl LinkOffload {
     /// Whether TCP segments larger than the MTU may be sent as GSO frames.
     pub fn tso(&self) -> bool {
         self.vnet_hdr && self.tso4 && self.tx_csum
+    }
+    /// Whether TCP/IPv6 segments larger than the MTU may be sent as GSO
+    /// frames.
+    pub fn tso6(&self) -> bool {
+        self.vnet_hdr && self.tso6 && self.tx_csum
     }
     fn partial_csum(&self) -> bool {
         self.vnet_hdr && self.tx_csum
@@ -573,11 +583,14 @@ impl Iface {
 
     /// Send a TCP segment over IPv6 from `src` to `dst`: the IPv6 twin of
     /// [`Iface::send_tcp_from`]. A segment larger than the MTU (a TSO
-    /// super-segment the connection built because the link takes TCP/IPv4
-    /// GSO frames) is cut here into segments of at most `smss` payload
-    /// bytes and the MTU (TCP/IPv6 GSO is not negotiated with the device):
-    /// PSH and FIN on the last, CWR on the first. With checksum offload the
-    /// TCP checksum is left partial (the IPv6 pseudo-header sum).
+    /// super-segment the connection built because the link takes GSO
+    /// frames) goes out as one TCP/IPv6 GSO super-frame (`GSO_TCPV6`, the
+    /// checksum partial over the IPv6 pseudo-header) if the link takes
+    /// them, to be cut into segments of at most `smss` bytes; otherwise it
+    /// is cut here into segments of at most `smss` payload bytes and the
+    /// MTU: PSH and FIN on the last, CWR on the first. With checksum
+    /// offload the TCP checksum is left partial (the IPv6 pseudo-header
+    /// sum).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_tcp6_from(
         &mut self,
@@ -590,7 +603,7 @@ impl Iface {
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
         if IPV6_HEADER_LEN + seg.buffer_len() <= self.mtu {
-            return self.send_tcp6_one(now, c, src, dst, seg, tx);
+            return self.send_tcp6_one(now, c, src, dst, seg, None, tx);
         }
         let tcp_hdr = seg.header_len();
         let per = self
@@ -601,6 +614,10 @@ impl Iface {
             c.ip6.OutRequests += 1;
             c.ip6.OutDiscards += 1;
             return Err(TxError::TooLarge);
+        }
+        // The IPv6 payload length is 16 bits (no jumbograms).
+        if self.offload.tso6() && seg.buffer_len() <= usize::from(u16::MAX) {
+            return self.send_tcp6_one(now, c, src, dst, seg, Some(per), tx);
         }
         let n = seg.payload.len();
         let mut off = 0;
@@ -615,13 +632,15 @@ impl Iface {
                 cwr: seg.cwr && off == 0,
                 ..*seg
             };
-            self.send_tcp6_one(now, c, src, dst, &piece, tx)?;
+            self.send_tcp6_one(now, c, src, dst, &piece, None, tx)?;
             off = end;
         }
         Ok(())
     }
 
-    /// One TCP/IPv6 segment within the MTU, built in place.
+    /// One TCP/IPv6 segment, built in place: within the MTU, or with
+    /// `gso` (the payload per wire segment) a GSO super-frame.
+    #[allow(clippy::too_many_arguments)]
     fn send_tcp6_one(
         &mut self,
         now: Instant,
@@ -629,6 +648,7 @@ impl Iface {
         src: Ipv6Addr,
         dst: Ipv6Addr,
         seg: &TcpRepr,
+        gso: Option<usize>,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
         c.ip6.OutRequests += 1;
@@ -637,7 +657,11 @@ impl Iface {
             return Err(TxError::NoRoute);
         };
         let tcp_len = seg.buffer_len();
-        if IPV6_HEADER_LEN + tcp_len > self.mtu {
+        let too_large = match gso {
+            None => IPV6_HEADER_LEN + tcp_len > self.mtu,
+            Some(_) => !self.offload.tso6() || tcp_len > usize::from(u16::MAX),
+        };
+        if too_large {
             c.ip6.OutDiscards += 1;
             return Err(TxError::TooLarge);
         }
@@ -665,6 +689,10 @@ impl Iface {
             !partial,
         );
         if partial {
+            // CHECKSUM_PARTIAL over the IPv6 pseudo-header (RFC 8200 8.1:
+            // the upper-layer length of the whole super-segment; whoever
+            // segments it adjusts the sum per segment, as Linux's
+            // `tcp6_gso_segment` does).
             let pseudo = checksum::pseudo_header_v6(
                 &src,
                 &dst,
@@ -677,10 +705,21 @@ impl Iface {
                     start: (ETHERNET_HEADER_LEN + IPV6_HEADER_LEN) as u16,
                     offset: 16,
                 },
-                gso: Gso::None,
+                gso: match gso {
+                    Some(size) => Gso::TcpV6 {
+                        size: u16::try_from(size).unwrap_or(u16::MAX),
+                        // CWR on the first segment only (Linux
+                        // `SKB_GSO_TCP_ECN`).
+                        ecn: seg.cwr,
+                    },
+                    None => Gso::None,
+                },
                 hdr_len: (ETHERNET_HEADER_LEN + IPV6_HEADER_LEN + seg.header_len()) as u16,
             };
             vnet.emit(self.frame_mut());
+            if gso.is_some() {
+                c.link.OutGsoFrames += 1;
+            }
         }
         self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
         Ok(())

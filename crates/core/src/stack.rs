@@ -312,6 +312,7 @@ impl Stack {
         self.rx_csum_ok = false;
         self.rx_gso_size = None;
         self.rx_udp_gso = None;
+        let mut gso_ethertype = None;
         let frame = if self.iface.offload.vnet_hdr {
             // A guest controls this header: every field is checked against
             // the frame (see `VnetRepr::parse`), a bad one drops the frame.
@@ -324,9 +325,16 @@ impl Stack {
                         self.counters.link.InGsoFrames += 1;
                     }
                     match v.gso {
-                        Gso::TcpV4 { size, .. } => self.rx_gso_size = Some(usize::from(size)),
+                        Gso::TcpV4 { size, .. } => {
+                            self.rx_gso_size = Some(usize::from(size));
+                            gso_ethertype = Some(EtherType::Ipv4);
+                        }
+                        Gso::TcpV6 { size, .. } => {
+                            self.rx_gso_size = Some(usize::from(size));
+                            gso_ethertype = Some(EtherType::Ipv6);
+                        }
                         Gso::UdpL4 { size } => self.rx_udp_gso = Some(usize::from(size)),
-                        Gso::None | Gso::TcpV6 { .. } => {}
+                        Gso::None => {}
                     }
                     f
                 }
@@ -346,6 +354,12 @@ impl Stack {
             self.counters.link.InMalformed += 1;
             return;
         };
+        // TCP GSO of one IP version on a frame of the other is a bad
+        // header (the kernel's `virtio_net_hdr_match_proto`).
+        if gso_ethertype.is_some_and(|t| t != repr.ethertype) {
+            self.counters.link.InVnetErrors += 1;
+            return;
+        }
         let link_bcast = repr.dst.is_broadcast();
         // IPv6 multicast (RFC 2464 7: 33:33 and the group's low 32 bits):
         // the groups are filtered by address in `receive_ipv6`.

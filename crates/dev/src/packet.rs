@@ -944,6 +944,7 @@ impl Device for PacketRing {
         Offloads {
             vnet_hdr: self.cfg.vnet_hdr,
             tso4: self.cfg.vnet_hdr,
+            tso6: self.cfg.vnet_hdr,
             tx_csum: self.cfg.vnet_hdr,
         }
     }

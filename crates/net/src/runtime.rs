@@ -1121,14 +1121,17 @@ impl Net {
         stack.set_link_offload(LinkOffload {
             vnet_hdr: off.vnet_hdr,
             tso4: off.tso4,
+            tso6: off.tso6,
             tx_csum: off.tx_csum,
         });
         let mut opts = opts;
         if off.vnet_hdr {
-            // GSO super-frames are up to 64 KB whatever the MTU.
+            // GSO super-frames are up to 64 KB whatever the MTU: an IPv4
+            // datagram of 65,535 bytes, or an IPv6 header and a payload of
+            // 65,535 bytes.
             opts.frame_size = opts
                 .frame_size
-                .max(ustack_dev::VNET_HDR_LEN + ustack_dev::ETHERNET_HEADER_LEN + 65_535);
+                .max(ustack_dev::VNET_HDR_LEN + ustack_dev::ETHERNET_HEADER_LEN + 40 + 65_535);
         }
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
