@@ -20,6 +20,7 @@ use crate::arp::{ArpCache, ArpRequest, Lookup};
 use crate::counters::{Counters, Icmp6Counters, IpCounters, LinkCounters};
 use crate::pmtu::PmtuCache;
 use crate::time::Instant;
+use crate::txown::TxOwned;
 
 /// Default hop limit of IPv6 packets (Linux `hop_limit`, 64).
 pub const DEFAULT_HOP_LIMIT: u8 = 64;
@@ -210,6 +211,8 @@ pub(crate) struct Iface {
     frame_len: usize,
     ident: u16,
     pub(crate) offload: LinkOffload,
+    /// Frames handed out by ownership (`txown.rs`), when on.
+    pub(crate) tx_owned: TxOwned,
 }
 
 impl Iface {
@@ -241,6 +244,7 @@ impl Iface {
             frame_len: 0,
             ident,
             offload: LinkOffload::default(),
+            tx_owned: TxOwned::default(),
         }
     }
 
@@ -366,8 +370,19 @@ impl Iface {
     }
 
     /// The frame being built, with its virtio-net header if any.
-    fn frame(&self) -> &[u8] {
+    pub(crate) fn frame(&self) -> &[u8] {
         self.frame.get(..self.frame_len).unwrap_or(&[])
+    }
+
+    /// Length of the frame being built.
+    pub(crate) fn frame_len(&self) -> usize {
+        self.frame_len
+    }
+
+    /// Put `buf` in place of the scratch buffer and return the one it held
+    /// (its frame is `[..frame_len()]`).
+    pub(crate) fn replace_scratch(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        std::mem::replace(&mut self.frame, buf)
     }
 
     fn frame_mut(&mut self) -> &mut [u8] {
@@ -756,7 +771,7 @@ impl Iface {
         };
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
         link.OutFrames += 1;
-        tx(self.frame());
+        self.emit_scratch(tx);
     }
 
     /// Send frames that waited for `mac`.
@@ -772,7 +787,7 @@ impl Iface {
             if let Some(eth) = f.get_mut(hdr..).filter(|e| e.len() >= ETHERNET_HEADER_LEN) {
                 EthernetFrame::new_unchecked(eth).set_dst_addr(mac);
                 link.OutFrames += 1;
-                tx(&f);
+                self.emit_vec(f, tx);
             }
         }
     }
@@ -908,7 +923,7 @@ impl Iface {
         };
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
         link.OutFrames += 1;
-        tx(self.frame());
+        self.emit_scratch(tx);
     }
 
     /// Send a Neighbor Solicitation for `req.target`: to its
@@ -1019,7 +1034,7 @@ impl Iface {
         self.emit_ip6(&out, &body[..len]);
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(mac);
         link.OutFrames += 1;
-        tx(self.frame());
+        self.emit_scratch(tx);
     }
 
     /// Emit an ARP packet (built on the stack, no allocation).
@@ -1076,6 +1091,6 @@ impl Iface {
             link.ArpOutReplies += 1;
         }
         link.OutFrames += 1;
-        tx(buf);
+        self.emit_copy(buf, tx);
     }
 }

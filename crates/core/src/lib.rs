@@ -34,6 +34,7 @@ mod stack;
 mod tcp_api;
 mod tcp_table;
 mod transparent;
+mod txown;
 mod udp;
 
 pub use arp::ArpLimits;
@@ -50,4 +51,5 @@ pub use transparent::{
     EchoRequestInfo, PendingSyn, PendingSynId, Refuse, TransparentConfig, TransparentCounters,
     UdpAnyHandle,
 };
+pub use txown::TxFrames;
 pub use udp::{UdpHandle, UdpStatus, EPHEMERAL_FIRST, EPHEMERAL_LAST};

@@ -1070,7 +1070,8 @@ impl Stack {
             self.counters.link.ArpOutRequests += 1;
         }
         // Frames produced by socket calls since the last poll.
-        self.txq.flush(tx);
+        let iface = &mut self.iface;
+        self.txq.flush(&mut |f| iface.emit_copy(f, tx));
         // Neighbour cache: retries, give-ups, re-validation.
         let mut reqs = std::mem::take(&mut self.arp_requests);
         self.iface.arp.poll(now, &mut self.counters.link, &mut reqs);
