@@ -442,10 +442,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
             prefix: 24,
         },
         gateway: None,
-        addr6: vec![Ipv6Cidr {
-            address: USTACK6,
-            prefix_len: 64,
-        }],
+        addr6: Vec::new(),
         mtu: 1500,
         netns: Some(ns_u.clone()),
         pcap: None,
@@ -459,23 +456,41 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
     crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
     let u = measure(exe, &ns_u, args.addr.addr, a)?;
-    // The same bulk transfers over IPv6 (the kernel's end of the TAP gets
-    // fd00:78::1/64; ustack serves discard and chargen on fd00:78::2).
-    ip(&[
-        "-n",
-        &ns_u,
-        "-6",
-        "addr",
-        "add",
-        "fd00:78::1/64",
-        "dev",
-        &up.tap,
-        "nodad",
-    ])?;
-    start_bulk_services6(&up.net, USTACK6)?;
-    eprintln!("ustack over TAP {} over IPv6:", up.tap);
-    let u6 = measure_bulk(exe, &ns_u, USTACK6.into(), a)?;
     up.finish();
+    // The same bulk transfers over IPv6, on a ustack of their own with the
+    // same options (its TAP's kernel end gets fd00:78::1/64; discard and
+    // chargen on fd00:78::2).
+    let u6 = {
+        let ns_6 = format!("ub6{pid}");
+        nss.add(&ns_6)?;
+        let args = NetArgs {
+            tap: Some(format!("ub6t{pid}")),
+            netns: Some(ns_6.clone()),
+            addr6: vec![Ipv6Cidr {
+                address: USTACK6,
+                prefix_len: 64,
+            }],
+            ..args.clone()
+        };
+        let up = setup::bring_up(&args, "")?;
+        let tap = up.tap.clone();
+        ip(&[
+            "-n",
+            &ns_6,
+            "-6",
+            "addr",
+            "add",
+            "fd00:78::1/64",
+            "dev",
+            &tap,
+            "nodad",
+        ])?;
+        start_bulk_services6(&up.net, USTACK6)?;
+        eprintln!("ustack over TAP {tap} over IPv6:");
+        let m = measure_bulk(exe, &ns_6, USTACK6.into(), a);
+        up.finish();
+        m?
+    };
     // The same bulk transfers without the TAP's offloads (one MTU per
     // frame, checksums in software): what the offloads are worth.
     let plain = if a.no_offload {
