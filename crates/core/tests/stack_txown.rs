@@ -20,8 +20,11 @@ const FULL: LinkOffload = LinkOffload {
     tx_csum: true,
 };
 
+/// Something done to a stack, transmitting through the callback given.
+type Op<'a> = dyn Fn(&mut Stack, &mut dyn FnMut(&[u8])) + 'a;
+
 /// What `s` transmits when `op` runs on it, through the callback.
-fn by_callback(s: &mut Stack, op: &dyn Fn(&mut Stack, &mut dyn FnMut(&[u8]))) -> Vec<Vec<u8>> {
+fn by_callback(s: &mut Stack, op: &Op) -> Vec<Vec<u8>> {
     let mut v = Vec::new();
     op(s, &mut |f| v.push(f.to_vec()));
     v
@@ -30,11 +33,7 @@ fn by_callback(s: &mut Stack, op: &dyn Fn(&mut Stack, &mut dyn FnMut(&[u8]))) ->
 /// What `s` (in owned mode) transmits when `op` runs on it, taken with
 /// `swap_tx_frames` into `frames` (which holds the previous round's
 /// buffers).
-fn by_ownership(
-    s: &mut Stack,
-    frames: &mut TxFrames,
-    op: &dyn Fn(&mut Stack, &mut dyn FnMut(&[u8])),
-) -> Vec<Vec<u8>> {
+fn by_ownership(s: &mut Stack, frames: &mut TxFrames, op: &Op) -> Vec<Vec<u8>> {
     op(s, &mut |_| {
         panic!("the tx callback was called in owned mode")
     });
@@ -70,7 +69,7 @@ fn owned_frames_are_the_callbacks_frames_in_order() {
     let now = n.now;
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     let unknown = Ipv4Addr::new(10, 0, 0, 77);
-    let rounds: Vec<Box<dyn Fn(&mut Stack, &mut dyn FnMut(&[u8]))>> = vec![
+    let rounds: Vec<Box<Op>> = vec![
         // 64 KB super-frames.
         Box::new(|s, tx| {
             let k = s.tcp_send(c, &data).unwrap();
