@@ -291,8 +291,9 @@ impl Stack {
 
     /// What the link does with frames (see [`LinkOffload`]): a device with
     /// a virtio-net header in front of every frame, able to take partial
-    /// checksums and TCP/IPv4 GSO super-frames. Set it before traffic
-    /// flows; the default is plain Ethernet frames, nothing offloaded.
+    /// checksums and TCP GSO super-frames (IPv4 with `tso4`, IPv6 with
+    /// `tso6`). Set it before traffic flows; the default is plain Ethernet
+    /// frames, nothing offloaded.
     pub fn set_link_offload(&mut self, offload: LinkOffload) {
         self.iface.offload = offload;
         self.tcp.set_tso(offload.tso());
