@@ -24,6 +24,8 @@ want setpriv util-linux
 want script bsdutils
 want pasta passt
 want slirp4netns slirp4netns
+want busybox busybox
+want dhcpcd dhcpcd-base
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

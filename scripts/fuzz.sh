@@ -24,6 +24,8 @@
 # peak RSS MB, result; exec per CPU second is executions / (user + system
 # time): what one core gives when others share the machine)
 # and the script ends with the totals per target over every run recorded.
+# FUZZ_LOG_DIR=DIR keeps each target's libFuzzer log as DIR/<target>.log
+# (its status lines show the RSS over the run).
 # A crash leaves its input in fuzz/artifacts/<target>/ and makes the exit
 # status 1 (the other targets still run).
 set -euo pipefail
@@ -110,6 +112,10 @@ for t in "${targets[@]}"; do
     cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
     epc=$(awk -v e="${execs:-0}" 'NR == 1 { c = $1 + $2; printf "%d", (c > 0 ? e / c : 0) }' "$cpu")
+    if [ -n "${FUZZ_LOG_DIR:-}" ]; then
+        mkdir -p "$FUZZ_LOG_DIR"
+        cp "$log" "$FUZZ_LOG_DIR/$t.log"
+    fi
     rm -f "$log" "$cpu"
     printf '%-16s %7s %12s %8s %9s %6s %7s %6s %s\n' "$t" "$secs" "${execs:-?}" "${eps:-?}" \
         "${epc:-?}" "${cov:-?}" "${ft:-?}" "${rss:-?}" "$result"

@@ -4,6 +4,7 @@
 //! (`ustack-ipc`).
 
 use std::net::Ipv4Addr;
+use std::os::unix::fs::FileExt;
 
 use ustack_ctl::proto::Request;
 use ustack_ctl::sysctl;
@@ -125,37 +126,46 @@ pub fn relay_config(data: &[u8]) {
 /// The first 64 bytes are also decoded as a [`Message`] (the fixed cache
 /// line endpoints exchange): its kind and payload words read as documented.
 /// Then a real domain's file image (4 endpoint slots, two bound, one arena
-/// chunk; made once per process) is patched at input-chosen offsets of its
-/// control part (header, slots, chunk table), written to a fresh file in
-/// /dev/shm and opened with `Domain::open`, which must refuse it or serve
-/// the introspection (`info`), the liveness scan and an arena allocation,
-/// write and read without crashing.
+/// chunk; made once per thread) is patched at input-chosen offsets of its
+/// control part (header, slots, chunk table), written over the control part
+/// of the thread's domain file in /dev/shm (kept between inputs: the arena
+/// after it holds only buffer data, never read as structure, so an input's
+/// outcome depends on its own bytes alone) and opened with `Domain::open`,
+/// which must refuse it or serve the introspection (`info`), the liveness
+/// scan and an arena allocation, write and read without crashing.
 pub fn ipc_domain(data: &[u8]) {
     let mut m = [0u8; 64];
     let n = data.len().min(64);
     m[..n].copy_from_slice(&data[..n]);
     message(&m);
 
-    let Some((image, control)) = IPC_TEMPLATE.with(|t| t.clone()) else {
-        return;
-    };
-    let mut img = image;
-    let mut inp = super::stack::Input::new(data);
-    let mut patches = 0;
-    while !inp.is_empty() && patches < 64 {
-        patches += 1;
-        let off = usize::from(inp.u16()) % control;
-        let len = usize::from(inp.u8() % 32);
-        let b = inp.bytes(len);
-        let end = (off + b.len()).min(img.len());
-        img[off..end].copy_from_slice(&b[..end - off]);
-    }
-    let name = format!("fz{}-{}", std::process::id(), thread_id());
-    let path = format!("/dev/shm/ustack-ipc-{name}");
-    if std::fs::write(&path, &img).is_err() {
-        return;
-    }
-    if let Ok(dom) = Domain::open(&name) {
+    IPC_FILE.with(|f| {
+        let Some(f) = f else {
+            return;
+        };
+        let mut img = f.control.clone();
+        let control = img.len();
+        let mut inp = super::stack::Input::new(data);
+        let mut patches = 0;
+        while !inp.is_empty() && patches < 64 {
+            patches += 1;
+            let off = usize::from(inp.u16()) % control;
+            let len = usize::from(inp.u8() % 32);
+            let b = inp.bytes(len);
+            let end = (off + b.len()).min(control);
+            img[off..end].copy_from_slice(&b[..end - off]);
+        }
+        if f.file.write_all_at(&img, 0).is_err() {
+            return;
+        }
+        open_domain(&f.name, &mut inp);
+    });
+}
+
+/// `Domain::open` on a patched image: refused, or every read-side call and
+/// one arena round trip work.
+fn open_domain(name: &str, inp: &mut super::stack::Input) {
+    if let Ok(dom) = Domain::open(name) {
         let info = dom.info();
         assert_eq!(info.max_endpoints, dom.max_endpoints());
         assert!(info.endpoints.len() <= dom.max_endpoints() as usize);
@@ -174,7 +184,6 @@ pub fn ipc_domain(data: &[u8]) {
             assert_eq!(back[..k], bytes[..k]);
         }
     }
-    let _ = std::fs::remove_file(&path);
 }
 
 fn message(b: &[u8; 64]) {
@@ -204,10 +213,26 @@ fn thread_id() -> u64 {
     ID.with(|i| *i)
 }
 
-/// A real domain's file image and the length of its control part (all but
-/// the arena's chunks), or None if /dev/shm is unusable here.
-fn ipc_template() -> Option<(Vec<u8>, usize)> {
-    let name = format!("fzt{}-{}", std::process::id(), thread_id());
+/// One thread's domain file: a real domain's image (4 endpoint slots, two
+/// bound, one arena chunk) left in /dev/shm under `name`, and the pristine
+/// bytes of its control part (all but the arena's chunk), which every input
+/// patches and writes back over the file's start.
+struct IpcFile {
+    name: String,
+    file: std::fs::File,
+    control: Vec<u8>,
+}
+
+impl Drop for IpcFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/dev/shm/ustack-ipc-{}", self.name));
+    }
+}
+
+/// Make the thread's domain file, or None if /dev/shm is unusable here.
+fn ipc_file() -> Option<IpcFile> {
+    let name = format!("fz{}-{}", std::process::id(), thread_id());
+    let path = format!("/dev/shm/ustack-ipc-{name}");
     let cfg = DomainConfig {
         max_endpoints: 4,
         max_copy: 1 << 16,
@@ -217,17 +242,29 @@ fn ipc_template() -> Option<(Vec<u8>, usize)> {
     let a = dom.bind("a").ok()?;
     let b = dom.bind("b").ok()?;
     let buf = dom.alloc(100).ok()?;
-    let image = std::fs::read(format!("/dev/shm/ustack-ipc-{name}")).ok();
+    let image = std::fs::read(&path).ok();
     drop(buf);
     a.unbind();
     let _b = b; // stays bound in the image
     let _ = dom.end();
-    let _ = std::fs::remove_file(format!("/dev/shm/ustack-ipc-{name}"));
+    drop(dom);
+    let _ = std::fs::remove_file(&path);
     let image = image?;
-    let control = image.len().saturating_sub(ARENA_CHUNK).max(1);
-    Some((image, control))
+    let control = image
+        .len()
+        .saturating_sub(ARENA_CHUNK)
+        .max(1)
+        .min(image.len());
+    // The file every input of this thread opens: the whole image once.
+    std::fs::write(&path, &image).ok()?;
+    let file = std::fs::OpenOptions::new().write(true).open(&path).ok()?;
+    Some(IpcFile {
+        name,
+        file,
+        control: image[..control].to_vec(),
+    })
 }
 
 thread_local! {
-    static IPC_TEMPLATE: Option<(Vec<u8>, usize)> = ipc_template();
+    static IPC_FILE: Option<IpcFile> = ipc_file();
 }

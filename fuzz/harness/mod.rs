@@ -2,7 +2,7 @@
 //! `fuzz/fuzz_targets/` and by the stable-toolchain corpus replay test
 //! `crates/sim/tests/fuzz_corpus_replay.rs` (both include this directory with
 //! `#[path = ...] mod harness;`). No libFuzzer here: the replay test runs
-//! on stable without it. `parsers`, `stack` and `tcp_conn` use only
+//! on stable without it. `parsers`, `stack`, `services` and `tcp_conn` use only
 //! `ustack-wire` and `ustack-core`; `control` also uses the host-side crates
 //! whose input it fuzzes (`ustack-ctl`, `ustack-socket`, `ustack-relay`,
 //! `ustack-ipc`) and `serde_json`; each of those is a dependency of the
@@ -11,6 +11,7 @@
 pub mod control;
 pub mod parsers;
 pub mod parsers_v6;
+pub mod services;
 pub mod stack;
 pub mod tcp_conn;
 
@@ -34,6 +35,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("dhcpv4", parsers_v6::dhcpv4),
     ("dhcpv6", parsers_v6::dhcpv6),
     ("stack_receive", stack::run),
+    ("addr_services", services::run),
     ("tcp_conn", tcp_conn::run),
     ("ctl_request", control::ctl_request),
     ("relay_config", control::relay_config),

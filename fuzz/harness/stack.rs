@@ -31,9 +31,12 @@
 //! after the timeout; every frame handed over is counted once in
 //! `Link InFrames`, coalesced or not.
 
+#[path = "stack6.rs"]
+mod v6;
+
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
 use ustack_core::tcp::{State, TcpConfig};
 use ustack_core::time::{Duration, Instant};
@@ -44,10 +47,8 @@ use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr, ARP_LEN};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, ETHERNET_HEADER_LEN};
 use ustack_wire::icmpv4::{Icmpv4Packet, Icmpv4Repr};
-use ustack_wire::icmpv6::Icmpv6Packet;
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN};
-use ustack_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use ustack_wire::tcp::{flags, SeqNum, TcpPacket, TcpRepr, TCP_HEADER_LEN};
 use ustack_wire::udp::{UdpPacket, UdpRepr, UDP_HEADER_LEN};
 use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
@@ -208,6 +209,8 @@ struct Flow {
     b_ts: u32,
     /// Whether the peer sends timestamps on this flow.
     ts: bool,
+    /// An IPv6 flow (`PEER_IP6` ↔ `OUR_IP6`).
+    v6: bool,
 }
 
 /// What an emitted frame means for the peer.
@@ -219,7 +222,10 @@ enum Emitted {
         seq: u32,
         seq_len: usize,
         ts: Option<u32>,
+        v6: bool,
     },
+    /// A Neighbor Solicitation for this target.
+    Ns(Ipv6Addr),
     Other,
 }
 
@@ -352,6 +358,7 @@ fn check(f: &[u8], mtu: usize) -> Emitted {
                         seq: r.seq.0,
                         seq_len: r.seq_len(),
                         ts: r.timestamp.map(|t| t.0),
+                        v6: false,
                     }
                 }
                 IpProtocol::Udp => {
@@ -368,42 +375,7 @@ fn check(f: &[u8], mtu: usize) -> Emitted {
                 IpProtocol::Unknown(n) => panic!("emitted IP protocol {n}"),
             }
         }
-        EtherType::Ipv6 => {
-            // IPv6 output (echo replies, Neighbor Discovery, ICMPv6
-            // errors): from one of our addresses, never to the unspecified
-            // address, checksums right.
-            let p = Ipv6Packet::new_checked(eth.payload()).expect("emitted IPv6: length");
-            let ip = Ipv6Repr::parse(&p).expect("emitted IPv6: parse");
-            assert!(ip.hop_limit > 0, "emitted hop limit 0");
-            assert!(
-                ip.src == ustack_core::link_local(OUR_MAC).address,
-                "emitted IPv6 from a foreign address {}",
-                ip.src
-            );
-            assert!(!ip.dst.is_unspecified(), "emitted IPv6 to ::");
-            let payload = p.payload();
-            match ip.next_header {
-                IpProtocol::Udp => {
-                    let u = UdpPacket::new_checked(payload).expect("emitted UDP6: length");
-                    UdpRepr::parse(&u, ip.src, ip.dst, true).expect("emitted UDP6: parse");
-                }
-                IpProtocol::ICMPV6 => {
-                    let c = Icmpv6Packet::new_checked(payload).expect("emitted ICMPv6: length");
-                    assert!(
-                        c.verify_checksum(&ip.src, &ip.dst),
-                        "emitted ICMPv6 with a bad checksum"
-                    );
-                }
-                IpProtocol::Tcp => {
-                    // No TCP over IPv6 yet: only RSTs for closed ports.
-                    let t = TcpPacket::new_checked(payload).expect("emitted TCP6: length");
-                    let r = TcpRepr::parse(&t, ip.src, ip.dst, true).expect("emitted TCP6: parse");
-                    assert!(r.rst && !r.syn, "emitted TCP6 other than a RST");
-                }
-                other => panic!("emitted IPv6 next header {other:?}"),
-            }
-            Emitted::Other
-        }
+        EtherType::Ipv6 => v6::check6(eth.payload()),
         other => panic!("emitted ethertype {other:?}"),
     }
 }
@@ -468,9 +440,11 @@ impl IpHdr {
     }
 }
 
-fn udp_bytes(
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
+/// A UDP header and `data` for either family: `csum` 1 leaves the
+/// checksum zero, 2 spoils it.
+fn udp_bytes<A: ustack_wire::checksum::PseudoHeader>(
+    src: A,
+    dst: A,
     sport: u16,
     dport: u16,
     data: &[u8],
@@ -515,6 +489,8 @@ pub struct Harness {
     flows: Vec<Flow>,
     tcp: Vec<TcpHandle>,
     listener: TcpHandle,
+    /// The IPv6 listener on `LISTEN6_PORT`.
+    listener6: Option<TcpHandle>,
     udp: Vec<UdpHandle>,
     ident: u16,
     /// Frames the stack emitted in the current call, back to back in `out`,
@@ -532,6 +508,8 @@ pub struct Harness {
     /// Frames handed to the stack (`Link InFrames` must count each once,
     /// coalesced or not).
     fed: u64,
+    /// An IPv6 address of the peer's that the stack solicited.
+    ns_wanted: Option<Ipv6Addr>,
 }
 
 impl Harness {
@@ -621,6 +599,7 @@ impl Harness {
             flows: Vec::new(),
             tcp: Vec::new(),
             listener,
+            listener6: None,
             udp: vec![udp],
             ident: 1,
             out: Vec::new(),
@@ -629,6 +608,7 @@ impl Harness {
             burst: false,
             pending: Vec::new(),
             fed: 0,
+            ns_wanted: None,
         };
         h.poll_due();
         // The peer announces itself: a request for us teaches our cache its MAC.
@@ -654,6 +634,7 @@ impl Harness {
             b_max: None,
             b_ts: 0,
             ts: false,
+            v6: false,
         });
         h.send_seg(0, flags::SYN, 0, 0, 65535, &[], &[]);
         h.send_seg(0, flags::ACK, 0, 0, 65535, &[], &[]);
@@ -683,6 +664,7 @@ impl Harness {
             let st = h.stack.tcp_status(hd).expect("setup: status");
             assert_eq!(st.state, State::Established, "setup: handshake");
         }
+        h.setup_ipv6();
         // After the scripted setup, which needs every answer at once.
         h.burst = cfg & 128 != 0;
         h
@@ -717,7 +699,13 @@ impl Harness {
                     seq,
                     seq_len,
                     ts,
-                } => self.track(ours, theirs, seq, seq_len, ts),
+                    v6,
+                } => self.track(ours, theirs, seq, seq_len, ts, v6),
+                Emitted::Ns(target) => {
+                    if target == v6::PEER_IP6 || target == v6::peer_ll() {
+                        self.ns_wanted = Some(target);
+                    }
+                }
                 Emitted::Other => {}
             }
         }
@@ -727,12 +715,20 @@ impl Harness {
         self.out_ends.clear();
     }
 
-    fn track(&mut self, ours: u16, theirs: u16, seq: u32, seq_len: usize, ts: Option<u32>) {
+    fn track(
+        &mut self,
+        ours: u16,
+        theirs: u16,
+        seq: u32,
+        seq_len: usize,
+        ts: Option<u32>,
+        v6: bool,
+    ) {
         let end = seq.wrapping_add(seq_len as u32);
         let idx = match self
             .flows
             .iter()
-            .position(|f| f.ours == ours && f.theirs == theirs)
+            .position(|f| f.ours == ours && f.theirs == theirs && f.v6 == v6)
         {
             Some(i) => i,
             None if self.flows.len() < MAX_FLOWS => {
@@ -743,6 +739,7 @@ impl Harness {
                     b_max: None,
                     b_ts: 0,
                     ts: false,
+                    v6,
                 });
                 self.flows.len() - 1
             }
@@ -825,8 +822,19 @@ impl Harness {
                 self.stack.poll(self.now, &mut |f| push_frame(out, ends, f));
                 self.tx_frames(MAX_FRAMES_PER_POLL, "one poll");
             }
-            // The peer answers our ARP requests for it (like a live host).
-            if !(self.auto_arp && std::mem::take(&mut self.arp_wanted)) {
+            if !self.auto_arp {
+                return;
+            }
+            // The peer answers our Neighbor Solicitations and ARP requests
+            // for it (like a live host).
+            let ns = self.ns_wanted.take();
+            if let Some(t) = ns {
+                self.answer_ns(t);
+            }
+            if !std::mem::take(&mut self.arp_wanted) {
+                if ns.is_some() {
+                    continue;
+                }
                 return;
             }
             let mut frame = arp_frame(
@@ -921,11 +929,15 @@ impl Harness {
             options.push(0);
         }
         let seg = tcp_bytes(f.theirs, f.ours, seq, ack, fl, window, &options, data);
-        let frame = self.ip_frame(
-            IpHdr::new(PEER_IP, OUR_IP, IpProtocol::Tcp),
-            &seg_with_csum(seg, PEER_IP, OUR_IP),
-            OUR_MAC,
-        );
+        let frame = if f.v6 {
+            self.tcp6_frame(seg)
+        } else {
+            self.ip_frame(
+                IpHdr::new(PEER_IP, OUR_IP, IpProtocol::Tcp),
+                &seg_with_csum(seg, PEER_IP, OUR_IP),
+                OUR_MAC,
+            )
+        };
         if dseq == 0 {
             let len =
                 data.len() + usize::from(fl & flags::SYN != 0) + usize::from(fl & flags::FIN != 0);
@@ -952,6 +964,23 @@ impl Harness {
             self.receive(&frame);
         }
     }
+}
+
+/// The order in which the `n` pieces of a datagram are sent: in order,
+/// reversed, rotated, or with one left out; `dup`'s low bit adds a
+/// duplicate of one piece.
+fn fragment_order(n: usize, order: u8, dup: u8) -> Vec<usize> {
+    let k = usize::from(order >> 2);
+    let mut idxs: Vec<usize> = match order % 4 {
+        0 => (0..n).collect(),
+        1 => (0..n).rev().collect(),
+        2 => (0..n).map(|i| (i + k) % n).collect(),
+        _ => (0..n).filter(|i| *i != k % n).collect(),
+    };
+    if dup & 1 != 0 && n > 0 {
+        idxs.push(usize::from(dup >> 1) % n);
+    }
+    idxs
 }
 
 /// Append one emitted frame to the flat output buffer.
@@ -1020,6 +1049,12 @@ fn repair(f: &mut [u8]) {
     let Ok(eth) = EthernetFrame::new_checked(&f[..]) else {
         return;
     };
+    if eth.ethertype() == EtherType::Ipv6 {
+        if let Some(ipb) = f.get_mut(ETHERNET_HEADER_LEN..) {
+            v6::repair6(ipb);
+        }
+        return;
+    }
     if eth.ethertype() != EtherType::Ipv4 {
         return;
     }
@@ -1131,25 +1166,33 @@ enum Op {
     UdpBindClose,
     Ping,
     Diag,
+    /// A TCP segment on a tracked flow, or a new IPv6 flow.
+    Tcp6,
+    /// ICMPv6: echo, Neighbor Discovery, router messages, MLD, errors.
+    Icmp6,
+    /// IPv6 extension header chains and fragments.
+    Ip6Ext,
+    /// The application's IPv6 calls.
+    App6,
 }
 
 const OPS: [Op; 32] = [
     Op::Raw,
     Op::RawFixed,
-    Op::RawFixed,
+    Op::App6,
     Op::Tcp,
     Op::Tcp,
     Op::Tcp,
     Op::Tcp,
-    Op::Tcp,
+    Op::Tcp6,
     Op::Tcp,
     Op::Udp,
     Op::IcmpEcho,
     Op::IcmpError,
-    Op::IcmpError,
+    Op::Icmp6,
     Op::Arp,
     Op::Fragment,
-    Op::Fragment,
+    Op::Ip6Ext,
     Op::FragmentedDatagram,
     Op::IpRaw,
     Op::Accept,
@@ -1240,6 +1283,9 @@ impl Op {
                 | Op::Fragment
                 | Op::FragmentedDatagram
                 | Op::IpRaw
+                | Op::Tcp6
+                | Op::Icmp6
+                | Op::Ip6Ext
         )
     }
 }
@@ -1286,7 +1332,11 @@ impl Harness {
                 }
                 self.receive(&f);
             }
-            Op::Tcp => self.op_tcp(inp),
+            Op::Tcp => self.op_tcp(inp, false),
+            Op::Tcp6 => self.op_tcp(inp, true),
+            Op::Icmp6 => self.op_icmp6(inp),
+            Op::Ip6Ext => self.op_ip6_ext(inp),
+            Op::App6 => self.op_app6(inp),
             Op::TcpRun => self.op_tcp_run(inp),
             Op::Udp => {
                 let (src, dst, edst) = (src_ip(inp), dst_ip(inp), dst_mac(inp));
@@ -1398,9 +1448,11 @@ impl Harness {
                 self.receive(&f);
             }
             Op::Accept => {
-                if let Ok(Some(c)) = self.stack.tcp_accept(self.listener) {
-                    if self.tcp.len() < MAX_HANDLES {
-                        self.tcp.push(c);
+                for l in [Some(self.listener), self.listener6].into_iter().flatten() {
+                    if let Ok(Some(c)) = self.stack.tcp_accept(l) {
+                        if self.tcp.len() < MAX_HANDLES {
+                            self.tcp.push(c);
+                        }
                     }
                 }
             }
@@ -1546,17 +1598,20 @@ impl Harness {
         }
     }
 
-    fn op_tcp(&mut self, inp: &mut Input) {
+    /// A segment on a tracked flow, or on a new one (IPv6 with `v6`).
+    fn op_tcp(&mut self, inp: &mut Input, v6: bool) {
         let sel = inp.u8();
         let fi = if sel < 240 && !self.flows.is_empty() {
             usize::from(sel) % self.flows.len()
         } else {
             // A new flow from the peer, mostly to the listener.
             let theirs = inp.u16();
-            let ours = if !inp.u8().is_multiple_of(4) {
-                LISTEN_PORT
-            } else {
+            let ours = if inp.u8().is_multiple_of(4) {
                 inp.u16()
+            } else if v6 {
+                v6::LISTEN6_PORT
+            } else {
+                LISTEN_PORT
             };
             let isn = inp.u32();
             if self.flows.len() >= MAX_FLOWS {
@@ -1569,6 +1624,7 @@ impl Harness {
                 b_max: None,
                 b_ts: 0,
                 ts: inp.u8() & 1 != 0,
+                v6,
             });
             self.flows.len() - 1
         };
@@ -1771,20 +1827,10 @@ impl Harness {
         let pieces: Vec<&[u8]> = body.chunks(step).collect();
         let n = pieces.len();
         let order = inp.u8();
-        let dup = usize::from(inp.u8());
+        let dup = inp.u8();
         self.ident = self.ident.wrapping_add(1);
         let ident = self.ident;
-        let mut idxs: Vec<usize> = match order % 4 {
-            0 => (0..n).collect(),
-            1 => (0..n).rev().collect(),
-            2 => (0..n).map(|i| (i + usize::from(order >> 2)) % n).collect(),
-            _ => (0..n)
-                .filter(|i| *i != usize::from(order >> 2) % n)
-                .collect(),
-        };
-        if dup & 1 != 0 && n > 0 {
-            idxs.push((dup >> 1) % n);
-        }
+        let idxs = fragment_order(n, order, dup);
         for i in idxs {
             let Some(piece) = pieces.get(i) else { continue };
             let mut hdr = IpHdr::new(PEER_IP, OUR_IP, proto);
@@ -1830,5 +1876,6 @@ impl Harness {
         let _ = self.stack.icmp_echo_replies().count();
         let _ = self.stack.neighbour(self.now, PEER_IP);
         let _ = (self.stack.addr(), self.stack.config().mtu);
+        self.diag6();
     }
 }

@@ -373,7 +373,12 @@ impl<A: NeighbourAddr> ArpCache<A> {
             },
             confirmed: if solicited { now } else { unconfirmed },
             updated: now,
-            last_used: None,
+            // Linux's neighbour is "used" when created (`neigh_alloc`): a
+            // STALE entry (from a solicitation or an unsolicited
+            // advertisement) lives `gc_stale_time` unless used, instead of
+            // being collected at once, so that the reply traffic that
+            // usually follows a solicitation finds the MAC.
+            last_used: (!solicited).then_some(now),
         };
         match self.entries.get_mut(&ip) {
             None => {

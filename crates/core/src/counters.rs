@@ -65,7 +65,7 @@ counter_group!(
     InGroupMembQueries, InRouterSolicits, InRouterAdvertisements, InNeighborSolicits,
     InNeighborAdvertisements, InRedirects, InMLDv2Reports,
     OutDestUnreachs, OutParmProblems, OutEchos, OutEchoReplies, OutNeighborSolicits,
-    OutNeighborAdvertisements,
+    OutNeighborAdvertisements, OutRouterAdvertisements,
     /// Extra: ICMPv6 errors not sent because the token bucket was empty.
     OutRateLimited,
 });
@@ -74,6 +74,24 @@ counter_group!(
     /// UDP over IPv6 counters (`Udp6*` in `/proc/net/snmp6`).
     Udp6Counters, "Udp6", {
     InDatagrams, NoPorts, InErrors, OutDatagrams, RcvbufErrors, SndbufErrors, InCsumErrors,
+});
+
+counter_group!(
+    /// The DHCPv4 server's counters (ustack extras, `addr_services`):
+    /// messages by type, `InErrors` = unparseable, `InDiscards` = parsed
+    /// but not served (relayed, foreign or missing fields, unknown type),
+    /// `NoAddrs` = the pool was exhausted.
+    DhcpCounters, "Dhcp", {
+    InDiscovers, InRequests, InDeclines, InReleases, InInforms, InErrors, InDiscards,
+    OutOffers, OutAcks, OutNaks, NoAddrs,
+});
+
+counter_group!(
+    /// The DHCPv6 server's counters (ustack extras, `addr_services`), as
+    /// for DHCPv4.
+    Dhcp6Counters, "Dhcp6", {
+    InSolicits, InRequests, InConfirms, InRenews, InRebinds, InReleases, InDeclines,
+    InInformationRequests, InErrors, InDiscards, OutAdvertises, OutReplies,
 });
 
 counter_group!(
@@ -127,6 +145,9 @@ pub struct Counters {
     /// kept by the same code as ARP's: printed as `Ndisc*` without the
     /// `Arp` prefix (`NdiscResolved`, `NdiscFailed`, `NdiscInvalid`, ...).
     pub nd: LinkCounters,
+    /// The address services' servers (`Stack::set_address_services`).
+    pub dhcp: DhcpCounters,
+    pub dhcp6: Dhcp6Counters,
 }
 
 impl Counters {
@@ -152,6 +173,8 @@ impl Counters {
             .nd
             .iter()
             .filter_map(|(n, v)| n.strip_prefix("Arp").map(|n| ("Ndisc", n, v)));
+        let dhcp = self.dhcp.iter().map(|(n, v)| (DhcpCounters::GROUP, n, v));
+        let dhcp6 = self.dhcp6.iter().map(|(n, v)| (Dhcp6Counters::GROUP, n, v));
         ip.chain(icmp)
             .chain(udp)
             .chain(tcp)
@@ -161,6 +184,8 @@ impl Counters {
             .chain(icmp6)
             .chain(udp6)
             .chain(nd)
+            .chain(dhcp)
+            .chain(dhcp6)
     }
 
     /// Look one counter up by group and name (e.g. `("Ip", "ReasmOKs")`).

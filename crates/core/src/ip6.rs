@@ -123,7 +123,7 @@ impl Stack {
         if ip.dst.is_multicast() {
             c.InMcastPkts += 1;
         }
-        if !self.iface.accepts6(ip.dst) {
+        if !self.iface.accepts6(ip.dst) && !crate::addr_services::accepts6(&self.services, ip.dst) {
             // RFC 8200 / RFC 4291: not ours and we do not forward.
             c.InAddrErrors += 1;
             return;
@@ -265,6 +265,12 @@ impl Stack {
             // No Next Header (59): nothing to deliver.
             IpProtocol::IPV6_NO_NEXT => {}
             IpProtocol::Tcp => {
+                // TCP is unicast only (Linux `tcp_v6_rcv` drops what is not
+                // PACKET_HOST): no answer, no RST from a group address.
+                if ip.dst.is_multicast() {
+                    self.counters.ip6.InAddrErrors += 1;
+                    return;
+                }
                 self.counters.ip6.InDelivers += 1;
                 self.receive_tcp6(now, &ip, body, tx);
             }
@@ -355,8 +361,9 @@ impl Stack {
     ) {
         let c = &mut self.counters.icmp6;
         match nd {
-            NdiscRepr::RouterSolicit { .. } => {
+            NdiscRepr::RouterSolicit { options } => {
                 c.InRouterSolicits += 1;
+                self.receive_rs(now, ip, *options, tx);
                 return;
             }
             NdiscRepr::RouterAdvert { .. } => {
@@ -607,6 +614,9 @@ impl Stack {
             }
         };
         let from = SocketAddrV6::new(ip.src, repr.src_port, 0, 0);
+        if self.dhcp6_input(now, ip, repr.src_port, repr.dst_port, pkt.payload_ref(), tx) {
+            return;
+        }
         let data = pkt.payload_ref();
         // A USO super-datagram is delivered as the datagrams it stands for
         // (`size` bytes each, the last one perhaps shorter), as over IPv4.

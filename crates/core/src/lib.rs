@@ -16,13 +16,17 @@
 //! | `udp` | the UDP socket table |
 //! | `transparent` | transparent mode: the stack as the whole outside world for one guest |
 //! | `counters` | `/proc/net/snmp`-named counters |
+//! | `addr_services` | router advertisements (`router6`), DHCPv4 and DHCPv6 servers |
 #![forbid(unsafe_code)]
 
 pub mod tcp;
 pub mod time;
 
+mod addr_services;
 mod arp;
 pub mod counters;
+mod dhcp6_server;
+mod dhcp_server;
 mod error;
 mod frag;
 mod gro;
@@ -30,6 +34,7 @@ mod hash;
 mod iface;
 mod ip6;
 mod pmtu;
+mod router6;
 mod stack;
 mod tcp_api;
 mod tcp_table;
@@ -37,12 +42,16 @@ mod transparent;
 mod txown;
 mod udp;
 
+pub use addr_services::{AddrServicesError, AddressServices};
 pub use arp::ArpLimits;
 pub use counters::Counters;
+pub use dhcp6_server::Dhcpv6Config;
+pub use dhcp_server::Dhcpv4Config;
 pub use error::{BindError, ConnectError, IcmpError, UdpError};
 pub use frag::ReasmLimits;
 pub use iface::{link_local, LinkOffload};
 pub use ip6::{Ipv6AddrError, ALL_NODES, MAX_IPV6_ADDRESSES};
+pub use router6::{RouterConfig, ALL_ROUTERS};
 pub use stack::{Config, EchoReply, Limits, Stack};
 pub use tcp::{CcAlgorithm, TcpError};
 pub use tcp_api::SocketEvent;

@@ -145,6 +145,8 @@ pub struct Stack {
     pub(crate) txq: TxQueue,
     /// Transparent mode state (`None` = an ordinary host).
     pub(crate) transparent: Option<Box<Transparent>>,
+    /// Router advertisements and DHCP servers (`addr_services.rs`).
+    pub(crate) services: Option<Box<crate::addr_services::Services>>,
     arp_requests: Vec<ArpRequest>,
     nd_requests: Vec<ArpRequest<std::net::Ipv6Addr>>,
     reasm_expired: Vec<Expired>,
@@ -233,6 +235,7 @@ impl Stack {
             nd_requests: Vec::new(),
             reasm_expired: Vec::new(),
             transparent: None,
+            services: None,
             announce: true,
             started: now,
             last_now: now,
@@ -472,6 +475,12 @@ impl Stack {
         };
         let me = self.iface.addr();
         let ip_bcast = self.iface.is_broadcast(repr.dst);
+        // DHCP clients send from 0.0.0.0 (`dhcp_server.rs`).
+        if self.services.is_some() && self.dhcp4_input(now, &repr, pkt.payload_ref(), ip_bcast, tx)
+        {
+            return;
+        }
+        let ipc = &mut self.counters.ip;
         let any_dst = self.transparent.is_some() && crate::transparent::is_unicast(repr.dst);
         if repr.dst != me && !ip_bcast && !any_dst {
             // RFC 1122 3.3.4.2 / 3.2.1.3: not ours and we do not forward.
@@ -1109,6 +1118,7 @@ impl Stack {
         }
         self.reasm_expired = expired;
         self.transparent_poll(now);
+        self.services_poll(now, tx);
         self.poll_tcp(now, tx);
     }
 
@@ -1123,6 +1133,7 @@ impl Stack {
             self.reasm.poll_at(),
             self.tcp_poll_at(),
             self.transparent_poll_at(),
+            self.services_poll_at(),
         ]
         .into_iter()
         .flatten()

@@ -13,6 +13,10 @@
 //! without a transmit path (a UDP datagram or an echo request sent outside
 //! a poll, which otherwise wait in the stack's transmit queue for the next
 //! poll) join it at once too: the caller takes them when it next swaps.
+//! Code that transmits a frame must therefore go through `Iface::emit_*`
+//! (`emit_scratch`, `emit_copy`, `emit_vec`), never call `tx` itself: a
+//! frame handed to `tx` directly would reach the runtime's fallback batch,
+//! written after the frames handed out by ownership.
 
 use crate::iface::Iface;
 use crate::stack::Stack;

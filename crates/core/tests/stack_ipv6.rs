@@ -939,6 +939,31 @@ fn solicitation_learned_entries_are_stale_and_probed_when_used() {
     assert_eq!(s2.neighbour6(now2, PEER6), None);
 }
 
+#[test]
+fn solicitation_learned_entries_outlive_a_poll_until_gc_stale_time() {
+    // The peer resolves us (its NS teaches us its MAC, STALE), and its
+    // traffic follows a moment later: the entry must still be there, as
+    // Linux keeps an unused neighbour `gc_stale_time` (60 s) after its
+    // creation. It was collected at the first poll, so every new peer
+    // cost a resolution round trip. (A clock well past reachable_time:
+    // near its origin the backdated confirmation hid the bug.)
+    let now = Instant::from_secs(1000);
+    let mut s = Stack::new(config(B_MAC, B_IP, 2), now);
+    s.add_ipv6_address(cidr(B6)).unwrap();
+    s.poll(now, &mut |_| {});
+    introduce_peer(&mut s, now);
+    let t = now + Duration::from_secs(1);
+    let mut out = Vec::new();
+    s.poll(t, &mut |x| out.push(x.to_vec()));
+    assert!(sent(&out).is_empty());
+    assert_eq!(s.neighbour6(t, PEER6), Some(PEER_MAC));
+    // Unused for longer than gc_stale_time: collected.
+    let late = now + Duration::from_secs(61);
+    let mut out = Vec::new();
+    s.poll(late, &mut |x| out.push(x.to_vec()));
+    assert_eq!(s.neighbour6(late, PEER6), None);
+}
+
 /// A SYN (or, with `ack`, a bare ACK) from the peer to B6:80.
 fn syn_bytes(ack: Option<u32>) -> Vec<u8> {
     let seg = TcpRepr {
@@ -954,6 +979,43 @@ fn syn_bytes(ack: Option<u32>) -> Vec<u8> {
     let mut b = vec![0u8; seg.buffer_len()];
     seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), PEER6, B6, true);
     b
+}
+
+#[test]
+fn tcp_to_a_multicast_group_is_dropped_without_an_answer() {
+    // Found by stack_receive's IPv6 operations: a SYN to our solicited-node
+    // group was answered with a RST (or, to a listener's port, a SYN|ACK)
+    // whose source was the group address.
+    let (mut s, now) = stack_b();
+    introduce_peer(&mut s, now);
+    let _l = s
+        .tcp_listen6(
+            std::net::SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 80, 0, 0),
+            4,
+        )
+        .unwrap();
+    let group = solicited_node(B6);
+    for dst in [group, "ff02::1".parse().unwrap()] {
+        let seg = TcpRepr {
+            src_port: 40000,
+            dst_port: 80,
+            seq: SeqNum(1000),
+            syn: true,
+            window: 65535,
+            ..TcpRepr::default()
+        };
+        let mut b = vec![0u8; seg.buffer_len()];
+        seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), PEER6, dst, true);
+        let o = dst.octets();
+        let mac = MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]]);
+        let f = frame6(mac, PEER6, dst, IpProtocol::Tcp, 64, &b);
+        assert!(
+            receive(&mut s, now, &f).is_empty(),
+            "answered a SYN to {dst}"
+        );
+    }
+    assert_eq!(c(&s, "Ip6", "InAddrErrors"), 2);
+    assert_eq!(c(&s, "Tcp", "OutRsts"), 0);
 }
 
 #[test]

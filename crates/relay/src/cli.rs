@@ -128,6 +128,19 @@ pub struct RelayArgs {
     /// default; the environment variable USTACK_GRO=off does the same).
     #[arg(long)]
     pub no_gro: bool,
+    /// Send no IPv6 router advertisements (by default the guest gets a
+    /// fd00::/64 address by SLAAC, a default route and the DNS server
+    /// fd00::3 from them).
+    #[arg(long)]
+    pub no_ra: bool,
+    /// Run no DHCPv4 server (by default a guest's DHCP client gets the
+    /// --addr address, the --gateway and the --dns server).
+    #[arg(long)]
+    pub no_dhcp: bool,
+    /// Run no DHCPv6 server (by default it gives fd00::100 and the DNS
+    /// server fd00::3 to guests that ask).
+    #[arg(long)]
+    pub no_dhcpv6: bool,
     /// Capture the guest side to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -249,6 +262,14 @@ pub fn guest_config(args: &RelayArgs, mtu: usize) -> CoreGuestConfig {
     cfg.tcp.snd_buf = args.flow_buffer_max.max(cfg.tcp.snd_buf_initial);
     cfg.tcp.rcv_buf = args.flow_buffer.max(1);
     cfg.gro = !args.no_gro && !gro_off_by_env();
+    let on = crate::addr_services::ServiceSwitches {
+        ra: !args.no_ra,
+        dhcpv4: !args.no_dhcp,
+        dhcpv6: !args.no_dhcpv6,
+    };
+    let (a, gw) = (args.addr, args.gateway);
+    cfg.services =
+        crate::addr_services::guest_services(on, a.addr, gw, a.prefix_len, args.dns, mtu);
     // Room for every flow plus connections still closing (TIME-WAIT).
     cfg.limits.max_tcp_sockets = cfg
         .limits

@@ -64,6 +64,9 @@ pub struct CoreGuestConfig {
     /// Coalesce the guest's TCP segments before TCP input (software GRO,
     /// `Stack::set_gro`); on by default.
     pub gro: bool,
+    /// Router advertisements and DHCP servers for the guest (none by
+    /// default; `cli::guest_config` turns them on, see `addr_services`).
+    pub services: ustack_core::AddressServices,
 }
 
 impl CoreGuestConfig {
@@ -92,6 +95,7 @@ impl CoreGuestConfig {
                 ..TransparentConfig::default()
             },
             gro: true,
+            services: ustack_core::AddressServices::default(),
         }
     }
 }
@@ -163,6 +167,9 @@ impl CoreGuest {
             .udp_bind_any()
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
         stack.set_gro(cfg.gro);
+        stack
+            .set_address_services(CoreInstant::from_micros(CORE_EPOCH_MICROS), cfg.services)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let off = dev.offloads();
         stack.set_link_offload(LinkOffload {
             vnet_hdr: off.vnet_hdr,

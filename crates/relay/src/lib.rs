@@ -14,6 +14,7 @@
 //! * Port forwards in (`-p [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]`).
 //! * [`Limits`] with counters in [`Stats`].
 
+pub mod addr_services;
 pub mod bench;
 pub mod cli;
 pub mod control;
