@@ -273,7 +273,7 @@ fn check_vnet(f: &[u8], mtu: usize) -> Emitted {
             let tcp = if v6 {
                 frame
                     .get(ETHERNET_HEADER_LEN..)
-                    .and_then(|ip| Ipv6Packet::new_checked(ip).ok())
+                    .and_then(|ip| ustack_wire::ipv6::Ipv6Packet::new_checked(ip).ok())
                     .and_then(|ip| ip.into_inner().get(40..).map(|t| t.get(13).copied()))
                     .flatten()
             } else {
