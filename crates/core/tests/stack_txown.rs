@@ -152,3 +152,78 @@ fn arp_reply_from(ip: Ipv4Addr) -> Vec<u8> {
     .emit(&mut ArpPacket::new_unchecked(&mut f[VNET_HDR_LEN + 14..]));
     f
 }
+
+/// The same over IPv6: TCP/IPv6 GSO super-frames, a Neighbor
+/// Solicitation for a host not yet resolved (the datagram for it waits,
+/// then leaves with the advertisement's answer), and an echo request sent
+/// outside a poll.
+#[test]
+fn owned_frames_over_ipv6_are_the_callbacks_frames_in_order() {
+    use std::net::{Ipv6Addr, SocketAddrV6};
+    use ustack_wire::ipv6::Ipv6Cidr;
+    let a6 = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+    let b6 = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+    let mut n = Net::new();
+    for (s, a) in [(&mut n.a, a6), (&mut n.b, b6)] {
+        s.add_ipv6_address(Ipv6Cidr {
+            address: a,
+            prefix_len: 64,
+        })
+        .unwrap();
+        s.set_link_offload(FULL);
+    }
+    let l =
+        n.b.tcp_listen6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 80, 0, 0), 8)
+            .unwrap();
+    let c =
+        n.a.tcp_connect6(n.now, SocketAddrV6::new(b6, 80, 0, 0), None)
+            .unwrap();
+    let mut server = None;
+    assert!(n.run_until(Duration::from_secs(5), |n| {
+        if server.is_none() {
+            server = n.b.tcp_accept(l).unwrap();
+        }
+        server.is_some() && n.a.tcp_status(c).unwrap().state == State::Established
+    }));
+    let u =
+        n.a.udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 5000, 0, 0))
+            .unwrap();
+    let mut cb = n.a.clone();
+    let mut own = n.a.clone();
+    own.set_tx_owned(true);
+    let mut frames = TxFrames::new();
+    let now = n.now;
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let unknown = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x77);
+    let rounds: Vec<Box<Op>> = vec![
+        Box::new(|s, tx| {
+            assert!(s.tcp_send(c, &data).unwrap() > 100_000);
+            s.poll(now, tx);
+        }),
+        Box::new(|s, tx| {
+            s.udp6_send_to(now, u, b"hello", SocketAddrV6::new(unknown, 9, 0, 0))
+                .unwrap();
+            s.poll(now, tx);
+        }),
+        Box::new(|s, tx| {
+            s.icmp_echo_send(now, B_IP, 7, 1, b"ping").unwrap();
+            s.poll(now, tx);
+        }),
+        Box::new(|s, tx| s.poll(now + Duration::from_millis(300), tx)),
+    ];
+    let mut gso6 = 0;
+    for (i, op) in rounds.iter().enumerate() {
+        let want = by_callback(&mut cb, op.as_ref());
+        let got = by_ownership(&mut own, &mut frames, op.as_ref());
+        assert!(got == want, "round {i}: the frames differ");
+        gso6 += got
+            .iter()
+            .filter(|f| f.get(1).is_some_and(|t| t & 0x7f == 4))
+            .count();
+    }
+    assert!(gso6 > 0, "no TCPV6 GSO frame");
+    assert_eq!(
+        counter(&own, "Link", "OutFrames"),
+        counter(&cb, "Link", "OutFrames")
+    );
+}
