@@ -531,6 +531,11 @@ impl Harness {
                     mem_limit: 8192,
                     ..ReasmLimits::default()
                 },
+                reasm6: ReasmLimits {
+                    max_frags_per_datagram: 4,
+                    mem_limit: 8192,
+                    ..ReasmLimits::ipv6()
+                },
                 max_udp_sockets: 4,
                 udp_rcvbuf: 2048,
                 udp_rcv_datagrams: 2,
@@ -1866,6 +1871,13 @@ impl Harness {
             self.stack.reassembly_memory(),
             self.limits.reasm.mem_limit
         );
+        assert!(
+            self.stack.reassembly_memory6() <= self.limits.reasm6.mem_limit,
+            "IPv6 reassembly memory {} > limit {}",
+            self.stack.reassembly_memory6(),
+            self.limits.reasm6.mem_limit
+        );
+        assert!(self.stack.reassembly_datagrams6() <= self.limits.reasm6.max_datagrams);
         let _ = self.stack.counters().iter().count();
         // Every frame counted once, whether it was coalesced or not.
         assert_eq!(

@@ -240,10 +240,15 @@ fn ext_options(inp: &mut Input) -> Vec<u8> {
 }
 
 impl Harness {
-    /// The IPv6 part of the scripted setup: the static address, a listener
+    /// The IPv6 part of the scripted setup: host mode, the static address, a listener
     /// and a UDP socket, the peer's Neighbor Solicitation (which teaches our
     /// cache its MAC) and one connection with every TCP option.
     pub(super) fn setup_ipv6(&mut self) {
+        // As a host (Linux's defaults): duplicate address detection, MLD
+        // reports, router solicitations, and router advertisements acted on
+        // (default routers, on-link prefixes, MTU, SLAAC).
+        self.stack
+            .set_ipv6_host(self.now, ustack_core::Ipv6HostConfig::host());
         self.stack
             .add_ipv6_address(ustack_wire::ipv6::Ipv6Cidr::new(OUR_IP6, 64).expect("setup: prefix"))
             .expect("setup: IPv6 address");
@@ -796,9 +801,25 @@ pub fn check6(b: &[u8]) -> Emitted {
         );
     }
     if next == IpProtocol::IPV6_FRAG {
-        // Our fragments: the header is whole; pieces are not parsed.
-        assert!(payload.len() >= 8, "emitted fragment header cut short");
+        // A fragment of a packet larger than the MTU (an echo reply to a
+        // reassembled request, a large UDP datagram): a Fragment header for
+        // an upper layer we send, data in 8-byte units.
         assert!(!unspec, "emitted fragment from ::");
+        let fh = ustack_wire::ipv6ext::Ipv6FragmentRepr::parse(payload)
+            .expect("emitted IPv6 fragment: header");
+        assert!(
+            matches!(
+                fh.next_header,
+                IpProtocol::ICMPV6 | IpProtocol::Udp | IpProtocol::Tcp
+            ),
+            "emitted fragment of {:?}",
+            fh.next_header
+        );
+        assert!(
+            !fh.more_frags || (payload.len() - 8).is_multiple_of(8),
+            "emitted fragment of {} bytes with M set",
+            payload.len() - 8
+        );
         return Emitted::Other;
     }
     match next {

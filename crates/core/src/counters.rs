@@ -55,6 +55,10 @@ counter_group!(
     InReceives, InHdrErrors, InTooBigErrors, InNoRoutes, InAddrErrors, InUnknownProtos,
     InTruncatedPkts, InDiscards, InDelivers, OutRequests, OutDiscards, OutNoRoutes,
     ReasmReqds, ReasmFails, InMcastPkts, OutMcastPkts,
+    ReasmTimeout, ReasmOKs, FragOKs, FragFails, FragCreates,
+    /// Extra: our addresses found in use by another node during duplicate
+    /// address detection (RFC 4862 5.4.5; not used).
+    DadDuplicates,
 });
 
 counter_group!(
@@ -65,7 +69,8 @@ counter_group!(
     InGroupMembQueries, InRouterSolicits, InRouterAdvertisements, InNeighborSolicits,
     InNeighborAdvertisements, InRedirects, InMLDv2Reports,
     OutDestUnreachs, OutParmProblems, OutEchos, OutEchoReplies, OutNeighborSolicits,
-    OutNeighborAdvertisements, OutRouterAdvertisements,
+    OutNeighborAdvertisements, OutRouterAdvertisements, OutTimeExcds, OutRouterSolicits,
+    OutMLDv2Reports,
     /// Extra: ICMPv6 errors not sent because the token bucket was empty.
     OutRateLimited,
 });

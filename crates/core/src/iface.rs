@@ -12,12 +12,14 @@ use ustack_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN};
 use ustack_wire::ipv6::{solicited_node, Ipv6Cidr, Ipv6Packet, Ipv6Repr, IPV6_HEADER_LEN};
+use ustack_wire::ipv6ext::{Ipv6FragmentRepr, FRAGMENT_HEADER_LEN};
 use ustack_wire::ndisc::{na_flags, NdiscOption, NdiscOptions, NdiscRepr};
 use ustack_wire::tcp::{TcpPacket, TcpRepr};
 use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 
 use crate::arp::{ArpCache, ArpRequest, Lookup};
 use crate::counters::{Counters, Icmp6Counters, IpCounters, LinkCounters};
+use crate::hash::KeyedState;
 use crate::pmtu::PmtuCache;
 use crate::time::Instant;
 use crate::txown::TxOwned;
@@ -201,6 +203,17 @@ pub(crate) struct Iface {
     pub nd: ArpCache<Ipv6Addr>,
     /// Path MTUs learned per destination (`pmtu.rs`).
     pub pmtu: PmtuCache,
+    /// Our IPv6 addresses still under duplicate address detection
+    /// (`ip6_host.rs`): not used, only their solicited-node groups heard.
+    pub tentative6: Vec<Ipv6Cidr>,
+    /// Default routers from Router Advertisements, with the end of their
+    /// lifetime (`ip6_host.rs`, RFC 4861 6.3.4); the first is used.
+    pub routers6: Vec<(Ipv6Addr, Instant)>,
+    /// On-link prefixes from Router Advertisements and when they expire
+    /// (`None` = infinite).
+    pub onlink6: Vec<(Ipv6Cidr, Option<Instant>)>,
+    /// The link MTU a Router Advertisement set for IPv6 (RFC 4861 4.6.4).
+    pub ra_mtu6: Option<usize>,
     /// Transparent mode (see `transparent.rs`): every unicast destination
     /// is on-link.
     pub transparent: bool,
@@ -213,6 +226,11 @@ pub(crate) struct Iface {
     pub(crate) offload: LinkOffload,
     /// Frames handed out by ownership (`txown.rs`), when on.
     pub(crate) tx_owned: TxOwned,
+    /// Keys the IPv6 Fragment Identification (RFC 7739: unpredictable);
+    /// set from the stack's secret.
+    pub(crate) frag6_key: KeyedState,
+    /// Datagrams fragmented so far (hashed with the addresses).
+    frag6_seq: u64,
 }
 
 impl Iface {
@@ -239,12 +257,18 @@ impl Iface {
             addrs6: vec![link_local(mac)],
             nd,
             pmtu,
+            tentative6: Vec::new(),
+            routers6: Vec::new(),
+            onlink6: Vec::new(),
+            ra_mtu6: None,
             transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             frame_len: 0,
             ident,
             offload: LinkOffload::default(),
             tx_owned: TxOwned::default(),
+            frag6_key: KeyedState::new(&[0; 16], 0),
+            frag6_seq: 0,
         }
     }
 
@@ -804,6 +828,10 @@ impl Iface {
         if a.is_multicast() {
             a == Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1)
                 || self.addrs6.iter().any(|c| solicited_node(c.address) == a)
+                || self
+                    .tentative6
+                    .iter()
+                    .any(|c| solicited_node(c.address) == a)
         } else {
             self.has_addr6(a)
         }
@@ -831,8 +859,9 @@ impl Iface {
     }
 
     /// Where a packet to `dst` goes on the link: on-link prefixes (the
-    /// link-local one included) and multicast only; there is no IPv6
-    /// default router yet.
+    /// link-local one, our addresses' and those Router Advertisements
+    /// announce) and multicast directly, the rest through the default
+    /// router if Router Advertisements gave one (RFC 4861 5.2).
     pub(crate) fn route6(&self, dst: Ipv6Addr) -> Option<NextHop6> {
         if dst.is_unspecified() || dst.is_loopback() || self.has_addr6(dst) {
             return None;
@@ -843,11 +872,27 @@ impl Iface {
         if is_link_local6(dst) || self.addrs6.iter().any(|c| c.contains(dst)) {
             return Some(NextHop6::Neighbour(dst));
         }
-        None
+        if self.onlink6.iter().any(|(p, _)| p.contains(dst)) {
+            return Some(NextHop6::Neighbour(dst));
+        }
+        self.routers6.first().map(|&(r, _)| NextHop6::Neighbour(r))
     }
 
-    /// Send one IPv6 packet carrying `payload` (no fragmentation: larger
-    /// than the MTU is `TooLarge`).
+    /// The MTU of the path to `dst`: the link's, or less if a Packet Too
+    /// Big taught it (RFC 8201; never below 1280).
+    pub(crate) fn path_mtu6(&self, now: Instant, dst: Ipv6Addr) -> usize {
+        let link = self.ra_mtu6.map_or(self.mtu, |m| m.min(self.mtu));
+        match self.pmtu.get(now, dst) {
+            Some(m) => m.min(link),
+            None => link,
+        }
+    }
+
+    /// Send one IPv6 packet carrying `payload`; larger than the path MTU
+    /// it goes in fragments (RFC 8200 4.5: the source fragments, with a
+    /// Fragment header after the fixed header since the engine adds no
+    /// other extension header to a packet it may fragment). More than
+    /// 65535 bytes is `TooLarge`.
     pub(crate) fn send_ip6(
         &mut self,
         now: Instant,
@@ -862,16 +907,86 @@ impl Iface {
             ip6.OutNoRoutes += 1;
             return Err(TxError::NoRoute);
         };
-        if IPV6_HEADER_LEN + payload.len() > self.mtu {
+        if payload.len() > usize::from(u16::MAX) {
             ip6.OutDiscards += 1;
+            ip6.FragFails += 1;
             return Err(TxError::TooLarge);
         }
         if out.dst.is_multicast() {
             ip6.OutMcastPkts += 1;
         }
-        self.emit_ip6(&out, payload);
-        self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
+        let mtu = self.path_mtu6(now, out.dst);
+        if IPV6_HEADER_LEN + payload.len() <= mtu {
+            self.emit_ip6(&out, payload);
+            self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
+            return Ok(());
+        }
+        // Each fragment but the last carries a multiple of 8 octets
+        // (RFC 8200 4.5); the MTU is at least 1280, so there is room.
+        let per = mtu.saturating_sub(IPV6_HEADER_LEN + FRAGMENT_HEADER_LEN) & !7;
+        if per == 0 {
+            c.ip6.OutDiscards += 1;
+            c.ip6.FragFails += 1;
+            return Err(TxError::TooLarge);
+        }
+        let ident = self.frag6_ident(out.src, out.dst);
+        let frag_out = Ip6Out {
+            next_header: IpProtocol::IPV6_FRAG,
+            ..out
+        };
+        let mut offset = 0usize;
+        for chunk in payload.chunks(per) {
+            let more = offset + chunk.len() < payload.len();
+            let fh = Ipv6FragmentRepr {
+                next_header: out.next_header,
+                frag_offset: u16::try_from(offset).unwrap_or(0),
+                more_frags: more,
+                ident,
+            };
+            self.emit_ip6_with(&frag_out, FRAGMENT_HEADER_LEN + chunk.len(), |b| {
+                let (h, d) = b.split_at_mut(FRAGMENT_HEADER_LEN);
+                let _ = fh.emit(h);
+                d.copy_from_slice(chunk);
+            });
+            self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
+            c.ip6.FragCreates += 1;
+            offset += chunk.len();
+        }
+        c.ip6.FragOKs += 1;
         Ok(())
+    }
+
+    /// RFC 7739 5: an unpredictable Fragment Identification (a keyed hash
+    /// of the addresses and a counter, as RFC 7739 5.3 describes).
+    fn frag6_ident(&mut self, src: Ipv6Addr, dst: Ipv6Addr) -> u32 {
+        use std::hash::{BuildHasher, Hasher};
+        self.frag6_seq = self.frag6_seq.wrapping_add(1);
+        let mut h = self.frag6_key.build_hasher();
+        h.write(&src.octets());
+        h.write(&dst.octets());
+        h.write_u64(self.frag6_seq);
+        h.finish() as u32
+    }
+
+    /// [`Iface::emit_ip6`] with the payload written by `fill`.
+    fn emit_ip6_with(&mut self, out: &Ip6Out, len: usize, fill: impl FnOnce(&mut [u8])) {
+        self.start_frame_overwritten(IPV6_HEADER_LEN + len);
+        EthernetFrame::new_unchecked(self.eth_mut()).set_ethertype(EtherType::Ipv6);
+        let repr = Ipv6Repr {
+            src: out.src,
+            dst: out.dst,
+            next_header: out.next_header,
+            payload_len: len,
+            hop_limit: out.hop_limit,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let ip_buf = self.ip_buf();
+        let (hdr, body) = ip_buf.split_at_mut(IPV6_HEADER_LEN);
+        repr.emit(&mut Ipv6Packet::new_unchecked(&mut hdr[..]));
+        if let Some(b) = body.get_mut(..len) {
+            fill(b);
+        }
     }
 
     fn emit_ip6(&mut self, out: &Ip6Out, payload: &[u8]) {
@@ -1009,7 +1124,7 @@ impl Iface {
 
     /// Emit a Neighbor Discovery message (hop limit 255, RFC 4861 7.1)
     /// straight to `mac`: ND never waits for ND.
-    fn send_nd(
+    pub(crate) fn send_nd(
         &mut self,
         src: Ipv6Addr,
         dst: Ipv6Addr,

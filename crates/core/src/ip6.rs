@@ -21,6 +21,7 @@ use ustack_wire::Error as WireError;
 
 use crate::error::{BindError, UdpError};
 use crate::iface::{ipv6_multicast_mac, Ip6Out, TxError, DEFAULT_HOP_LIMIT};
+use crate::ip6_frag::Icmp6Report;
 use crate::stack::Stack;
 use crate::time::Instant;
 use crate::udp::{Deliver, UdpHandle, UdpStatus, UdpTable};
@@ -61,24 +62,31 @@ pub(crate) enum Icmp6Err {
     Unreachable(DstUnreachable),
     /// Parameter Problem with the offset of the offending octet.
     Param(ParamProblem, u32),
+    /// Time Exceeded, fragment reassembly time exceeded (code 1).
+    FragTimeExceeded,
 }
 
 impl Stack {
     /// Add a static IPv6 address (and its on-link prefix). The link-local
     /// address formed from the MAC (EUI-64) is always there. Static
     /// addresses are usable at once (no duplicate address detection, as
-    /// Linux's `nodad`).
+    /// Linux's `nodad`) unless [`Stack::set_ipv6_host`] turned DAD on:
+    /// then the address is tentative until detection ends.
     pub fn add_ipv6_address(&mut self, cidr: Ipv6Cidr) -> Result<(), Ipv6AddrError> {
         let a = cidr.address;
         let mapped = a.to_ipv4_mapped().is_some();
         if a.is_multicast() || a.is_unspecified() || a.is_loopback() || mapped {
             return Err(Ipv6AddrError::Invalid);
         }
-        if self.iface.has_addr6(a) {
+        if self.iface.has_addr6(a) || self.iface.tentative6.iter().any(|c| c.address == a) {
             return Err(Ipv6AddrError::Exists);
         }
-        if self.iface.addrs6.len() >= MAX_IPV6_ADDRESSES {
+        if self.iface.addrs6.len() + self.iface.tentative6.len() >= MAX_IPV6_ADDRESSES {
             return Err(Ipv6AddrError::Full);
+        }
+        if self.dad_enabled() {
+            self.start_dad(self.last_now, cidr);
+            return Ok(());
         }
         self.iface.addrs6.push(cidr);
         Ok(())
@@ -99,8 +107,20 @@ impl Stack {
     // ------------------------------------------------------------------
 
     pub(crate) fn receive_ipv6(&mut self, now: Instant, bytes: &[u8], tx: &mut dyn FnMut(&[u8])) {
+        self.counters.ip6.InReceives += 1;
+        self.input_ipv6(now, bytes, false, tx);
+    }
+
+    /// The receive path proper; `reassembled`: `bytes` is a datagram
+    /// rebuilt from fragments (`ip6_frag.rs`).
+    pub(crate) fn input_ipv6(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        reassembled: bool,
+        tx: &mut dyn FnMut(&[u8]),
+    ) {
         let c = &mut self.counters.ip6;
-        c.InReceives += 1;
         let pkt = match Ipv6Packet::new_checked(bytes) {
             Ok(p) => p,
             Err(_) => {
@@ -196,11 +216,15 @@ impl Stack {
                             return;
                         };
                         // RFC 6946: an atomic fragment is processed as a
-                        // whole packet. Reassembly of IPv6 fragments is not
-                        // built yet: real fragments are dropped, counted.
+                        // whole packet; others go to reassembly
+                        // (`ip6_frag.rs`), once: a fragment inside a
+                        // reassembled datagram is dropped.
                         if !f.is_atomic() {
-                            self.counters.ip6.ReasmReqds += 1;
-                            self.counters.ip6.ReasmFails += 1;
+                            if reassembled {
+                                self.counters.ip6.ReasmFails += 1;
+                                return;
+                            }
+                            self.receive_fragment6(now, &ip, packet, h.offset, f, tx);
                             return;
                         }
                     }
@@ -339,12 +363,35 @@ impl Stack {
                 }
             }
             Icmpv6Repr::EchoReply { .. } => c.InEchoReplies += 1,
-            Icmpv6Repr::DstUnreachable { .. } => c.InDestUnreachs += 1,
-            Icmpv6Repr::PacketTooBig { .. } => c.InPktTooBigs += 1,
-            Icmpv6Repr::TimeExceeded { .. } => c.InTimeExcds += 1,
-            Icmpv6Repr::ParamProblem { .. } => c.InParmProblems += 1,
-            Icmpv6Repr::Mld(_) => match pkt.msg_type() {
-                Icmpv6Message::MldQuery => c.InGroupMembQueries += 1,
+            Icmpv6Repr::DstUnreachable {
+                reason,
+                header,
+                data,
+            } => {
+                c.InDestUnreachs += 1;
+                let r = Icmp6Report::Unreachable(reason);
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::PacketTooBig { mtu, header, data } => {
+                c.InPktTooBigs += 1;
+                let r = Icmp6Report::PacketTooBig(mtu);
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::TimeExceeded { header, data, .. } => {
+                c.InTimeExcds += 1;
+                let r = Icmp6Report::TimeExceeded;
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::ParamProblem { header, data, .. } => {
+                c.InParmProblems += 1;
+                let r = Icmp6Report::ParamProblem;
+                self.icmp6_error_to_transport(now, r, &header, data);
+            }
+            Icmpv6Repr::Mld(m) => match pkt.msg_type() {
+                Icmpv6Message::MldQuery => {
+                    c.InGroupMembQueries += 1;
+                    self.receive_mld(now, ip, &m);
+                }
                 _ => c.InMLDv2Reports += 1,
             },
             Icmpv6Repr::Ndisc(nd) => self.receive_ndisc(now, ip, packet, &nd, tx),
@@ -368,6 +415,7 @@ impl Stack {
             }
             NdiscRepr::RouterAdvert { .. } => {
                 c.InRouterAdvertisements += 1;
+                self.receive_ra(now, ip, nd);
                 return;
             }
             NdiscRepr::Redirect { .. } => {
@@ -410,6 +458,11 @@ impl Stack {
                     },
                     None => None,
                 };
+                // A tentative address of ours (RFC 4862 5.4.3).
+                if self.dad_ns(ip, target) {
+                    return;
+                }
+                let ndc = &mut self.counters.nd;
                 if !self.iface.has_addr6(target) {
                     // Not one of ours: nothing to answer (we proxy nothing).
                     return;
@@ -468,6 +521,10 @@ impl Stack {
                     ndc.ArpInvalid += 1;
                     return;
                 }
+                if self.dad_na(target) {
+                    return;
+                }
+                let ndc = &mut self.counters.nd;
                 if self.iface.has_addr6(target) {
                     // Someone else advertises our address.
                     ndc.ArpConflicts += 1;
@@ -711,8 +768,8 @@ impl Stack {
                 }
             }
         }
-        // RFC 4443 2.4 (f): rate-limited (shared with ICMPv4's bucket).
-        if !self.icmp_bucket.take(now) {
+        // RFC 4443 2.4 (f): rate-limited (a bucket apart from ICMPv4's).
+        if !self.icmp6_bucket.take(now) {
             self.counters.icmp6.OutRateLimited += 1;
             return;
         }
@@ -733,6 +790,11 @@ impl Stack {
                 header: *ip,
                 data,
             },
+            Icmp6Err::FragTimeExceeded => Icmpv6Repr::TimeExceeded {
+                reason: ustack_wire::icmpv6::TimeExceeded::FragReassemblyExceeded,
+                header: *ip,
+                data,
+            },
         };
         let src = if ip.dst.is_multicast() {
             self.iface.source6(ip.src)
@@ -743,6 +805,7 @@ impl Stack {
             match err {
                 Icmp6Err::Unreachable(_) => self.counters.icmp6.OutDestUnreachs += 1,
                 Icmp6Err::Param(..) => self.counters.icmp6.OutParmProblems += 1,
+                Icmp6Err::FragTimeExceeded => self.counters.icmp6.OutTimeExcds += 1,
             }
         }
     }
@@ -784,9 +847,9 @@ impl Stack {
     }
 
     /// Send one datagram to `remote` (the IPv6 pseudo-header checksum is
-    /// always filled, RFC 8200 8.1). Larger than the link MTU is
-    /// `TooLarge` (no IPv6 fragmentation yet). The frame goes out on the
-    /// next `poll`.
+    /// always filled, RFC 8200 8.1). Larger than the path MTU it goes in
+    /// fragments (`Iface::send_ip6`); more than 65535 bytes of UDP is
+    /// `TooLarge`. The frames go out on the next `poll`.
     pub fn udp6_send_to(
         &mut self,
         now: Instant,
@@ -800,10 +863,10 @@ impl Stack {
             return Err(UdpError::InvalidAddress);
         }
         let len = ustack_wire::udp::UDP_HEADER_LEN + data.len();
-        if IPV6_HEADER_LEN + len > self.iface.mtu {
+        if len > usize::from(u16::MAX) {
             return Err(UdpError::TooLarge);
         }
-        if !self.txq.has_room(len + IPV6_HEADER_LEN + 14) {
+        if !self.txq.has_room(self.frames_bytes6(now, dst, len)) {
             self.counters.udp6.SndbufErrors += 1;
             return Err(UdpError::Exhausted);
         }

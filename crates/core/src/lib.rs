@@ -11,7 +11,9 @@
 //! | `iface` | routing, IPv4 output and fragmentation, framing |
 //! | `pmtu` | the path MTU cache (RFC 1191) |
 //! | `arp` | the neighbour cache |
-//! | `frag` | IPv4 reassembly |
+//! | `frag` | IPv4 and IPv6 reassembly |
+//! | `ip6_host` | IPv6 host side: DAD, MLDv2 reports, router discovery, SLAAC |
+//! | `ip6` / `ip6_frag` | IPv6 input, NDP, ICMPv6, UDP6; IPv6 fragments and ICMPv6 errors to sockets |
 //! | `gro` | coalescing received TCP segments in a burst (software GRO) |
 //! | `udp` | the UDP socket table |
 //! | `transparent` | transparent mode: the stack as the whole outside world for one guest |
@@ -33,6 +35,8 @@ mod gro;
 mod hash;
 mod iface;
 mod ip6;
+mod ip6_frag;
+mod ip6_host;
 mod pmtu;
 mod router6;
 mod stack;
@@ -51,6 +55,7 @@ pub use error::{BindError, ConnectError, IcmpError, UdpError};
 pub use frag::ReasmLimits;
 pub use iface::{link_local, LinkOffload};
 pub use ip6::{Ipv6AddrError, ALL_NODES, MAX_IPV6_ADDRESSES};
+pub use ip6_host::Ipv6HostConfig;
 pub use router6::{RouterConfig, ALL_ROUTERS};
 pub use stack::{Config, EchoReply, Limits, Stack};
 pub use tcp::{CcAlgorithm, TcpError};

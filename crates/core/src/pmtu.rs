@@ -17,15 +17,24 @@
 //! the entry that expires first goes when it is full. Only reports a
 //! connection has validated (the quoted sequence number is in flight, RFC
 //! 5927 4.1) reach it.
+//!
+//! IPv6 destinations share the cache (RFC 8201, ICMPv6 Packet Too Big):
+//! "A node MUST NOT reduce its estimate of the Path MTU below the IPv6
+//! minimum link MTU" — a smaller report is taken as 1280 (as Linux's
+//! `rt6_do_update_pmtu`), never locked (IPv6 routers do not fragment and
+//! RFC 8021 deprecates atomic fragments).
 
 use std::collections::{HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use crate::hash::KeyedState;
 use crate::time::{Duration, Instant};
 
 /// Linux `ip_rt_min_pmtu`: 512 + 20 + 20 (MSS 512).
 pub(crate) const MIN_PMTU: usize = 552;
+
+/// RFC 8200 5: the IPv6 minimum link MTU.
+pub(crate) const IPV6_MIN_MTU: usize = 1280;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -37,11 +46,11 @@ struct Entry {
 
 #[derive(Clone)]
 pub(crate) struct PmtuCache {
-    map: HashMap<Ipv4Addr, Entry, KeyedState>,
+    map: HashMap<IpAddr, Entry, KeyedState>,
     /// `(until, dst)` in the order entries were (re)written; `until` only
     /// grows, so the front expires first. Stale pairs (the entry was
     /// rewritten or removed) are skipped.
-    order: VecDeque<(Instant, Ipv4Addr)>,
+    order: VecDeque<(Instant, IpAddr)>,
     max: usize,
     expires: Duration,
     /// Locked entries in the map (expired ones included): when zero,
@@ -60,24 +69,27 @@ impl PmtuCache {
         }
     }
 
-    fn live(&self, now: Instant, dst: Ipv4Addr) -> Option<Entry> {
+    fn live(&self, now: Instant, dst: IpAddr) -> Option<Entry> {
         self.map.get(&dst).copied().filter(|e| e.until > now)
     }
 
     /// The path MTU to `dst` if a report about it is still valid.
-    pub(crate) fn get(&self, now: Instant, dst: Ipv4Addr) -> Option<usize> {
-        self.live(now, dst).map(|e| e.mtu)
+    pub(crate) fn get(&self, now: Instant, dst: impl Into<IpAddr>) -> Option<usize> {
+        self.live(now, dst.into()).map(|e| e.mtu)
     }
 
     /// Whether datagrams to `dst` must go without DF (a path below 552).
     pub(crate) fn locked(&self, now: Instant, dst: Ipv4Addr) -> bool {
-        self.locked > 0 && self.live(now, dst).is_some_and(|e| e.locked)
+        self.locked > 0 && self.live(now, dst.into()).is_some_and(|e| e.locked)
     }
 
-    /// The MSS for a connection to `dst` on a link whose MSS is `link_mss`.
-    pub(crate) fn mss(&self, now: Instant, dst: Ipv4Addr, link_mss: u16) -> u16 {
+    /// The MSS for a connection to `dst` on a link whose MSS is `link_mss`
+    /// (the path MTU less 40 bytes of headers for IPv4, 60 for IPv6).
+    pub(crate) fn mss(&self, now: Instant, dst: impl Into<IpAddr>, link_mss: u16) -> u16 {
+        let dst = dst.into();
+        let hdrs = if dst.is_ipv6() { 60 } else { 40 };
         match self.get(now, dst) {
-            Some(mtu) => link_mss.min(u16::try_from(mtu.saturating_sub(40)).unwrap_or(u16::MAX)),
+            Some(mtu) => link_mss.min(u16::try_from(mtu.saturating_sub(hdrs)).unwrap_or(u16::MAX)),
             None => link_mss,
         }
     }
@@ -92,25 +104,29 @@ impl PmtuCache {
     /// `reported` bytes (0: unknown); `link_mtu` is our interface's.
     /// Linux `__ip_rt_update_pmtu`: a locked entry stays as it is; a
     /// report larger than what we use is ignored; one below 552 becomes
-    /// 552, locked. Returns the path MTU now in force.
+    /// 552, locked. For IPv6 (`reported` from a Packet Too Big, RFC 8201)
+    /// the floor is 1280, not locked. Returns the path MTU now in force.
     pub(crate) fn update(
         &mut self,
         now: Instant,
-        dst: Ipv4Addr,
-        reported: u16,
+        dst: impl Into<IpAddr>,
+        reported: u32,
         link_mtu: usize,
     ) -> usize {
+        let dst = dst.into();
         let old = self.live(now, dst);
         if let Some(e) = old.filter(|e| e.locked) {
             return e.mtu;
         }
         let current = old.map_or(link_mtu, |e| e.mtu);
-        let mut mtu = usize::from(reported);
+        let mut mtu = usize::try_from(reported).unwrap_or(usize::MAX);
         if current < mtu {
             return current;
         }
         let mut locked = false;
-        if mtu < MIN_PMTU {
+        if dst.is_ipv6() {
+            mtu = mtu.max(IPV6_MIN_MTU);
+        } else if mtu < MIN_PMTU {
             locked = true;
             mtu = current.min(MIN_PMTU);
         }
@@ -129,7 +145,7 @@ impl PmtuCache {
         mtu
     }
 
-    fn insert(&mut self, now: Instant, dst: Ipv4Addr, e: Entry) {
+    fn insert(&mut self, now: Instant, dst: IpAddr, e: Entry) {
         if self.max == 0 {
             return;
         }
@@ -163,7 +179,7 @@ impl PmtuCache {
         }
     }
 
-    fn remove(&mut self, dst: Ipv4Addr) {
+    fn remove(&mut self, dst: IpAddr) {
         if let Some(old) = self.map.remove(&dst) {
             if old.locked {
                 self.locked -= 1;
@@ -231,9 +247,24 @@ mod tests {
         // Rewriting one entry many times keeps the queue small.
         for k in 0..1000u64 {
             let t = Instant::from_secs(20 + k);
-            c.update(t, D, 1400 - (k % 100) as u16, 1500);
+            c.update(t, D, 1400 - (k % 100) as u32, 1500);
         }
         assert!(c.order.len() <= 2 * c.map.len() + 64);
         assert!(c.len() <= 4);
+    }
+
+    #[test]
+    fn ipv6_floor_is_1280_unlocked() {
+        let mut c = cache(16);
+        let t = Instant::from_secs(10);
+        let d6 = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+        assert_eq!(c.update(t, d6, 1400, 1500), 1400);
+        assert_eq!(c.mss(t, d6, 1440), 1340);
+        assert_eq!(c.update(t, d6, 600, 1500), 1280);
+        assert_eq!(c.get(t, d6), Some(1280));
+        assert_eq!(c.mss(t, d6, 1440), 1220);
+        // The same bits as an IPv4 destination are another entry.
+        assert_eq!(c.get(t, Ipv4Addr::new(32, 1, 13, 184)), None);
+        assert_eq!(c.locked, 0);
     }
 }

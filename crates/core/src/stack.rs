@@ -18,7 +18,7 @@ use ustack_wire::Error as WireError;
 use crate::arp::{ArpCache, ArpLimits, ArpRequest};
 use crate::counters::Counters;
 use crate::error::{IcmpError, UdpError};
-use crate::frag::{Expired, Reasm, ReasmLimits, Reassembler};
+use crate::frag::{Expired, Head6, Key6, Reasm, ReasmLimits, Reassembler};
 use crate::hash::{KeyedState, SplitMix};
 use crate::iface::{Iface, IpOut, LinkOffload, TokenBucket, TxError};
 use crate::pmtu::PmtuCache;
@@ -34,6 +34,9 @@ use crate::BindError;
 pub struct Limits {
     pub arp: ArpLimits,
     pub reasm: ReasmLimits,
+    /// IPv6 reassembly (its own table and memory, as Linux's
+    /// `ip6frag_*`; 60 s timeout, RFC 8200 4.5).
+    pub reasm6: ReasmLimits,
     /// Open UDP sockets.
     pub max_udp_sockets: usize,
     /// Per-socket UDP receive queue in payload bytes (Linux `rmem_default`).
@@ -68,6 +71,7 @@ impl Default for Limits {
         Limits {
             arp: ArpLimits::default(),
             reasm: ReasmLimits::default(),
+            reasm6: ReasmLimits::ipv6(),
             max_udp_sockets: 4096,
             udp_rcvbuf: 212_992,
             udp_rcv_datagrams: 1024,
@@ -133,7 +137,15 @@ pub struct Stack {
     pub(crate) counters: Counters,
     pub(crate) iface: Iface,
     pub(crate) icmp_bucket: TokenBucket,
+    /// ICMPv6 errors have their own bucket (Linux: `icmpv6_global_allow`
+    /// is apart from ICMPv4's), with the same rate and burst.
+    pub(crate) icmp6_bucket: TokenBucket,
     reasm: Reassembler,
+    /// IPv6 fragments being reassembled (`ip6.rs`).
+    pub(crate) reasm6: Reassembler<Key6, Head6>,
+    pub(crate) reasm6_expired: Vec<Head6>,
+    /// IPv6 host autoconfiguration (`ip6_host.rs`; off by default).
+    pub(crate) host6: crate::ip6_host::Host6,
     pub(crate) udp: UdpTable,
     /// UDP sockets over IPv6 (`ip6.rs`), a port space of their own.
     pub(crate) udp6: UdpTable<std::net::SocketAddrV6>,
@@ -188,7 +200,7 @@ impl Stack {
         let secret = config.secret;
         let mut rng = SplitMix::new(config.seed);
         let arp = ArpCache::new(config.limits.arp, KeyedState::new(&secret, 1));
-        let iface = Iface::new(
+        let mut iface = Iface::new(
             config.mac,
             config.addr,
             config.gateway,
@@ -202,10 +214,15 @@ impl Stack {
             ),
             rng.next_u64() as u16,
         );
+        iface.frag6_key = KeyedState::new(&secret, 0x62);
         let l = &config.limits;
         Stack {
             icmp_bucket: TokenBucket::new(l.icmp_error_rate, l.icmp_error_burst, now),
+            icmp6_bucket: TokenBucket::new(l.icmp_error_rate, l.icmp_error_burst, now),
             reasm: Reassembler::new(l.reasm, KeyedState::new(&secret, 2)),
+            reasm6: Reassembler::new(l.reasm6, KeyedState::new(&secret, 0x61)),
+            reasm6_expired: Vec::new(),
+            host6: Default::default(),
             udp: UdpTable::new(
                 l.max_udp_sockets,
                 l.udp_rcvbuf,
@@ -1117,6 +1134,8 @@ impl Stack {
             self.send_icmp_error(now, &e.header, d, IcmpErr::FragExpired, false, tx);
         }
         self.reasm_expired = expired;
+        self.poll_reasm6(now, tx);
+        self.poll_host6(now, tx);
         self.transparent_poll(now);
         self.services_poll(now, tx);
         self.poll_tcp(now, tx);
@@ -1131,6 +1150,8 @@ impl Stack {
             self.iface.arp.poll_at(),
             self.iface.nd.poll_at(),
             self.reasm.poll_at(),
+            self.reasm6_poll_at(),
+            self.host6_poll_at(),
             self.tcp_poll_at(),
             self.transparent_poll_at(),
             self.services_poll_at(),

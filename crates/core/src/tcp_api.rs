@@ -270,7 +270,7 @@ impl Stack {
             let link_mtu = self.iface.mtu;
             self.iface
                 .pmtu
-                .update(now, *remote.ip(), next_hop_mtu, link_mtu);
+                .update(now, *remote.ip(), u32::from(next_hop_mtu), link_mtu);
         }
     }
 
@@ -349,7 +349,12 @@ impl Stack {
         }
         let port = local.map_or(0, |l| l.port());
         self.last_now = self.last_now.max(now);
-        let route_mss = self.iface.route_mss().saturating_sub(20).max(64);
+        // The link's IPv6 MTU (a Router Advertisement may have lowered it)
+        // or the path's a Packet Too Big taught (RFC 8201), less 60.
+        let mtu = self.iface.path_mtu6(now, r);
+        let route_mss = u16::try_from(mtu.saturating_sub(60))
+            .unwrap_or(u16::MAX)
+            .max(64);
         let t = Tuple::V6(SocketAddrV6::new(src, port, 0, 0), remote);
         self.tcp.connect_any(now, t, route_mss)
     }

@@ -419,6 +419,9 @@ pub(crate) struct TcpTable {
     cfg: TcpConfig,
     /// The interface's MSS (a destination's may be lower, `PmtuCache`).
     route_mss: u16,
+    /// A lower MSS for IPv6 connections when a Router Advertisement gave
+    /// the link a smaller IPv6 MTU (`u16::MAX`: none).
+    route_mss6: u16,
     max_sockets: usize,
     max_syn_backlog: usize,
     secret: [u8; 16],
@@ -467,6 +470,7 @@ impl TcpTable {
             cookies: CookieJar::new(secret),
             cfg,
             route_mss,
+            route_mss6: u16::MAX,
             max_sockets,
             max_syn_backlog,
             secret,
@@ -631,7 +635,10 @@ impl TcpTable {
     fn route_mss_for(&self, now: Instant, t: &Tuple, pmtu: &PmtuCache) -> u16 {
         match t {
             Tuple::V4(_, r) => pmtu.mss(now, *r.ip(), self.route_mss),
-            Tuple::V6(..) => self.route_mss.saturating_sub(20).max(64),
+            Tuple::V6(_, r) => {
+                let link = self.route_mss.saturating_sub(20).min(self.route_mss6);
+                pmtu.mss(now, *r.ip(), link.max(64))
+            }
         }
     }
 
@@ -1251,6 +1258,48 @@ impl TcpTable {
         f: impl FnOnce(&mut Connection),
     ) {
         let Some(&idx) = self.conns.get(&(local, remote)) else {
+            return;
+        };
+        let idx = idx as usize;
+        if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
+            f(&mut c.conn);
+        }
+        self.touched(idx);
+    }
+
+    /// The IPv6 link MTU a Router Advertisement set: new IPv6 connections
+    /// take an MSS within it.
+    pub(crate) fn set_route_mss6(&mut self, mss: u16) {
+        self.route_mss6 = mss;
+    }
+
+    /// Every IPv6 connection to `remote` learns that the path carries
+    /// `mtu4` bytes (IPv4 terms: the connection counts 40 bytes of
+    /// headers); those whose segments no longer fit send again.
+    pub(crate) fn mtu_reduced6(&mut self, remote: std::net::Ipv6Addr, mtu4: u16) {
+        let idxs: Vec<u32> = self
+            .conns6
+            .iter()
+            .filter(|((_, r), _)| *r.ip() == remote)
+            .map(|(_, &i)| i)
+            .collect();
+        for idx in idxs {
+            let idx = idx as usize;
+            if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
+                c.conn.path_mtu_reduced(mtu4);
+            }
+            self.touched(idx);
+        }
+    }
+
+    /// [`TcpTable::icmp`] for an IPv6 connection.
+    pub(crate) fn icmp6(
+        &mut self,
+        local: SocketAddrV6,
+        remote: SocketAddrV6,
+        f: impl FnOnce(&mut Connection),
+    ) {
+        let Some(&idx) = self.conns6.get(&(local, remote)) else {
             return;
         };
         let idx = idx as usize;

@@ -380,3 +380,152 @@ fn the_kernel_and_ustack_carry_10_mb_each_way_over_tcp6() {
     assert_eq!(c.tcp.PassiveOpens, 1);
     net.shutdown();
 }
+
+/// Fragments both ways with the kernel: `ping -6 -s 8000` (8008-byte echo
+/// requests the kernel fragments, ustack reassembles; replies ustack
+/// fragments, the kernel reassembles and checks byte by byte), and UDP
+/// datagrams of 8000 and 60000 bytes each way, byte-exact.
+#[test]
+fn the_kernel_and_ustack_fragment_and_reassemble_ipv6_both_ways() {
+    let (ns, net) = start6("v6frag");
+    let out = ns.exec(&[
+        "ping",
+        "-6",
+        "-n",
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "5",
+        "-s",
+        "8000",
+        &USTACK6.to_string(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ping -s 8000 failed:\n{text}");
+    assert!(
+        text.contains("3 packets transmitted, 3 received"),
+        "ping -s 8000:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("8008 bytes from {USTACK6}")),
+        "reply size:\n{text}"
+    );
+    // ping compares every byte of the reply with what it sent.
+    assert!(!text.contains("wrong data"), "ping -s 8000:\n{text}");
+    let c = net.counters();
+    assert_eq!(c.icmp6.OutEchoReplies, 3);
+    assert!(c.ip6.ReasmOKs >= 3, "{:?}", c.ip6);
+    assert_eq!(c.ip6.FragOKs, 3, "{:?}", c.ip6);
+    assert_eq!(c.ip6.FragCreates, 18, "8008 bytes in six pieces each");
+    assert_eq!(c.ip6.ReasmFails, 0);
+
+    let ustack_sock = UdpSocket::bind(&net, "[::]:7300").expect("ustack udp6 bind");
+    ustack_sock
+        .set_read_timeout(Some(common::PATIENCE))
+        .expect("timeout");
+    let kernel_sock = ns
+        .run(|| std::net::UdpSocket::bind(SocketAddrV6::new(KERNEL6, 7301, 0, 0)))
+        .join()
+        .expect("bind thread")
+        .expect("kernel udp bind");
+    kernel_sock
+        .set_read_timeout(Some(common::PATIENCE))
+        .expect("timeout");
+    for (i, len) in [8000usize, 60_000].into_iter().enumerate() {
+        let to_ustack = pattern(len, 7 + i as u8);
+        kernel_sock
+            .send_to(&to_ustack, SocketAddrV6::new(USTACK6, 7300, 0, 0))
+            .expect("kernel send");
+        let mut buf = vec![0u8; 65536];
+        let (n, from) = ustack_sock.recv_from(&mut buf).expect("ustack recv");
+        assert_eq!(&buf[..n], &to_ustack[..], "kernel -> ustack, {len} bytes");
+        let to_kernel = pattern(len, 77 + i as u8);
+        assert_eq!(ustack_sock.send_to(&to_kernel, from).expect("send"), len);
+        let (n, _) = kernel_sock.recv_from(&mut buf).expect("kernel recv");
+        assert_eq!(&buf[..n], &to_kernel[..], "ustack -> kernel, {len} bytes");
+    }
+    net.shutdown();
+}
+
+/// Duplicate address detection against the kernel, both ways: the kernel
+/// trying to take ustack's address gets ustack's advertisement and marks
+/// it `dadfailed`; ustack, with DAD on, trying to take the kernel's
+/// address gets the kernel's advertisement and refuses it, while its
+/// other addresses pass detection and are used.
+#[test]
+fn ustack_and_the_kernel_detect_duplicate_addresses_both_ways() {
+    let ns = NetNs::new("v6dad");
+    let (tap, tap_name) = tap_in(&ns);
+    let mut cfg = common::config(Ipv4Addr::new(10, 216, 0, 2), 0x0d);
+    cfg.mtu = 1500;
+    let net = Net::start(cfg, Box::new(tap), common::opts("ustack-dad6")).expect("start");
+    net.with_stack(|s| {
+        s.add_ipv6_address(Ipv6Cidr {
+            address: USTACK6,
+            prefix_len: 64,
+        })
+    })
+    .expect("add address");
+    let wait = |what: &str, cond: &dyn Fn() -> bool| {
+        for _ in 0..200 {
+            if cond() {
+                return;
+            }
+            thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}");
+    };
+    // The kernel claims USTACK6 (with DAD): ustack defends it.
+    ip(&[
+        "-n",
+        &ns.name,
+        "addr",
+        "add",
+        &format!("{USTACK6}/64"),
+        "dev",
+        &tap_name,
+    ]);
+    wait("the kernel's dadfailed", &|| {
+        let out = run(
+            "ip",
+            &["-n", &ns.name, "-6", "addr", "show", "dev", &tap_name],
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.contains(&USTACK6.to_string()) && l.contains("dadfailed"))
+    });
+    assert!(net.counters().link.InFrames > 0);
+    // ustack turns DAD on (its addresses go tentative again) and claims
+    // the kernel's KERNEL6 as well.
+    let now = net.now();
+    net.with_stack(|s| {
+        s.set_ipv6_host(
+            now,
+            ustack_net::core::Ipv6HostConfig {
+                dad_transmits: 1,
+                ..Default::default()
+            },
+        );
+        s.add_ipv6_address(Ipv6Cidr {
+            address: KERNEL6,
+            prefix_len: 64,
+        })
+    })
+    .expect("add KERNEL6");
+    wait("ustack's DAD", &|| {
+        net.with_stack(|s| s.ipv6_tentative_addresses().is_empty())
+    });
+    let (dups, addrs) = net.with_stack(|s| {
+        let a: Vec<Ipv6Addr> = s.ipv6_addresses().iter().map(|c| c.address).collect();
+        (s.ipv6_duplicate_addresses().to_vec(), a)
+    });
+    assert_eq!(dups, vec![KERNEL6]);
+    assert!(addrs.contains(&USTACK6), "{addrs:?}");
+    assert!(!addrs.contains(&KERNEL6), "{addrs:?}");
+    let c = net.counters();
+    assert_eq!(c.ip6.DadDuplicates, 1);
+    assert!(c.icmp6.OutMLDv2Reports >= 1);
+    net.shutdown();
+}

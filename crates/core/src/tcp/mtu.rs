@@ -122,6 +122,14 @@ impl Mtup {
 }
 
 impl Connection {
+    /// The path of this connection was found to carry `mtu` bytes (in
+    /// IPv4 terms, headers of 40) by a report another connection to the
+    /// same destination validated: as Linux, whose sockets all read the
+    /// route's lowered MTU (`dst_mtu` in `tcp_current_mss`).
+    pub(crate) fn path_mtu_reduced(&mut self, mtu: u16) {
+        self.on_frag_needed(mtu);
+    }
+
     /// A validated ICMP "fragmentation needed" reports a next-hop MTU of
     /// `mtu` (0: the router did not say). RFC 1191 6.1: "When a Datagram
     /// Too Big message is received, [TCP] should reduce its estimate of
