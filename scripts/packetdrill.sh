@@ -18,6 +18,12 @@
 # Options:
 #   --kernel          run against the Linux kernel (serialized, -j 1)
 #   --record FILE     with --kernel: write the names of the passing scripts
+#   --cc NAME         with --kernel: run each script with congestion control
+#                     NAME on its sockets (a copy of the script that calls
+#                     setsockopt(TCP_CONGESTION, NAME) right after every
+#                     TCP socket(), on the same line, so line numbers stay):
+#                     for a host whose tcp_allowed_congestion_control keeps
+#                     the namespace's sysctl (defaults.sh) from choosing it
 #   --upstream-only   only the upstream scripts
 #   --own-only        only our scripts under tests/packetdrill/
 #   --update          rewrite the expectations file from this run's results
@@ -47,6 +53,7 @@ cd "$repo"
 
 mode=ustack
 record=
+cc=
 select=all
 update=0
 jobs=
@@ -58,6 +65,8 @@ while [ $# -gt 0 ]; do
         --kernel) mode=kernel ;;
         --record) [ $# -ge 2 ] || die "--record needs a file"; record=$2; shift ;;
         --record=*) record=${1#--record=} ;;
+        --cc) [ $# -ge 2 ] || die "--cc needs a name"; cc=$2; shift ;;
+        --cc=*) cc=${1#--cc=} ;;
         --upstream-only) select=upstream ;;
         --own-only) select=own ;;
         --update) update=1 ;;
@@ -73,12 +82,14 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -z "$jobs" ] || [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "-j wants a positive number, not '$jobs'"
+[ -z "$cc" ] || [[ "$cc" =~ ^[a-z0-9_]{1,15}$ ]] || die "--cc wants a congestion control name, not '$cc'"
 [[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || die "-t wants a positive number of seconds, not '$timeout_s'"
 if [ "$mode" = kernel ]; then
     [ "$update" = 0 ] || die "--update compares with ustack's expectations; it makes no sense with --kernel"
     jobs=1 # the kernel runs on the real clock: timing-sensitive scripts need the CPUs to themselves
 else
     [ -z "$record" ] || die "--record is for --kernel runs"
+    [ -z "$cc" ] || die "--cc is for --kernel runs (ustack's scripts choose their congestion control themselves)"
     [ -n "$jobs" ] || jobs=$(nproc)
 fi
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, TUN devices, sysctls inside the namespaces)"
@@ -238,6 +249,24 @@ else
 fi
 [ ${#s_path[@]} -gt 0 ] || die "no scripts selected"
 
+# --cc: run copies (in $tmp) that select the congestion control per socket.
+if [ -n "$cc" ]; then
+    mkdir -p "$tmp/cc/own"
+    cp -R "$pd_work/gtests" "$tmp/cc/"
+    [ ! -d "$own_dir" ] || cp -R "$own_dir/." "$tmp/cc/own/"
+    for i in "${!s_path[@]}"; do
+        case "${s_kind[$i]}" in
+            upstream) new="$tmp/cc/gtests/net/tcp/${s_name[$i]}" ;;
+            own) new="$tmp/cc/own/${s_path[$i]#"$own_dir"/}" ;;
+            *) new="$tmp/cc/other/$i/$(basename "${s_path[$i]}")"; mkdir -p "$(dirname "$new")"; cp "${s_path[$i]}" "$new" ;;
+        esac
+        sed -i -E "s/^([[:space:]]*[^[:space:]]+ socket\(\.\.\., SOCK_STREAM[^)]*\) = ([0-9]+))[[:space:]]*\$/\1 +0 setsockopt(\2, SOL_TCP, TCP_CONGESTION, \"$cc\", ${#cc}) = 0/" "$new"
+        grep -q 'TCP_CONGESTION, "'"$cc"'"' "$new" ||
+            echo "packetdrill.sh: --cc: ${s_name[$i]} opens no TCP socket the usual way; it runs unchanged" >&2
+        s_path[i]=$new
+    done
+fi
+
 # --- expectations -------------------------------------------------------------
 declare -A expect=() # upstream name -> "PASS" or "FAIL reason..."
 if [ "$mode" = ustack ]; then
@@ -383,7 +412,7 @@ run_one() { # index
     say "$line"
 }
 
-echo "packetdrill.sh: $mode mode, ${#s_path[@]} scripts, -j $jobs, timeout ${timeout_s}s" >&2
+echo "packetdrill.sh: $mode mode${cc:+ (congestion control $cc on every socket)}, ${#s_path[@]} scripts, -j $jobs, timeout ${timeout_s}s" >&2
 t0=${EPOCHREALTIME/./}
 running=0
 for i in "${!s_path[@]}"; do

@@ -309,6 +309,12 @@ fn measure_packet(
         },
         gateway: None,
         addr6: Vec::new(),
+        host_addr6: ustack_wire::ipv6::Ipv6Cidr {
+            address: std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1),
+            prefix_len: 64,
+        },
+        // The bench's rows are IPv4: the link as before.
+        no_ipv6: true,
         mtu: 1500,
         netns: None,
         pcap: None,
@@ -319,7 +325,7 @@ fn measure_packet(
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::start_stack(&args, dev_s.clone(), Box::new(ring), Limits::default())?;
-    crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
+    crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
     eprintln!("ustack over an AF_PACKET {version:?} ring on veth {dev_s} (peer in netns {ns_k}):");
     let m = measure(exe, &ns_k, args.addr.addr, a);
     up.finish();
@@ -443,6 +449,12 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         },
         gateway: None,
         addr6: Vec::new(),
+        host_addr6: ustack_wire::ipv6::Ipv6Cidr {
+            address: std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1),
+            prefix_len: 64,
+        },
+        // The bench's rows are IPv4: the link as before.
+        no_ipv6: true,
         mtu: 1500,
         netns: Some(ns_u.clone()),
         pcap: None,
@@ -453,7 +465,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;
-    crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
+    crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
     let u = measure(exe, &ns_u, args.addr.addr, a)?;
     up.finish();
@@ -505,7 +517,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
             ..args
         };
         let up = setup::bring_up(&args, "")?;
-        crate::serve::start_services(&up.net, args.addr.addr, 1024)?;
+        crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
         eprintln!("ustack over TAP {} without offloads:", up.tap);
         let p = measure_bulk(exe, &ns_p, args.addr.addr.into(), a)?;
         up.finish();

@@ -16,6 +16,7 @@ use crate::services;
 /// Tokens below this name listeners (index) and the UDP socket; connection
 /// `i` of the slab has token `CONN_BASE + i`.
 const CONN_BASE: u64 = 1 << 16;
+/// UDP socket `i` has token `UDP_TOKEN - i` (listeners count up from 0).
 const UDP_TOKEN: u64 = CONN_BASE - 1;
 /// Connections accepted per listener event before others get a turn.
 const ACCEPT_BURST: usize = 256;
@@ -41,7 +42,7 @@ struct Conn {
 pub struct EventLoop {
     poller: Poller,
     listeners: Vec<(TcpListener, Service)>,
-    udp: Option<UdpSocket>,
+    udp: Vec<UdpSocket>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     max_connections: usize,
@@ -51,12 +52,12 @@ pub struct EventLoop {
 }
 
 impl EventLoop {
-    /// Serve `listeners` (one service each) and, if given, UDP echo on
-    /// `udp`, at most `max_connections` TCP connections at once.
+    /// Serve `listeners` (one service each) and UDP echo on each of `udp`
+    /// (one per family), at most `max_connections` TCP connections at once.
     pub fn new(
         poller: Poller,
         listeners: Vec<(TcpListener, Service)>,
-        udp: Option<UdpSocket>,
+        udp: Vec<UdpSocket>,
         max_connections: usize,
         page: PageFn,
         stats: Arc<LoopStats>,
@@ -65,9 +66,15 @@ impl EventLoop {
             l.set_nonblocking(true)?;
             poller.register(l, i as u64)?;
         }
-        if let Some(u) = &udp {
+        if listeners.len() + udp.len() > 1024 {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                "too many listening sockets",
+            ));
+        }
+        for (i, u) in udp.iter().enumerate() {
             u.set_nonblocking(true)?;
-            poller.register(u, UDP_TOKEN)?;
+            poller.register(u, UDP_TOKEN - i as u64)?;
         }
         Ok(EventLoop {
             poller,
@@ -91,8 +98,11 @@ impl EventLoop {
                 return e;
             }
             for ev in &events {
+                let udp_first = UDP_TOKEN + 1 - self.udp.len() as u64;
                 match ev.token {
-                    UDP_TOKEN => self.on_udp(),
+                    t if (udp_first..=UDP_TOKEN).contains(&t) => {
+                        self.on_udp((UDP_TOKEN - t) as usize)
+                    }
                     t if t < CONN_BASE => self.on_listener(t as usize),
                     t => self.on_conn((t - CONN_BASE) as usize),
                 }
@@ -193,8 +203,8 @@ impl EventLoop {
 
     /// RFC 862 UDP echo: "When a datagram is received, the data from it is
     /// sent back in an answering datagram."
-    fn on_udp(&mut self) {
-        let Some(u) = &self.udp else { return };
+    fn on_udp(&mut self, idx: usize) {
+        let Some(u) = self.udp.get(idx) else { return };
         // Bounded: a flood must not keep the loop from its connections.
         for _ in 0..ACCEPT_BURST {
             match u.recv_from(&mut self.scratch) {
@@ -213,6 +223,6 @@ impl EventLoop {
             }
         }
         // Datagrams left: look again after the other events.
-        let _ = self.poller.register(u, UDP_TOKEN);
+        let _ = self.poller.register(u, UDP_TOKEN - idx as u64);
     }
 }

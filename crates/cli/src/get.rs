@@ -5,7 +5,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::http::{self, Url};
@@ -21,7 +21,8 @@ pub struct GetArgs {
     /// Seconds to wait for the connection to be established.
     #[arg(long, default_value_t = 10)]
     pub connect_timeout: u64,
-    /// URL to fetch: http://IPv4[:port]/path
+    /// URL to fetch: http://IPv4[:port]/path or http://[IPv6][:port]/path
+    /// (names are not resolved).
     pub url: Url,
 }
 
@@ -39,13 +40,7 @@ fn connect_error(e: io::Error, url: &Url) -> anyhow::Error {
 
 pub fn run(args: GetArgs) -> Result<i32> {
     let url = &args.url;
-    if !args.net.addr.contains(*url.addr.ip()) && args.net.gateway.is_none() {
-        bail!(
-            "{}: network unreachable (not in {} and no --gateway given)",
-            url.addr.ip(),
-            args.net.addr
-        );
-    }
+    setup::check_reachable(&args.net, url.addr.ip())?;
     // Open the output first: a bad path should fail before any network work.
     let mut sink: Box<dyn Write> = match &args.output {
         Some(p) => Box::new(BufWriter::with_capacity(
@@ -59,7 +54,7 @@ pub fn run(args: GetArgs) -> Result<i32> {
     let t0 = Instant::now();
     let stream = ustack_net::TcpStream::connect_timeout(
         &up.net,
-        &std::net::SocketAddr::V4(url.addr),
+        &url.addr,
         Duration::from_secs(args.connect_timeout.max(1)),
     )
     .map_err(|e| connect_error(e, url))?;

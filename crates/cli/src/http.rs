@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::services;
 
@@ -575,7 +575,8 @@ impl HttpSession {
 /// A parsed `http://` URL. Only IPv4 literals: ustack has no resolver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
-    pub addr: SocketAddrV4,
+    /// IPv4 or IPv6 (`http://[fd77::1]:8080/`).
+    pub addr: SocketAddr,
     pub host_header: String,
     pub path: String,
 }
@@ -593,19 +594,46 @@ impl std::str::FromStr for Url {
         };
         // Drop a fragment; the server never sees it.
         let path = path.split('#').next().unwrap_or("/");
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) => (
-                h,
-                p.parse::<u16>()
-                    .map_err(|_| format!("'{s}': bad port '{p}'"))?,
-            ),
-            None => (authority, 80),
+        let port_of = |p: &str| {
+            p.parse::<u16>()
+                .map_err(|_| format!("'{s}': bad port '{p}'"))
         };
-        let ip: Ipv4Addr = host.parse().map_err(|_| {
-            format!("'{s}': host must be an IPv4 address (ustack does not resolve names)")
-        })?;
+        // RFC 3986 3.2.2: an IPv6 literal is in brackets.
+        let addr = if let Some(rest) = authority.strip_prefix('[') {
+            let (h, after) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("'{s}': missing ']' after the IPv6 address"))?;
+            let port = match after {
+                "" => 80,
+                p => port_of(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| format!("'{s}': bad text after ']'"))?,
+                )?,
+            };
+            let ip: Ipv6Addr = h
+                .parse()
+                .map_err(|_| format!("'{s}': '{h}' is not an IPv6 address"))?;
+            SocketAddr::new(IpAddr::V6(ip), port)
+        } else {
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((h, p)) if !h.contains(':') => (h, port_of(p)?),
+                Some(_) => {
+                    return Err(format!(
+                        "'{s}': put an IPv6 address in brackets: http://[{authority}]/"
+                    ))
+                }
+                None => (authority, 80),
+            };
+            let ip: Ipv4Addr = host.parse().map_err(|_| {
+                format!(
+                    "'{s}': host must be an IPv4 address or a bracketed IPv6 one \
+                     (ustack does not resolve names)"
+                )
+            })?;
+            SocketAddr::new(IpAddr::V4(ip), port)
+        };
         Ok(Url {
-            addr: SocketAddrV4::new(ip, port),
+            addr,
             host_header: authority.to_string(),
             path: if path.is_empty() {
                 "/".into()
@@ -764,6 +792,7 @@ pub fn get<S: Read + Write>(stream: S, url: &Url, sink: &mut dyn Write) -> io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddrV4;
 
     /// Serve HTTP requests on one connection until the client closes it or asks to.
     /// `page` renders the body of `/`. Returns the number of requests answered.
@@ -822,6 +851,19 @@ mod tests {
         assert!("https://10.0.0.1/".parse::<Url>().is_err());
         assert!("http://example.com/".parse::<Url>().is_err());
         assert!("http://10.0.0.1:99999/".parse::<Url>().is_err());
+        let u: Url = "http://[fd77::1]:8080/x".parse().unwrap();
+        assert_eq!(u.addr, "[fd77::1]:8080".parse().unwrap());
+        assert_eq!(
+            (u.host_header.as_str(), u.path.as_str()),
+            ("[fd77::1]:8080", "/x")
+        );
+        let u: Url = "http://[fd77::1]".parse().unwrap();
+        assert_eq!((u.addr.port(), u.path.as_str()), (80, "/"));
+        assert!("http://fd77::1/".parse::<Url>().is_err());
+        assert!("http://[fd77::1/".parse::<Url>().is_err());
+        assert!("http://[fd77::zz]/".parse::<Url>().is_err());
+        assert!("http://[fd77::1]x/".parse::<Url>().is_err());
+        assert!("http://[fd77::1]:70000/".parse::<Url>().is_err());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! another process, through its control endpoint (crates/ctl).
 
 use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
@@ -119,8 +120,17 @@ pub struct SsArgs {
     /// Extended: orphaned sockets and, in `ustack run`, the host socket.
     #[arg(short = 'e', long = "extended")]
     pub extended: bool,
+    /// IPv4 sockets only (as `ss -4`).
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// IPv6 sockets only (as `ss -6`; with dual-stack listeners and their
+    /// IPv4-mapped connections).
+    #[arg(short = '6', long = "ipv6")]
+    pub ipv6: bool,
     /// Filter, as `ss`: `state NAME`, `sport = :PORT`, `dport = :PORT`,
-    /// `src ADDR[:PORT]`, `dst ADDR[:PORT]` (all must match).
+    /// `src ADDR[:PORT]`, `dst ADDR[:PORT]` (all must match). ADDR is IPv4
+    /// (`10.0.0.1`, `10.0.0.0/24`) or IPv6 (`fd77::2`, `[fd77::2]:80`,
+    /// `fd77::/64`).
     #[arg(value_name = "FILTER", trailing_var_arg = true)]
     pub filter: Vec<String>,
 }
@@ -191,6 +201,9 @@ fn parse_filter(words: &[String]) -> Result<Vec<Term>> {
             "state" => Term::State(state_name(v)?),
             "sport" => Term::Sport(port_of(v)?),
             "dport" => Term::Dport(port_of(v)?),
+            "src" | "dst" if parse_want(v).is_none() => {
+                bail!("bad address {v:?} in filter (e.g. 10.0.0.1:80, [fd77::2]:80, fd77::/64)")
+            }
             "src" => Term::Src(v.to_string()),
             "dst" => Term::Dst(v.to_string()),
             _ => bail!(
@@ -201,17 +214,106 @@ fn parse_filter(words: &[String]) -> Result<Vec<Term>> {
     Ok(out)
 }
 
+/// An `ss` row's address split into host and port text: `10.0.0.1:80`,
+/// `[fd77::2]:80`, `*:80`, `0.0.0.0:*`.
+fn split_addr(addr: &str) -> (&str, &str) {
+    addr.rsplit_once(':').unwrap_or((addr, ""))
+}
+
+/// The row's host as an address (`*` is the unspecified IPv6 address);
+/// brackets and an IPv6 scope (`[fe80::1]%2`) are dropped.
+fn host_ip(host: &str) -> Option<IpAddr> {
+    if host == "*" {
+        return Some(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    }
+    host.trim_start_matches('[')
+        .split([']', '%'])
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A filter's address: `ADDR`, `ADDR/LEN`, `ADDR:PORT`, `[ADDR6]`,
+/// `[ADDR6]:PORT`, `[ADDR6/LEN]:PORT`, `:PORT`, `*:PORT`, as `ss` takes
+/// them; `(prefix, port)`, either absent meaning any.
+type Want = (Option<(IpAddr, u8)>, Option<u16>);
+
+fn parse_want(w: &str) -> Option<Want> {
+    let (host, port) = if let Some(rest) = w.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        (h, after.strip_prefix(':'))
+    } else if w.parse::<Ipv6Addr>().is_ok() || (w.contains('/') && w.matches(':').count() > 1) {
+        (w, None)
+    } else {
+        match w.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (w, None),
+        }
+    };
+    let port = match port {
+        None | Some("*") | Some("") => None,
+        Some(p) => Some(p.parse().ok()?),
+    };
+    let prefix = if host.is_empty() || host == "*" {
+        None
+    } else {
+        let (a, len) = match host.split_once('/') {
+            Some((a, l)) => (a, Some(l.parse::<u8>().ok()?)),
+            None => (host, None),
+        };
+        let ip: IpAddr = a.parse().ok()?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let len = len.unwrap_or(max);
+        if len > max {
+            return None;
+        }
+        Some((ip, len))
+    };
+    Some((prefix, port))
+}
+
+fn in_prefix(ip: IpAddr, (net, len): (IpAddr, u8)) -> bool {
+    let bits = |a: IpAddr| -> (u128, u8) {
+        match a {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)) << 96, 32),
+            IpAddr::V6(v6) => (u128::from(v6), 128),
+        }
+    };
+    // An IPv4-mapped address matches the IPv4 filter too.
+    let ip = match ip {
+        IpAddr::V6(v6) if net.is_ipv4() => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        _ => ip,
+    };
+    if ip.is_ipv4() != net.is_ipv4() {
+        return false;
+    }
+    let ((a, _), (n, _)) = (bits(ip), bits(net));
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(len))
+    };
+    a & mask == n & mask
+}
+
 fn addr_matches(addr: &str, want: &str) -> bool {
     // `10.0.0.1` matches any port; `10.0.0.1:80` and `:80` match exactly.
-    let (a_ip, a_port) = addr.rsplit_once(':').unwrap_or((addr, ""));
-    match want.rsplit_once(':') {
-        Some((ip, port)) => (ip.is_empty() || ip == a_ip) && port == a_port,
-        None => want == a_ip,
-    }
+    let Some((prefix, port)) = parse_want(want) else {
+        return false;
+    };
+    let (host, p) = split_addr(addr);
+    port.is_none_or(|want| p.parse() == Ok(want))
+        && prefix.is_none_or(|pre| host_ip(host).is_some_and(|ip| in_prefix(ip, pre)))
 }
 
 fn port(addr: &str) -> Option<u16> {
-    addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
+    split_addr(addr).1.parse().ok()
+}
+
+/// Whether an `ss` row is an IPv6 socket (its local address is bracketed
+/// or a dual-stack `*`).
+fn is_ipv6_row(s: &SocketEntry) -> bool {
+    s.local.starts_with('[') || s.local.starts_with('*')
 }
 
 fn keep(s: &SocketEntry, a: &SsArgs, terms: &[Term]) -> bool {
@@ -338,13 +440,22 @@ pub fn ss(a: SsArgs) -> Result<i32> {
     let rows: Vec<&SocketEntry> = sockets
         .iter()
         .filter(|s| (s.proto == "tcp" && want_tcp) || (s.proto == "udp" && a.udp))
+        .filter(|s| match (a.ipv4, a.ipv6) {
+            (true, _) => !is_ipv6_row(s),
+            (_, true) => is_ipv6_row(s),
+            _ => true,
+        })
         .filter(|s| keep(s, &a, &terms))
         .collect();
     if a.sel.json {
         return print_json(&rows).map(|_| 0);
     }
+    // Address columns as wide as the longest address (IPv4-mapped and
+    // IPv6 ones are longer than IPv4's 21 characters), at least 22.
+    let lw = rows.iter().map(|s| s.local.len() + 1).fold(22, usize::max);
+    let pw = rows.iter().map(|s| s.peer.len() + 1).fold(22, usize::max);
     println!(
-        "{:<11} {:>7} {:>7} {:>22} {:>22}{}",
+        "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
         "State",
         "Recv-Q",
         "Send-Q",
@@ -363,7 +474,7 @@ pub fn ss(a: SsArgs) -> Result<i32> {
             }
         }
         println!(
-            "{:<11} {:>7} {:>7} {:>22} {:>22}{extra}",
+            "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{extra}",
             s.state, s.recv_q, s.send_q, s.local, s.peer
         );
         if a.info {
@@ -810,6 +921,47 @@ mod tests {
         assert!(addr_matches("10.0.0.1:80", "10.0.0.1"));
         assert!(addr_matches("10.0.0.1:80", ":80"));
         assert!(!addr_matches("10.0.0.1:80", "10.0.0.1:81"));
+    }
+
+    #[test]
+    fn ipv6_filters_and_families() {
+        assert!(addr_matches("[fd77::2]:80", "fd77::2"));
+        assert!(addr_matches("[fd77::2]:80", "[fd77::2]"));
+        assert!(addr_matches("[fd77::2]:80", "[fd77::2]:80"));
+        assert!(!addr_matches("[fd77::2]:80", "[fd77::2]:81"));
+        assert!(addr_matches("[fd77::2]:80", ":80"));
+        assert!(addr_matches("[fd77::2]:80", "fd77::/64"));
+        assert!(addr_matches("[fd77::2]:80", "[fd77::/64]:80"));
+        assert!(!addr_matches("[fd77::2]:80", "fd78::/64"));
+        assert!(!addr_matches("[fd77::2]:80", "10.0.0.2"));
+        assert!(!addr_matches("10.0.0.2:80", "fd77::2"));
+        assert!(addr_matches("10.0.0.2:80", "10.0.0.0/24"));
+        assert!(!addr_matches("10.0.1.2:80", "10.0.0.0/24"));
+        // A dual-stack listener's IPv4 peers match IPv4 filters.
+        assert!(addr_matches("[::ffff:10.0.0.1]:4000", "10.0.0.1"));
+        assert!(addr_matches("*:80", ":80"));
+        assert!(addr_matches("[fe80::1]%2:22", "fe80::1"));
+        let w = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            parse_filter(&w("src [fd77::2]:80")).expect("ok"),
+            vec![Term::Src("[fd77::2]:80".into())]
+        );
+        assert!(parse_filter(&w("dst fd77::zz")).is_err());
+        assert!(parse_filter(&w("dst 10.0.0.0/40")).is_err());
+        let row = |local: &str| SocketEntry {
+            proto: "tcp".into(),
+            state: "LISTEN".into(),
+            recv_q: 0,
+            send_q: 0,
+            local: local.into(),
+            peer: String::new(),
+            orphan: false,
+            info: None,
+            host: None,
+        };
+        assert!(is_ipv6_row(&row("[fd77::2]:80")));
+        assert!(is_ipv6_row(&row("*:80")));
+        assert!(!is_ipv6_row(&row("0.0.0.0:80")));
     }
 
     #[test]

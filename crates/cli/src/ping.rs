@@ -1,6 +1,6 @@
 //! `ustack ping`: ICMP echo from ustack, printed like ping(8).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -16,7 +16,8 @@ pub struct PingArgs {
     /// Stop after sending COUNT requests [default: until interrupted].
     #[arg(short = 'c', long = "count", value_name = "COUNT")]
     pub count: Option<u32>,
-    /// Payload bytes per request (ICMP data; 8 bytes of ICMP header are added).
+    /// Payload bytes per request (ICMP data; 8 bytes of ICMP header are
+    /// added). Over IPv6 the packet must fit the MTU (no fragments yet).
     #[arg(short = 's', long = "size", default_value_t = 56, value_parser = clap::value_parser!(u16).range(0..=65507))]
     pub size: u16,
     /// Seconds between requests.
@@ -25,8 +26,9 @@ pub struct PingArgs {
     /// Seconds to wait for each reply.
     #[arg(short = 'W', long = "timeout", default_value_t = 2.0)]
     pub timeout: f64,
-    /// Host to ping (IPv4 address).
-    pub host: Ipv4Addr,
+    /// Host to ping: an IPv4 or IPv6 address (ICMPv6 echo for IPv6, e.g.
+    /// fd77::1, the kernel side's default; names are not resolved).
+    pub host: IpAddr,
 }
 
 fn secs(what: &str, v: f64) -> Result<Duration> {
@@ -39,26 +41,29 @@ fn secs(what: &str, v: f64) -> Result<Duration> {
 pub fn run(args: PingArgs) -> Result<i32> {
     let interval = secs("--interval", args.interval)?;
     let timeout = secs("--timeout", args.timeout)?;
-    if !args.net.addr.contains(args.host) && args.net.gateway.is_none() {
-        bail!(
-            "{}: network unreachable (not in {} and no --gateway given)",
-            args.host,
-            args.net.addr
-        );
-    }
+    setup::check_reachable(&args.net, args.host)?;
     let default_tap = format!("ustk{}", std::process::id() % 100_000_000);
     let up = setup::bring_up(&args.net, &default_tap)?;
     let payload: Vec<u8> = (0..usize::from(args.size))
         .map(|i| (i % 256) as u8)
         .collect();
-    println!(
-        "PING {host} ({host}) {} ({}) bytes of data (from {} via TAP {}).",
-        args.size,
-        usize::from(args.size) + 28,
-        up.addr.addr,
-        up.tap,
-        host = args.host
-    );
+    match args.host {
+        IpAddr::V4(_) => println!(
+            "PING {host} ({host}) {} ({}) bytes of data (from {} via TAP {}).",
+            args.size,
+            usize::from(args.size) + 28,
+            up.addr.addr,
+            up.tap,
+            host = args.host
+        ),
+        // ping(8) over IPv6: "PING fd77::1 (fd77::1) 56 data bytes".
+        IpAddr::V6(h6) => println!(
+            "PING {h6} ({h6}) {} data bytes (from {} via TAP {}).",
+            args.size,
+            up.net.with_stack(|s| s.ipv6_source_for(h6)),
+            up.tap,
+        ),
+    }
     let start = Instant::now();
     let mut sent = 0u32;
     let mut received = 0u32;

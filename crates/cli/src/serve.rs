@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 use std::io;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
@@ -63,28 +63,20 @@ pub fn serve_limits(max_connections: usize) -> Limits {
     }
 }
 
-fn v4(a: SocketAddr) -> io::Result<SocketAddrV4> {
-    match a {
-        SocketAddr::V4(a) => Ok(a),
-        SocketAddr::V6(_) => Err(io::Error::other("unexpected IPv6 address")),
-    }
-}
-
 impl Listener for ustack_net::TcpListener {
     type Stream = ustack_net::TcpStream;
-    fn accept(&self) -> io::Result<(Self::Stream, SocketAddrV4)> {
+    fn accept(&self) -> io::Result<(Self::Stream, SocketAddr)> {
         let (s, a) = ustack_net::TcpListener::accept(self)?;
         let _ = s.set_nodelay(true);
-        Ok((s, v4(a)?))
+        Ok((s, a))
     }
 }
 
 impl Datagram for ustack_net::UdpSocket {
-    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
-        let (n, a) = ustack_net::UdpSocket::recv_from(self, buf)?;
-        Ok((n, v4(a)?))
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        ustack_net::UdpSocket::recv_from(self, buf)
     }
-    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+    fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
         ustack_net::UdpSocket::send_to(self, buf, to)
     }
 }
@@ -122,10 +114,13 @@ fn status_page(net: &ustack_net::Net, stats: &LoopStats) -> String {
 
 /// Start echo (TCP and UDP), discard, chargen and HTTP on `ip`, all served
 /// by one event-loop thread, at most `max_connections` TCP connections at
-/// once.
+/// once. With `ipv6`, over both families: each TCP service on one
+/// dual-stack listener `[::]:PORT` (IPv4 clients appear with IPv4-mapped
+/// addresses, as on Linux), UDP echo on `ip:7` and `[::]:7`.
 pub fn start_services(
     net: &ustack_net::Net,
     ip: std::net::Ipv4Addr,
+    ipv6: bool,
     max_connections: usize,
 ) -> Result<Arc<LoopStats>> {
     let stats = Arc::new(LoopStats::default());
@@ -141,18 +136,34 @@ pub fn start_services(
         Service::Chargen,
         Service::Http,
     ] {
-        let addr = SocketAddrV4::new(ip, svc.port());
+        let addr = if ipv6 {
+            SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, svc.port(), 0, 0))
+        } else {
+            SocketAddr::V4(SocketAddrV4::new(ip, svc.port()))
+        };
         let l = ustack_net::TcpListener::bind_with_backlog(net, addr, BACKLOG)
             .with_context(|| format!("cannot listen on {addr} ({})", svc.name()))?;
         listeners.push((l, svc));
     }
-    let uaddr = SocketAddrV4::new(ip, Service::Echo.port());
-    let u = ustack_net::UdpSocket::bind(net, uaddr)
-        .with_context(|| format!("cannot bind UDP {uaddr}"))?;
+    let mut udp = Vec::new();
+    let mut uaddrs = vec![SocketAddr::V4(SocketAddrV4::new(ip, Service::Echo.port()))];
+    if ipv6 {
+        uaddrs.push(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::UNSPECIFIED,
+            Service::Echo.port(),
+            0,
+            0,
+        )));
+    }
+    for uaddr in uaddrs {
+        let u = ustack_net::UdpSocket::bind(net, uaddr)
+            .with_context(|| format!("cannot bind UDP {uaddr}"))?;
+        udp.push(u);
+    }
     let mut ev = EventLoop::new(
         net.poller(),
         listeners,
-        Some(u),
+        udp,
         max_connections,
         page,
         stats.clone(),
@@ -175,7 +186,8 @@ pub fn run(args: ServeArgs) -> Result<i32> {
     let limits = serve_limits(args.max_connections);
     let up = setup::bring_up_with(&args.net, "ustk0", limits)?;
     let ip = up.addr.addr;
-    start_services(&up.net, ip, args.max_connections)?;
+    let ipv6 = !args.net.no_ipv6;
+    start_services(&up.net, ip, ipv6, args.max_connections)?;
     let name = args
         .name
         .clone()
@@ -192,19 +204,32 @@ pub fn run(args: ServeArgs) -> Result<i32> {
     let control =
         ustack_ctl::Control::start(&name, "serve", provider).map_err(anyhow::Error::msg)?;
 
+    let kernel_side = match up.host_addr6 {
+        Some(h6) => format!("{} and {h6}", up.host_addr),
+        None => up.host_addr.to_string(),
+    };
     let where_ = match &up.netns {
-        Some(ns) => format!(" (kernel side {} in netns {ns})", up.host_addr),
-        None => format!(" (kernel side {})", up.host_addr),
+        Some(ns) => format!(" (kernel side {kernel_side} in netns {ns})"),
+        None => format!(" (kernel side {kernel_side})"),
     };
     let prefix = up
         .netns
         .as_ref()
         .map(|ns| format!("ip netns exec {ns} "))
         .unwrap_or_default();
+    let ours = std::iter::once(ip.to_string())
+        .chain(up.addr6.iter().map(|a| a.address.to_string()))
+        .collect::<Vec<_>>()
+        .join(" and ");
     println!(
-        "ustack serving on {ip} via TAP {}{where_}; try: {prefix}ping {ip}, {prefix}curl http://{ip}/, {prefix}socat - TCP:{ip}:7",
+        "ustack serving on {ours} via TAP {}{where_}; try: {prefix}ping {ip}, {prefix}curl http://{ip}/, {prefix}socat - TCP:{ip}:7",
         up.tap
     );
+    if let Some(a6) = up.addr6.first().map(|a| a.address) {
+        println!(
+            "over IPv6: {prefix}ping -6 {a6}, {prefix}curl -g 'http://[{a6}]/', {prefix}socat - TCP6:[{a6}]:7"
+        );
+    }
     if let Some(p) = &args.net.pcap {
         println!("capturing to {}", p.display());
     }

@@ -6,7 +6,7 @@
 //! streams alike.
 
 use std::io::{self, Read, Write};
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -19,37 +19,29 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// A listening TCP socket (std::net-like).
 pub trait Listener: Send + 'static {
     type Stream: Read + Write + services::Skip + Send + 'static;
-    fn accept(&self) -> io::Result<(Self::Stream, SocketAddrV4)>;
+    fn accept(&self) -> io::Result<(Self::Stream, SocketAddr)>;
 }
 
 /// A bound UDP socket (std::net-like).
 pub trait Datagram: Send + 'static {
-    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)>;
-    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize>;
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)>;
+    fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize>;
 }
 
 impl Listener for std::net::TcpListener {
     type Stream = std::net::TcpStream;
-    fn accept(&self) -> io::Result<(Self::Stream, SocketAddrV4)> {
+    fn accept(&self) -> io::Result<(Self::Stream, SocketAddr)> {
         let (s, a) = std::net::TcpListener::accept(self)?;
         let _ = s.set_nodelay(true);
-        match a {
-            std::net::SocketAddr::V4(a) => Ok((s, a)),
-            std::net::SocketAddr::V6(_) => Err(io::Error::other("IPv6 peer on an IPv4 listener")),
-        }
+        Ok((s, a))
     }
 }
 
 impl Datagram for std::net::UdpSocket {
-    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
-        loop {
-            let (n, a) = std::net::UdpSocket::recv_from(self, buf)?;
-            if let std::net::SocketAddr::V4(a) = a {
-                return Ok((n, a));
-            }
-        }
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        std::net::UdpSocket::recv_from(self, buf)
     }
-    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+    fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
         std::net::UdpSocket::send_to(self, buf, to)
     }
 }

@@ -83,12 +83,18 @@ pub struct NetArgs {
     /// Default gateway for destinations outside --addr's prefix.
     #[arg(long, value_name = "IP")]
     pub gateway: Option<Ipv4Addr>,
-    /// A static IPv6 address and on-link prefix for ustack (repeatable),
-    /// besides the link-local one it forms from its MAC; e.g.
-    /// fd00:77::2/64. The kernel side gets none: give it one with
-    /// `ip -6 addr add ... dev TAP`.
-    #[arg(long, value_name = "A/P")]
+    /// ustack's static IPv6 address and on-link prefix (repeatable),
+    /// besides the link-local one it forms from its MAC.
+    #[arg(long, value_name = "A/P", default_value = "fd77::2/64")]
     pub addr6: Vec<Ipv6Cidr>,
+    /// IPv6 address and prefix given to the kernel side of the TAP
+    /// (added without duplicate address detection, usable at once).
+    #[arg(long, value_name = "A/P", default_value = "fd77::1/64")]
+    pub host_addr6: Ipv6Cidr,
+    /// No IPv6 addresses on either side (ustack keeps only its link-local
+    /// address; services listen on IPv4 only).
+    #[arg(long, conflicts_with_all = ["addr6", "host_addr6"])]
+    pub no_ipv6: bool,
     /// IP MTU of the link (both sides).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..=65521))]
     pub mtu: u16,
@@ -257,6 +263,10 @@ pub struct Up {
     pub tap: String,
     pub addr: Cidr,
     pub host_addr: Cidr,
+    /// ustack's static IPv6 addresses (none with --no-ipv6).
+    pub addr6: Vec<Ipv6Cidr>,
+    /// The kernel side's IPv6 address, if it was given one.
+    pub host_addr6: Option<Ipv6Cidr>,
     pub netns: Option<String>,
     /// Live captures (`ustack capture`) take frames from here.
     pub hub: Arc<CaptureHub>,
@@ -375,7 +385,66 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
         }
     }
 
-    start_stack(args, name, Box::new(tap), limits)
+    let mut host_addr6 = None;
+    if !args.no_ipv6 {
+        // Without DAD the address is usable at once (a fresh TAP of our
+        // own: no one else can hold it). A host with IPv6 disabled keeps
+        // IPv4 working: a warning, not an error.
+        let a6 = args.host_addr6.to_string();
+        let mut cmd = vec!["-6", "addr", "add", &a6, "dev", &name, "nodad"];
+        if let Some(ns) = &args.netns {
+            cmd.splice(0..0, ["-n", ns.as_str()]);
+        }
+        match crate::netns::ip(&cmd) {
+            Ok(()) => host_addr6 = Some(args.host_addr6),
+            Err(e) => eprintln!(
+                "ustack: cannot give the kernel side of {name} the address {a6} ({e:#}); \
+                 IPv6 between the kernel and ustack will not work (--no-ipv6 turns it off)"
+            ),
+        }
+    }
+
+    let mut up = start_stack(args, name, Box::new(tap), limits)?;
+    up.host_addr6 = host_addr6;
+    Ok(up)
+}
+
+/// Whether `ip` can be reached on the link configured by `args` (IPv4:
+/// inside --addr or through --gateway; IPv6: inside an --addr6 prefix or
+/// link-local, there being no IPv6 router), else why not.
+pub fn check_reachable(args: &NetArgs, ip: std::net::IpAddr) -> Result<()> {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            if !args.addr.contains(v4) && args.gateway.is_none() {
+                bail!(
+                    "{v4}: network unreachable (not in {} and no --gateway given)",
+                    args.addr
+                );
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            if v6.to_ipv4_mapped().is_some() {
+                bail!("{v6}: an IPv4-mapped address; use the IPv4 address itself");
+            }
+            let link_local = v6.segments()[0] & 0xffc0 == 0xfe80;
+            if !link_local && (args.no_ipv6 || !args.addr6.iter().any(|c| c.contains(v6))) {
+                let have: Vec<String> = if args.no_ipv6 {
+                    Vec::new()
+                } else {
+                    args.addr6.iter().map(ToString::to_string).collect()
+                };
+                bail!(
+                    "{v6}: network unreachable (not in {}; ustack has no IPv6 router)",
+                    if have.is_empty() {
+                        "any IPv6 prefix of ustack (--no-ipv6)".to_string()
+                    } else {
+                        have.join(", ")
+                    }
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Start ustack on `device` (already created and attached; `name` is what
@@ -439,7 +508,8 @@ pub fn start_stack(
     let hub = CaptureHub::new();
     let device: Box<dyn Device + Send> = Box::new(Tapped::new(device, hub.clone()));
     let net = Net::start(config, device, opts).context("cannot start the stack")?;
-    for a in &args.addr6 {
+    let addr6: &[Ipv6Cidr] = if args.no_ipv6 { &[] } else { &args.addr6 };
+    for a in addr6 {
         if let Err(e) = net.with_stack(|s| s.add_ipv6_address(*a)) {
             net.shutdown();
             bail!("--addr6 {a}: {e}");
@@ -455,6 +525,8 @@ pub fn start_stack(
         tap: name,
         addr: args.addr,
         host_addr,
+        addr6: addr6.to_vec(),
+        host_addr6: None,
         netns: args.netns.clone(),
         hub,
         capture,
@@ -538,6 +610,35 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("reorder needs a delay"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_defaults_flags_and_reachability() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.addr6, vec!["fd77::2/64".parse::<Ipv6Cidr>().unwrap()]);
+        assert_eq!(a.host_addr6, "fd77::1/64".parse::<Ipv6Cidr>().unwrap());
+        assert!(!a.no_ipv6);
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(check_reachable(&a, ip("fd77::1")).is_ok());
+        assert!(check_reachable(&a, ip("fe80::1")).is_ok());
+        assert!(check_reachable(&a, ip("10.77.0.1")).is_ok());
+        let e = check_reachable(&a, ip("2001:db8::1"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fd77::2/64") && e.contains("no IPv6 router"),
+            "{e}"
+        );
+        assert!(check_reachable(&a, ip("::ffff:10.77.0.1")).is_err());
+        let a = parse(&["--addr6", "fd00:1::2/64", "--host-addr6", "fd00:1::1/64"]).unwrap();
+        assert!(check_reachable(&a, ip("fd00:1::1")).is_ok());
+        assert!(check_reachable(&a, ip("fd77::1")).is_err());
+        let a = parse(&["--no-ipv6"]).unwrap();
+        assert!(a.no_ipv6);
+        let e = check_reachable(&a, ip("fd77::1")).unwrap_err().to_string();
+        assert!(e.contains("--no-ipv6"), "{e}");
+        assert!(parse(&["--no-ipv6", "--addr6", "fd00::2/64"]).is_err());
+        assert!(parse(&["--no-ipv6", "--host-addr6", "fd00::1/64"]).is_err());
     }
 
     #[test]

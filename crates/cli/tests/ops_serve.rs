@@ -64,6 +64,11 @@ fn scrape(port: u16) -> String {
     r
 }
 
+/// The kernel side's address as serve's sockets see it: its services
+/// listen on dual-stack `[::]:PORT` listeners, so IPv4 peers appear
+/// IPv4-mapped, as on Linux.
+const KERNEL_MAPPED: &str = "[::ffff:10.77.0.1]";
+
 /// The row of `ss --json` output `ss` whose `field` is `want`.
 fn row_where<'a>(ss: &'a Value, field: &str, want: &str) -> &'a Value {
     ss.as_array()
@@ -79,7 +84,7 @@ fn acked_at_least(stack: &str, port: u16, bytes: u64) -> Value {
     let t0 = std::time::Instant::now();
     loop {
         let ss = json(&["ss", "-ti", "--json", "--stack", stack]);
-        let info = row_where(&ss, "peer", &format!("10.77.0.1:{port}"))["info"].clone();
+        let info = row_where(&ss, "peer", &format!("{KERNEL_MAPPED}:{port}"))["info"].clone();
         if info["bytes_acked"].as_u64().is_some_and(|b| b >= bytes) {
             return info;
         }
@@ -144,6 +149,13 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
     assert!(me["devices"][0]["addrs"][0]
         .as_str()
         .is_some_and(|a| a.starts_with("10.77.0.2/")));
+    // And its IPv6 addresses (serve's default static one).
+    assert!(
+        me["devices"][0]["addrs"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|a| a == "fd77::2/64")),
+        "{me}"
+    );
     // Selecting by PID finds the same stack.
     let by_pid = json(&["ss", "-l", "--json", "--stack", &pid.to_string()]);
     let listen: Vec<&str> = by_pid
@@ -152,22 +164,27 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
         .iter()
         .filter_map(|s| s["local"].as_str())
         .collect();
-    for p in [":7", ":9", ":19", ":80"] {
+    for p in ["*:7", "*:9", "*:19", "*:80"] {
         assert!(
-            listen.iter().any(|l| l.ends_with(p)),
-            "no listener on {p}: {listen:?}"
+            listen.iter().any(|l| l == &p),
+            "no dual-stack listener on {p}: {listen:?}"
         );
     }
     // Only the services listen: the control endpoint is not on the network.
     assert_eq!(listen.len(), 4, "unexpected listeners: {listen:?}");
-    // UDP echo, as ss -ul shows an unconnected UDP socket.
-    let udp = json(&["ss", "-ul", "--json", "--stack", &name]);
+    // UDP echo, as ss -ul shows an unconnected UDP socket: one socket
+    // per family (-4, -6 as ss's).
+    let udp = json(&["ss", "-ul", "-4", "--json", "--stack", &name]);
     let u = row_where(&udp, "local", "10.77.0.2:7");
     assert_eq!(
         (u["proto"].as_str(), u["state"].as_str()),
         (Some("udp"), Some("UNCONN"))
     );
     assert_eq!(udp.as_array().map(Vec::len), Some(1), "{udp}");
+    let udp6 = json(&["ss", "-ul", "-6", "--json", "--stack", &name]);
+    let u = row_where(&udp6, "local", "[::]:7");
+    assert_eq!(u["peer"], "[::]:*");
+    assert_eq!(udp6.as_array().map(Vec::len), Some(1), "{udp6}");
 
     // nstat: take the history now, then a known transfer moves the counters.
     json(&["nstat", "--json", "--stack", &name]);
@@ -207,9 +224,9 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
 
     // ss: the held connection is established, with ss -i's fields.
     let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
-    let row = row_where(&ss, "peer", &format!("10.77.0.1:{port}"));
+    let row = row_where(&ss, "peer", &format!("{KERNEL_MAPPED}:{port}"));
     assert_eq!(row["state"], "ESTAB");
-    assert_eq!(row["local"], "10.77.0.2:7");
+    assert_eq!(row["local"], "[::ffff:10.77.0.2]:7");
     let info = &row["info"];
     assert_eq!(info["congestion_control"], "cubic");
     assert!(info["rtt_ms"].as_f64().is_some(), "{info}");
@@ -314,7 +331,7 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
         .recv_timeout(Duration::from_secs(60))
         .expect("second connection");
     let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
-    let row = row_where(&ss, "peer", &format!("10.77.0.1:{port}"));
+    let row = row_where(&ss, "peer", &format!("{KERNEL_MAPPED}:{port}"));
     let sb = row["info"]["send_buffer"].as_u64().expect("send_buffer");
     assert!(
         sb <= 65536,

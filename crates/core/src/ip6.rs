@@ -362,7 +362,14 @@ impl Stack {
                     self.counters.icmp6.OutEchoReplies += 1;
                 }
             }
-            Icmpv6Repr::EchoReply { .. } => c.InEchoReplies += 1,
+            Icmpv6Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            } => {
+                c.InEchoReplies += 1;
+                self.record_echo6(now, ip.src, ip.hop_limit, ident, seq_no, data.len());
+            }
             Icmpv6Repr::DstUnreachable {
                 reason,
                 header,
@@ -1004,7 +1011,8 @@ impl Stack {
     }
 
     /// Send on a socket of either family; the destination must be of the
-    /// socket's family (no IPv4-mapped dual stack).
+    /// socket's family (IPv6 UDP sockets act as `IPV6_V6ONLY`: an
+    /// IPv4-mapped destination is `NoRoute`).
     pub fn udp_send_to_addr(
         &mut self,
         now: Instant,
@@ -1013,6 +1021,11 @@ impl Stack {
         remote: SocketAddr,
     ) -> Result<usize, UdpError> {
         match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            // IPv6 UDP sockets are V6ONLY: no IPv4-mapped destinations
+            // (Linux: ENETUNREACH).
+            (true, SocketAddr::V6(r)) if r.ip().to_ipv4_mapped().is_some() => {
+                Err(UdpError::NoRoute)
+            }
             (true, SocketAddr::V6(r)) => self.udp6_send_to(now, h, data, r),
             (false, SocketAddr::V4(r)) => self.udp_send_to(now, h, data, r),
             _ => Err(UdpError::InvalidAddress),
@@ -1022,6 +1035,9 @@ impl Stack {
     /// Connect a socket of either family (same family as the socket).
     pub fn udp_connect_addr(&mut self, h: UdpHandle, remote: SocketAddr) -> Result<(), UdpError> {
         match (UdpTable::<SocketAddrV6>::owns(h), remote) {
+            (true, SocketAddr::V6(r)) if r.ip().to_ipv4_mapped().is_some() => {
+                Err(UdpError::NoRoute)
+            }
             (true, SocketAddr::V6(r)) => self.udp6_connect(h, r),
             (false, SocketAddr::V4(r)) => self.udp_connect(h, r),
             _ => Err(UdpError::InvalidAddress),

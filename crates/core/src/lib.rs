@@ -29,6 +29,7 @@ mod arp;
 pub mod counters;
 mod dhcp6_server;
 mod dhcp_server;
+mod echo6;
 mod error;
 mod frag;
 mod gro;

@@ -105,14 +105,16 @@ pub struct Config {
     pub seed: u64,
 }
 
-/// An ICMP echo reply received for `icmp_echo_send`.
+/// An ICMP echo reply received for `icmp_echo_send` (or an ICMPv6 one
+/// for `icmp6_echo_send`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EchoReply {
-    pub from: Ipv4Addr,
+    pub from: std::net::IpAddr,
     pub ident: u16,
     pub seq: u16,
     /// Payload bytes (without the 8-byte ICMP header).
     pub len: usize,
+    /// The reply's TTL (IPv4) or hop limit (IPv6).
     pub ttl: u8,
     pub at: Instant,
 }
@@ -636,19 +638,14 @@ impl Stack {
                 data,
             } => {
                 c.InEchoReps += 1;
-                if self.echo.len() >= self.config.limits.echo_reply_queue {
-                    self.echo.pop_front();
-                }
-                if self.config.limits.echo_reply_queue > 0 {
-                    self.echo.push_back(EchoReply {
-                        from: ip.src,
-                        ident,
-                        seq: seq_no,
-                        len: data.len(),
-                        ttl: ip.ttl,
-                        at: now,
-                    });
-                }
+                self.record_echo(EchoReply {
+                    from: ip.src.into(),
+                    ident,
+                    seq: seq_no,
+                    len: data.len(),
+                    ttl: ip.ttl,
+                    at: now,
+                });
             }
             Icmpv4Repr::DstUnreachable {
                 reason,
@@ -927,9 +924,20 @@ impl Stack {
         }
     }
 
-    /// Echo replies received since the last call (drained).
+    /// Echo replies (ICMP and ICMPv6) received since the last call (drained).
     pub fn icmp_echo_replies(&mut self) -> impl Iterator<Item = EchoReply> + '_ {
         self.echo.drain(..)
+    }
+
+    /// Queue an echo reply for `icmp_echo_replies` (bounded: the oldest
+    /// is dropped).
+    pub(crate) fn record_echo(&mut self, r: EchoReply) {
+        if self.echo.len() >= self.config.limits.echo_reply_queue {
+            self.echo.pop_front();
+        }
+        if self.config.limits.echo_reply_queue > 0 {
+            self.echo.push_back(r);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -1052,6 +1060,27 @@ impl Stack {
     /// Every open UDP socket (for `ss -u`).
     pub fn udp_sockets(&self) -> Vec<UdpStatus> {
         self.udp.statuses()
+    }
+
+    /// Every open UDP socket of both families (for `ss -u`).
+    pub fn udp_sockets_addr(&self) -> Vec<UdpStatus<std::net::SocketAddr>> {
+        let v4 = self.udp.statuses().into_iter().map(|u| UdpStatus {
+            local: u.local.into(),
+            remote: u.remote.map(Into::into),
+            can_recv: u.can_recv,
+            pending_error: u.pending_error,
+            recv_queue: u.recv_queue,
+            recv_datagrams: u.recv_datagrams,
+        });
+        let v6 = self.udp6.statuses().into_iter().map(|u| UdpStatus {
+            local: u.local.into(),
+            remote: u.remote.map(Into::into),
+            can_recv: u.can_recv,
+            pending_error: u.pending_error,
+            recv_queue: u.recv_queue,
+            recv_datagrams: u.recv_datagrams,
+        });
+        v4.chain(v6).collect()
     }
 
     /// Number of open UDP sockets (diagnostics).

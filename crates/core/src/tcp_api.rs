@@ -292,17 +292,57 @@ impl Stack {
     }
 
     /// Listen on an IPv6 `local` (address unspecified or ours; port 0 =
-    /// ephemeral). It takes IPv6 connections only; a port has one
-    /// listener, of either family.
+    /// ephemeral). Bound to `::`, it is a dual-stack listener: it takes
+    /// IPv4 connections too, whose addresses the API reports as
+    /// IPv4-mapped (`::ffff:a.b.c.d`); see [`Stack::tcp_listen6_v6only`].
+    /// As on Linux, it conflicts (`AddrInUse`) with an IPv4 listener on
+    /// the same port.
     pub fn tcp_listen6(
         &mut self,
         local: SocketAddrV6,
         backlog: usize,
     ) -> Result<TcpHandle, BindError> {
-        if !local.ip().is_unspecified() && !self.iface.has_addr6(*local.ip()) {
+        self.tcp_listen6_opts(local, backlog, false)
+    }
+
+    /// [`Stack::tcp_listen6`] with `IPV6_V6ONLY` set: IPv6 connections
+    /// only, and an IPv4 listener may share the port.
+    pub fn tcp_listen6_v6only(
+        &mut self,
+        local: SocketAddrV6,
+        backlog: usize,
+    ) -> Result<TcpHandle, BindError> {
+        self.tcp_listen6_opts(local, backlog, true)
+    }
+
+    fn tcp_listen6_opts(
+        &mut self,
+        local: SocketAddrV6,
+        backlog: usize,
+        v6only: bool,
+    ) -> Result<TcpHandle, BindError> {
+        let ip = *local.ip();
+        let ok = ip.is_unspecified()
+            || self.iface.has_addr6(ip)
+            || ip
+                .to_ipv4_mapped()
+                .is_some_and(|v4| !v6only && (v4.is_unspecified() || v4 == self.iface.addr()));
+        if !ok {
             return Err(BindError::AddrNotAvailable);
         }
-        self.tcp.listen_any(SocketAddr::V6(local), backlog)
+        self.tcp.listen_any(SocketAddr::V6(local), backlog, v6only)
+    }
+
+    /// Set or clear `IPV6_V6ONLY` on an IPv6 listener. Clearing it fails
+    /// with `InvalidState` (EINVAL) while an IPv4 listener shares the port,
+    /// and on an IPv4 listener or a connection.
+    pub fn tcp_set_v6only(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.set_v6only(h, on)
+    }
+
+    /// `IPV6_V6ONLY` of a listener (false for an IPv4 one).
+    pub fn tcp_v6only(&self, h: TcpHandle) -> Result<bool, TcpError> {
+        self.tcp.v6only(h)
     }
 
     /// Listen on `local` in either family.
@@ -328,6 +368,23 @@ impl Stack {
         local: Option<SocketAddrV6>,
     ) -> Result<TcpHandle, ConnectError> {
         let r = *remote.ip();
+        // An IPv4-mapped destination: an IPv4 connection the API reports
+        // with IPv4-mapped addresses (Linux's dual-stack socket).
+        if let Some(r4) = r.to_ipv4_mapped() {
+            let l4 = match local {
+                None => None,
+                Some(l) if l.ip().is_unspecified() => {
+                    Some(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, l.port()))
+                }
+                Some(l) => match l.ip().to_ipv4_mapped() {
+                    Some(a) => Some(SocketAddrV4::new(a, l.port())),
+                    None => return Err(ConnectError::InvalidAddress),
+                },
+            };
+            let h = self.tcp_connect(now, SocketAddrV4::new(r4, remote.port()), l4)?;
+            self.tcp.set_mapped(h);
+            return Ok(h);
+        }
         if remote.port() == 0 || r.is_unspecified() || r.is_multicast() {
             return Err(ConnectError::InvalidAddress);
         }
@@ -376,8 +433,8 @@ impl Stack {
     }
 
     /// A socket's `(local, remote)` addresses in its own family (remote
-    /// unspecified for a listener). [`TcpStatus`] and [`TcpInfo`] carry
-    /// IPv4 addresses: for an IPv6 socket only their ports are meaningful.
+    /// unspecified for a listener; IPv4 peers of an IPv6 socket as
+    /// IPv4-mapped addresses), as [`TcpStatus`] and [`TcpInfo`] carry them.
     pub fn tcp_addrs(&self, h: TcpHandle) -> Result<(SocketAddr, SocketAddr), TcpError> {
         self.tcp.addrs(h)
     }

@@ -153,9 +153,12 @@ pub struct TcpSchedStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpStatus {
     pub state: State,
-    pub local: SocketAddrV4,
-    /// Unspecified (0.0.0.0:0) for a listener.
-    pub remote: SocketAddrV4,
+    /// In the socket's family: an IPv6 socket's IPv4 peers (a dual-stack
+    /// listener's children, a connect to `::ffff:a.b.c.d`) appear as
+    /// IPv4-mapped IPv6 addresses, as Linux reports them.
+    pub local: SocketAddr,
+    /// Unspecified (port 0) for a listener.
+    pub remote: SocketAddr,
     /// Data, EOF or an error is waiting (a read will not block).
     pub can_recv: bool,
     /// Send buffer space is available (a write will not block).
@@ -176,8 +179,10 @@ pub struct TcpStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpInfo {
     pub state: State,
-    pub local: SocketAddrV4,
-    pub remote: SocketAddrV4,
+    /// As in [`TcpStatus`]: the socket's own family, IPv4 peers of an
+    /// IPv6 socket as IPv4-mapped addresses.
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
     /// Listener: accept queue length; connection: bytes received, unread.
     pub recv_queue: usize,
     /// Listener: backlog; connection: bytes unacknowledged or unsent.
@@ -188,6 +193,9 @@ pub struct TcpInfo {
     pub cwnd: usize,
     /// The application has closed its handle (orphan).
     pub orphan: bool,
+    /// An IPv6 listener with `IPV6_V6ONLY` (`ss` prints an unspecified
+    /// IPv6 address as `*` only for a dual-stack socket).
+    pub v6only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,9 +212,13 @@ enum Owner {
 #[derive(Clone)]
 struct Listener {
     local: SocketAddrV4,
-    /// An IPv6 listener (`local` then holds only the port): it takes IPv6
-    /// SYNs only, an IPv4 one IPv4 SYNs only (one listener per port).
+    /// An IPv6 listener (`local` then holds only the port). It takes
+    /// IPv6 SYNs, and IPv4 ones too when bound to `::` without
+    /// `v6only` (a dual-stack listener, whose IPv4 children are seen as
+    /// IPv4-mapped addresses); an IPv4 listener takes IPv4 SYNs only.
     local6: Option<SocketAddrV6>,
+    /// `IPV6_V6ONLY` (IPv6 listeners only).
+    v6only: bool,
     backlog: usize,
     /// Children still in SYN-RECEIVED.
     syn_queue: usize,
@@ -230,6 +242,10 @@ struct Conn {
     /// only the ports: see [`Tuple::ports_view`]).
     /// Boxed: IPv4 connections pay 8 bytes for it, not 60.
     v6: Option<Box<(SocketAddrV6, SocketAddrV6)>>,
+    /// An IPv4 connection of an IPv6 socket (a dual-stack listener's
+    /// child, or a connect to an IPv4-mapped address): the API sees its
+    /// addresses as IPv4-mapped IPv6 ones; the wire is plain IPv4.
+    mapped: bool,
     owner: Owner,
     /// Still present in the demux map.
     in_map: bool,
@@ -250,6 +266,16 @@ struct Conn {
 }
 
 impl Conn {
+    /// The addresses the application sees (IPv4-mapped when `mapped`).
+    fn api_addrs(&self) -> (SocketAddr, SocketAddr) {
+        let (l, r) = self.tuple().addrs();
+        if self.mapped {
+            (mapped(l), mapped(r))
+        } else {
+            (l, r)
+        }
+    }
+
     fn tuple(&self) -> Tuple {
         match self.v6.as_deref() {
             Some(&(l, r)) => Tuple::V6(l, r),
@@ -269,6 +295,7 @@ impl Conn {
             local,
             remote,
             v6: None,
+            mapped: false,
             owner,
             in_map: true,
             active_open,
@@ -279,6 +306,59 @@ impl Conn {
             ev_recv: 0,
             held: 0,
         }
+    }
+}
+
+/// `a` as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) if it is IPv4.
+fn mapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V4(v4) => {
+            SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+        }
+        v6 => v6,
+    }
+}
+
+impl Listener {
+    /// Whether this listener takes IPv4 SYNs: an IPv4 one, or an IPv6 one
+    /// bound to `::` (or an IPv4-mapped address) without `IPV6_V6ONLY`.
+    fn takes_v4(&self) -> bool {
+        match self.local6 {
+            None => true,
+            Some(l6) => {
+                !self.v6only && (l6.ip().is_unspecified() || l6.ip().to_ipv4_mapped().is_some())
+            }
+        }
+    }
+
+    fn addrs(&self) -> (SocketAddr, SocketAddr) {
+        match self.local6 {
+            Some(l6) => (
+                SocketAddr::V6(l6),
+                SocketAddr::V6(SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 0, 0, 0)),
+            ),
+            None => (
+                SocketAddr::V4(self.local),
+                SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            ),
+        }
+    }
+}
+
+/// The listeners on one port: at most one of each family, and both only
+/// when the IPv6 one is `IPV6_V6ONLY` (Linux's bind conflict rule for
+/// wildcard addresses). Slot indexes; `NONE` for none.
+#[derive(Debug, Clone, Copy)]
+struct PortListeners {
+    v4: u32,
+    v6: u32,
+}
+
+impl PortListeners {
+    const NONE: u32 = u32::MAX;
+    fn get(&self, v6: bool) -> Option<u32> {
+        let i = if v6 { self.v6 } else { self.v4 };
+        (i != Self::NONE).then_some(i)
     }
 }
 
@@ -407,7 +487,7 @@ pub(crate) struct TcpTable {
     conns: HashMap<(SocketAddrV4, SocketAddrV4), u32, KeyedState>,
     /// IPv6 connections (see [`Tuple`]).
     conns6: HashMap<(SocketAddrV6, SocketAddrV6), u32, KeyedState>,
-    listeners: HashMap<u16, u32, KeyedState>,
+    listeners: HashMap<u16, PortListeners, KeyedState>,
     /// Local ports held by active opens (for `listen` conflicts).
     active_ports: HashMap<u16, u32, KeyedState>,
     live: usize,
@@ -528,7 +608,19 @@ impl TcpTable {
         self.free.push(index as u32);
         match sock {
             Sock::Listener(l) => {
-                self.listeners.remove(&l.local.port());
+                let port = l.local.port();
+                if let Some(e) = self.listeners.get_mut(&port) {
+                    let me = index as u32;
+                    if e.v4 == me {
+                        e.v4 = PortListeners::NONE;
+                    }
+                    if e.v6 == me {
+                        e.v6 = PortListeners::NONE;
+                    }
+                    if e.v4 == PortListeners::NONE && e.v6 == PortListeners::NONE {
+                        self.listeners.remove(&port);
+                    }
+                }
             }
             Sock::Conn(c) => {
                 self.buffered = self.buffered.saturating_sub(c.held);
@@ -646,17 +738,8 @@ impl TcpTable {
     /// listener), in its own family.
     pub(crate) fn addrs(&self, h: TcpHandle) -> Result<(SocketAddr, SocketAddr), TcpError> {
         match self.sock(h)? {
-            Sock::Listener(l) => Ok(match l.local6 {
-                Some(l6) => (
-                    SocketAddr::V6(l6),
-                    SocketAddr::V6(SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 0, 0, 0)),
-                ),
-                None => (
-                    SocketAddr::V4(l.local),
-                    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
-                ),
-            }),
-            Sock::Conn(c) => Ok(c.tuple().addrs()),
+            Sock::Listener(l) => Ok(l.addrs()),
+            Sock::Conn(c) => Ok(c.api_addrs()),
         }
     }
 
@@ -665,14 +748,42 @@ impl TcpTable {
         local: SocketAddrV4,
         backlog: usize,
     ) -> Result<TcpHandle, BindError> {
-        self.listen_any(SocketAddr::V4(local), backlog)
+        self.listen_any(SocketAddr::V4(local), backlog, false)
     }
 
-    /// Listen on `local` in its family (one listener per port).
+    /// Whether a listener of family `v6` (with `v6only`) may join the
+    /// listeners already on `port`, as Linux's bind conflict rules for
+    /// wildcard addresses have it: one per family, and an IPv4 one beside
+    /// an IPv6 one only if the IPv6 one is `IPV6_V6ONLY`.
+    fn listen_conflict(&self, port: u16, v6: bool, v6only: bool) -> bool {
+        if self.active_ports.contains_key(&port) {
+            return true;
+        }
+        let Some(e) = self.listeners.get(&port) else {
+            return false;
+        };
+        if e.get(v6).is_some() {
+            return true;
+        }
+        match e.get(!v6) {
+            None => false,
+            // Adding IPv6 beside IPv4: only as v6only.
+            Some(_) if v6 => !v6only,
+            // Adding IPv4 beside IPv6: only if that one is v6only.
+            Some(i) => !matches!(
+                self.slots.get(i as usize).and_then(|s| s.sock.as_ref()),
+                Some(Sock::Listener(l)) if l.v6only
+            ),
+        }
+    }
+
+    /// Listen on `local` in its family (see [`TcpTable::listen_conflict`]
+    /// for who may share a port).
     pub(crate) fn listen_any(
         &mut self,
         local: SocketAddr,
         backlog: usize,
+        v6only: bool,
     ) -> Result<TcpHandle, BindError> {
         if self.live >= self.max_sockets {
             return Err(BindError::Exhausted);
@@ -682,7 +793,8 @@ impl TcpTable {
         } else {
             local.port()
         };
-        if self.listeners.contains_key(&port) || self.active_ports.contains_key(&port) {
+        let v6 = local.is_ipv6();
+        if self.listen_conflict(port, v6, v6only) {
             return Err(BindError::AddrInUse);
         }
         let (local, local6) = match local {
@@ -697,6 +809,7 @@ impl TcpTable {
         let l = Listener {
             local,
             local6,
+            v6only: v6only && v6,
             backlog,
             syn_queue: 0,
             accept: VecDeque::new(),
@@ -705,8 +818,64 @@ impl TcpTable {
             last_cookie_at: None,
         };
         let h = self.alloc(Sock::Listener(l)).ok_or(BindError::Exhausted)?;
-        self.listeners.insert(port, h.index);
+        let e = self.listeners.entry(port).or_insert(PortListeners {
+            v4: PortListeners::NONE,
+            v6: PortListeners::NONE,
+        });
+        if v6 {
+            e.v6 = h.index;
+        } else {
+            e.v4 = h.index;
+        }
         Ok(h)
+    }
+
+    /// Set `IPV6_V6ONLY` on IPv6 listener `h`. Turning it off fails with
+    /// `InvalidState` (EINVAL, what Linux answers for the option on a
+    /// bound socket) while an IPv4 listener shares the port: the two
+    /// would conflict as at bind time.
+    pub(crate) fn set_v6only(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        let port = match self.sock(h)? {
+            Sock::Listener(l) if l.local6.is_some() => l.local.port(),
+            _ => return Err(TcpError::InvalidState),
+        };
+        let v4_too = self
+            .listeners
+            .get(&port)
+            .is_some_and(|e| e.get(false).is_some());
+        if !on && v4_too {
+            return Err(TcpError::InvalidState);
+        }
+        if let Ok(Sock::Listener(l)) = self.sock_mut(h) {
+            l.v6only = on;
+        }
+        Ok(())
+    }
+
+    /// `IPV6_V6ONLY` of listener `h` (false for an IPv4 one).
+    pub(crate) fn v6only(&self, h: TcpHandle) -> Result<bool, TcpError> {
+        match self.sock(h)? {
+            Sock::Listener(l) => Ok(l.v6only),
+            Sock::Conn(_) => Err(TcpError::InvalidState),
+        }
+    }
+
+    /// The listener for a SYN of tuple `t` on `port`: its family's, else
+    /// (IPv4) a dual-stack IPv6 one. Returns the slot index and whether
+    /// the child is an IPv4 connection of an IPv6 socket.
+    fn listener_for(&self, port: u16, v6: bool) -> Option<(u32, bool)> {
+        let e = self.listeners.get(&port)?;
+        if let Some(i) = e.get(v6) {
+            return Some((i, false));
+        }
+        if v6 {
+            return None;
+        }
+        let i = e.get(true)?;
+        match self.slots.get(i as usize).and_then(|s| s.sock.as_ref()) {
+            Some(Sock::Listener(l)) if l.takes_v4() => Some((i, true)),
+            _ => None,
+        }
     }
 
     fn pick_listen_port(&mut self) -> Option<u16> {
@@ -818,6 +987,15 @@ impl TcpTable {
         Ok(h)
     }
 
+    /// Mark connection `h` as an IPv4 connection of an IPv6 socket (a
+    /// connect to an IPv4-mapped address): its addresses are reported
+    /// IPv4-mapped.
+    pub(crate) fn set_mapped(&mut self, h: TcpHandle) {
+        if let Ok(Sock::Conn(c)) = self.sock_mut(h) {
+            c.mapped = true;
+        }
+    }
+
     /// Release the handle: a listener stops (unaccepted children are
     /// reset); a connection is closed gracefully and reaped when done.
     pub(crate) fn close(&mut self, h: TcpHandle, abort: bool) {
@@ -874,8 +1052,8 @@ impl TcpTable {
         match self.sock(h)? {
             Sock::Listener(l) => Ok(TcpStatus {
                 state: State::Listen,
-                local: l.local,
-                remote: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+                local: l.addrs().0,
+                remote: l.addrs().1,
                 can_recv: !l.accept.is_empty(),
                 can_send: false,
                 send_queue: 0,
@@ -886,10 +1064,11 @@ impl TcpTable {
             }),
             Sock::Conn(c) if c.owner == Owner::App => {
                 let i = c.conn.info();
+                let (local, remote) = c.api_addrs();
                 Ok(TcpStatus {
                     state: c.conn.state(),
-                    local: c.local,
-                    remote: c.remote,
+                    local,
+                    remote,
                     can_recv: i.can_recv,
                     can_send: i.can_send,
                     send_queue: i.send_queue,
@@ -927,29 +1106,32 @@ impl TcpTable {
                     h,
                     TcpInfo {
                         state: State::Listen,
-                        local: l.local,
-                        remote: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+                        local: l.addrs().0,
+                        remote: l.addrs().1,
                         recv_queue: l.accept.len(),
                         send_queue: l.backlog,
                         srtt_us: None,
                         cwnd: 0,
                         orphan: false,
+                        v6only: l.v6only,
                     },
                     None,
                 )),
                 Some(Sock::Conn(c)) => {
                     let i = c.conn.info();
+                    let (local, remote) = c.api_addrs();
                     v.push((
                         h,
                         TcpInfo {
                             state: c.conn.state(),
-                            local: c.local,
-                            remote: c.remote,
+                            local,
+                            remote,
                             recv_queue: i.recv_queue,
                             send_queue: i.send_queue,
                             srtt_us: i.srtt.map(|d| d.as_micros() as u64),
                             cwnd: i.cwnd,
                             orphan: c.owner == Owner::Released,
+                            v6only: false,
                         },
                         Some(detail(&i)),
                     ))
@@ -1010,7 +1192,7 @@ impl TcpTable {
                     let ok = c.conn.state() == State::TimeWait
                         && seg.syn
                         && seg.ack.is_none()
-                        && self.listeners.contains_key(&lport)
+                        && self.listener_for(lport, t.is_v6()).is_some()
                         && c.conn.accepts_reuse_syn(seg);
                     if ok {
                         reuse_iss = Some(c.conn.snd_max() + 65_537u32);
@@ -1031,14 +1213,9 @@ impl TcpTable {
             // reopens it; drop the old control block and fall to the listener.
             self.detach(idx);
         }
-        let Some(&lidx) = self.listeners.get(&lport) else {
+        let Some((lidx, mapped)) = self.listener_for(lport, t.is_v6()) else {
             return Demux::Unmatched;
         };
-        // A listener takes its own family's segments only.
-        match self.slots.get(lidx as usize).and_then(|s| s.sock.as_ref()) {
-            Some(Sock::Listener(l)) if l.local6.is_some() == t.is_v6() => {}
-            _ => return Demux::Unmatched,
-        }
         // RFC 9293 3.10.7.2 (LISTEN): "first check for an RST ... An incoming
         // RST segment could not be valid since it could not have been sent in
         // response to anything sent by this incarnation of the connection. An
@@ -1054,7 +1231,16 @@ impl TcpTable {
                 return Demux::Unmatched;
             }
             let route_mss = self.route_mss_for(now, &t, pmtu);
-            return self.cookie_ack(now, lidx as usize, t, seg, gso_size, route_mss, ctr, ext);
+            return self.cookie_ack(
+                now,
+                (lidx as usize, mapped),
+                t,
+                seg,
+                gso_size,
+                route_mss,
+                ctr,
+                ext,
+            );
         }
         if !seg.syn {
             // "fourth other data or control ... drop the segment and return".
@@ -1112,7 +1298,8 @@ impl TcpTable {
             listener: lh,
             queued: false,
         };
-        let c = self.new_conn(conn, t, owner, false);
+        let mut c = self.new_conn(conn, t, owner, false);
+        c.mapped = mapped;
         let Some(h) = self.alloc(Sock::Conn(Box::new(c))) else {
             ext.ListenDrops += 1;
             return Demux::Dropped;
@@ -1157,7 +1344,7 @@ impl TcpTable {
     fn cookie_ack(
         &mut self,
         now: Instant,
-        lidx: usize,
+        (lidx, mapped): (usize, bool),
         t: Tuple,
         seg: &TcpRepr,
         gso_size: usize,
@@ -1211,7 +1398,8 @@ impl TcpTable {
             listener: lh,
             queued: true,
         };
-        let c = self.new_conn(conn, t, owner, false);
+        let mut c = self.new_conn(conn, t, owner, false);
+        c.mapped = mapped;
         let Some(h) = self.alloc(Sock::Conn(Box::new(c))) else {
             ext.ListenDrops += 1;
             return Demux::Dropped;
@@ -1675,7 +1863,8 @@ impl TcpTable {
         remote: SocketAddrV4,
         seg: &TcpRepr,
     ) -> bool {
-        if self.listeners.contains_key(&local.port()) {
+        // A listener that takes this IPv4 SYN (of IPv4, or dual-stack).
+        if self.listener_for(local.port(), false).is_some() {
             return false;
         }
         let Some(&idx) = self.conns.get(&(local, remote)) else {

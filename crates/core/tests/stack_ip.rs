@@ -53,7 +53,7 @@ fn ping_resolves_arp_and_entry_expires_when_unused() {
             replies[0].seq,
             replies[0].len
         ),
-        (B_IP, 7, 1, 5)
+        (B_IP.into(), 7, 1, 5)
     );
     assert_eq!(
         n.now, t0,

@@ -332,7 +332,7 @@ fn forged_cookie_ack_is_rejected_with_rst() {
     let st = n.b.tcp_status(h[0]).unwrap();
     assert_eq!(
         (st.state, st.remote),
-        (State::Established, SocketAddrV4::new(A_IP, 2))
+        (State::Established, SocketAddrV4::new(A_IP, 2).into())
     );
 }
 

@@ -37,7 +37,7 @@ fn connect_transfer_one_megabyte_and_close() {
     let s = established(&mut n, l, c);
     let st = n.b.tcp_status(s).unwrap();
     assert_eq!(st.remote, n.a.tcp_status(c).unwrap().local);
-    assert_eq!(st.local, SocketAddrV4::new(B_IP, 80));
+    assert_eq!(st.local, SocketAddrV4::new(B_IP, 80).into());
 
     let total = 1 << 20;
     let data: Vec<u8> = (0..total).map(|i| (i * 31 % 251) as u8).collect();

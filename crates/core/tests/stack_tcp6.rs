@@ -133,10 +133,11 @@ fn handshake_transfer_both_ways_and_close_over_ipv6() {
     assert_eq!(*cl6.ip(), A6);
     assert_ne!(cl6.port(), 0);
     assert_eq!((sl, sr), (SocketAddr::V6(dst), cl));
-    // `TcpStatus` carries IPv4 addresses: for IPv6 only the ports.
+    // `TcpStatus` and the socket list carry the IPv6 addresses.
     let st = n.a.tcp_status(c).unwrap();
-    assert_eq!(st.local, SocketAddrV4::new(0.into(), cl6.port()));
-    assert_eq!(st.remote, SocketAddrV4::new(0.into(), 80));
+    assert_eq!((st.local, st.remote), (cl, cr));
+    let row = n.b.tcp_sockets().into_iter().find(|i| i.remote == cl);
+    assert_eq!(row.map(|i| i.local), Some(SocketAddr::V6(dst)));
     assert_eq!(
         n.b.tcp_addrs(l).unwrap(),
         (SocketAddr::V6(any6(80)), SocketAddr::V6(any6(0)))
@@ -197,10 +198,13 @@ fn handshake_transfer_both_ways_and_close_over_ipv6() {
 #[test]
 fn ipv4_and_ipv6_connections_run_side_by_side() {
     let mut n = net6();
-    let l6 = n.b.tcp_listen6(any6(80), 8).unwrap();
+    // An IPV6_V6ONLY listener: IPv6 connections only (the dual-stack
+    // default is in `stack_dualstack.rs`).
+    let l6 = n.b.tcp_listen6_v6only(any6(80), 8).unwrap();
     let l4 = n.b.tcp_listen(SocketAddrV4::new(0.into(), 81), 8).unwrap();
-    // One listener per port, whatever the family.
-    assert!(n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).is_err());
+    // One listener per port and family; a dual-stack one conflicts with
+    // an IPv4 one.
+    assert!(n.b.tcp_listen6(any6(80), 8).is_err());
     assert!(n.b.tcp_listen6(any6(81), 8).is_err());
     let (c6, s6) = establish(&mut n, l6, SocketAddrV6::new(B6, 80, 0, 0));
     let c4 =

@@ -100,8 +100,8 @@ fn syn_to_any_address_is_held_absorbed_then_accepted() {
             && n.b.tcp_status(w).unwrap().state == State::Established
     }));
     let st = net.b.tcp_status(w).unwrap();
-    assert_eq!(st.local, dst);
-    assert_eq!(st.remote, syn.remote);
+    assert_eq!(st.local, dst.into());
+    assert_eq!(st.remote, syn.remote.into());
     // Every frame the world sent for this connection came from FAR.
     let srcs: Vec<Ipv4Addr> = net
         .log_ba
@@ -257,7 +257,7 @@ fn connect_from_any_source_reaches_a_guest_listener() {
         n.b.tcp_status(w).unwrap().state == State::Established
     }));
     let g = net.a.tcp_accept(l).unwrap().expect("accepted");
-    assert_eq!(net.a.tcp_status(g).unwrap().remote, from);
+    assert_eq!(net.a.tcp_status(g).unwrap().remote, from.into());
     net.b.tcp_send(w, b"ping").unwrap();
     net.advance(Duration::from_millis(50));
     assert_eq!(recv_all(&mut net.a, g), b"ping");
@@ -378,7 +378,7 @@ fn echo_requests_surface_and_replies_come_from_anywhere() {
     assert_eq!(replies.len(), 1);
     assert_eq!(
         (replies[0].from, replies[0].seq, replies[0].len),
-        (far, 1, 8)
+        (far.into(), 1, 8)
     );
 
     let before = net.log_ba.len();
@@ -493,4 +493,31 @@ fn ordinary_stack_keeps_its_behaviour() {
     net.a.icmp_echo_send(net.now, GW, 5, 5, b"x").unwrap();
     net.advance(Duration::from_millis(10));
     assert_eq!(net.a.icmp_echo_replies().count(), 1);
+}
+
+#[test]
+fn a_v6only_listener_leaves_ipv4_syns_to_the_application() {
+    let mut net = net();
+    let v6only = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 80, 0, 0);
+    net.b.tcp_listen6_v6only(v6only, 8).expect("listen v6only");
+    // Its port's IPv4 SYNs are not the listener's: held as before.
+    let (_, syn) = guest_connect(&mut net, SocketAddrV4::new(FAR, 80));
+    assert_eq!(syn.local, SocketAddrV4::new(FAR, 80));
+    // A dual-stack listener takes them (nothing is held).
+    let dual = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 81, 0, 0);
+    let l = net.b.tcp_listen6(dual, 8).expect("listen dual-stack");
+    let before = net.b.tcp_pending_syn_count();
+    let h = net
+        .a
+        .tcp_connect(net.now, SocketAddrV4::new(FAR, 81), None)
+        .expect("connect");
+    assert!(net.run_until(Duration::from_secs(2), |n| {
+        n.a.tcp_status(h).unwrap().state == State::Established
+    }));
+    assert_eq!(net.b.tcp_pending_syn_count(), before);
+    let c = net.b.tcp_accept(l).unwrap().expect("accepted");
+    assert_eq!(
+        net.b.tcp_addrs(c).unwrap().0,
+        std::net::SocketAddr::V6(std::net::SocketAddrV6::new(FAR.to_ipv6_mapped(), 81, 0, 0))
+    );
 }

@@ -31,8 +31,10 @@ pub use proto::{
 };
 pub use server::{check_name, default_name, Control, PendingControl};
 
+use std::net::SocketAddr;
 use ustack_core::tcp::TcpConnInfo;
 use ustack_core::time::Instant;
+
 use ustack_core::{Counters, TcpInfo};
 use ustack_socket::sysctl::Tunables;
 
@@ -78,9 +80,9 @@ pub fn socket_entry(t: &TcpInfo, detail: Option<&TcpConnInfo>, now: Instant) -> 
         state: t.state.name().to_string(),
         recv_q: t.recv_queue as u64,
         send_q: t.send_queue as u64,
-        local: t.local.to_string(),
+        local: ss_addr(t.local, t.v6only),
         peer: if t.state == ustack_core::tcp::State::Listen {
-            "0.0.0.0:*".into()
+            ss_addr(t.remote, t.v6only)
         } else {
             t.remote.to_string()
         },
@@ -90,8 +92,25 @@ pub fn socket_entry(t: &TcpInfo, detail: Option<&TcpConnInfo>, now: Instant) -> 
     }
 }
 
-/// The `ss -u` row of one UDP socket of the engine.
-pub fn udp_entry(u: &ustack_core::UdpStatus) -> SocketEntry {
+/// An address as `ss -n` prints it: `10.0.0.2:80`, `[fd77::2]:80`; port
+/// 0 as `*` (`0.0.0.0:*`, `[::]:*`); the unspecified IPv6 address of a
+/// dual-stack socket (not `v6only`) as `*` (`*:80`, `*:*`).
+pub fn ss_addr(a: SocketAddr, v6only: bool) -> String {
+    let host = match a {
+        SocketAddr::V6(a6) if a6.ip().is_unspecified() && !v6only => "*".to_string(),
+        SocketAddr::V6(a6) if a6.scope_id() != 0 => format!("[{}]%{}", a6.ip(), a6.scope_id()),
+        SocketAddr::V6(a6) => format!("[{}]", a6.ip()),
+        SocketAddr::V4(a4) => a4.ip().to_string(),
+    };
+    match a.port() {
+        0 => format!("{host}:*"),
+        p => format!("{host}:{p}"),
+    }
+}
+
+/// The `ss -u` row of one UDP socket of the engine, of either family
+/// (IPv6 UDP sockets take IPv6 only: shown as `v6only`).
+pub fn udp_entry(u: &ustack_core::UdpStatus<SocketAddr>) -> SocketEntry {
     SocketEntry {
         proto: "udp".into(),
         // ss: UNCONN unless connected.
@@ -103,10 +122,17 @@ pub fn udp_entry(u: &ustack_core::UdpStatus) -> SocketEntry {
         .into(),
         recv_q: u.recv_queue as u64,
         send_q: 0,
-        local: u.local.to_string(),
-        peer: u
-            .remote
-            .map_or_else(|| "0.0.0.0:*".into(), |r| r.to_string()),
+        local: ss_addr(u.local, true),
+        peer: u.remote.map_or_else(
+            || {
+                let any = match u.local {
+                    SocketAddr::V4(_) => SocketAddr::from(([0u8; 4], 0)),
+                    SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+                };
+                ss_addr(any, true)
+            },
+            |r| r.to_string(),
+        ),
         orphan: false,
         info: None,
         host: None,
@@ -165,5 +191,30 @@ fn tcp_detail(i: &TcpConnInfo, now: Instant) -> TcpDetail {
         delivered: u64::from(i.delivered),
         delivery_rate_bps: (i.delivery_rate > 0).then(|| i.delivery_rate.saturating_mul(8)),
         app_limited: i.delivery_rate_app_limited,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ss_addr;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn addresses_print_as_ss_n_does() {
+        let a = |s: &str| s.parse::<SocketAddr>().expect("address");
+        assert_eq!(ss_addr(a("10.0.0.2:80"), false), "10.0.0.2:80");
+        assert_eq!(ss_addr(a("0.0.0.0:0"), false), "0.0.0.0:*");
+        assert_eq!(ss_addr(a("[fd77::2]:80"), false), "[fd77::2]:80");
+        assert_eq!(
+            ss_addr(a("[::ffff:10.0.0.1]:80"), false),
+            "[::ffff:10.0.0.1]:80"
+        );
+        // `*` for a dual-stack socket's unspecified address, `[::]` for a
+        // v6only one.
+        assert_eq!(ss_addr(a("[::]:80"), false), "*:80");
+        assert_eq!(ss_addr(a("[::]:0"), false), "*:*");
+        assert_eq!(ss_addr(a("[::]:80"), true), "[::]:80");
+        assert_eq!(ss_addr(a("[::]:0"), true), "[::]:*");
+        assert_eq!(ss_addr(a("[fe80::1%2]:22"), true), "[fe80::1]%2:22");
     }
 }

@@ -47,11 +47,20 @@ impl NetProvider {
 
 impl Provider for NetProvider {
     fn devices(&self) -> Vec<DeviceInfo> {
-        let c = self.net.with_stack(|s| s.config().clone());
+        let (c, six) = self.net.with_stack(|s| {
+            let six: Vec<String> = s
+                .ipv6_addresses()
+                .iter()
+                .map(|a| format!("{}/{}", a.address, a.prefix_len))
+                .collect();
+            (s.config().clone(), six)
+        });
+        let mut addrs = vec![c.addr.to_string()];
+        addrs.extend(six);
         vec![DeviceInfo {
             name: self.device.clone(),
             mac: c.mac.to_string(),
-            addrs: vec![c.addr.to_string()],
+            addrs,
             mtu: c.mtu as u32,
         }]
     }
@@ -60,7 +69,7 @@ impl Provider for NetProvider {
         let now = self.net.now();
         let (tcp, udp) = self
             .net
-            .with_stack(|s| (s.tcp_sockets_detailed(detail), s.udp_sockets()));
+            .with_stack(|s| (s.tcp_sockets_detailed(detail), s.udp_sockets_addr()));
         let mut v: Vec<SocketEntry> = tcp
             .iter()
             .map(|(_, t, d)| socket_entry(t, d.as_ref(), now))

@@ -54,7 +54,6 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
@@ -1245,19 +1244,24 @@ impl Net {
         self.shared().lock().stack.tcp_sockets()
     }
 
-    /// Send one ICMP echo request to `dst` and wait up to `timeout` for the
-    /// matching reply. `Ok(None)` = no reply in time.
+    /// Send one ICMP echo request to `dst` (ICMPv6 for an IPv6 address)
+    /// and wait up to `timeout` for the matching reply. `Ok(None)` = no
+    /// reply in time.
     pub fn ping(
         &self,
-        dst: Ipv4Addr,
+        dst: impl Into<std::net::IpAddr>,
         seq: u16,
         payload: &[u8],
         timeout: Duration,
     ) -> io::Result<Option<PingReply>> {
+        let dst = dst.into();
         let ident = self.inner.ping_ident;
         let sent_at = self.shared().op(|s, now, _tx| {
-            s.icmp_echo_send(now, dst, ident, seq, payload)
-                .map(|()| now)
+            match dst {
+                std::net::IpAddr::V4(d) => s.icmp_echo_send(now, d, ident, seq, payload),
+                std::net::IpAddr::V6(d) => s.icmp6_echo_send(now, d, ident, seq, payload),
+            }
+            .map(|()| now)
         });
         let sent_at = sent_at.map_err(|e| e.into_io())?;
         let r = self.shared().block_on(

@@ -65,9 +65,14 @@ impl std::fmt::Debug for TcpListener {
 }
 
 impl TcpListener {
-    /// Listen on `addr` (port 0 = an ephemeral port), IPv4 or IPv6 (an
-    /// IPv6 listener takes IPv6 connections only, as with `IPV6_V6ONLY`).
-    /// The first address that binds wins, as with `std`.
+    /// Listen on `addr` (port 0 = an ephemeral port), IPv4 or IPv6. An
+    /// IPv6 listener on `[::]:p` is dual-stack, as on Linux by default: it
+    /// accepts IPv4 connections too, whose peers appear as IPv4-mapped
+    /// addresses (`::ffff:a.b.c.d`), and it conflicts (`AddrInUse`) with an
+    /// IPv4 listener on the same port; see
+    /// [`bind_only_v6`](Self::bind_only_v6) and
+    /// [`set_only_v6`](Self::set_only_v6). The first address that binds
+    /// wins, as with `std`.
     pub fn bind(net: &Net, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
         Self::bind_with_backlog(net, addr, DEFAULT_BACKLOG)
     }
@@ -78,9 +83,29 @@ impl TcpListener {
         addr: impl ToSocketAddrs,
         backlog: usize,
     ) -> io::Result<TcpListener> {
+        Self::bind_opts(net, addr, backlog, false)
+    }
+
+    /// [`bind`](Self::bind) with `IPV6_V6ONLY` set on IPv6 addresses: the
+    /// listener takes IPv6 connections only, and an IPv4 listener may
+    /// share its port (an IPv4 address binds as with `bind`).
+    pub fn bind_only_v6(net: &Net, addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        Self::bind_opts(net, addr, DEFAULT_BACKLOG, true)
+    }
+
+    fn bind_opts(
+        net: &Net,
+        addr: impl ToSocketAddrs,
+        backlog: usize,
+        v6only: bool,
+    ) -> io::Result<TcpListener> {
         let mut last = None;
         for a in socket_addrs(addr)? {
-            match net.shared().op(|s, _, _tx| s.tcp_listen_addr(a, backlog)) {
+            let r = net.shared().op(|s, _, _tx| match a {
+                SocketAddr::V6(a6) if v6only => s.tcp_listen6_v6only(a6, backlog),
+                a => s.tcp_listen_addr(a, backlog),
+            });
+            match r {
                 Ok(handle) => {
                     return Ok(TcpListener {
                         inner: Arc::new(ListenerInner {
@@ -136,6 +161,27 @@ impl TcpListener {
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         self.inner.nonblocking.store(on, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Set `IPV6_V6ONLY` on an IPv6 listener (as `std`'s `set_only_v6`):
+    /// on, it stops taking IPv4 connections. Turning it off while an IPv4
+    /// listener holds the port, or on an IPv4 listener, is `InvalidInput`
+    /// (EINVAL).
+    pub fn set_only_v6(&self, on: bool) -> io::Result<()> {
+        let l = &self.inner;
+        l.net
+            .shared()
+            .op(|s, _, _tx| s.tcp_set_v6only(l.handle, on))
+            .map_err(|e| e.into_io())
+    }
+
+    /// `IPV6_V6ONLY` (false for an IPv4 listener).
+    pub fn only_v6(&self) -> io::Result<bool> {
+        let l = &self.inner;
+        l.net
+            .shared()
+            .op(|s, _, _tx| s.tcp_v6only(l.handle))
+            .map_err(|e| e.into_io())
     }
 
     /// Another handle to the same listener.

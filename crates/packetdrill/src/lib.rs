@@ -27,6 +27,16 @@
 //! are read at every `socket()` and configure the engine the same way, see
 //! [`ustack_socket::sysctl`].
 //!
+//! With packetdrill's `--mss=N` (on its command line or among the script's
+//! option lines), packetdrill cooks each inbound TCP packet as a GSO packet
+//! of `gso_size` N, which its `netdev_send` hands over without the size:
+//! the adapter cuts such a datagram into its wire segments (as Linux's
+//! `tcp_gso_segment`) and gives them to the stack together, whose GRO takes
+//! them in as one segment of N-byte pieces, as Linux takes the GSO skb.
+//!
+//! packetdrill calls libc's `sendfile` on the live descriptors (the call is
+//! not in the interface): the preloaded adapter answers it for its own.
+//!
 //! `--so_flags` may give `ip=A.B.C.D/LEN` (default `192.168.0.1/16`, what
 //! packetdrill's IPv4 runs use as `--local_ip`) and `mtu=N` (1500).
 //!
@@ -38,7 +48,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{
     iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval, timezone,
@@ -164,6 +174,10 @@ pub struct PacketdrillInterface {
 /// The instance packetdrill runs (one per process), for the exported
 /// `getsockopt` that packetdrill's code blocks reach through libc.
 static CURRENT: AtomicPtr<Ctx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// packetdrill's `--mss` (0: none): the `gso_size` with which it cooks its
+/// inbound TCP packets as GSO packets (netdev.c, `local_netdev_send`).
+static GSO_SIZE: AtomicUsize = AtomicUsize::new(0);
 
 /// Adapter options from `--so_flags`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,14 +322,119 @@ unsafe extern "C" fn pd_netdev_send(p: *mut c_void, buf: *const c_void, count: s
     }
     // SAFETY: packetdrill passes `count` readable bytes.
     let ip = unsafe { std::slice::from_raw_parts(buf as *const u8, count) };
+    let gso = GSO_SIZE.load(Ordering::Relaxed);
+    match gso_segments(ip, gso) {
+        // A GSO packet (packetdrill's --mss): its wire segments, received
+        // together, which the stack's GRO takes in as Linux takes the GSO
+        // skb from its tun device, one segment of gso_size-sized pieces.
+        Some(segs) => {
+            let frames: Vec<Vec<u8>> = segs.iter().map(|s| eth_frame(s)).collect();
+            c.lock().link_input_burst(&frames);
+        }
+        None => c.lock().link_input(&eth_frame(ip)),
+    }
+    c.notify();
+    0
+}
+
+/// `ip` in an Ethernet frame from the peer.
+fn eth_frame(ip: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(ETH_HDR + ip.len());
     frame.extend_from_slice(&OUR_MAC);
     frame.extend_from_slice(&PEER_MAC);
     frame.extend_from_slice(&0x0800u16.to_be_bytes());
     frame.extend_from_slice(ip);
-    c.lock().link_input(&frame);
-    c.notify();
-    0
+    frame
+}
+
+/// packetdrill's `--mss` for this run: from its command line, or from the
+/// option lines of the script it runs (`--mss=N`), else 0.
+fn packetdrill_mss() -> usize {
+    let Ok(cmdline) = std::fs::read("/proc/self/cmdline") else {
+        return 0;
+    };
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let mss_of = |a: &str| a.strip_prefix("--mss=").and_then(|v| v.trim().parse().ok());
+    let mut mss = args.iter().find_map(|a| mss_of(a));
+    if let Some(script) = args.iter().rev().find(|a| a.ends_with(".pkt")) {
+        if let Ok(text) = std::fs::read_to_string(script) {
+            // Option lines are the script's leading `--` lines (comments
+            // and blank lines may come between).
+            for l in text.lines().map(str::trim) {
+                if l.is_empty() || l.starts_with("//") {
+                    continue;
+                }
+                if !l.starts_with("--") {
+                    break;
+                }
+                mss = mss_of(l).or(mss);
+            }
+        }
+    }
+    mss.filter(|m| (1..=65535).contains(m)).unwrap_or(0)
+}
+
+/// The wire segments of an IPv4 TCP datagram carrying more than `gso`
+/// bytes of payload, cut as Linux's `tcp_gso_segment` cuts a GSO skb:
+/// `gso`-sized pieces, sequence numbers advanced, IP IDs counting up,
+/// CWR on the first only, FIN and PSH on the last only, checksums
+/// recomputed. None if `gso` is 0 or the datagram is not such a packet.
+fn gso_segments(ip: &[u8], gso: usize) -> Option<Vec<Vec<u8>>> {
+    use ustack_wire::checksum::{checksum, checksum_with, pseudo_header_v4};
+    if gso == 0 || ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 6 {
+        return None;
+    }
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    if ihl < 20 || total > ip.len() || total < ihl + 20 {
+        return None;
+    }
+    let tcp = &ip[ihl..total];
+    let thl = usize::from(tcp[12] >> 4) * 4;
+    if thl < 20 || thl > tcp.len() {
+        return None;
+    }
+    let payload = &tcp[thl..];
+    if payload.len() <= gso {
+        return None;
+    }
+    let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+    let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    let id = u16::from_be_bytes([ip[4], ip[5]]);
+    let n = payload.len().div_ceil(gso);
+    let mut out = Vec::with_capacity(n);
+    for (i, piece) in payload.chunks(gso).enumerate() {
+        let mut seg = Vec::with_capacity(ihl + thl + piece.len());
+        seg.extend_from_slice(&ip[..ihl]);
+        seg.extend_from_slice(&tcp[..thl]);
+        seg.extend_from_slice(piece);
+        let len = u16::try_from(seg.len()).ok()?;
+        seg[2..4].copy_from_slice(&len.to_be_bytes());
+        seg[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
+        seg[10..12].copy_from_slice(&[0, 0]);
+        let c = checksum(&seg[..ihl]);
+        seg[10..12].copy_from_slice(&c.to_be_bytes());
+        let t = &mut seg[ihl..];
+        let s = seq.wrapping_add((i * gso) as u32);
+        t[4..8].copy_from_slice(&s.to_be_bytes());
+        // FIN 0x01, PSH 0x08 on the last; CWR 0x80 on the first.
+        if i + 1 < n {
+            t[13] &= !(0x01 | 0x08);
+        }
+        if i > 0 {
+            t[13] &= !0x80;
+        }
+        t[16..18].copy_from_slice(&[0, 0]);
+        let tl = u16::try_from(t.len()).ok()?;
+        let c = checksum_with(pseudo_header_v4(src, dst, 6, tl), t);
+        t[16..18].copy_from_slice(&c.to_be_bytes());
+        out.push(seg);
+    }
+    Some(out)
 }
 
 /// An ARP reply to a request in `frame` (the peer owns every address).
@@ -491,6 +610,7 @@ pub unsafe extern "C" fn packetdrill_interface_init(
             std::process::exit(2);
         }
     };
+    GSO_SIZE.store(packetdrill_mss(), Ordering::Relaxed);
     let ctx = Box::into_raw(Box::new(Ctx::new_virtual(new_host(f))));
     CURRENT.store(ctx, Ordering::Release);
     // SAFETY: the ffi functions have exactly packetdrill's signatures except
@@ -614,6 +734,68 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
 }
 
+type LibcSendfile = unsafe extern "C" fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t;
+
+/// `sendfile(2)` interposed when this library is `LD_PRELOAD`ed into
+/// packetdrill: packetdrill's `sendfile` calls libc on the live
+/// descriptors (the call is not in `struct packetdrill_interface`); to one
+/// of our sockets it goes to [`ffi::ustack_sendfile`], which reads the
+/// kernel file and sends on the socket; anything else to libc.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { interposed_sendfile(c"sendfile", out_fd, in_fd, offset, count) }
+}
+
+/// `sendfile64`, the same call under glibc's large-file name.
+///
+/// # Safety
+/// As `sendfile(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { interposed_sendfile(c"sendfile64", out_fd, in_fd, offset, count) }
+}
+
+/// # Safety
+/// As `sendfile(2)`; `name` is libc's symbol for it.
+unsafe fn interposed_sendfile(
+    name: &CStr,
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    if let Some(cur) = instance_owning(out_fd) {
+        // SAFETY: forwarded.
+        return unsafe { ffi::ustack_sendfile(cur, out_fd, in_fd, offset, count) };
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a C string; the symbol is libc's
+    // sendfile with this signature (off_t is 64-bit on LP64).
+    unsafe {
+        let sym = libc::dlsym(libc::RTLD_NEXT, name.as_ptr());
+        if sym.is_null() {
+            *libc::__errno_location() = libc::ENOSYS;
+            return -1;
+        }
+        let real: LibcSendfile = std::mem::transmute::<*mut c_void, LibcSendfile>(sym);
+        real(out_fd, in_fd, offset, count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,6 +809,85 @@ mod tests {
         assert!(parse_flags("ip=10.1.2.300").is_err());
         assert!(parse_flags("mtu=10").is_err());
         assert!(parse_flags("bogus").is_err());
+    }
+
+    /// An IPv4 TCP datagram from 192.0.2.1:8080 to 192.168.0.1:80.
+    fn datagram(seq: u32, flags: u8, payload: usize) -> Vec<u8> {
+        use ustack_wire::checksum::{checksum, checksum_with, pseudo_header_v4};
+        let total = 40 + payload;
+        let mut d = vec![
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0x12,
+            0x34,
+            0x40,
+            0,
+            64,
+            6,
+            0,
+            0,
+        ];
+        d.extend_from_slice(&[192, 0, 2, 1, 192, 168, 0, 1]);
+        d.extend_from_slice(&8080u16.to_be_bytes());
+        d.extend_from_slice(&80u16.to_be_bytes());
+        d.extend_from_slice(&seq.to_be_bytes());
+        d.extend_from_slice(&7u32.to_be_bytes());
+        d.extend_from_slice(&[0x50, flags, 1, 0, 0, 0, 0, 0]);
+        d.extend((0..payload).map(|i| i as u8));
+        let c = checksum(&d[..20]);
+        d[10..12].copy_from_slice(&c.to_be_bytes());
+        let c = checksum_with(
+            pseudo_header_v4(
+                Ipv4Addr::new(192, 0, 2, 1),
+                Ipv4Addr::new(192, 168, 0, 1),
+                6,
+                (20 + payload) as u16,
+            ),
+            &d[20..],
+        );
+        d[36..38].copy_from_slice(&c.to_be_bytes());
+        d
+    }
+
+    #[test]
+    fn gso_packets_are_cut_as_linux_cuts_them() {
+        use ustack_wire::checksum::{checksum, checksum_with, pseudo_header_v4};
+        // PSH|ACK|CWR, 2500 bytes, gso_size 1000: 1000, 1000, 500.
+        let d = datagram(1000, 0x80 | 0x10 | 0x08, 2500);
+        assert!(gso_segments(&d, 0).is_none(), "no --mss: as it came");
+        assert!(gso_segments(&d, 2500).is_none(), "not more than gso_size");
+        assert!(gso_segments(&d[..30], 1000).is_none(), "truncated");
+        let segs = gso_segments(&d, 1000).unwrap();
+        assert_eq!(segs.len(), 3);
+        let mut data = Vec::new();
+        for (i, s) in segs.iter().enumerate() {
+            let len = usize::from(u16::from_be_bytes([s[2], s[3]]));
+            assert_eq!(len, s.len());
+            assert_eq!(len - 40, if i < 2 { 1000 } else { 500 });
+            assert_eq!(u16::from_be_bytes([s[4], s[5]]), 0x1234 + i as u16);
+            assert_eq!(checksum(&s[..20]), 0, "IP checksum");
+            let ph = pseudo_header_v4(
+                Ipv4Addr::new(192, 0, 2, 1),
+                Ipv4Addr::new(192, 168, 0, 1),
+                6,
+                (len - 20) as u16,
+            );
+            assert_eq!(checksum_with(ph, &s[20..]), 0, "TCP checksum");
+            let seq = u32::from_be_bytes([s[24], s[25], s[26], s[27]]);
+            assert_eq!(seq, 1000 + 1000 * i as u32);
+            let flags = s[33];
+            assert_eq!(flags & 0x10, 0x10, "ACK on all");
+            assert_eq!(flags & 0x08 != 0, i == 2, "PSH on the last only");
+            assert_eq!(flags & 0x80 != 0, i == 0, "CWR on the first only");
+            data.extend_from_slice(&s[40..]);
+        }
+        assert_eq!(data, &d[40..]);
+        // Not TCP: as it came.
+        let mut udp = d.clone();
+        udp[9] = 17;
+        assert!(gso_segments(&udp, 1000).is_none());
     }
 
     #[test]

@@ -391,7 +391,7 @@ impl World {
                         "conn {conn}: unexpected second accept on host {side} from {remote:?}"
                     ));
                 }
-                if *remote.ip() != ip(1 - side) {
+                if remote.ip() != std::net::IpAddr::V4(ip(1 - side)) {
                     return Err(format!(
                         "conn {conn}: accepted from wrong address {remote:?}"
                     ));

@@ -905,6 +905,127 @@ pub unsafe extern "C" fn ustack_sendmsg(
     }))
 }
 
+/// Bytes `ustack_sendfile` reads from the file per send.
+const SENDFILE_CHUNK: usize = 64 * 1024;
+
+/// Read up to `want` bytes of kernel descriptor `fd` at `pos` into `buf`.
+fn read_file(fd: c_int, buf: &mut Vec<u8>, want: usize, pos: libc::off_t) -> SockResult<()> {
+    buf.resize(want, 0);
+    // SAFETY: buf holds `want` writable bytes; fd is the caller's kernel
+    // descriptor.
+    let got = unsafe { libc::pread(fd, buf.as_mut_ptr() as *mut c_void, want, pos) };
+    match usize::try_from(got) {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok(())
+        }
+        Err(_) => {
+            buf.clear();
+            // SAFETY: errno is thread-local.
+            Err(unsafe { *libc::__errno_location() })
+        }
+    }
+}
+
+/// `sendfile(2)` from a kernel file descriptor `in_fd` (read with libc's
+/// `pread`) to our socket `out_fd`. As
+/// Linux's `do_splice_direct`: every chunk goes with `MSG_MORE` while more
+/// data follows, and the end of the file or of `count` pushes the rest
+/// (`splice_eof` -> `tcp_splice_eof`); a blocking socket takes everything
+/// up to `count` or the end of the file, a non-blocking one what fits; the
+/// file offset (`*offset`, or the file position when `offset` is null)
+/// moves on by what was sent.
+///
+/// # Safety
+/// See the module docs; `offset` is null or points to an `off_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ustack_sendfile(
+    ctx: *mut c_void,
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: forwarded caller contract.
+    ret_size(unsafe { self::ctx(ctx) }.and_then(|c| {
+        if !c.lock().is_fd(out_fd) {
+            return Err(libc::EBADF);
+        }
+        // SAFETY: caller's contract: null or a valid off_t.
+        let given = unsafe { offset.as_ref() }.copied();
+        let base = match given {
+            Some(o) if o < 0 => return Err(libc::EINVAL),
+            Some(o) => o,
+            // SAFETY: plain lseek on the caller's descriptor.
+            None => match unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) } {
+                p if p >= 0 => p,
+                // SAFETY: errno is thread-local.
+                _ => return Err(unsafe { *libc::__errno_location() }),
+            },
+        };
+        // Linux's MAX_RW_COUNT.
+        let count = count.min(0x7fff_f000);
+        let (sent, err) = sendfile_chunks(c, out_fd, in_fd, base, count);
+        let end = base + sent as libc::off_t;
+        if given.is_some() {
+            // SAFETY: caller's contract: a valid off_t.
+            unsafe { *offset = end };
+        } else {
+            // SAFETY: plain lseek on the caller's descriptor.
+            unsafe { libc::lseek(in_fd, end, libc::SEEK_SET) };
+        }
+        match err {
+            Some(e) if sent == 0 => Err(e),
+            _ => Ok(sent),
+        }
+    }))
+}
+
+/// The loop of [`ustack_sendfile`], reading at `base` on: bytes sent, and
+/// the error that ended it early. Each chunk is read before the one ahead
+/// of it is sent, so the last one goes without `MSG_MORE`.
+fn sendfile_chunks(
+    c: &Ctx,
+    out_fd: c_int,
+    in_fd: c_int,
+    base: libc::off_t,
+    count: usize,
+) -> (usize, Option<Errno>) {
+    let chunk = SENDFILE_CHUNK.min(count);
+    let mut cur = Vec::new();
+    let mut next = Vec::new();
+    if let Err(e) = read_file(in_fd, &mut cur, chunk, base) {
+        return (0, Some(e));
+    }
+    let mut sent = 0usize;
+    let mut err = None;
+    while !cur.is_empty() {
+        let after = sent + cur.len();
+        let ahead = chunk.min(count - after);
+        next.clear();
+        if ahead > 0 {
+            // A failed read ends the call after this chunk (reported if
+            // nothing was sent).
+            if let Err(e) = read_file(in_fd, &mut next, ahead, base + after as libc::off_t) {
+                err = Some(e);
+            }
+        }
+        let more = if next.is_empty() { 0 } else { libc::MSG_MORE };
+        let buf = one_buf(cur.as_mut_ptr() as *mut c_void, cur.len());
+        match do_send(c, out_fd, &[buf], more) {
+            Ok(n) => {
+                sent += n;
+                if n < cur.len() {
+                    break;
+                }
+            }
+            Err(e) => return (sent, Some(e)),
+        }
+        std::mem::swap(&mut cur, &mut next);
+    }
+    (sent, err)
+}
+
 /// `fcntl(2)` for `F_GETFL`, `F_SETFL`, `F_GETFD`, `F_SETFD`. The third
 /// argument is read as an integer (the libc call is variadic; on the
 /// System V x86-64 and AArch64 ABIs an integer argument is passed the same

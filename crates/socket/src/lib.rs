@@ -295,6 +295,20 @@ impl Host {
         self.flush();
     }
 
+    /// Ethernet frames the link received together (one read of the
+    /// device): the stack's GRO may coalesce their TCP segments, as
+    /// [`ustack_core::Stack::receive_burst`] says.
+    pub fn link_input_burst(&mut self, frames: &[Vec<u8>]) {
+        let Host {
+            stack, now, out, ..
+        } = self;
+        let at = *now;
+        stack.receive_burst(at, frames.iter().map(|f| &f[..]), &mut |f| {
+            out.push_back((at, f.to_vec()))
+        });
+        self.flush();
+    }
+
     /// The next Ethernet frame for the link, with the time it left.
     pub fn link_output(&mut self) -> Option<(Instant, Vec<u8>)> {
         self.out.pop_front()
@@ -533,7 +547,7 @@ impl Host {
         let peer = self
             .stack
             .tcp_status(h)
-            .map(|st| st.remote)
+            .map(|st| v4_of(st.remote))
             .map_err(tcp_errno)?;
         let nfd = self.alloc(Entry::Sock(Sock {
             tcp: Tcp::Conn {
@@ -1075,9 +1089,11 @@ impl Host {
             Tcp::Fresh { bound } => {
                 Ok(bound.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))
             }
-            Tcp::Listen(h) | Tcp::Conn { h, .. } => {
-                self.stack.tcp_status(h).map(|s| s.local).map_err(tcp_errno)
-            }
+            Tcp::Listen(h) | Tcp::Conn { h, .. } => self
+                .stack
+                .tcp_status(h)
+                .map(|s| v4_of(s.local))
+                .map_err(tcp_errno),
             Tcp::Failed => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
         }
     }
@@ -1088,7 +1104,7 @@ impl Host {
             Tcp::Conn { h, .. } => self
                 .stack
                 .tcp_status(h)
-                .map(|s| s.remote)
+                .map(|s| v4_of(s.remote))
                 .map_err(tcp_errno),
             _ => Err(libc::ENOTCONN),
         }
@@ -1374,3 +1390,15 @@ impl Host {
 
 #[cfg(test)]
 mod tests;
+
+/// The IPv4 address of a socket this layer made (all IPv4): the engine
+/// reports addresses in either family.
+fn v4_of(a: std::net::SocketAddr) -> SocketAddrV4 {
+    match a {
+        std::net::SocketAddr::V4(a) => a,
+        std::net::SocketAddr::V6(a) => SocketAddrV4::new(
+            a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+            a.port(),
+        ),
+    }
+}

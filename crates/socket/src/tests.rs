@@ -228,3 +228,89 @@ fn writes_follow_linux_send_buffer_accounting() {
     assert_eq!(meminfo(&mut a).1, 0, "nothing queued");
     assert!(a.send(c, &data).unwrap() > 0);
 }
+
+/// `ustack_sendfile`: a kernel file's bytes from an offset, up to the end
+/// of the file, and from the file position when no offset is given.
+#[test]
+fn sendfile_sends_a_kernel_file() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    let (a, mut b) = (host(1), host(2));
+    let ctx = ffi::Ctx::new_virtual(a);
+    let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+        .unwrap();
+    b.listen(l, 5).unwrap();
+    let c = {
+        let mut h = ctx.lock();
+        let c = h
+            .socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0)
+            .unwrap();
+        assert_eq!(h.connect(c, addr(2, 80)), Err(libc::EINPROGRESS));
+        pump(&mut h, &mut b, 1);
+        c
+    };
+    let (s, _) = b.accept(l, 0).unwrap();
+
+    let content: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let path = std::env::temp_dir().join(format!("ustack-sendfile-test-{}", std::process::id()));
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&content).unwrap();
+    drop(f);
+    let f = std::fs::File::open(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let fd = f.as_raw_fd();
+    let p = &ctx as *const ffi::Ctx as *mut std::ffi::c_void;
+    let recv_all = |ctx: &ffi::Ctx, b: &mut Host, got: &mut Vec<u8>| {
+        pump(&mut ctx.lock(), b, 1);
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = b.recv(s, &mut buf, false) {
+            got.extend_from_slice(&buf[..n]);
+        }
+    };
+    let mut got = Vec::new();
+
+    // From offset 1000, 3000 bytes; the offset moves on, the file
+    // position does not.
+    let mut off: libc::off_t = 1000;
+    // SAFETY: a live Ctx, our socket, a valid off_t.
+    assert_eq!(
+        unsafe { ffi::ustack_sendfile(p, c, fd, &mut off, 3000) },
+        3000
+    );
+    assert_eq!(off, 4000);
+    recv_all(&ctx, &mut b, &mut got);
+    // More than the file holds: up to its end; then nothing.
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { ffi::ustack_sendfile(p, c, fd, &mut off, 9000) },
+        1000
+    );
+    assert_eq!(off, 5000);
+    // SAFETY: as above.
+    assert_eq!(unsafe { ffi::ustack_sendfile(p, c, fd, &mut off, 10) }, 0);
+    recv_all(&ctx, &mut b, &mut got);
+    assert_eq!(got, &content[1000..]);
+
+    // No offset: from the file position (0), which moves on.
+    got.clear();
+    // SAFETY: as above, with a null offset.
+    let n = unsafe { ffi::ustack_sendfile(p, c, fd, std::ptr::null_mut(), 700) };
+    assert_eq!(n, 700);
+    // SAFETY: plain lseek on our file.
+    assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) }, 700);
+    recv_all(&ctx, &mut b, &mut got);
+    assert_eq!(got, &content[..700]);
+
+    // Not our descriptor, or not a file to read.
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { ffi::ustack_sendfile(p, c + 100, fd, &mut off, 10) },
+        -1
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { ffi::ustack_sendfile(p, c, -1, &mut off, 10) }, -1);
+    // SAFETY: errno is thread-local.
+    assert_eq!(unsafe { *libc::__errno_location() }, libc::EBADF);
+}

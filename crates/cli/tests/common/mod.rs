@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,6 +21,9 @@ use sha2::{Digest, Sha256};
 
 pub const USTACK_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 pub const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+/// serve's, ping's and get's default IPv6 addresses (ustack, kernel side).
+pub const USTACK_IP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
+pub const KERNEL_IP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1);
 pub const BIN: &str = env!("CARGO_BIN_EXE_ustack");
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -258,11 +261,12 @@ pub fn random_block(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// Connect with retries (the service may still be starting).
-pub fn connect(addr: SocketAddrV4) -> TcpStream {
+/// Connect with retries (the service may still be starting), IPv4 or IPv6.
+pub fn connect(addr: impl Into<SocketAddr>) -> TcpStream {
+    let addr: SocketAddr = addr.into();
     let t0 = Instant::now();
     loop {
-        match TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5)) {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
             Ok(s) => return s,
             Err(e) if t0.elapsed() < Duration::from_secs(10) => {
                 eprintln!("connect {addr}: {e}; retrying");
@@ -276,7 +280,7 @@ pub fn connect(addr: SocketAddrV4) -> TcpStream {
 /// Send `total` bytes of pseudo-random data through the echo service at
 /// `addr` (from the calling thread's namespace) and check that exactly the
 /// same bytes come back. Returns seconds taken.
-pub fn echo_transfer(addr: SocketAddrV4, total: usize, seed: u64) -> f64 {
+pub fn echo_transfer(addr: impl Into<SocketAddr>, total: usize, seed: u64) -> f64 {
     let block = random_block(seed, 1 << 20);
     let s = connect(addr);
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();

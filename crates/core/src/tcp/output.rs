@@ -213,7 +213,7 @@ impl Connection {
         if self.tlp.pending {
             self.tlp.pending = false;
             if self.can_send_data_state() && self.snd.una != self.snd.max {
-                let sent = if let Some((seq, n, fin)) = self.next_segment(true, true, 0) {
+                let sent = if let Some((seq, n, fin)) = self.next_segment(true, true, 0, false) {
                     if !self.send_segment(now, ctr, out, seq, n, fin) {
                         self.tlp.pending = true;
                         return self.blocked(now);
@@ -262,19 +262,24 @@ impl Connection {
         // that holds two or more. With TSO, one segment is one packet.
         let mut pkt = 0usize;
         let mut pkt_max = 0usize;
+        // The packet being built started with nothing in flight.
+        let mut pkt_idle = false;
         for _ in 0..MAX_BURST {
             if self.cong.pacer.budget(now, rate, mss) == 0 {
                 break;
             }
             let force = self.timers.force_send;
             if pkt == 0 {
-                if self.snd.una == self.snd.max && self.next_segment(force, false, 0).is_some() {
+                if self.snd.una == self.snd.max
+                    && self.next_segment(force, false, 0, false).is_some()
+                {
                     // Linux restarts cwnd after idle before the packet is
                     // sized (`tcp_slow_start_after_idle_check`, when the
                     // application queues data or the window opens).
                     self.restart_after_idle(now);
                 }
                 pkt_max = self.linux_packet_max();
+                pkt_idle = self.snd.una == self.snd.max;
             }
             // Linux's packets are pieces of its skbs (`tso_fragment` only
             // splits): none spans the end of one the write was cut into
@@ -289,14 +294,14 @@ impl Connection {
             } else {
                 0
             };
-            let Some((seq, n, fin)) = self.next_segment(force, false, tso_cap) else {
+            let Some((seq, n, fin)) = self.next_segment(force, false, tso_cap, pkt_idle) else {
                 break;
             };
             self.timers.force_send = false;
             pkt += n;
             let ends = pkt >= pkt_max
                 || n >= to_skb_end
-                || self.burst_ends_after(seq, n)
+                || self.burst_ends_after(seq, n, pkt_idle)
                 || self.cong.pacer.budget(now, rate, mss) <= n + usize::from(fin)
                 || self.snd.queue.record_end_after(seq) == Some(seq + n)
                 || self.snd.queue.is_push_mark(seq + n);
@@ -327,7 +332,7 @@ impl Connection {
         // one cut short by MAX_BURST goes on at the next dispatch (now:
         // the connection still has work), not after a pacing gap.
         let spent = self.cong.pacer.budget(now, rate, mss) == 0;
-        let more = self.rtx_due() || self.next_segment(false, false, 0).is_some();
+        let more = self.rtx_due() || self.next_segment(false, false, 0, false).is_some();
         let paced = spent && more;
         if spent || !more {
             self.cong.pacer.end_burst(now, rate);
@@ -411,12 +416,17 @@ impl Connection {
     /// fin). `probe`: a tail loss probe, which ignores cwnd (RFC 8985 7.3).
     /// `tso_max`: with a link that segments TCP itself (TSO), one segment
     /// may carry up to that many bytes, in whole MSS-sized pieces but for
-    /// the last (0: one MSS).
+    /// the last (0: one MSS). `idle_packet`: the segment continues a packet
+    /// (`linux_packet_max`) that started with nothing in flight; Linux
+    /// applies Nagle once to the whole packet (`tcp_mss_split_point`, with
+    /// `packets_out` as it was before it), so its partial last segment goes
+    /// with it.
     pub(super) fn next_segment(
         &self,
         force: bool,
         probe: bool,
         tso_max: usize,
+        idle_packet: bool,
     ) -> Option<(SeqNum, usize, bool)> {
         if !self.can_send_data_state() {
             return None;
@@ -464,7 +474,7 @@ impl Connection {
                 len: n,
                 avail,
                 max_payload: maxp,
-                idle: self.snd.max == self.snd.una,
+                idle: idle_packet || self.snd.max == self.snd.una,
                 // Linux applies Nagle to the last skb only: a record
                 // (MSG_EOR) with data queued behind it goes out whole.
                 nodelay: self.app.nodelay || avail < qlen - off,
@@ -538,9 +548,10 @@ impl Connection {
     }
 
     /// Does the burst end after `[seq, seq + n)`: the queue is empty,
-    /// Nagle holds the rest, or cwnd or the peer's window leaves less than
-    /// a segment?
-    fn burst_ends_after(&self, seq: SeqNum, n: usize) -> bool {
+    /// Nagle holds the rest (not within a packet that started idle, see
+    /// `next_segment`), or cwnd or the peer's window leaves less than a
+    /// segment?
+    fn burst_ends_after(&self, seq: SeqNum, n: usize, idle_packet: bool) -> bool {
         let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
         let avail = self.snd.queue.ring.len().saturating_sub(off + n);
         let cwnd_room = self.send_cwnd().saturating_sub(self.pipe() + n);
@@ -548,7 +559,8 @@ impl Connection {
         let wnd_room = self.snd.wnd.saturating_sub(flight);
         let maxp = self.max_payload();
         // Nagle holds a partial rest while this segment is in flight.
-        let nagle_holds = avail < maxp && !self.app.nodelay && !self.snd.queue.fin_queued;
+        let nagle_holds =
+            avail < maxp && !self.app.nodelay && !self.snd.queue.fin_queued && !idle_packet;
         avail == 0 || nagle_holds || cwnd_room < maxp.min(avail) || wnd_room < maxp.min(avail)
     }
 

@@ -14,11 +14,14 @@ use super::{State, TcpCounters};
 use crate::time::{Duration, Instant};
 
 /// RFC 8985 7.2 "WCDelAckT": the worst-case delayed-ACK time added to the
-/// probe timeout when only one segment is in flight.
+/// probe timeout when only one segment is in flight (Linux adds
+/// `tcp_rto_min_us`, 200 ms).
 const WC_DEL_ACK: Duration = Duration::from_millis(200);
 
-/// Least probe timeout (Linux `TCP_TIMEOUT_MIN`, 2 jiffies).
-const MIN_PTO: Duration = Duration::from_millis(10);
+/// Linux `TCP_TIMEOUT_MIN_US`: the slack added to the probe timeout
+/// with more than one segment in flight, and to the RACK reordering
+/// timer (`tcp_schedule_loss_probe`, `tcp_rack_mark_lost`).
+const TIMEOUT_MIN: Duration = Duration::from_millis(2);
 
 /// Retransmission: RTT, the retransmission timer, the scoreboard and loss
 /// detection.
@@ -204,7 +207,9 @@ impl Connection {
             srtt,
         );
         let (marked, at) = self.rtx.rack.detect(&mut self.rtx.scoreboard, now, reo);
-        self.rtx.rack_at = at;
+        // Linux `tcp_rack_mark_lost`: the timer for the remaining time plus
+        // TCP_TIMEOUT_MIN_US.
+        self.rtx.rack_at = at.map(|t| t + TIMEOUT_MIN);
         if marked && self.recovery.is_none() {
             self.enter_recovery(now, ctr);
         }
@@ -281,10 +286,12 @@ impl Connection {
         let Some(srtt) = self.rtx.rtt.srtt() else {
             return;
         };
-        let mut pto = (srtt * 2).max(MIN_PTO);
-        if self.snd.max.wrapping_sub(self.snd.una) as usize <= self.max_payload_base() {
-            pto += WC_DEL_ACK;
-        }
+        // Linux `tcp_schedule_loss_probe`: "Probe timeout is 2*rtt. Add
+        // minimum RTO to account for delayed ack when there's one
+        // outstanding packet", else TCP_TIMEOUT_MIN_US. (RFC 8985 7.2 has
+        // max(PTO, 10 ms) instead of the 2 ms.)
+        let one = self.snd.max.wrapping_sub(self.snd.una) as usize <= self.max_payload_base();
+        let pto = srtt * 2 + if one { WC_DEL_ACK } else { TIMEOUT_MIN };
         let mut at = now + pto;
         // Linux (`tcp_schedule_loss_probe`): "If the RTO formula yields an
         // earlier time, then use that time" -- the probe takes the

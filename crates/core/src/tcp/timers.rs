@@ -87,7 +87,7 @@ impl Connection {
         }
         self.rtx_due()
             || self
-                .next_segment(self.timers.force_send, false, 0)
+                .next_segment(self.timers.force_send, false, 0, false)
                 .is_some()
     }
 
@@ -107,7 +107,7 @@ impl Connection {
             && self.rtx.rto_at.is_none()
             && self.snd.max == self.snd.una
             && self.has_unsent()
-            && self.next_segment(false, false, 0).is_none()
+            && self.next_segment(false, false, 0, false).is_none()
     }
 
     fn keepalive_at(&self) -> Option<Instant> {
