@@ -347,7 +347,7 @@ fn start_bulk_services6(net: &ustack_net::Net, ip: Ipv6Addr) -> Result<()> {
     }
     let page: crate::server::PageFn = Arc::new(String::new);
     let stats = Arc::new(LoopStats::default());
-    let mut ev = EventLoop::new(net.poller(), listeners, None, 64, page, stats)
+    let mut ev = EventLoop::new(net.poller(), listeners, Vec::new(), 64, page, stats)
         .context("cannot start the IPv6 event loop")?;
     std::thread::Builder::new()
         .name("serve6".into())

@@ -3,7 +3,7 @@
 //! the same service code and the same client measure ustack and the kernel.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread;
@@ -15,31 +15,8 @@ use serde::Serialize;
 use crate::server::{self, Service};
 use crate::{services, signals};
 
-/// A kernel listener of either family for the services, whose peers are
-/// IPv4 addresses: an IPv6 peer is named by its port alone (0.0.0.0:PORT,
-/// or its IPv4 address if it is IPv4-mapped); the services use the peer
-/// only to name threads and log lines.
-struct AnyFamily(TcpListener);
-
-impl server::Listener for AnyFamily {
-    type Stream = TcpStream;
-    fn accept(&self) -> std::io::Result<(TcpStream, SocketAddrV4)> {
-        let (s, a) = self.0.accept()?;
-        let _ = s.set_nodelay(true);
-        let peer = match a {
-            SocketAddr::V4(a) => a,
-            SocketAddr::V6(a) => SocketAddrV4::new(
-                a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-                a.port(),
-            ),
-        };
-        Ok((s, peer))
-    }
-}
-
 /// `ustack kserve --bind ADDR`: the services of `ustack serve` on kernel
-/// sockets, until SIGINT/SIGTERM (UDP echo on an IPv4 address only).
-/// Prints "ready" on stdout once listening.
+/// sockets, until SIGINT/SIGTERM. Prints "ready" on stdout once listening.
 pub fn kserve(bind: IpAddr) -> Result<i32> {
     let active = Arc::new(AtomicUsize::new(0));
     let page: server::PageFn = Arc::new(|| "kernel sockets\n".to_string());
@@ -52,13 +29,11 @@ pub fn kserve(bind: IpAddr) -> Result<i32> {
         let l = TcpListener::bind(SocketAddr::new(bind, svc.port()))
             .with_context(|| format!("cannot listen on {bind}:{}", svc.port()))?;
         let (p, a) = (page.clone(), active.clone());
-        thread::spawn(move || server::run_tcp(AnyFamily(l), svc, p, a));
+        thread::spawn(move || server::run_tcp(l, svc, p, a));
     }
-    if bind.is_ipv4() {
-        let u = UdpSocket::bind(SocketAddr::new(bind, 7))
-            .with_context(|| format!("cannot bind UDP {bind}:7"))?;
-        thread::spawn(move || server::run_udp_echo(u));
-    }
+    let u = UdpSocket::bind(SocketAddr::new(bind, 7))
+        .with_context(|| format!("cannot bind UDP {bind}:7"))?;
+    thread::spawn(move || server::run_udp_echo(u));
     println!("ready");
     std::io::stdout().flush()?;
     signals::wait_termination(None);
