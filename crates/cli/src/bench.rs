@@ -470,8 +470,8 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
     let u = measure(exe, &ns_u, args.addr.addr, a)?;
     up.finish();
     // The same bulk transfers over IPv6, on a ustack of their own with the
-    // same options (its TAP's kernel end gets fd00:78::1/64; discard and
-    // chargen on fd00:78::2).
+    // same options (its TAP's kernel end gets fd00:78::1/64 from the setup;
+    // discard and chargen on fd00:78::2).
     let u6 = {
         let ns_6 = format!("ub6{pid}");
         nss.add(&ns_6)?;
@@ -482,21 +482,30 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
                 address: USTACK6,
                 prefix_len: 64,
             }],
+            host_addr6: Ipv6Cidr {
+                address: Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 0, 1),
+                prefix_len: 64,
+            },
+            no_ipv6: false,
             ..args.clone()
         };
         let up = setup::bring_up(&args, "")?;
         let tap = up.tap.clone();
-        ip(&[
-            "-n",
-            &ns_6,
-            "-6",
-            "addr",
-            "add",
-            "fd00:78::1/64",
-            "dev",
-            &tap,
-            "nodad",
-        ])?;
+        if up.host_addr6.is_none() {
+            bail!("the kernel side of {tap} has no IPv6 address");
+        }
+        // Should duplicate address detection be on, the address is
+        // tentative (not bindable) for a second or two (RFC 4862 5.4).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !up
+            .net
+            .with_stack(|s| s.ipv6_tentative_addresses().is_empty())
+        {
+            if std::time::Instant::now() > deadline {
+                bail!("{USTACK6} still tentative after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         start_bulk_services6(&up.net, USTACK6)?;
         eprintln!("ustack over TAP {tap} over IPv6:");
         let m = measure_bulk(exe, &ns_6, USTACK6.into(), a);
