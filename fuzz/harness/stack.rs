@@ -244,9 +244,9 @@ pub fn check_frame(f: &[u8], mtu: usize) {
 }
 
 /// Check one frame emitted by a stack whose link has the virtio-net
-/// header: the header is sound, a GSO frame is TCP/IPv4 with a partial
-/// checksum and segments that fit the MTU, and a partial checksum is right
-/// once completed; then the frame as [`check`] would.
+/// header: the header is sound, a GSO frame is TCP over the IP version
+/// its type names, with a partial checksum and segments that fit the MTU,
+/// and a partial checksum is right once completed; then the frame as [`check`] would.
 fn check_vnet(f: &[u8], mtu: usize) -> Emitted {
     let (v, eth) = VnetRepr::parse(f).expect("emitted frame: virtio-net header");
     let mut frame = eth.to_vec();
@@ -257,19 +257,36 @@ fn check_vnet(f: &[u8], mtu: usize) -> Emitted {
     }
     match v.gso {
         Gso::None => check(&frame, mtu),
-        Gso::TcpV4 { size, ecn } => {
+        Gso::TcpV4 { size, ecn } | Gso::TcpV6 { size, ecn } => {
+            // The GSO type names the frame's IP version.
+            let v6 = matches!(v.gso, Gso::TcpV6 { .. });
+            let ethertype = frame.get(12..14).map(|t| u16::from_be_bytes([t[0], t[1]]));
+            assert_eq!(
+                ethertype,
+                Some(if v6 { 0x86dd } else { 0x0800 }),
+                "emitted {:?} on another ethertype",
+                v.gso
+            );
             // GSO_ECN marks a super-frame whose TCP header has CWR (set on
             // the first segment only when it is cut, Linux's
             // SKB_GSO_TCP_ECN); never one without.
-            let cwr = frame
-                .get(ETHERNET_HEADER_LEN..)
-                .and_then(|ip| Ipv4Packet::new_checked(ip).ok())
-                .and_then(|ip| {
-                    let hl = ip.header_len();
-                    ip.into_inner().get(hl..).map(|t| t.get(13).copied())
-                })
-                .flatten()
-                .is_some_and(|f| f & flags::CWR != 0);
+            let tcp = if v6 {
+                frame
+                    .get(ETHERNET_HEADER_LEN..)
+                    .and_then(|ip| ustack_wire::ipv6::Ipv6Packet::new_checked(ip).ok())
+                    .and_then(|ip| ip.into_inner().get(40..).map(|t| t.get(13).copied()))
+                    .flatten()
+            } else {
+                frame
+                    .get(ETHERNET_HEADER_LEN..)
+                    .and_then(|ip| Ipv4Packet::new_checked(ip).ok())
+                    .and_then(|ip| {
+                        let hl = ip.header_len();
+                        ip.into_inner().get(hl..).map(|t| t.get(13).copied())
+                    })
+                    .flatten()
+            };
+            let cwr = tcp.is_some_and(|f| f & flags::CWR != 0);
             assert_eq!(ecn, cwr, "emitted GSO_ECN {ecn} with TCP CWR {cwr}");
             assert!(
                 matches!(v.csum, Csum::Partial { .. }),
@@ -284,14 +301,16 @@ fn check_vnet(f: &[u8], mtu: usize) -> Emitted {
                 frame.len() > ETHERNET_HEADER_LEN + mtu,
                 "needless GSO frame"
             );
+            // An IPv4 datagram of at most 65,535 bytes; an IPv6 payload
+            // of at most 65,535 bytes behind its 40-byte header.
+            let max = if v6 { 40 + 65_535 } else { 65_535 };
             assert!(
-                frame.len() <= ETHERNET_HEADER_LEN + 65_535,
+                frame.len() <= ETHERNET_HEADER_LEN + max,
                 "GSO frame over 64 KB"
             );
             // The super-frame as a frame of its own size.
             check(&frame, frame.len() - ETHERNET_HEADER_LEN)
         }
-        Gso::TcpV6 { .. } => panic!("emitted TCP/IPv6 GSO"),
         Gso::UdpL4 { .. } => panic!("emitted UDP GSO (USO is receive only)"),
     }
 }
@@ -564,6 +583,7 @@ impl Harness {
             stack.set_link_offload(LinkOffload {
                 vnet_hdr: true,
                 tso4: true,
+                tso6: true,
                 tx_csum: true,
             });
         }

@@ -8,13 +8,14 @@
 //!   (the same service code on kernel sockets) in one, the clients in the other.
 //!
 //! Clients: ping(8) for ICMP RTT, `ustack kclient` (kernel sockets) for TCP
-//! 1-byte request/response and bulk transfers in both directions.
+//! 1-byte request/response and bulk transfers in both directions, over IPv4
+//! and (bulk only) over IPv6.
 
 use std::io::{BufRead, BufReader};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddrV6};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -23,6 +24,10 @@ use serde::Serialize;
 
 use ustack_net::core::Limits;
 use ustack_net::dev::packet::{PacketConfig, PacketRing, RingVersion};
+use ustack_wire::ipv6::Ipv6Cidr;
+
+use crate::evloop::{EventLoop, LoopStats};
+use crate::server::Service;
 
 use crate::netns::{in_netns, in_ns, ip, veth_pair, Helper, Namespaces};
 use crate::setup::{self, Cidr, NetArgs};
@@ -183,7 +188,7 @@ fn ping_avg_us(ns: &str, target: Ipv4Addr, count: u32) -> Result<f64> {
     Ok(avg * 1000.0)
 }
 
-fn kclient(exe: &Path, ns: &str, test: &str, host: Ipv4Addr, a: &BenchArgs) -> Result<f64> {
+fn kclient(exe: &Path, ns: &str, test: &str, host: IpAddr, a: &BenchArgs) -> Result<f64> {
     let exe = exe.to_string_lossy();
     let out = in_ns(
         ns,
@@ -228,7 +233,7 @@ fn process_cpu() -> f64 {
 }
 
 /// One bulk transfer: (Mbit/s, this process's CPU seconds per GB moved).
-fn bulk(exe: &Path, ns: &str, test: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<(f64, f64)> {
+fn bulk(exe: &Path, ns: &str, test: &str, target: IpAddr, a: &BenchArgs) -> Result<(f64, f64)> {
     let c0 = process_cpu();
     let mbps = kclient(exe, ns, test, target, a)?;
     let cpu = process_cpu() - c0;
@@ -240,14 +245,14 @@ fn measure(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Meas
     eprintln!("  ICMP echo x{} ...", a.pings);
     let icmp_us = ping_avg_us(ns, target, a.pings)?;
     eprintln!("  TCP 1-byte request/response x{} ...", a.round_trips);
-    let rr_us = kclient(exe, ns, "rr", target, a)?;
-    let mut m = measure_bulk(exe, ns, target, a)?;
+    let rr_us = kclient(exe, ns, "rr", target.into(), a)?;
+    let mut m = measure_bulk(exe, ns, target.into(), a)?;
     m.icmp_us = icmp_us;
     m.rr_us = rr_us;
     Ok(m)
 }
 
-fn measure_bulk(exe: &Path, ns: &str, target: Ipv4Addr, a: &BenchArgs) -> Result<Measured> {
+fn measure_bulk(exe: &Path, ns: &str, target: IpAddr, a: &BenchArgs) -> Result<Measured> {
     eprintln!("  TCP bulk to the stack, {} s ...", a.seconds);
     let (to_mbps, to_cpu_s_per_gb) = bulk(exe, ns, "send", target, a)?;
     eprintln!("  TCP bulk from the stack, {} s ...", a.seconds);
@@ -325,6 +330,60 @@ fn measure_packet(
     let m = measure(exe, &ns_k, args.addr.addr, a);
     up.finish();
     m
+}
+
+/// ustack's IPv6 address in the bench (the kernel's end: fd00:78::1).
+const USTACK6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 0, 2);
+
+/// Discard and chargen on ustack's `ip`, served by `serve`'s event loop
+/// on a thread of their own (it ends when the stack stops).
+fn start_bulk_services6(net: &ustack_net::Net, ip: Ipv6Addr) -> Result<()> {
+    let mut listeners = Vec::new();
+    for svc in [Service::Discard, Service::Chargen] {
+        let addr = SocketAddrV6::new(ip, svc.port(), 0, 0);
+        let l = ustack_net::TcpListener::bind_with_backlog(net, addr, 128)
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        listeners.push((l, svc));
+    }
+    let page: crate::server::PageFn = Arc::new(String::new);
+    let stats = Arc::new(LoopStats::default());
+    let mut ev = EventLoop::new(net.poller(), listeners, Vec::new(), 64, page, stats)
+        .context("cannot start the IPv6 event loop")?;
+    std::thread::Builder::new()
+        .name("serve6".into())
+        .spawn(move || {
+            let e = ev.run();
+            tracing::debug!("IPv6 event loop ended: {e}");
+        })
+        .context("cannot start the IPv6 event-loop thread")?;
+    Ok(())
+}
+
+/// `ustack kserve --bind BIND` in namespace `ns`, once it says it is ready;
+/// stopped when the returned helper drops.
+fn kserve(exe: &Path, ns: &str, bind: &str) -> Result<Helper> {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(exe)
+        .args(["kserve", "--bind", bind])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the kernel-side server")?;
+    let stdout = child.stdout.take();
+    let server = Helper(child);
+    let (tx, rx) = mpsc::channel();
+    if let Some(out) = stdout {
+        std::thread::spawn(move || {
+            let mut l = String::new();
+            let _ = BufReader::new(out).read_line(&mut l);
+            let _ = tx.send(l);
+        });
+    }
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(l) if l.trim() == "ready" => Ok(server),
+        _ => bail!("the kernel-side server on {bind} did not start"),
+    }
 }
 
 pub fn run(a: BenchArgs) -> Result<i32> {
@@ -410,6 +469,49 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
     let u = measure(exe, &ns_u, args.addr.addr, a)?;
     up.finish();
+    // The same bulk transfers over IPv6, on a ustack of their own with the
+    // same options (its TAP's kernel end gets fd00:78::1/64 from the setup;
+    // discard and chargen on fd00:78::2).
+    let u6 = {
+        let ns_6 = format!("ub6{pid}");
+        nss.add(&ns_6)?;
+        let args = NetArgs {
+            tap: Some(format!("ub6t{pid}")),
+            netns: Some(ns_6.clone()),
+            addr6: vec![Ipv6Cidr {
+                address: USTACK6,
+                prefix_len: 64,
+            }],
+            host_addr6: Ipv6Cidr {
+                address: Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 0, 1),
+                prefix_len: 64,
+            },
+            no_ipv6: false,
+            ..args.clone()
+        };
+        let up = setup::bring_up(&args, "")?;
+        let tap = up.tap.clone();
+        if up.host_addr6.is_none() {
+            bail!("the kernel side of {tap} has no IPv6 address");
+        }
+        // Should duplicate address detection be on, the address is
+        // tentative (not bindable) for a second or two (RFC 4862 5.4).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !up
+            .net
+            .with_stack(|s| s.ipv6_tentative_addresses().is_empty())
+        {
+            if std::time::Instant::now() > deadline {
+                bail!("{USTACK6} still tentative after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        start_bulk_services6(&up.net, USTACK6)?;
+        eprintln!("ustack over TAP {tap} over IPv6:");
+        let m = measure_bulk(exe, &ns_6, USTACK6.into(), a);
+        up.finish();
+        m?
+    };
     // The same bulk transfers without the TAP's offloads (one MTU per
     // frame, checksums in software): what the offloads are worth.
     let plain = if a.no_offload {
@@ -426,7 +528,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         let up = setup::bring_up(&args, "")?;
         crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
         eprintln!("ustack over TAP {} without offloads:", up.tap);
-        let p = measure_bulk(exe, &ns_p, args.addr.addr, a)?;
+        let p = measure_bulk(exe, &ns_p, args.addr.addr.into(), a)?;
         up.finish();
         Some(p)
     };
@@ -446,30 +548,36 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         [&ns_a, "ubva", "10.79.0.1/24"],
         [&ns_b, "ubvb", "10.79.0.2/24"],
     )?;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &ns_b])
-        .arg(exe)
-        .args(["kserve", "--bind", "10.79.0.2"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start the kernel-side server")?;
-    let stdout = child.stdout.take();
-    let _server = Helper(child);
-    let (tx, rx) = mpsc::channel();
-    if let Some(out) = stdout {
-        std::thread::spawn(move || {
-            let mut l = String::new();
-            let _ = BufReader::new(out).read_line(&mut l);
-            let _ = tx.send(l);
-        });
-    }
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(l) if l.trim() == "ready" => {}
-        _ => bail!("the kernel-side server did not start"),
-    }
+    let _server = kserve(exe, &ns_b, "10.79.0.2")?;
     eprintln!("kernel over veth ({ns_a} -> {ns_b}):");
     let k = measure(exe, &ns_a, Ipv4Addr::new(10, 79, 0, 2), a)?;
+    // And over IPv6: the same services on fd00:79::2.
+    ip(&[
+        "-n",
+        &ns_a,
+        "-6",
+        "addr",
+        "add",
+        "fd00:79::1/64",
+        "dev",
+        "ubva",
+        "nodad",
+    ])?;
+    ip(&[
+        "-n",
+        &ns_b,
+        "-6",
+        "addr",
+        "add",
+        "fd00:79::2/64",
+        "dev",
+        "ubvb",
+        "nodad",
+    ])?;
+    let k6_addr = Ipv6Addr::new(0xfd00, 0x79, 0, 0, 0, 0, 0, 2);
+    let _server6 = kserve(exe, &ns_b, &k6_addr.to_string())?;
+    eprintln!("kernel over veth over IPv6:");
+    let k6 = measure_bulk(exe, &ns_a, k6_addr.into(), a)?;
 
     let row = |test: &str, us: f64, kv: f64, unit: &str| Row {
         test: test.to_string(),
@@ -484,6 +592,8 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         row("tcp_rr_1byte", u.rr_us, k.rr_us, "us"),
         row("tcp_bulk_to_stack", u.to_mbps, k.to_mbps, "Mbit/s"),
         row("tcp_bulk_from_stack", u.from_mbps, k.from_mbps, "Mbit/s"),
+        row("tcp6_bulk_to_stack", u6.to_mbps, k6.to_mbps, "Mbit/s"),
+        row("tcp6_bulk_from_stack", u6.from_mbps, k6.from_mbps, "Mbit/s"),
     ];
     // ustack's CPU time per GB; the kernel's work is not a process's, so
     // the kernel column holds ustack's figure without offloads (ratio =

@@ -3,7 +3,7 @@
 //! the same service code and the same client measure ustack and the kernel.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread;
@@ -17,7 +17,7 @@ use crate::{services, signals};
 
 /// `ustack kserve --bind ADDR`: the services of `ustack serve` on kernel
 /// sockets, until SIGINT/SIGTERM. Prints "ready" on stdout once listening.
-pub fn kserve(bind: Ipv4Addr) -> Result<i32> {
+pub fn kserve(bind: IpAddr) -> Result<i32> {
     let active = Arc::new(AtomicUsize::new(0));
     let page: server::PageFn = Arc::new(|| "kernel sockets\n".to_string());
     for svc in [
@@ -26,12 +26,12 @@ pub fn kserve(bind: Ipv4Addr) -> Result<i32> {
         Service::Chargen,
         Service::Http,
     ] {
-        let l = TcpListener::bind(SocketAddrV4::new(bind, svc.port()))
+        let l = TcpListener::bind(SocketAddr::new(bind, svc.port()))
             .with_context(|| format!("cannot listen on {bind}:{}", svc.port()))?;
         let (p, a) = (page.clone(), active.clone());
         thread::spawn(move || server::run_tcp(l, svc, p, a));
     }
-    let u = UdpSocket::bind(SocketAddrV4::new(bind, 7))
+    let u = UdpSocket::bind(SocketAddr::new(bind, 7))
         .with_context(|| format!("cannot bind UDP {bind}:7"))?;
     thread::spawn(move || server::run_udp_echo(u));
     println!("ready");
@@ -60,10 +60,10 @@ pub struct ClientResult {
     pub value: f64,
 }
 
-fn connect(addr: SocketAddrV4) -> Result<TcpStream> {
+fn connect(addr: SocketAddr) -> Result<TcpStream> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match TcpStream::connect_timeout(&addr.into(), Duration::from_secs(5)) {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
             Ok(s) => return Ok(s),
             Err(e) if Instant::now() < deadline => {
                 tracing::debug!("connect {addr}: {e}; retrying");
@@ -75,10 +75,10 @@ fn connect(addr: SocketAddrV4) -> Result<TcpStream> {
 }
 
 /// Run one measurement against `host` and return it.
-pub fn measure(test: ClientTest, host: Ipv4Addr, count: u64, seconds: f64) -> Result<ClientResult> {
+pub fn measure(test: ClientTest, host: IpAddr, count: u64, seconds: f64) -> Result<ClientResult> {
     match test {
         ClientTest::Rr => {
-            let mut s = connect(SocketAddrV4::new(host, Service::Echo.port()))?;
+            let mut s = connect(SocketAddr::new(host, Service::Echo.port()))?;
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(Duration::from_secs(10)))?;
             let mut b = [0u8; 1];
@@ -100,7 +100,7 @@ pub fn measure(test: ClientTest, host: Ipv4Addr, count: u64, seconds: f64) -> Re
             })
         }
         ClientTest::Send => {
-            let mut s = connect(SocketAddrV4::new(host, Service::Discard.port()))?;
+            let mut s = connect(SocketAddr::new(host, Service::Discard.port()))?;
             let buf = vec![0x5au8; services::CHUNK];
             let t0 = Instant::now();
             let limit = Duration::from_secs_f64(seconds);
@@ -122,7 +122,7 @@ pub fn measure(test: ClientTest, host: Ipv4Addr, count: u64, seconds: f64) -> Re
             })
         }
         ClientTest::Recv => {
-            let mut s = connect(SocketAddrV4::new(host, Service::Chargen.port()))?;
+            let mut s = connect(SocketAddr::new(host, Service::Chargen.port()))?;
             s.set_read_timeout(Some(Duration::from_secs(10)))?;
             let mut buf = vec![0u8; services::CHUNK];
             let t0 = Instant::now();
@@ -146,7 +146,7 @@ pub fn measure(test: ClientTest, host: Ipv4Addr, count: u64, seconds: f64) -> Re
 }
 
 /// `ustack kclient TEST HOST`: prints one JSON object on stdout.
-pub fn kclient(test: ClientTest, host: Ipv4Addr, count: u64, seconds: f64) -> Result<i32> {
+pub fn kclient(test: ClientTest, host: IpAddr, count: u64, seconds: f64) -> Result<i32> {
     let r = measure(test, host, count, seconds)?;
     println!("{}", serde_json::to_string(&r)?);
     Ok(0)
@@ -160,11 +160,16 @@ mod tests {
     fn client_measures_against_kernel_services_on_loopback() {
         // Serve on 127.0.0.x ports 7/9/19 is privileged-free only as root;
         // use a random loopback address in 127/8 to avoid clashing with a real service.
-        let host = Ipv4Addr::new(127, 77, (std::process::id() % 250) as u8, 9);
+        let host = IpAddr::V4(std::net::Ipv4Addr::new(
+            127,
+            77,
+            (std::process::id() % 250) as u8,
+            9,
+        ));
         let active = Arc::new(AtomicUsize::new(0));
         let page: server::PageFn = Arc::new(String::new);
         for svc in [Service::Echo, Service::Discard, Service::Chargen] {
-            let l = TcpListener::bind(SocketAddrV4::new(host, svc.port())).unwrap();
+            let l = TcpListener::bind(SocketAddr::new(host, svc.port())).unwrap();
             let (p, a) = (page.clone(), active.clone());
             thread::spawn(move || server::run_tcp(l, svc, p, a));
         }

@@ -1,7 +1,7 @@
 //! `ustack`: run the classic services, ping and fetch over the user-space
 //! TCP/IP stack on a TAP device, and benchmark it against the Linux kernel.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -75,7 +75,7 @@ enum Command {
     Kserve {
         /// Address to listen on.
         #[arg(long, default_value = "0.0.0.0")]
-        bind: Ipv4Addr,
+        bind: IpAddr,
     },
     /// (bench helper) Echo and discard on kernel sockets in one epoll loop.
     #[command(hide = true)]
@@ -91,7 +91,7 @@ enum Command {
     Kclient {
         #[arg(value_enum)]
         test: kernel::ClientTest,
-        host: Ipv4Addr,
+        host: IpAddr,
         /// Round trips for `rr`.
         #[arg(long, default_value_t = 2000)]
         count: u64,

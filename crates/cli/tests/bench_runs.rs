@@ -46,6 +46,8 @@ fn repeated_bench_reports_medians_and_every_runs_ratio() {
         "tcp_bulk_from_stack",
         "tcp_bulk_to_stack_no_offload",
         "cpu_per_gb_from_stack",
+        "tcp6_bulk_to_stack",
+        "tcp6_bulk_from_stack",
     ] {
         let row = rows
             .iter()

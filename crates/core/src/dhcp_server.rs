@@ -557,7 +557,7 @@ impl Stack {
             ethertype: EtherType::Ipv4,
         }
         .emit(&mut EthernetFrame::new_unchecked(&mut f[hdr..]));
-        tx(&f);
+        self.iface.emit_copy(&f, tx);
         self.scratch = f;
         let c = &mut self.counters;
         c.link.OutFrames += 1;

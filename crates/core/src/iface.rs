@@ -22,6 +22,7 @@ use crate::counters::{Counters, Icmp6Counters, IpCounters, LinkCounters};
 use crate::hash::KeyedState;
 use crate::pmtu::PmtuCache;
 use crate::time::Instant;
+use crate::txown::TxOwned;
 
 /// Default hop limit of IPv6 packets (Linux `hop_limit`, 64).
 pub const DEFAULT_HOP_LIMIT: u8 = 64;
@@ -145,14 +146,19 @@ impl TokenBucket {
 
 /// What the link does with our frames (`Stack::set_link_offload`): a
 /// device opened with a virtio-net header (a TAP with `IFF_VNET_HDR`) takes
-/// partial checksums and TCP/IPv4 GSO super-frames, and gives them.
+/// partial checksums and TCP GSO super-frames, and gives them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkOffload {
     /// Every frame, both ways, starts with a virtio-net header.
     pub vnet_hdr: bool,
     /// We may send TCP/IPv4 GSO super-frames (up to 64 KB) for the other
-    /// side to segment (needs `vnet_hdr` and `tx_csum`).
+    /// side to segment (needs `vnet_hdr` and `tx_csum`). Connections build
+    /// segments larger than the MTU only with this on.
     pub tso4: bool,
+    /// We may send TCP/IPv6 GSO super-frames (`GSO_TCPV6`, needs
+    /// `vnet_hdr` and `tx_csum`); without it an IPv6 super-segment is cut
+    /// into MTU-sized segments in software.
+    pub tso6: bool,
     /// We may leave TCP checksums partial (the pseudo-header sum) for the
     /// other side to complete (needs `vnet_hdr`).
     pub tx_csum: bool,
@@ -162,6 +168,11 @@ impl LinkOffload {
     /// Whether TCP segments larger than the MTU may be sent as GSO frames.
     pub fn tso(&self) -> bool {
         self.vnet_hdr && self.tso4 && self.tx_csum
+    }
+    /// Whether TCP/IPv6 segments larger than the MTU may be sent as GSO
+    /// frames.
+    pub fn tso6(&self) -> bool {
+        self.vnet_hdr && self.tso6 && self.tx_csum
     }
     fn partial_csum(&self) -> bool {
         self.vnet_hdr && self.tx_csum
@@ -213,6 +224,8 @@ pub(crate) struct Iface {
     frame_len: usize,
     ident: u16,
     pub(crate) offload: LinkOffload,
+    /// Frames handed out by ownership (`txown.rs`), when on.
+    pub(crate) tx_owned: TxOwned,
     /// Keys the IPv6 Fragment Identification (RFC 7739: unpredictable);
     /// set from the stack's secret.
     pub(crate) frag6_key: KeyedState,
@@ -253,6 +266,7 @@ impl Iface {
             frame_len: 0,
             ident,
             offload: LinkOffload::default(),
+            tx_owned: TxOwned::default(),
             frag6_key: KeyedState::new(&[0; 16], 0),
             frag6_seq: 0,
         }
@@ -380,8 +394,19 @@ impl Iface {
     }
 
     /// The frame being built, with its virtio-net header if any.
-    fn frame(&self) -> &[u8] {
+    pub(crate) fn frame(&self) -> &[u8] {
         self.frame.get(..self.frame_len).unwrap_or(&[])
+    }
+
+    /// Length of the frame being built.
+    pub(crate) fn frame_len(&self) -> usize {
+        self.frame_len
+    }
+
+    /// Put `buf` in place of the scratch buffer and return the one it held
+    /// (its frame is `[..frame_len()]`).
+    pub(crate) fn replace_scratch(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        std::mem::replace(&mut self.frame, buf)
     }
 
     fn frame_mut(&mut self) -> &mut [u8] {
@@ -597,11 +622,14 @@ impl Iface {
 
     /// Send a TCP segment over IPv6 from `src` to `dst`: the IPv6 twin of
     /// [`Iface::send_tcp_from`]. A segment larger than the MTU (a TSO
-    /// super-segment the connection built because the link takes TCP/IPv4
-    /// GSO frames) is cut here into segments of at most `smss` payload
-    /// bytes and the MTU (TCP/IPv6 GSO is not negotiated with the device):
-    /// PSH and FIN on the last, CWR on the first. With checksum offload the
-    /// TCP checksum is left partial (the IPv6 pseudo-header sum).
+    /// super-segment the connection built because the link takes GSO
+    /// frames) goes out as one TCP/IPv6 GSO super-frame (`GSO_TCPV6`, the
+    /// checksum partial over the IPv6 pseudo-header) if the link takes
+    /// them, to be cut into segments of at most `smss` bytes; otherwise it
+    /// is cut here into segments of at most `smss` payload bytes and the
+    /// MTU: PSH and FIN on the last, CWR on the first. With checksum
+    /// offload the TCP checksum is left partial (the IPv6 pseudo-header
+    /// sum).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_tcp6_from(
         &mut self,
@@ -614,7 +642,7 @@ impl Iface {
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
         if IPV6_HEADER_LEN + seg.buffer_len() <= self.mtu {
-            return self.send_tcp6_one(now, c, src, dst, seg, tx);
+            return self.send_tcp6_one(now, c, src, dst, seg, None, tx);
         }
         let tcp_hdr = seg.header_len();
         let per = self
@@ -625,6 +653,10 @@ impl Iface {
             c.ip6.OutRequests += 1;
             c.ip6.OutDiscards += 1;
             return Err(TxError::TooLarge);
+        }
+        // The IPv6 payload length is 16 bits (no jumbograms).
+        if self.offload.tso6() && seg.buffer_len() <= usize::from(u16::MAX) {
+            return self.send_tcp6_one(now, c, src, dst, seg, Some(per), tx);
         }
         let n = seg.payload.len();
         let mut off = 0;
@@ -639,13 +671,15 @@ impl Iface {
                 cwr: seg.cwr && off == 0,
                 ..*seg
             };
-            self.send_tcp6_one(now, c, src, dst, &piece, tx)?;
+            self.send_tcp6_one(now, c, src, dst, &piece, None, tx)?;
             off = end;
         }
         Ok(())
     }
 
-    /// One TCP/IPv6 segment within the MTU, built in place.
+    /// One TCP/IPv6 segment, built in place: within the MTU, or with
+    /// `gso` (the payload per wire segment) a GSO super-frame.
+    #[allow(clippy::too_many_arguments)]
     fn send_tcp6_one(
         &mut self,
         now: Instant,
@@ -653,6 +687,7 @@ impl Iface {
         src: Ipv6Addr,
         dst: Ipv6Addr,
         seg: &TcpRepr,
+        gso: Option<usize>,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
         c.ip6.OutRequests += 1;
@@ -661,7 +696,11 @@ impl Iface {
             return Err(TxError::NoRoute);
         };
         let tcp_len = seg.buffer_len();
-        if IPV6_HEADER_LEN + tcp_len > self.mtu {
+        let too_large = match gso {
+            None => IPV6_HEADER_LEN + tcp_len > self.mtu,
+            Some(_) => !self.offload.tso6() || tcp_len > usize::from(u16::MAX),
+        };
+        if too_large {
             c.ip6.OutDiscards += 1;
             return Err(TxError::TooLarge);
         }
@@ -689,6 +728,10 @@ impl Iface {
             !partial,
         );
         if partial {
+            // CHECKSUM_PARTIAL over the IPv6 pseudo-header (RFC 8200 8.1:
+            // the upper-layer length of the whole super-segment; whoever
+            // segments it adjusts the sum per segment, as Linux's
+            // `tcp6_gso_segment` does).
             let pseudo = checksum::pseudo_header_v6(
                 &src,
                 &dst,
@@ -701,10 +744,21 @@ impl Iface {
                     start: (ETHERNET_HEADER_LEN + IPV6_HEADER_LEN) as u16,
                     offset: 16,
                 },
-                gso: Gso::None,
+                gso: match gso {
+                    Some(size) => Gso::TcpV6 {
+                        size: u16::try_from(size).unwrap_or(u16::MAX),
+                        // CWR on the first segment only (Linux
+                        // `SKB_GSO_TCP_ECN`).
+                        ecn: seg.cwr,
+                    },
+                    None => Gso::None,
+                },
                 hdr_len: (ETHERNET_HEADER_LEN + IPV6_HEADER_LEN + seg.header_len()) as u16,
             };
             vnet.emit(self.frame_mut());
+            if gso.is_some() {
+                c.link.OutGsoFrames += 1;
+            }
         }
         self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
         Ok(())
@@ -741,7 +795,7 @@ impl Iface {
         };
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
         link.OutFrames += 1;
-        tx(self.frame());
+        self.emit_scratch(tx);
     }
 
     /// Send frames that waited for `mac`.
@@ -757,7 +811,7 @@ impl Iface {
             if let Some(eth) = f.get_mut(hdr..).filter(|e| e.len() >= ETHERNET_HEADER_LEN) {
                 EthernetFrame::new_unchecked(eth).set_dst_addr(mac);
                 link.OutFrames += 1;
-                tx(&f);
+                self.emit_vec(f, tx);
             }
         }
     }
@@ -985,7 +1039,7 @@ impl Iface {
         };
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
         link.OutFrames += 1;
-        tx(self.frame());
+        self.emit_scratch(tx);
     }
 
     /// Send a Neighbor Solicitation for `req.target`: to its
@@ -1096,7 +1150,7 @@ impl Iface {
         self.emit_ip6(&out, &body[..len]);
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(mac);
         link.OutFrames += 1;
-        tx(self.frame());
+        self.emit_scratch(tx);
     }
 
     /// Emit an ARP packet (built on the stack, no allocation).
@@ -1153,6 +1207,6 @@ impl Iface {
             link.ArpOutReplies += 1;
         }
         link.OutFrames += 1;
-        tx(buf);
+        self.emit_copy(buf, tx);
     }
 }

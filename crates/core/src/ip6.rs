@@ -265,9 +265,15 @@ impl Stack {
             return;
         };
         let body = packet.get(offset..).unwrap_or(&[]);
-        // GSO frames are taken over IPv4 only (TCP/IPv6 GSO is not
-        // negotiated with the device).
-        if self.rx_gso_size.is_some() || self.rx_udp_gso.is_some() {
+        // A GSO type in the virtio-net header that does not match the
+        // transport (TCP GSO on UDP, USO on TCP, either on anything else)
+        // is a bad header, as for IPv4 (`Stack::deliver`).
+        let gso_mismatch = match protocol {
+            IpProtocol::Tcp => self.rx_udp_gso.is_some(),
+            IpProtocol::Udp => self.rx_gso_size.is_some(),
+            _ => self.rx_gso_size.is_some() || self.rx_udp_gso.is_some(),
+        };
+        if gso_mismatch {
             self.counters.link.InVnetErrors += 1;
             return;
         }
@@ -623,7 +629,13 @@ impl Stack {
             c.InErrs += 1;
             return;
         };
-        c.InSegs += 1;
+        // A GSO super-frame counts as the segments it stands for (as
+        // `receive_tcp` counts one over IPv4).
+        let data = body.len().saturating_sub(pkt.header_len());
+        c.InSegs += match self.rx_gso_size {
+            Some(g) if g > 0 => data.div_ceil(g).max(1) as u64,
+            _ => 1,
+        };
         let seg = match ustack_wire::tcp::TcpRepr::parse(&pkt, ip.src, ip.dst, !self.rx_csum_ok) {
             Ok(s) => s,
             Err(e) => {
@@ -634,8 +646,9 @@ impl Stack {
                 return;
             }
         };
-        // GSO frames were refused above: one wire segment.
-        let gso_size = seg.payload.len();
+        // A GSO super-frame from the link stands for segments of the size
+        // its virtio-net header gives.
+        let gso_size = self.rx_gso_size.unwrap_or(seg.payload.len());
         self.tcp_segment_input6(now, ip, &seg, gso_size, tx);
     }
 
@@ -672,7 +685,24 @@ impl Stack {
         if self.dhcp6_input(now, ip, repr.src_port, repr.dst_port, pkt.payload_ref(), tx) {
             return;
         }
-        if self.udp6_deliver(ip.dst, repr.dst_port, from, pkt.payload_ref()) {
+        let data = pkt.payload_ref();
+        // A USO super-datagram is delivered as the datagrams it stands for
+        // (`size` bytes each, the last one perhaps shorter), as over IPv4.
+        let size = match self.rx_udp_gso {
+            Some(size) if size > 0 && !data.is_empty() => size,
+            _ => data.len().max(1),
+        };
+        let mut taken = false;
+        for d in data.chunks(size) {
+            if !self.udp6_deliver(ip.dst, repr.dst_port, from, d) {
+                break;
+            }
+            taken = true;
+        }
+        if data.is_empty() {
+            taken = self.udp6_deliver(ip.dst, repr.dst_port, from, data);
+        }
+        if taken {
             return;
         }
         // Transparent mode: the catch-all socket takes the rest.

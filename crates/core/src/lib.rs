@@ -44,6 +44,7 @@ mod stack;
 mod tcp_api;
 mod tcp_table;
 mod transparent;
+mod txown;
 mod udp;
 
 pub use addr_services::{AddrServicesError, AddressServices};
@@ -65,4 +66,5 @@ pub use transparent::{
     EchoRequestInfo, PendingSyn, PendingSynId, Refuse, TransparentConfig, TransparentCounters,
     UdpAnyHandle,
 };
+pub use txown::TxFrames;
 pub use udp::{UdpHandle, UdpStatus, EPHEMERAL_FIRST, EPHEMERAL_LAST};

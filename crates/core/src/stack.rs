@@ -313,8 +313,9 @@ impl Stack {
 
     /// What the link does with frames (see [`LinkOffload`]): a device with
     /// a virtio-net header in front of every frame, able to take partial
-    /// checksums and TCP/IPv4 GSO super-frames. Set it before traffic
-    /// flows; the default is plain Ethernet frames, nothing offloaded.
+    /// checksums and TCP GSO super-frames (IPv4 with `tso4`, IPv6 with
+    /// `tso6`). Set it before traffic flows; the default is plain Ethernet
+    /// frames, nothing offloaded.
     pub fn set_link_offload(&mut self, offload: LinkOffload) {
         self.iface.offload = offload;
         self.tcp.set_tso(offload.tso());
@@ -334,6 +335,7 @@ impl Stack {
         self.rx_csum_ok = false;
         self.rx_gso_size = None;
         self.rx_udp_gso = None;
+        let mut gso_ethertype = None;
         let frame = if self.iface.offload.vnet_hdr {
             // A guest controls this header: every field is checked against
             // the frame (see `VnetRepr::parse`), a bad one drops the frame.
@@ -346,9 +348,16 @@ impl Stack {
                         self.counters.link.InGsoFrames += 1;
                     }
                     match v.gso {
-                        Gso::TcpV4 { size, .. } => self.rx_gso_size = Some(usize::from(size)),
+                        Gso::TcpV4 { size, .. } => {
+                            self.rx_gso_size = Some(usize::from(size));
+                            gso_ethertype = Some(EtherType::Ipv4);
+                        }
+                        Gso::TcpV6 { size, .. } => {
+                            self.rx_gso_size = Some(usize::from(size));
+                            gso_ethertype = Some(EtherType::Ipv6);
+                        }
                         Gso::UdpL4 { size } => self.rx_udp_gso = Some(usize::from(size)),
-                        Gso::None | Gso::TcpV6 { .. } => {}
+                        Gso::None => {}
                     }
                     f
                 }
@@ -368,6 +377,12 @@ impl Stack {
             self.counters.link.InMalformed += 1;
             return;
         };
+        // TCP GSO of one IP version on a frame of the other is a bad
+        // header (the kernel's `virtio_net_hdr_match_proto`).
+        if gso_ethertype.is_some_and(|t| t != repr.ethertype) {
+            self.counters.link.InVnetErrors += 1;
+            return;
+        }
         let link_bcast = repr.dst.is_broadcast();
         // IPv6 multicast (RFC 2464 7: 33:33 and the group's low 32 bits):
         // the groups are filtered by address in `receive_ipv6`.
@@ -1111,7 +1126,8 @@ impl Stack {
             self.counters.link.ArpOutRequests += 1;
         }
         // Frames produced by socket calls since the last poll.
-        self.txq.flush(tx);
+        let iface = &mut self.iface;
+        self.txq.flush(&mut |f| iface.emit_copy(f, tx));
         // Neighbour cache: retries, give-ups, re-validation.
         let mut reqs = std::mem::take(&mut self.arp_requests);
         self.iface.arp.poll(now, &mut self.counters.link, &mut reqs);

@@ -183,6 +183,7 @@ impl Rig {
             b.set_link_offload(LinkOffload {
                 vnet_hdr: true,
                 tso4: true,
+                tso6: false,
                 tx_csum: true,
             });
         }

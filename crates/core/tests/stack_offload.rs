@@ -21,6 +21,7 @@ use ustack_wire::virtio_net::{Csum, Gso, VnetRepr, VNET_HDR_LEN};
 const FULL: LinkOffload = LinkOffload {
     vnet_hdr: true,
     tso4: true,
+    tso6: false,
     tx_csum: true,
 };
 

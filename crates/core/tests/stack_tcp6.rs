@@ -298,6 +298,7 @@ fn syn_cookies_work_over_the_ipv6_tuple() {
 const FULL: LinkOffload = LinkOffload {
     vnet_hdr: true,
     tso4: true,
+    tso6: false,
     tx_csum: true,
 };
 

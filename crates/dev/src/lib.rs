@@ -112,6 +112,8 @@ pub struct Offloads {
     /// Frames sent may be TCP/IPv4 GSO super-frames: the other side
     /// segments them (a TAP: the kernel, or a guest that takes them whole).
     pub tso4: bool,
+    /// Frames sent may be TCP/IPv6 GSO super-frames (`GSO_TCPV6`).
+    pub tso6: bool,
     /// Frames sent may carry partial checksums (`NEEDS_CSUM`).
     pub tx_csum: bool,
 }

@@ -149,10 +149,11 @@ impl PacketConfig {
     }
 
     /// The longest frame the ring must hold: a 64 KB GSO super-frame behind
-    /// its header, or an MTU-sized frame with a VLAN tag.
+    /// its header (an IPv6 one: a 40-byte header and a payload of up to
+    /// 65,535 bytes), or an MTU-sized frame with a VLAN tag.
     pub fn max_frame_len(vnet_hdr: bool, mtu: usize) -> usize {
         if vnet_hdr {
-            VNET_HDR_LEN + crate::ETHERNET_HEADER_LEN + 65_535
+            VNET_HDR_LEN + crate::ETHERNET_HEADER_LEN + 40 + 65_535
         } else {
             crate::ETHERNET_HEADER_LEN + 4 + mtu
         }
@@ -944,6 +945,7 @@ impl Device for PacketRing {
         Offloads {
             vnet_hdr: self.cfg.vnet_hdr,
             tso4: self.cfg.vnet_hdr,
+            tso6: self.cfg.vnet_hdr,
             tx_csum: self.cfg.vnet_hdr,
         }
     }

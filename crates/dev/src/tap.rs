@@ -16,18 +16,25 @@ const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
-/// `TUN_F_CSUM | TUN_F_TSO4`: we accept partial checksums and TCP/IPv4 GSO
-/// super-frames from the kernel.
-const TUN_OFFLOADS: libc::c_ulong = 0x01 | 0x02;
-/// `TUN_F_USO4 | TUN_F_USO6` (Linux 6.2+, only together): UDP GSO
-/// super-datagrams too, which the stack cuts into datagrams. IPv6 frames
-/// are dropped whole, as without USO, until the stack has IPv6.
-const TUN_USO: libc::c_ulong = 0x20 | 0x40;
+/// `TUN_F_CSUM`: we accept partial checksums from the kernel.
+pub const TUN_F_CSUM: libc::c_ulong = 0x01;
+/// `TUN_F_TSO4`: TCP/IPv4 GSO super-frames.
+pub const TUN_F_TSO4: libc::c_ulong = 0x02;
+/// `TUN_F_TSO6`: TCP/IPv6 GSO super-frames.
+pub const TUN_F_TSO6: libc::c_ulong = 0x04;
+/// `TUN_F_USO4` / `TUN_F_USO6` (Linux 6.2+, only together): UDP GSO
+/// super-datagrams, which the stack cuts into datagrams.
+pub const TUN_F_USO4: libc::c_ulong = 0x20;
+pub const TUN_F_USO6: libc::c_ulong = 0x40;
+/// Checksum offload and TCP GSO over both IP versions.
+const TUN_OFFLOADS: libc::c_ulong = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+const TUN_USO: libc::c_ulong = TUN_F_USO4 | TUN_F_USO6;
 
 /// Set the offloads ustack takes from the kernel on a TAP opened with
-/// `IFF_VNET_HDR`: checksum offload and TCP/IPv4 GSO, and UDP GSO where
-/// the kernel has it (an older kernel refuses the USO flags: retried
-/// without). Returns whether USO is on.
+/// `IFF_VNET_HDR`: checksum offload and TCP GSO over IPv4 and IPv6
+/// (`TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6`), and UDP GSO where the kernel
+/// has it (an older kernel refuses the USO flags: retried without).
+/// Returns whether USO is on.
 pub fn set_tap_offloads(fd: std::os::fd::RawFd) -> io::Result<bool> {
     // SAFETY: TUNSETOFFLOAD takes its argument by value; the caller owns `fd`.
     let r = unsafe { libc::ioctl(fd, TUNSETOFFLOAD as _, TUN_OFFLOADS | TUN_USO) };
@@ -188,6 +195,7 @@ pub struct Tap {
     name: String,
     mtu: usize,
     vnet: bool,
+    uso: bool,
 }
 
 impl Tap {
@@ -251,13 +259,11 @@ impl Tap {
             });
         }
         let name = req.name();
+        let mut uso = false;
         if vnet {
-            if let Err(e) = set_tap_offloads(fd.as_raw_fd()) {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot set offloads on TAP {name}: {e}"),
-                ));
-            }
+            uso = set_tap_offloads(fd.as_raw_fd()).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot set offloads on TAP {name}: {e}"))
+            })?;
         }
         let mtu = HostSide::new(&name).and_then(|h| h.mtu()).unwrap_or(1500);
         Ok(Tap {
@@ -265,7 +271,15 @@ impl Tap {
             name,
             mtu,
             vnet,
+            uso,
         })
+    }
+
+    /// Whether the kernel took `TUN_F_USO4 | TUN_F_USO6` (Linux 6.2+): it
+    /// may then hand us UDP GSO super-datagrams over either IP version.
+    /// Always false without the virtio-net header.
+    pub fn uso(&self) -> bool {
+        self.uso
     }
 
     /// The interface name the kernel gave the device.
@@ -321,6 +335,7 @@ impl Device for Tap {
         crate::Offloads {
             vnet_hdr: self.vnet,
             tso4: self.vnet,
+            tso6: self.vnet,
             tx_csum: self.vnet,
         }
     }

@@ -13,11 +13,12 @@
 //!    backlog.
 //!
 //! No device I/O and no wake-up system call happens under the stack lock.
-//! Frames the stack transmits (from `receive`, `poll` or a socket call) are
-//! appended to a batch under the stack lock; before the stack lock is
-//! released, the device lock is taken and the batch swapped into the device
-//! side (both buffers keep their capacity: no allocation in steady state),
-//! then the stack lock is released and the batch written. Taking the device
+//! Frames the stack transmits (from `receive`, `poll` or a socket call) wait
+//! in the stack, each in the buffer it was built in (`Stack::set_tx_owned`:
+//! no copy); before the stack lock is released, the device lock is taken
+//! and the frames swapped into the device side for the buffers written last
+//! time (`Stack::swap_tx_frames`: no allocation in steady state), then the
+//! stack lock is released and the frames written. Taking the device
 //! lock before releasing the stack lock keeps batches in the order the stack
 //! produced them (two threads cannot overtake each other), while other
 //! threads already run socket calls. The stack thread reads a burst of
@@ -62,7 +63,8 @@ use std::time::Duration;
 use ustack_core::tcp::State;
 use ustack_core::time::Instant;
 use ustack_core::{
-    Config, Counters, EchoReply, LinkOffload, Readiness, SocketEvent, Stack, TcpHandle, UdpHandle,
+    Config, Counters, EchoReply, LinkOffload, Readiness, SocketEvent, Stack, TcpHandle, TxFrames,
+    UdpHandle,
 };
 use ustack_dev::Device;
 
@@ -352,21 +354,30 @@ fn transmit(dev: &mut dyn Device, backlog: &mut TxBacklog, stats: &mut TxStats, 
 struct DevSide {
     dev: Box<dyn Device + Send>,
     backlog: TxBacklog,
-    /// The batch being written (swapped with `Inner::out`).
+    /// The frames the stack transmitted, taken from it by
+    /// `Stack::swap_tx_frames` (and, once written, given back to it for
+    /// their buffers on the next swap).
+    frames: TxFrames,
+    /// Frames a transmit callback was handed (copied; the stack hands
+    /// frames out by ownership, so this stays empty in practice), swapped
+    /// with `Inner::out`.
     batch: FrameBatch,
     stats: TxStats,
 }
 
 impl DevSide {
-    /// Write `self.batch` to the device (or the backlog) and empty it.
+    /// Write the frames just swapped in (`self.frames`, then
+    /// `self.batch`) to the device (or the backlog). Called once per swap:
+    /// `self.frames` keeps its buffers for the stack to take back.
     fn write_batch(&mut self) {
         let DevSide {
             dev,
             backlog,
+            frames,
             batch,
             stats,
         } = self;
-        for f in batch.frames() {
+        for f in frames.iter().chain(batch.frames()) {
             transmit(&mut **dev, backlog, stats, f);
         }
         batch.clear();
@@ -395,7 +406,8 @@ struct PollerState {
 /// Everything behind the stack lock.
 pub(crate) struct Inner {
     pub(crate) stack: Stack,
-    /// Frames the stack transmitted, to be written by whoever unlocks.
+    /// Frames handed to a transmit callback, to be written by whoever
+    /// unlocks (the stack's own frames wait in the stack, see `finish`).
     out: FrameBatch,
     stats: RuntimeStats,
     waiters: HashMap<SockKey, Vec<Waiter>>,
@@ -656,10 +668,11 @@ impl Shared {
         let mut kick =
             sleep != AWAKE && g.stack.poll_at().is_some_and(|n| n.total_micros() < sleep);
         let wake = std::mem::take(&mut g.to_wake);
-        if g.out.is_empty() {
+        if g.out.is_empty() && !g.stack.has_tx_frames() {
             drop(g);
         } else {
             let mut d = self.lock_dev();
+            g.stack.swap_tx_frames(&mut d.frames);
             std::mem::swap(&mut g.out, &mut d.batch);
             drop(g);
             let backlog_was_empty = d.backlog.is_empty();
@@ -1116,18 +1129,23 @@ impl Net {
 
         let epoch = std::time::Instant::now();
         let mut stack = Stack::new(config, Instant::ZERO);
+        // Frames leave the stack in the buffers they were built in.
+        stack.set_tx_owned(true);
         let off = device.offloads();
         stack.set_link_offload(LinkOffload {
             vnet_hdr: off.vnet_hdr,
             tso4: off.tso4,
+            tso6: off.tso6,
             tx_csum: off.tx_csum,
         });
         let mut opts = opts;
         if off.vnet_hdr {
-            // GSO super-frames are up to 64 KB whatever the MTU.
+            // GSO super-frames are up to 64 KB whatever the MTU: an IPv4
+            // datagram of 65,535 bytes, or an IPv6 header and a payload of
+            // 65,535 bytes.
             opts.frame_size = opts
                 .frame_size
-                .max(ustack_dev::VNET_HDR_LEN + ustack_dev::ETHERNET_HEADER_LEN + 65_535);
+                .max(ustack_dev::VNET_HDR_LEN + ustack_dev::ETHERNET_HEADER_LEN + 40 + 65_535);
         }
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -1147,6 +1165,7 @@ impl Net {
             dev: Mutex::new(DevSide {
                 dev: device,
                 backlog: TxBacklog::new(opts.tx_backlog),
+                frames: TxFrames::new(),
                 batch: FrameBatch::default(),
                 stats: TxStats::default(),
             }),

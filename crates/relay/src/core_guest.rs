@@ -185,11 +185,12 @@ impl CoreGuest {
         stack.set_link_offload(LinkOffload {
             vnet_hdr: off.vnet_hdr,
             tso4: off.tso4,
+            tso6: off.tso6,
             tx_csum: off.tx_csum,
         });
         // A GSO super-frame from the guest is up to 64 KB whatever the MTU.
         let rx_len = if off.vnet_hdr {
-            ustack_dev::VNET_HDR_LEN + 14 + 65_535
+            ustack_dev::VNET_HDR_LEN + 14 + 40 + 65_535
         } else {
             (cfg.mtu + 14).max(1514)
         };

@@ -81,6 +81,7 @@ impl Device for TapFd {
         Offloads {
             vnet_hdr: self.vnet,
             tso4: self.vnet,
+            tso6: self.vnet,
             tx_csum: self.vnet,
         }
     }
