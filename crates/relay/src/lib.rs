@@ -35,6 +35,6 @@ pub use guest::{
     Unreachable,
 };
 pub use limits::{Limits, Timeouts, TokenBucket};
-pub use portfwd::{PortForward, Proto};
+pub use portfwd::{PortForward, PortSpecError, Proto};
 pub use relay::{Relay, RelayConfig, Stop};
 pub use stats::Stats;

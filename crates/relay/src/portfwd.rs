@@ -57,35 +57,73 @@ impl fmt::Display for PortForward {
     }
 }
 
-fn port(s: &str, what: &str) -> Result<u16, String> {
+/// Why a port-forward spec was refused. The message is formatted only when
+/// shown: a refused spec costs a copy of the offending text, not a quoted,
+/// escaped message (which was most of the work of refusing one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpecError {
+    /// A `/PROTO` suffix other than tcp or udp.
+    Protocol(String),
+    /// The whole spec does not have the expected shape.
+    Syntax(String),
+    /// The host address does not parse.
+    HostAddr(String),
+    /// A port of 0 (`"host"` or `"guest"`).
+    ZeroPort(&'static str),
+    /// A port that is not a number below 65536.
+    Port(&'static str, String),
+}
+
+impl fmt::Display for PortSpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortSpecError::Protocol(p) => write!(f, "unknown protocol {p:?} (tcp or udp)"),
+            PortSpecError::Syntax(spec) => write!(
+                f,
+                "bad port forward {spec:?}: expected [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]"
+            ),
+            PortSpecError::HostAddr(ip) => write!(f, "bad host address {ip:?}"),
+            PortSpecError::ZeroPort(what) => write!(f, "{what} port must not be 0"),
+            PortSpecError::Port(what, s) => write!(f, "bad {what} port {s:?}"),
+        }
+    }
+}
+
+impl std::error::Error for PortSpecError {}
+
+impl From<PortSpecError> for String {
+    fn from(e: PortSpecError) -> String {
+        e.to_string()
+    }
+}
+
+fn port(s: &str, what: &'static str) -> Result<u16, PortSpecError> {
     match s.parse::<u16>() {
-        Ok(0) => Err(format!("{what} port must not be 0")),
+        Ok(0) => Err(PortSpecError::ZeroPort(what)),
         Ok(p) => Ok(p),
-        Err(_) => Err(format!("bad {what} port {s:?}")),
+        Err(_) => Err(PortSpecError::Port(what, s.to_string())),
     }
 }
 
 impl FromStr for PortForward {
-    type Err = String;
+    type Err = PortSpecError;
 
     /// The host address defaults to the loopback (only local peers), as
     /// with `docker -p 127.0.0.1:...`; use `0.0.0.0:` (IPv4) or `[::]:`
     /// (IPv6) to listen on all addresses.
-    fn from_str(spec: &str) -> Result<Self, String> {
+    fn from_str(spec: &str) -> Result<Self, PortSpecError> {
         let (body, proto) = match spec.rsplit_once('/') {
             Some((b, "tcp")) => (b, Proto::Tcp),
             Some((b, "udp")) => (b, Proto::Udp),
-            Some((_, other)) => return Err(format!("unknown protocol {other:?} (tcp or udp)")),
+            Some((_, other)) => return Err(PortSpecError::Protocol(other.to_string())),
             None => (spec, Proto::Tcp),
         };
-        let bad = || {
-            format!("bad port forward {spec:?}: expected [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]")
-        };
+        let bad = || PortSpecError::Syntax(spec.to_string());
         let (host_ip, rest) = if let Some(r) = body.strip_prefix('[') {
             let (ip, rest) = r.split_once("]:").ok_or_else(bad)?;
             let ip = ip
                 .parse::<Ipv6Addr>()
-                .map_err(|_| format!("bad host address {ip:?}"))?;
+                .map_err(|_| PortSpecError::HostAddr(ip.to_string()))?;
             (Some(IpAddr::V6(ip)), rest)
         } else {
             match body.matches(':').count() {
@@ -94,7 +132,7 @@ impl FromStr for PortForward {
                     let (ip, rest) = body.split_once(':').ok_or_else(bad)?;
                     let ip = ip
                         .parse::<Ipv4Addr>()
-                        .map_err(|_| format!("bad host address {ip:?}"))?;
+                        .map_err(|_| PortSpecError::HostAddr(ip.to_string()))?;
                     (Some(IpAddr::V4(ip)), rest)
                 }
                 _ => return Err(bad()),
@@ -116,6 +154,39 @@ impl FromStr for PortForward {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_say_what_is_wrong() {
+        let msg = |s: &str| s.parse::<PortForward>().map_err(|e| e.to_string());
+        assert_eq!(
+            msg("8080:80/sctp"),
+            Err("unknown protocol \"sctp\" (tcp or udp)".to_string())
+        );
+        assert_eq!(
+            msg("80"),
+            Err(
+                "bad port forward \"80\": expected [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp]"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            msg("1.2.3:8080:80"),
+            Err("bad host address \"1.2.3\"".to_string())
+        );
+        assert_eq!(
+            msg("[::g]:8080:80"),
+            Err("bad host address \"::g\"".to_string())
+        );
+        assert_eq!(msg("0:80"), Err("host port must not be 0".to_string()));
+        assert_eq!(msg("8080:x"), Err("bad guest port \"x\"".to_string()));
+        // What `ustack ports` hands back to the operator.
+        let e: String = "8080:0"
+            .parse::<PortForward>()
+            .map(|_| ())
+            .map_err(String::from)
+            .unwrap_err();
+        assert_eq!(e, "guest port must not be 0");
+    }
 
     #[test]
     fn parses_all_forms() {
