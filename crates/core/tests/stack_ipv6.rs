@@ -1049,3 +1049,79 @@ fn tcp_over_ipv6_is_refused_with_a_reset() {
     let f = frame6(B_MAC, PEER6, B6, IpProtocol::Tcp, 64, &b);
     assert!(receive(&mut s, now, &f).is_empty());
 }
+
+#[test]
+fn a_solicitation_flood_from_many_sources_keeps_the_neighbour_cache_bounded() {
+    // Issue 15's hostile case "NS floods (bounded neighbour cache)": every
+    // solicitation from a new source with its link-layer address would
+    // create an entry (RFC 4861 7.2.3); the cache holds at most
+    // `ArpLimits::cache_size` of them, evicting the oldest unconfirmed, and
+    // every solicitation is still answered.
+    let (mut s, now) = stack_b();
+    let cap = ustack_core::ArpLimits::default().cache_size;
+    let n = cap + cap / 2;
+    let src = |i: usize| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 1, i as u16);
+    let mac = |i: usize| MacAddr([2, 0, 0, 1, (i >> 8) as u8, i as u8]);
+    for i in 0..n {
+        let ns = ns_bytes(src(i), solicited_node(B6), B6, Some(mac(i)));
+        let f = frame6(
+            MacAddr([0x33, 0x33, 0xff, 0, 0, 2]),
+            src(i),
+            solicited_node(B6),
+            IpProtocol::ICMPV6,
+            255,
+            &ns,
+        );
+        let out = receive(&mut s, now, &f);
+        assert_eq!(out.len(), 1, "solicitation {i} not answered");
+        assert_eq!(out[0].0, mac(i));
+    }
+    let held = (0..n)
+        .filter(|&i| s.neighbour6(now, src(i)).is_some())
+        .count();
+    assert!(held <= cap, "{held} neighbours cached, limit {cap}");
+    assert!(held >= cap / 2, "only {held} neighbours cached");
+    // The newest sources are the ones kept.
+    assert_eq!(s.neighbour6(now, src(n - 1)), Some(mac(n - 1)));
+    assert_eq!(c(&s, "Icmp6", "InNeighborSolicits"), n as u64);
+    assert_eq!(c(&s, "Icmp6", "OutNeighborAdvertisements"), n as u64);
+}
+
+#[test]
+fn router_advertisements_are_ignored_unless_host_mode_is_on() {
+    // Issue 15's hostile case "forged router advertisements on serve
+    // (ignored unless configured)": `serve` runs the stack with static
+    // addresses and without `set_ipv6_host`, so a valid-looking RA from a
+    // link-local router adds no address, no prefix and no default route.
+    let (mut s, now) = stack_b();
+    let router = link_local(MacAddr([2, 0, 0, 0, 0, 0x77])).address;
+    let mut body = vec![134, 0, 0, 0, 64, 0];
+    body.extend_from_slice(&1800u16.to_be_bytes()); // router lifetime
+    body.extend_from_slice(&[0; 8]); // reachable, retrans
+    body.extend_from_slice(&[1, 1, 2, 0, 0, 0, 0, 0x77]); // SLLAO
+    body.extend_from_slice(&[3, 4, 64, 0xc0]); // prefix: on-link, autonomous
+    body.extend_from_slice(&86_400u32.to_be_bytes());
+    body.extend_from_slice(&14_400u32.to_be_bytes());
+    body.extend_from_slice(&[0; 4]);
+    body.extend_from_slice(&"2001:db8:1::".parse::<Ipv6Addr>().unwrap().octets());
+    body.extend_from_slice(&[5, 1, 0, 0, 0, 0, 0x05, 0x00]); // MTU 1280
+    Icmpv6Packet::new_unchecked(&mut body[..]).fill_checksum(&router, &ALL_NODES);
+    let f = frame6(
+        MacAddr([0x33, 0x33, 0, 0, 0, 1]),
+        router,
+        ALL_NODES,
+        IpProtocol::ICMPV6,
+        255,
+        &body,
+    );
+    let before = s.ipv6_addresses().to_vec();
+    assert!(receive(&mut s, now, &f).is_empty());
+    assert_eq!(s.ipv6_addresses(), &before[..]);
+    assert_eq!(c(&s, "Icmp6", "InRouterAdvertisements"), 1);
+    // Off-link destinations stay unroutable: no default router was taken.
+    let u = s
+        .udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 5000, 0, 0))
+        .unwrap();
+    let far = SocketAddrV6::new("2001:db8:9::1".parse().unwrap(), 9, 0, 0);
+    assert_eq!(s.udp6_send_to(now, u, b"x", far), Err(UdpError::NoRoute));
+}
