@@ -86,10 +86,11 @@ fn every_serve_service_over_ipv6() {
         String::from_utf8_lossy(&addrs.stdout)
     );
 
-    // HTTP with curl -g over IPv6, byte-exact, and the status page.
-    let n = 20_000_000u64;
+    // HTTP with curl -g over IPv6, byte-exact (issue 15's 100 MB), and the
+    // status page.
+    let n = 100_000_000u64;
     let out = ns.sh(&format!(
-        "set -o pipefail; curl -6 -gsS --fail --max-time 60 'http://[{USTACK_IP6}]/bytes/{n}' | sha256sum"
+        "set -o pipefail; curl -6 -gsS --fail --max-time 120 'http://[{USTACK_IP6}]/bytes/{n}' | sha256sum"
     ));
     assert!(
         out.status.success(),
@@ -110,10 +111,10 @@ fn every_serve_service_over_ipv6() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Echo (10 MB of random data), discard and chargen over IPv6, from Rust
-    // clients on kernel sockets in the namespace; UDP echo over IPv6.
+    // Echo (100 MB of random data), discard and chargen over IPv6, from
+    // Rust clients on kernel sockets in the namespace; UDP echo over IPv6.
     let client = ns.spawn(|| {
-        echo_transfer(v6(7), 10 << 20, 66);
+        echo_transfer(v6(7), 100 << 20, 66);
 
         let mut d = connect(v6(9));
         d.write_all(&random_block(9, 1 << 20))
@@ -403,4 +404,34 @@ fn ustack_ping_and_get_over_ipv6() {
     let out = ustack_on_tap(&ns, &["get", "http://[fd77::1]:8081/"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("connection refused"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_hundred_concurrent_ipv6_connections() {
+    let ns = NetNs::new();
+    let srv = Serve::start(&ns, &[]);
+    wait_ipv6_up(&ns);
+    let ok = ns
+        .spawn(|| {
+            // Open all 200 first, so they really are concurrent.
+            let mut conns: Vec<_> = (0..200).map(|_| connect(v6(7))).collect();
+            for (i, c) in conns.iter_mut().enumerate() {
+                c.set_read_timeout(Some(Duration::from_secs(30)))
+                    .expect("timeout");
+                c.write_all(&random_block(i as u64 + 1, 4000))
+                    .expect("write");
+            }
+            let mut ok = 0;
+            for (i, c) in conns.iter_mut().enumerate() {
+                let mut back = vec![0u8; 4000];
+                c.read_exact(&mut back).expect("echo back");
+                assert_eq!(back, random_block(i as u64 + 1, 4000), "connection {i}");
+                ok += 1;
+            }
+            ok
+        })
+        .join()
+        .expect("clients");
+    assert_eq!(ok, 200);
+    srv.stop_clean();
 }
