@@ -798,38 +798,11 @@ impl Stack {
         if IPV6_HEADER_LEN + len > self.iface.mtu {
             return Err(UdpError::TooLarge);
         }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        scratch.resize(len, 0);
-        if let Some(p) = scratch.get_mut(UDP_HEADER_LEN..) {
-            p.copy_from_slice(data);
-        }
-        let repr = UdpRepr {
-            src_port: src.port(),
-            dst_port: dst.port(),
-        };
-        // RFC 8200 8.1: the checksum is mandatory over IPv6.
-        repr.emit(
-            &mut UdpPacket::new_unchecked(&mut scratch[..]),
-            *src.ip(),
-            *dst.ip(),
-            data.len(),
-            true,
-        );
+        let scratch = self.udp_datagram(*src.ip(), *dst.ip(), src.port(), dst.port(), data);
         let r = self.queue_ip6_from(now, *src.ip(), *dst.ip(), IpProtocol::Udp, &scratch);
         self.scratch = scratch;
-        match r {
-            Ok(()) => {
-                self.counters.udp6.OutDatagrams += 1;
-                Ok(data.len())
-            }
-            Err(QueueError::Full) => {
-                self.counters.udp6.SndbufErrors += 1;
-                Err(UdpError::Exhausted)
-            }
-            Err(QueueError::Tx(TxError::NoRoute)) => Err(UdpError::NoRoute),
-            Err(QueueError::Tx(TxError::TooLarge)) => Err(UdpError::TooLarge),
-        }
+        let c = &mut self.counters.udp6;
+        udp_sent(r, data.len(), &mut c.OutDatagrams, &mut c.SndbufErrors)
     }
 
     fn udp_send_from4(
@@ -852,6 +825,25 @@ impl Stack {
         if data.len() > 65535 - 20 - UDP_HEADER_LEN {
             return Err(UdpError::TooLarge);
         }
+        let scratch = self.udp_datagram(*src.ip(), *dst.ip(), src.port(), dst.port(), data);
+        let r = self.queue_ip_from(now, *src.ip(), *dst.ip(), IpProtocol::Udp, &scratch);
+        self.scratch = scratch;
+        let c = &mut self.counters.udp;
+        udp_sent(r, data.len(), &mut c.OutDatagrams, &mut c.SndbufErrors)
+    }
+
+    /// A UDP header and `data` in the scratch buffer (taken: the caller
+    /// puts it back), with the checksum over either family's
+    /// pseudo-header (mandatory over IPv6, RFC 8200 8.1; always sent over
+    /// IPv4).
+    fn udp_datagram<A: ustack_wire::checksum::PseudoHeader>(
+        &mut self,
+        src: A,
+        dst: A,
+        sport: u16,
+        dport: u16,
+        data: &[u8],
+    ) -> Vec<u8> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.resize(UDP_HEADER_LEN + data.len(), 0);
@@ -859,30 +851,17 @@ impl Stack {
             p.copy_from_slice(data);
         }
         let repr = UdpRepr {
-            src_port: src.port(),
-            dst_port: dst.port(),
+            src_port: sport,
+            dst_port: dport,
         };
         repr.emit(
             &mut UdpPacket::new_unchecked(&mut scratch[..]),
-            *src.ip(),
-            *dst.ip(),
+            src,
+            dst,
             data.len(),
             true,
         );
-        let r = self.queue_ip_from(now, *src.ip(), *dst.ip(), IpProtocol::Udp, &scratch);
-        self.scratch = scratch;
-        match r {
-            Ok(()) => {
-                self.counters.udp.OutDatagrams += 1;
-                Ok(data.len())
-            }
-            Err(QueueError::Full) => {
-                self.counters.udp.SndbufErrors += 1;
-                Err(UdpError::Exhausted)
-            }
-            Err(QueueError::Tx(TxError::NoRoute)) => Err(UdpError::NoRoute),
-            Err(QueueError::Tx(TxError::TooLarge)) => Err(UdpError::TooLarge),
-        }
+        scratch
     }
 
     // ------------------------------------------------------------------
@@ -1293,5 +1272,27 @@ fn unreachable6(code: DstUnreachable) -> DstUnreachable6 {
         | DstUnreachable::HostProhibited
         | DstUnreachable::AdminProhibited => DstUnreachable6::AdminProhibited,
         _ => DstUnreachable6::AddrUnreachable,
+    }
+}
+
+/// What queueing a datagram of `len` bytes means for the sender, counted
+/// in the family's `OutDatagrams` or `SndbufErrors`.
+fn udp_sent(
+    r: Result<(), QueueError>,
+    len: usize,
+    out: &mut u64,
+    sndbuf: &mut u64,
+) -> Result<usize, UdpError> {
+    match r {
+        Ok(()) => {
+            *out += 1;
+            Ok(len)
+        }
+        Err(QueueError::Full) => {
+            *sndbuf += 1;
+            Err(UdpError::Exhausted)
+        }
+        Err(QueueError::Tx(TxError::NoRoute)) => Err(UdpError::NoRoute),
+        Err(QueueError::Tx(TxError::TooLarge)) => Err(UdpError::TooLarge),
     }
 }
