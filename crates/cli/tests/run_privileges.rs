@@ -447,14 +447,18 @@ fn a_port_below_1024_forwards_with_the_relay_running_as_nobody() {
 fn ctrl_c_on_a_terminal_reaches_the_command_once() {
     // ustack in the foreground of a terminal (a pty that `script` holds):
     // Ctrl-C goes to the whole foreground process group; the relay (nobody)
-    // and the sandbox's init let it pass, the command handles it.
+    // and the sandbox's init let it pass, the command handles it. `script`
+    // starts ustack through `$SHELL -c`: `exec` makes ustack itself the
+    // terminal's foreground process, as when a user types the command (dash
+    // would otherwise stay in between, and die of the Ctrl-C itself).
     let inner = format!(
-        "{BIN} run -- sh -c 'trap \"echo got-int; exit 7\" INT; echo ready; \
+        "exec {BIN} run -- sh -c 'trap \"echo got-int; exit 7\" INT; echo ready; \
          while :; do sleep 0.05; done'"
     );
     let mut guard = ChildGuard {
         child: Command::new("script")
             .args(["-qec", &inner, "/dev/null"])
+            .env("SHELL", "/bin/sh")
             .env_remove("SUDO_UID")
             .env_remove("SUDO_GID")
             .stdin(Stdio::piped())

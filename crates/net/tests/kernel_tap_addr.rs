@@ -147,6 +147,25 @@ impl Drop for DhcpcdFiles {
     }
 }
 
+/// A child process stopped (and reaped) when dropped, also on a panic:
+/// SIGTERM, so that dhcpcd ends its helper processes and removes its files,
+/// then SIGKILL if it is still there after 5 s.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
+            // SAFETY: kill(2) on our own child, which is not reaped yet.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let gone = wait_for(Duration::from_secs(5), || self.0.try_wait().ok().flatten());
+        if gone.is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Poll `f` until it returns `Some` or `limit` passes (bounded; each try
 /// looks at observable state).
 fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
@@ -350,27 +369,42 @@ fn dhcpcd_gets_an_ipv6_address_and_dns_from_ustacks_dhcpv6_server() {
     )
     .expect("write conf");
     let _files = DhcpcdFiles::new(&tap_name);
-    let out = ns.exec(&[
-        "dhcpcd",
-        "-f",
-        &conf.to_string_lossy(),
-        "-B",
-        "-1",
-        "-t",
-        "20",
-        &tap_name,
-    ]);
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let env = std::fs::read_to_string(&got).unwrap_or_default();
-    assert!(out.status.success(), "dhcpcd failed:\n{log}\nenv:\n{env}");
-    assert!(
-        env.contains(&format!("new_dhcp6_ia_na1_ia_addr1={GUEST6}")),
-        "no fd00::100 in dhcpcd's lease:\n{env}\n{log}"
-    );
+    // In the foreground (-B) rather than one-shot: with -1, dhcpcd may exit
+    // once the router advertisement has configured the link, before the
+    // leased address has passed DAD, and so before it runs the BOUND6 hook
+    // (seen when ustack's Reply comes before its Advertisement). The test
+    // waits for the hook's file instead, and stops dhcpcd itself.
+    let log_path = dir.0.join("dhcpcd.log");
+    let log_file = File::create(&log_path).expect("dhcpcd log");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "dhcpcd", "-f"])
+        .arg(&conf)
+        .args(["-B", "-t", "20", &tap_name])
+        .stdout(log_file.try_clone().expect("log fd"))
+        .stderr(log_file)
+        .spawn()
+        .expect("run dhcpcd (scripts/deps.sh installs it)");
+    let mut dhcpcd = KillOnDrop(child);
+    let lease = format!("new_dhcp6_ia_na1_ia_addr1={GUEST6}");
+    let env = wait_for(common::PATIENCE, || {
+        if let Ok(Some(st)) = dhcpcd.0.try_wait() {
+            return Some(Err(st));
+        }
+        std::fs::read_to_string(&got)
+            .ok()
+            .filter(|e| e.contains(&lease))
+            .map(Ok)
+    });
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let env = match env {
+        Some(Ok(env)) => env,
+        Some(Err(st)) => panic!("dhcpcd exited ({st}) without a lease:\n{log}"),
+        None => panic!(
+            "no {GUEST6} in dhcpcd's lease within {:?}:\n{}\n{log}",
+            common::PATIENCE,
+            std::fs::read_to_string(&got).unwrap_or_default()
+        ),
+    };
     assert!(
         env.contains(&format!("new_dhcp6_name_servers={DNS6}")),
         "no DNS server in dhcpcd's lease:\n{env}"
