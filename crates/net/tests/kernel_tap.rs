@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::fs::File;
+use common::kernel::NetNs;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::AsRawFd;
-use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -18,76 +17,12 @@ use ustack_net::{Net, TcpListener, TcpStream};
 const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
 const USTACK_IP: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 2);
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip(8)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A network namespace that is deleted on drop (also when the test panics).
-struct NetNs {
-    name: String,
-}
-
-impl NetNs {
-    fn new(tag: &str) -> NetNs {
-        let name = format!("ustk-{tag}-{}", std::process::id());
-        // A leftover from a crashed earlier run with the same pid is ours to remove.
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        ip(&["netns", "add", &name]);
-        NetNs { name }
-    }
-
-    /// Run `f` on a thread that has joined this namespace.
-    fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> thread::JoinHandle<T> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let file = File::open(&path).expect("open netns");
-        thread::spawn(move || {
-            // SAFETY: setns on a valid namespace fd; it changes only the
-            // network namespace of this (new, private) thread.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
-    }
-}
-
 /// Create the TAP inside the namespace (the host never sees it), give the
 /// kernel end KERNEL_IP/24 and bring it up.
 fn tap_in(ns: &NetNs) -> Tap {
     let tap_name = format!("ustk{}", std::process::id() % 100_000_000);
-    let name = tap_name.clone();
-    let tap = ns
-        .run(move || Tap::create(&name))
-        .join()
-        .expect("tap thread")
-        .expect("create TAP (root and /dev/net/tun needed)");
-    ip(&[
-        "-n",
-        &ns.name,
-        "addr",
-        "add",
-        &format!("{KERNEL_IP}/24"),
-        "dev",
-        &tap_name,
-    ]);
-    ip(&["-n", &ns.name, "link", "set", &tap_name, "up"]);
-    ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+    let tap = ns.tap(&tap_name, false);
+    ns.up(&tap_name, &format!("{KERNEL_IP}/24"), false);
     tap
 }
 

@@ -12,15 +12,15 @@
 
 mod common;
 
+use common::kernel::{ip, run, NetNs};
+
 use std::fs::File;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsRawFd;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use ustack_net::core::{link_local, AddressServices, Dhcpv4Config, Dhcpv6Config, RouterConfig};
-use ustack_net::dev::tap::Tap;
 use ustack_net::Net;
 
 const GW4: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
@@ -29,72 +29,6 @@ const GUEST4: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
 const PREFIX: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0);
 const DNS6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 3);
 const GUEST6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x100);
-
-fn run(cmd: &str, args: &[&str]) -> Output {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
-}
-
-fn ip(args: &[&str]) -> String {
-    let out = run("ip", args);
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A network namespace that is deleted on drop (also when the test panics).
-struct NetNs {
-    name: String,
-}
-
-impl NetNs {
-    fn new(tag: &str) -> NetNs {
-        let name = format!("ustk-{tag}-{}", std::process::id());
-        let _ = run("ip", &["netns", "del", &name]);
-        ip(&["netns", "add", &name]);
-        NetNs { name }
-    }
-
-    fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> thread::JoinHandle<T> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let file = File::open(&path).expect("open netns");
-        thread::spawn(move || {
-            // SAFETY: setns on a valid namespace fd; it changes only the
-            // network namespace of this (new, private) thread.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-
-    fn exec(&self, args: &[&str]) -> Output {
-        let mut all = vec!["netns", "exec", &self.name];
-        all.extend_from_slice(args);
-        run("ip", &all)
-    }
-
-    /// Write a sysctl of the namespace.
-    fn sysctl(&self, path: &str, value: &str) {
-        let cmd = format!("echo {value} > /proc/sys/{path}");
-        let out = self.exec(&["sh", "-c", &cmd]);
-        assert!(out.status.success(), "{cmd}: {out:?}");
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.name]);
-    }
-}
 
 /// A temporary directory removed on drop.
 struct TempDir(std::path::PathBuf);
@@ -198,12 +132,7 @@ fn services() -> AddressServices {
 fn the_kernel_configures_itself_from_ustacks_ra_and_dhcp() {
     let ns = NetNs::new("addr");
     let tap_name = format!("ustka{}", std::process::id() % 10_000_000);
-    let name = tap_name.clone();
-    let tap = ns
-        .run(move || Tap::create(&name))
-        .join()
-        .expect("tap thread")
-        .expect("create TAP (root and /dev/net/tun needed)");
+    let tap = ns.tap(&tap_name, false);
     // The kernel end is a host taking router advertisements (2: even if
     // forwarding were on).
     ns.sysctl(&format!("net/ipv6/conf/{tap_name}/accept_ra"), "2");
@@ -318,12 +247,7 @@ fn the_kernel_configures_itself_from_ustacks_ra_and_dhcp() {
 fn dhcpcd_gets_an_ipv6_address_and_dns_from_ustacks_dhcpv6_server() {
     let ns = NetNs::new("dh6");
     let tap_name = format!("ustkd{}", std::process::id() % 10_000_000);
-    let name = tap_name.clone();
-    let tap = ns
-        .run(move || Tap::create(&name))
-        .join()
-        .expect("tap thread")
-        .expect("create TAP (root and /dev/net/tun needed)");
+    let tap = ns.tap(&tap_name, false);
     ns.sysctl(&format!("net/ipv6/conf/{tap_name}/accept_ra"), "2");
     let mut cfg = common::config(GW4, 0x0d);
     cfg.mtu = 1500;

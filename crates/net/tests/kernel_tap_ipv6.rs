@@ -8,11 +8,10 @@
 
 mod common;
 
-use std::fs::File;
+use common::kernel::{ip, run, NetNs};
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::os::fd::AsRawFd;
-use std::process::{Command, Output};
 use std::thread;
 
 use ustack_net::dev::tap::Tap;
@@ -23,90 +22,12 @@ const KERNEL6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 1);
 const USTACK6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 2);
 const USTACK_MAC: &str = "02:00:00:00:00:0b";
 
-fn run(cmd: &str, args: &[&str]) -> Output {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
-}
-
-fn ip(args: &[&str]) {
-    let out = run("ip", args);
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A network namespace that is deleted on drop (also when the test panics).
-struct NetNs {
-    name: String,
-}
-
-impl NetNs {
-    fn new(tag: &str) -> NetNs {
-        let name = format!("ustk-{tag}-{}", std::process::id());
-        // A leftover from a crashed earlier run with the same pid is ours to remove.
-        let _ = run("ip", &["netns", "del", &name]);
-        ip(&["netns", "add", &name]);
-        NetNs { name }
-    }
-
-    /// Run `f` on a thread that has joined this namespace.
-    fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> thread::JoinHandle<T> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let file = File::open(&path).expect("open netns");
-        thread::spawn(move || {
-            // SAFETY: setns on a valid namespace fd; it changes only the
-            // network namespace of this (new, private) thread.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-
-    /// `ip netns exec` a command in the namespace.
-    fn exec(&self, args: &[&str]) -> Output {
-        let mut all = vec!["netns", "exec", &self.name];
-        all.extend_from_slice(args);
-        run("ip", &all)
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.name]);
-    }
-}
-
 /// Create the TAP inside the namespace, give the kernel end KERNEL6/64
 /// (no DAD: usable at once) and bring it up.
 fn tap_in(ns: &NetNs) -> (Tap, String) {
     let tap_name = format!("ustk6{}", std::process::id() % 10_000_000);
-    let name = tap_name.clone();
-    let tap = ns
-        .run(move || Tap::create(&name))
-        .join()
-        .expect("tap thread")
-        .expect("create TAP (root and /dev/net/tun needed)");
-    let n = ns.name.clone();
-    ip(&[
-        "-n",
-        &n,
-        "addr",
-        "add",
-        &format!("{KERNEL6}/64"),
-        "dev",
-        &tap_name,
-        "nodad",
-    ]);
-    ip(&["-n", &n, "link", "set", &tap_name, "up"]);
-    ip(&["-n", &n, "link", "set", "lo", "up"]);
+    let tap = ns.tap(&tap_name, false);
+    ns.up(&tap_name, &format!("{KERNEL6}/64"), true);
     (tap, tap_name)
 }
 

@@ -10,15 +10,13 @@
 
 mod common;
 
-use std::fs::File;
+use common::kernel::NetNs;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV6};
-use std::os::fd::AsRawFd;
-use std::process::{Command, Output};
 use std::sync::{Mutex, PoisonError};
 use std::thread;
 
-use ustack_net::dev::tap::Tap;
 use ustack_net::dev::Device;
 use ustack_net::{Net, TcpListener};
 use ustack_wire::ipv6::Ipv6Cidr;
@@ -29,60 +27,6 @@ const HUNDRED_MB: u64 = 100 << 20;
 
 /// The two 100 MB tests take turns: each keeps both CPUs busy.
 static HEAVY: Mutex<()> = Mutex::new(());
-
-fn run(cmd: &str, args: &[&str]) -> Output {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
-}
-
-fn ip(args: &[&str]) {
-    let out = run("ip", args);
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A network namespace that is deleted on drop (also when the test panics).
-struct NetNs {
-    name: String,
-}
-
-impl NetNs {
-    fn new(tag: &str) -> NetNs {
-        let name = format!("ustk-{tag}-{}", std::process::id());
-        // A leftover from a crashed earlier run with the same pid is ours.
-        let _ = run("ip", &["netns", "del", &name]);
-        ip(&["netns", "add", &name]);
-        NetNs { name }
-    }
-
-    /// Run `f` on a thread that has joined this namespace.
-    fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> thread::JoinHandle<T> {
-        let path = format!("/var/run/netns/{}", self.name);
-        let file = File::open(&path).expect("open netns");
-        thread::spawn(move || {
-            // SAFETY: setns on a valid namespace fd; it changes only the
-            // network namespace of this (new, private) thread.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.name]);
-    }
-}
 
 /// The byte at `offset` of the stream `seed` (not periodic at any size
 /// a TCP window or a segment has: a lost, doubled or reordered segment
@@ -139,30 +83,13 @@ fn check_stream<R: Read>(mut r: R, seed: u64) -> u64 {
 fn start(tag: &str, vnet: bool) -> (NetNs, Net) {
     let ns = NetNs::new(tag);
     let tap_name = format!("ustko{}{}", u8::from(vnet), std::process::id() % 1_000_000);
-    let name = tap_name.clone();
-    let tap = ns
-        .run(move || Tap::create_with(&name, vnet))
-        .join()
-        .expect("tap thread")
-        .expect("create TAP (root and /dev/net/tun needed)");
+    let tap = ns.tap(&tap_name, vnet);
     let off = tap.offloads();
     assert_eq!(
         (off.vnet_hdr, off.tso4, off.tso6, off.tx_csum),
         (vnet, vnet, vnet, vnet)
     );
-    let n = ns.name.clone();
-    ip(&[
-        "-n",
-        &n,
-        "addr",
-        "add",
-        &format!("{KERNEL6}/64"),
-        "dev",
-        &tap_name,
-        "nodad",
-    ]);
-    ip(&["-n", &n, "link", "set", &tap_name, "up"]);
-    ip(&["-n", &n, "link", "set", "lo", "up"]);
+    ns.up(&tap_name, &format!("{KERNEL6}/64"), true);
     let mut cfg = common::config(Ipv4Addr::new(10, 216, 0, 2), 0x0d);
     cfg.mtu = 1500;
     let net = Net::start(cfg, Box::new(tap), common::opts("ustack-tso6")).expect("start");

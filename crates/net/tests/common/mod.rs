@@ -3,6 +3,8 @@
 //! `Net`s started back to back on it.
 #![allow(dead_code)]
 
+pub mod kernel;
+
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
