@@ -36,19 +36,48 @@ impl Default for ServiceSwitches {
     }
 }
 
+/// The guest's IPv6 side (`--addr6`, `--dns6`): its address and prefix
+/// length, and the resolver the relay serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guest6 {
+    pub addr: Ipv6Addr,
+    pub prefix_len: u8,
+    pub dns: Ipv6Addr,
+}
+
+impl Default for Guest6 {
+    /// fd00::100/64 with the resolver fd00::3 (slirp4netns's network).
+    fn default() -> Self {
+        Guest6 {
+            addr: GUEST6,
+            prefix_len: 64,
+            dns: DNS6,
+        }
+    }
+}
+
 /// The services for one guest at `guest`/`prefix_len` behind `gateway`,
-/// with `dns` as its IPv4 resolver, on a link of `mtu`.
+/// with `dns` as its IPv4 resolver, on a link of `mtu`; over IPv6 the
+/// prefix of `v6.addr` is advertised (SLAAC needs a /64: with another
+/// length, hosts keep to the DHCPv6 address), `v6.dns` by RDNSS and
+/// DHCPv6, and DHCPv6 gives `v6.addr`.
 pub fn guest_services(
     on: ServiceSwitches,
     guest: Ipv4Addr,
     gateway: Ipv4Addr,
     prefix_len: u8,
     dns: Ipv4Addr,
+    v6: Guest6,
     mtu: usize,
 ) -> AddressServices {
     let router = on.ra.then(|| {
-        let mut r = RouterConfig::new(PREFIX6);
-        r.rdnss = vec![DNS6];
+        let bits = match v6.prefix_len.min(128) {
+            0 => 0,
+            n => u128::MAX << (128 - u32::from(n)),
+        };
+        let mut r = RouterConfig::new(Ipv6Addr::from(u128::from(v6.addr) & bits));
+        r.prefix_len = v6.prefix_len;
+        r.rdnss = vec![v6.dns];
         r.mtu = u32::try_from(mtu).ok().filter(|m| *m >= 1280);
         // Other configuration (DNS) by DHCPv6 too, for guests that ignore
         // RDNSS; the address by SLAAC.
@@ -65,8 +94,9 @@ pub fn guest_services(
         })
         .filter(|d| d.validate().is_ok());
     let dhcpv6 = on.dhcpv6.then(|| {
-        let mut d = Dhcpv6Config::new(GUEST6);
-        d.dns = vec![DNS6];
+        let mut d = Dhcpv6Config::new(v6.addr);
+        d.prefix_len = v6.prefix_len;
+        d.dns = vec![v6.dns];
         d
     });
     AddressServices {
@@ -85,7 +115,15 @@ mod tests {
         let g = Ipv4Addr::new(10, 0, 2, 15);
         let gw = Ipv4Addr::new(10, 0, 2, 2);
         let dns = Ipv4Addr::new(10, 0, 2, 3);
-        let s = guest_services(ServiceSwitches::default(), g, gw, 24, dns, 65520);
+        let s = guest_services(
+            ServiceSwitches::default(),
+            g,
+            gw,
+            24,
+            dns,
+            Guest6::default(),
+            65520,
+        );
         let d4 = s
             .dhcpv4
             .as_ref()
@@ -98,7 +136,15 @@ mod tests {
         assert_eq!(r, Some((PREFIX6, vec![DNS6], Some(65520), true)));
         assert_eq!(s.dhcpv6.as_ref().map(|d| d.first), Some(GUEST6));
         let elsewhere = Ipv4Addr::new(10, 0, 3, 15);
-        let s = guest_services(ServiceSwitches::default(), elsewhere, gw, 24, dns, 65520);
+        let s = guest_services(
+            ServiceSwitches::default(),
+            elsewhere,
+            gw,
+            24,
+            dns,
+            Guest6::default(),
+            65520,
+        );
         assert!(s.dhcpv4.is_none() && s.router.is_some());
         let off = ServiceSwitches {
             ra: false,
@@ -106,8 +152,33 @@ mod tests {
             dhcpv6: false,
         };
         assert_eq!(
-            guest_services(off, g, gw, 24, dns, 1500),
+            guest_services(off, g, gw, 24, dns, Guest6::default(), 1500),
             AddressServices::default()
+        );
+    }
+
+    #[test]
+    fn ipv6_services_follow_the_guests_address_and_resolver() {
+        let g = Ipv4Addr::new(10, 0, 2, 15);
+        let gw = Ipv4Addr::new(10, 0, 2, 2);
+        let dns = Ipv4Addr::new(10, 0, 2, 3);
+        let v6 = Guest6 {
+            addr: "fd42:1:2:3::5".parse().expect("literal"),
+            prefix_len: 64,
+            dns: "fd42:1:2:3::53".parse().expect("literal"),
+        };
+        let s = guest_services(ServiceSwitches::default(), g, gw, 24, dns, v6, 1500);
+        let r = s.router.as_ref().expect("router");
+        let want: Ipv6Addr = "fd42:1:2:3::".parse().expect("literal");
+        assert_eq!(
+            (r.prefix, r.prefix_len, r.rdnss.clone()),
+            (want, 64, vec![v6.dns])
+        );
+        assert!(r.validate().is_ok());
+        let d = s.dhcpv6.as_ref().expect("dhcpv6");
+        assert_eq!(
+            (d.first, d.prefix_len, d.dns.clone()),
+            (v6.addr, 64, vec![v6.dns])
         );
     }
 }

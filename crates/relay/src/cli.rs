@@ -359,8 +359,13 @@ pub fn guest_config(args: &RelayArgs, mtu: usize) -> CoreGuestConfig {
         dhcpv6: !args.no_dhcpv6 && !args.no_ipv6,
     };
     let (a, gw) = (args.addr, args.gateway);
+    let v6 = crate::addr_services::Guest6 {
+        addr: args.addr6.addr,
+        prefix_len: args.addr6.prefix_len,
+        dns: args.dns6,
+    };
     cfg.services =
-        crate::addr_services::guest_services(on, a.addr, gw, a.prefix_len, args.dns, mtu);
+        crate::addr_services::guest_services(on, a.addr, gw, a.prefix_len, args.dns, v6, mtu);
     // Room for every flow plus connections still closing (TIME-WAIT).
     cfg.limits.max_tcp_sockets = cfg
         .limits

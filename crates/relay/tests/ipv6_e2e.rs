@@ -495,7 +495,12 @@ fn conflicting_ipv6_options_are_refused_before_anything_starts() {
         "--",
         "sh",
         "-c",
-        "ip -6 route | grep -q '^default via fd42::1' && grep -q '^nameserver fd42::53$' /etc/resolv.conf && ping -6 -c 1 -W 2 fd42::1 > /dev/null",
+        "ip -6 route | grep -q '^default via fd42::1' && grep -q '^nameserver fd42::53$' /etc/resolv.conf && ping -6 -c 1 -W 2 fd42::1 > /dev/null || exit 1; \
+         for i in $(seq 100); do ip -6 addr show | grep -q 'inet6 fd42::.*/64 .*dynamic' && break; sleep 0.1; done; \
+         ip -6 addr show | grep -q 'inet6 fd42::.*/64 .*dynamic' || exit 2; \
+         ip -6 addr show | grep -q 'inet6 fd00:' && exit 3; exit 0",
     ]);
+    // 2: the router advertisements did not carry --addr6's prefix (no
+    // SLAAC address in it); 3: they advertised the default fd00::/64.
     assert_eq!(r.code, 0);
 }
