@@ -82,10 +82,11 @@ pub struct RelayArgs {
     /// Guest-visible DNS server, forwarded to the host's resolver.
     #[arg(long, default_value = "10.0.2.3")]
     pub dns: Ipv4Addr,
-    /// Where DNS sent to the guest-visible nameserver goes (default: the
-    /// first nameserver of the host's /etc/resolv.conf, port 53).
+    /// Where DNS sent to the guest-visible nameservers goes (default: the
+    /// first usable nameserver of the host's /etc/resolv.conf, IPv4 or
+    /// IPv6, port 53); `[ADDR6]:PORT` for an IPv6 resolver.
     #[arg(long, value_name = "IP:PORT")]
-    pub dns_upstream: Option<std::net::SocketAddrV4>,
+    pub dns_upstream: Option<std::net::SocketAddr>,
     /// Do not map the gateway to the host's loopback.
     #[arg(long)]
     pub no_map_gateway: bool,

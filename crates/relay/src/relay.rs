@@ -25,7 +25,7 @@ pub struct RelayConfig {
     pub gateway_to_loopback: bool,
     /// Guest-visible nameserver (default 10.0.2.3); port 53 goes to `host_dns`.
     pub dns: Option<Ipv4Addr>,
-    pub host_dns: SocketAddrV4,
+    pub host_dns: SocketAddr,
     /// The guest's IPv6 address (target of inbound IPv6 forwards; default
     /// fd00::100). None: IPv6 is off, flows to IPv6 destinations are
     /// refused.
@@ -60,7 +60,7 @@ impl Default for RelayConfig {
             gateway: Ipv4Addr::new(10, 0, 2, 2),
             gateway_to_loopback: true,
             dns: Some(Ipv4Addr::new(10, 0, 2, 3)),
-            host_dns: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53),
+            host_dns: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 53),
             guest_addr6: Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x100)),
             gateway6: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
             dns6: Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 3)),
@@ -930,7 +930,7 @@ impl<G: GuestStack> Relay<G> {
         }
         if Some(ip) == self.cfg.dns {
             return if dst.port() == 53 {
-                Ok(SocketAddr::V4(self.cfg.host_dns))
+                Ok(self.cfg.host_dns)
             } else {
                 Err(Unreachable::Port)
             };
@@ -971,7 +971,7 @@ impl<G: GuestStack> Relay<G> {
         }
         if Some(ip) == self.cfg.dns6 {
             return if dst.port() == 53 {
-                Ok(SocketAddr::V4(self.cfg.host_dns))
+                Ok(self.cfg.host_dns)
             } else {
                 Err(Unreachable::Port)
             };

@@ -519,10 +519,7 @@ fn udp_flows_and_dns_forwarding() {
     let echo = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
     let echo_port = echo.local_addr().map(|a| a.port()).unwrap_or(0);
     let dns = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
-    let dns_addr = match dns.local_addr() {
-        Ok(std::net::SocketAddr::V4(a)) => a,
-        other => panic!("{other:?}"),
-    };
+    let dns_addr = dns.local_addr().unwrap_or_else(|e| panic!("{e}"));
     echo.set_read_timeout(Some(Duration::from_secs(2))).ok();
     dns.set_read_timeout(Some(Duration::from_secs(2))).ok();
     let cfg = RelayConfig {

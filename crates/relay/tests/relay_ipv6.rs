@@ -139,10 +139,7 @@ fn no_ipv6_refuses_every_ipv6_flow_and_ping() {
 fn udp_to_the_ipv6_nameserver_and_gateway_and_ping6() {
     let dns = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
     dns.set_read_timeout(Some(Duration::from_secs(2))).ok();
-    let dns_addr = match dns.local_addr() {
-        Ok(SocketAddr::V4(a)) => a,
-        other => panic!("{other:?}"),
-    };
+    let dns_addr = dns.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let echo = UdpSocket::bind("[::1]:0").unwrap_or_else(|e| panic!("{e}"));
     echo.set_read_timeout(Some(Duration::from_secs(2))).ok();
     let echo_port = echo.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -180,6 +177,42 @@ fn udp_to_the_ipv6_nameserver_and_gateway_and_ping6() {
         r.guest().echo_replies,
         vec![(GW6.into(), GUEST6.into(), 9, 4, b"abc".to_vec())]
     );
+}
+
+#[test]
+fn an_ipv6_host_resolver_answers_both_guest_nameservers() {
+    // A host whose resolv.conf names only IPv6 servers: queries to the
+    // guest's IPv4 (10.0.2.3) and IPv6 (fd00::3) nameservers both reach it.
+    let dns = UdpSocket::bind("[::1]:0").unwrap_or_else(|e| panic!("{e}"));
+    dns.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    let mut r = relay(RelayConfig {
+        host_dns: dns.local_addr().unwrap_or_else(|e| panic!("{e}")),
+        ..RelayConfig::default()
+    });
+    let dns4 = SocketAddr::from(([10, 0, 2, 3], 53));
+    let g4 = SocketAddr::from(([10, 0, 2, 15], 5300));
+    let g6 = v6(GUEST6, 5353);
+    r.guest_mut().send_udp(g4, dns4, b"query4");
+    r.guest_mut().send_udp(g6, v6(DNS6, 53), b"query6");
+    let _ = spin(&mut r, |r| r.stats().udp_datagrams_out == 2);
+    let mut buf = [0u8; 64];
+    for _ in 0..2 {
+        let (n, from) = dns.recv_from(&mut buf).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(from.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+        let answer = [b"answer-".as_slice(), &buf[..n]].concat();
+        dns.send_to(&answer, from).unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert!(spin(&mut r, |r| r.guest().udp_out.len() == 2));
+    let out = r.guest().udp_out.clone();
+    assert!(
+        out.contains(&(dns4, g4, b"answer-query4".to_vec())),
+        "{out:?}"
+    );
+    assert!(
+        out.contains(&(v6(DNS6, 53), g6, b"answer-query6".to_vec())),
+        "{out:?}"
+    );
+    assert_eq!(r.stats().dns_queries, 2);
 }
 
 #[test]
