@@ -6,7 +6,7 @@ use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use std::sync::Arc;
@@ -787,6 +787,11 @@ fn attach_inner<G: GuestStack>(
     let served = relay.run_until(stop_fd, None);
     drop(control);
     relay.shutdown();
+    // The namespace and its TAP outlive us: tell the guest we are no
+    // longer its router (best effort: the TAP may be gone already).
+    if let Err(e) = relay.guest_mut().withdraw_services(Instant::now()) {
+        tracing::debug!("final router advertisement: {e}");
+    }
     if args.relay.stats {
         eprint!("{}", relay.stats());
     }

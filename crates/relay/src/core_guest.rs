@@ -368,6 +368,14 @@ impl GuestStack for CoreGuest {
         self.stack.poll_at().map(|t| self.std_time(t))
     }
 
+    fn withdraw_services(&mut self, now: Instant) -> io::Result<()> {
+        let t = self.core_now(now);
+        self.stack
+            .set_address_services(t, ustack_core::AddressServices::default())
+            .map_err(io::Error::other)?;
+        self.flush(now)
+    }
+
     fn tcp_next_syn(&mut self) -> Option<PendingSyn> {
         let p = self.stack.tcp_next_pending_syn()?;
         let id = self.alloc();

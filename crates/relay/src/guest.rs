@@ -128,6 +128,16 @@ pub trait GuestStack {
         self.poll(now)
     }
 
+    /// The relay is going away from a link that stays (`attach`): stop
+    /// the address services, sending what RFC 4861 6.2.5 asks of a router
+    /// that stops advertising (a final advertisement with Router Lifetime
+    /// zero, so the guest drops its default route through us at once),
+    /// and transmit it.
+    fn withdraw_services(&mut self, now: Instant) -> io::Result<()> {
+        let _ = now;
+        Ok(())
+    }
+
     /// Next SYN to any destination that awaits a decision.
     fn tcp_next_syn(&mut self) -> Option<PendingSyn>;
     /// Complete the handshake of a pending SYN (send SYN|ACK).

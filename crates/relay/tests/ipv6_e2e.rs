@@ -282,6 +282,20 @@ fn ip(args: &[&str]) {
     assert!(st.success(), "ip {args:?} failed");
 }
 
+/// Poll `f` every 50 ms until it holds or `limit` passes.
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn attach_serves_ipv6_in_an_existing_namespace() {
     use clap::Parser;
@@ -364,15 +378,33 @@ fn attach_serves_ipv6_in_an_existing_namespace() {
         ])
         .output()
         .expect("curl in the namespace");
+    // The namespace's kernel takes ustack's router advertisements (a
+    // default route learnt from them, `proto ra`)...
+    let ra_route = || {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &ns.0, "-6", "route", "show", "default"])
+            .output()
+            .expect("ip route");
+        String::from_utf8_lossy(&out.stdout).contains("proto ra")
+    };
+    let learnt = wait_until(Duration::from_secs(15), ra_route);
     // Stop the relay whatever happened.
     // SAFETY: writing one byte from a valid buffer to the pipe we own.
     let w = unsafe { libc::write(stop_w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
     assert_eq!(w, 1);
     let served = relay.join().expect("attach thread");
+    // ... and drops that route when ustack leaves (its final
+    // advertisement with Router Lifetime zero), not 30 minutes later.
+    let dropped = wait_until(Duration::from_secs(5), || !ra_route());
     unblock(&server, at);
     let peer = server.join().expect("server thread").expect("accept");
     assert_eq!(served, Ok(0));
     assert!(out.status.success(), "curl: {:?}", out.status);
+    assert!(
+        learnt,
+        "no default route from ustack's router advertisements"
+    );
+    assert!(dropped, "the RA default route outlived ustack");
     assert_eq!(peer.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
     assert_eq!(out.stdout.len(), len);
     assert!(out
