@@ -66,6 +66,26 @@ pub(crate) enum Icmp6Err {
     FragTimeExceeded,
 }
 
+/// RFC 4443 2.4 (e.1): whether `packet` carries an ICMPv6 error message
+/// (or an ICMPv6 message whose type cannot be read), found past any
+/// extension headers as Linux's `is_ineligible` finds it
+/// (`ipv6_skip_exthdr`): an error behind a Destination Options or Routing
+/// header is still an error, and answering it could start an error storm
+/// between two nodes.
+fn is_icmp6_error(ip: &Ipv6Repr, packet: &[u8]) -> bool {
+    let rest = packet.get(IPV6_HEADER_LEN..).unwrap_or(&[]);
+    for item in Ipv6HeaderChain::new(ip.next_header, rest, ChainLimits::default()) {
+        if let Ok(ChainItem::Upper {
+            protocol: IpProtocol::ICMPV6,
+            offset,
+        }) = item
+        {
+            return packet.get(offset).is_none_or(|&t| t < 128);
+        }
+    }
+    false
+}
+
 impl Stack {
     /// Add a static IPv6 address (and its on-link prefix). The link-local
     /// address formed from the MAC (EUI-64) is always there. Static
@@ -776,12 +796,8 @@ impl Stack {
         if ip.dst.is_multicast() && !to_multicast_ok {
             return;
         }
-        if ip.next_header == IpProtocol::ICMPV6 {
-            if let Some(&t) = packet.get(IPV6_HEADER_LEN) {
-                if t < 128 {
-                    return;
-                }
-            }
+        if is_icmp6_error(ip, packet) {
+            return;
         }
         // RFC 4443 2.4 (f): rate-limited (a bucket apart from ICMPv4's).
         if !self.icmp6_bucket.take(now) {
