@@ -264,7 +264,9 @@ impl Stack {
                     return;
                 }
                 Err(ChainError::HopByHopNotFirst { pointer }) => {
-                    self.counters.ip6.InHdrErrors += 1;
+                    // Linux counts it as an unknown protocol: no handler
+                    // takes Next Header 0 past the fixed header.
+                    self.counters.ip6.InUnknownProtos += 1;
                     let err = Icmp6Err::Param(ParamProblem::UnrecognizedNextHeader, pointer as u32);
                     self.send_icmp6_error(now, &ip, packet, err, false, tx);
                     return;
