@@ -176,6 +176,9 @@ impl Stack {
         }
         let chain = Ipv6HeaderChain::from_packet(&pkt, ChainLimits::default());
         let mut upper = None;
+        // A Fragment header was met (or this is a reassembly): RFC 6980
+        // for Neighbor Discovery.
+        let mut fragmented = reassembled;
         for item in chain {
             match item {
                 Ok(ChainItem::Ext(h)) => match h.kind {
@@ -239,6 +242,7 @@ impl Stack {
                         // whole packet; others go to reassembly
                         // (`ip6_frag.rs`), once: a fragment inside a
                         // reassembled datagram is dropped.
+                        fragmented = true;
                         if !f.is_atomic() {
                             if reassembled {
                                 self.counters.ip6.ReasmFails += 1;
@@ -302,7 +306,7 @@ impl Stack {
         match protocol {
             IpProtocol::ICMPV6 => {
                 self.counters.ip6.InDelivers += 1;
-                self.receive_icmpv6(now, &ip, packet, body, tx);
+                self.receive_icmpv6(now, &ip, packet, body, fragmented, tx);
             }
             IpProtocol::Udp => {
                 self.counters.ip6.InDelivers += 1;
@@ -330,6 +334,7 @@ impl Stack {
         ip: &Ipv6Repr,
         packet: &[u8],
         body: &[u8],
+        fragmented: bool,
         tx: &mut dyn FnMut(&[u8]),
     ) {
         let c = &mut self.counters.icmp6;
@@ -348,10 +353,14 @@ impl Stack {
                     c.InCsumErrors += 1;
                 } else if matches!(
                     pkt.msg_type(),
-                    Icmpv6Message::NeighborSolicit | Icmpv6Message::NeighborAdvert
+                    Icmpv6Message::RouterSolicit
+                        | Icmpv6Message::RouterAdvert
+                        | Icmpv6Message::NeighborSolicit
+                        | Icmpv6Message::NeighborAdvert
+                        | Icmpv6Message::Redirect
                 ) {
-                    // RFC 4861 7.1.1/7.1.2: code, length or a zero-length
-                    // option.
+                    // RFC 4861 6.1.1/6.1.2/7.1.1/7.1.2/8.1: code, length,
+                    // an option running past the end or of length zero.
                     self.counters.nd.ArpInvalid += 1;
                 }
                 c.InErrors += 1;
@@ -427,7 +436,7 @@ impl Stack {
                 }
                 _ => c.InMLDv2Reports += 1,
             },
-            Icmpv6Repr::Ndisc(nd) => self.receive_ndisc(now, ip, packet, &nd, tx),
+            Icmpv6Repr::Ndisc(nd) => self.receive_ndisc(now, ip, packet, &nd, fragmented, tx),
         }
     }
 
@@ -437,35 +446,42 @@ impl Stack {
         ip: &Ipv6Repr,
         _packet: &[u8],
         nd: &NdiscRepr<'_>,
+        fragmented: bool,
         tx: &mut dyn FnMut(&[u8]),
     ) {
         let c = &mut self.counters.icmp6;
         match nd {
-            NdiscRepr::RouterSolicit { options } => {
-                c.InRouterSolicits += 1;
-                self.receive_rs(now, ip, *options, tx);
-                return;
-            }
-            NdiscRepr::RouterAdvert { .. } => {
-                c.InRouterAdvertisements += 1;
-                self.receive_ra(now, ip, nd);
-                return;
-            }
-            NdiscRepr::Redirect { .. } => {
-                c.InRedirects += 1;
-                return;
-            }
+            NdiscRepr::RouterSolicit { .. } => c.InRouterSolicits += 1,
+            NdiscRepr::RouterAdvert { .. } => c.InRouterAdvertisements += 1,
+            NdiscRepr::Redirect { .. } => c.InRedirects += 1,
             NdiscRepr::NeighborSolicit { .. } => c.InNeighborSolicits += 1,
             NdiscRepr::NeighborAdvert { .. } => c.InNeighborAdvertisements += 1,
         }
         let ndc = &mut self.counters.nd;
-        // RFC 4861 7.1.1/7.1.2: "The IP Hop Limit field has a value of
-        // 255" (the packet was not forwarded) — code and lengths were
-        // checked by the parse.
-        if ip.hop_limit != 255 {
+        // RFC 4861 6.1.1/6.1.2/7.1.1/7.1.2/8.1, for every message: "The IP
+        // Hop Limit field has a value of 255" (it was not forwarded, so it
+        // comes from the link) — code and lengths were checked by the
+        // parse. RFC 6980 5: "A node MUST silently ignore any IPv6 packets
+        // that contain ND messages and that are fragmented" (Linux
+        // `ndisc_suppress_frag_ndisc`, atomic fragments included).
+        if ip.hop_limit != 255 || fragmented {
             ndc.ArpInvalid += 1;
             return;
         }
+        match nd {
+            NdiscRepr::RouterSolicit { options } => {
+                self.receive_rs(now, ip, *options, tx);
+                return;
+            }
+            NdiscRepr::RouterAdvert { .. } => {
+                self.receive_ra(now, ip, nd);
+                return;
+            }
+            // Redirects are not acted on (no route is ever taken from one).
+            NdiscRepr::Redirect { .. } => return,
+            _ => {}
+        }
+        let ndc = &mut self.counters.nd;
         match *nd {
             NdiscRepr::NeighborSolicit { target, options } => {
                 ndc.ArpInRequests += 1;
