@@ -18,7 +18,8 @@ use std::net::{Ipv6Addr, SocketAddrV6};
 use stack_util::*;
 use ustack_core::time::{Duration, Instant};
 use ustack_core::{
-    link_local, ArpLimits, Config, Ipv6HostConfig, Stack, UdpError, ALL_NODES, MAX_IPV6_ADDRESSES,
+    link_local, AddressServices, ArpLimits, Config, Ipv6HostConfig, RouterConfig, Stack, UdpError,
+    ALL_NODES, MAX_IPV6_ADDRESSES,
 };
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
 use ustack_wire::icmpv6::{DstUnreachable, Icmpv6Packet, Icmpv6Repr, ParamProblem, TimeExceeded};
@@ -1182,6 +1183,64 @@ fn forged_router_advertisements_are_ignored_unless_host_mode_accepts_them() {
     let addrs = s.ipv6_addresses().len() + s.ipv6_tentative_addresses().len();
     assert!(addrs <= MAX_IPV6_ADDRESSES, "{addrs} addresses");
     assert_eq!(c(&s, "Icmp6", "InRouterAdvertisements"), 102);
+}
+
+#[test]
+fn a_stack_advertising_as_the_router_ignores_advertisements_from_its_link() {
+    // `ustack run`'s guest-facing engine advertises itself (RouterConfig):
+    // a guest that advertises too changes nothing, and its solicitations
+    // from off the link are not answered.
+    let (mut s, now) = stack(Mode::Serve);
+    let svc = AddressServices {
+        router: Some(RouterConfig::new(Ipv6Addr::new(
+            0xfd00, 0, 0, 0, 0, 0, 0, 0,
+        ))),
+        ..AddressServices::default()
+    };
+    s.set_address_services(now, svc).unwrap();
+    // (Its first advertisements.)
+    settle(&mut s, now, now + Duration::from_secs(1));
+    let now = now + Duration::from_secs(1);
+    let next_ra = s.poll_at();
+    let r = router_ll();
+    let sll = ll_option(true, ROUTER_MAC);
+    let before = nd_state(&s, now);
+    for hop in [255, 64] {
+        let ra = ra_bytes(r, &sll, 1800, &[0x2001, 0xdb8, 7], Some(1280));
+        let b = snap(&s);
+        assert!(rx(&mut s, now, &frame(r, ALL_NODES, ICMPV6, hop, &ra)).is_empty());
+        assert_moved(
+            &b,
+            &s,
+            &[
+                ("Ip6:InDelivers", 1),
+                ("Icmp6:InMsgs", 1),
+                ("Icmp6:InRouterAdvertisements", 1),
+                ("Ndisc:Invalid", u64::from(hop != 255)),
+            ],
+        );
+    }
+    assert_eq!(nd_state(&s, now), before);
+    // A solicitation from off the link: no advertisement scheduled.
+    let psll = ll_option(true, PEER_MAC);
+    let rs = Icmpv6Repr::Ndisc(NdiscRepr::RouterSolicit {
+        options: NdiscOptions::new_checked(&psll).unwrap(),
+    });
+    let all_routers = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+    let rs = icmp6_bytes(PEER6, all_routers, &rs);
+    let b = snap(&s);
+    assert!(rx(&mut s, now, &frame(PEER6, all_routers, ICMPV6, 64, &rs)).is_empty());
+    assert_moved(
+        &b,
+        &s,
+        &[
+            ("Ip6:InDelivers", 1),
+            ("Icmp6:InMsgs", 1),
+            ("Icmp6:InRouterSolicits", 1),
+            ("Ndisc:Invalid", 1),
+        ],
+    );
+    assert_eq!(s.poll_at(), next_ra);
 }
 
 fn c(s: &Stack, group: &str, name: &str) -> u64 {
