@@ -464,6 +464,33 @@ fn overlapping_fragments_drop_the_whole_datagram_and_its_later_fragments() {
 }
 
 #[test]
+fn fragments_that_disagree_on_the_end_drop_the_datagram() {
+    // Two last fragments with different ends, or a fragment past the end
+    // a last one gave: the datagram cannot be built (RFC 8200 4.5); it
+    // dies at once, counted once.
+    let (mut s, now) = stack(Mode::Serve);
+    let udp = udp_bytes(PEER6, B6, PORT, &pattern(40));
+    let cases: [[(usize, bool, &[u8]); 2]; 2] = [
+        [(16, false, &udp[16..24]), (24, false, &udp[24..40])],
+        [(16, false, &udp[16..32]), (32, true, &udp[32..40])],
+    ];
+    for (i, pieces) in cases.iter().enumerate() {
+        let ident = 20 + i as u32;
+        let b = snap(&s);
+        for &(off, more, chunk) in pieces {
+            assert!(rx(&mut s, now, &frag_to_b(ident, off, more, UDP, chunk)).is_empty());
+        }
+        // The first fragment comes too late to make anything of it.
+        assert!(rx(&mut s, now, &frag_to_b(ident, 0, true, UDP, &udp[..16])).is_empty());
+        assert_moved(&b, &s, &[("Ip6:ReasmReqds", 3), ("Ip6:ReasmFails", 1)]);
+    }
+    let b = snap(&s);
+    assert!(poll(&mut s, now + Duration::from_secs(60)).is_empty());
+    assert_moved(&b, &s, &[]);
+    assert_eq!(s.reassembly_memory6(), 0);
+}
+
+#[test]
 fn a_fragment_cannot_rewrite_bytes_already_received() {
     // The attack overlaps exist for: a later fragment rewriting the
     // transport header a filter already looked at. A fragment with the same
@@ -1275,6 +1302,41 @@ fn a_solicitation_flood_from_many_sources_keeps_the_neighbour_cache_bounded() {
         assert_eq!(s.neighbour6(now, src(n - 1)), Some(mac(n - 1)));
         assert_eq!(c(&s, "Icmp6", "InNeighborSolicits"), n as u64 + 1);
         assert_eq!(c(&s, "Icmp6", "OutNeighborAdvertisements"), n as u64 + 1);
+    }
+}
+
+#[test]
+fn unsolicited_advertisements_create_no_neighbour_entries() {
+    // RFC 4861 7.2.5: "If no entry exists, the advertisement SHOULD be
+    // silently discarded": a flood of advertisements for made-up targets
+    // (valid, from the link) leaves the cache as it was.
+    for mode in MODES {
+        let (mut s, now) = stack(mode);
+        let n = 2000u64;
+        let target = |i: u64| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 3, i as u16);
+        let tll = ll_option(false, MacAddr([2, 0, 0, 3, 0, 1]));
+        let b = snap(&s);
+        for i in 0..n {
+            let na = Icmpv6Repr::Ndisc(NdiscRepr::NeighborAdvert {
+                flags: na_flags::OVERRIDE,
+                target: target(i),
+                options: NdiscOptions::new_checked(&tll).unwrap(),
+            });
+            let m = icmp6_bytes(target(i), ALL_NODES, &na);
+            assert!(rx(&mut s, now, &frame(target(i), ALL_NODES, ICMPV6, 255, &m)).is_empty());
+        }
+        assert!((0..n).all(|i| s.neighbour6(now, target(i)).is_none()));
+        assert_eq!(s.neighbour6(now, PEER6), Some(PEER_MAC));
+        assert_moved(
+            &b,
+            &s,
+            &[
+                ("Ip6:InDelivers", n),
+                ("Icmp6:InMsgs", n),
+                ("Icmp6:InNeighborAdvertisements", n),
+                ("Ndisc:InReplies", n),
+            ],
+        );
     }
 }
 
