@@ -66,6 +66,26 @@ pub(crate) enum Icmp6Err {
     FragTimeExceeded,
 }
 
+/// RFC 4443 2.4 (e.1): whether `packet` carries an ICMPv6 error message
+/// (or an ICMPv6 message whose type cannot be read), found past any
+/// extension headers as Linux's `is_ineligible` finds it
+/// (`ipv6_skip_exthdr`): an error behind a Destination Options or Routing
+/// header is still an error, and answering it could start an error storm
+/// between two nodes.
+fn is_icmp6_error(ip: &Ipv6Repr, packet: &[u8]) -> bool {
+    let rest = packet.get(IPV6_HEADER_LEN..).unwrap_or(&[]);
+    for item in Ipv6HeaderChain::new(ip.next_header, rest, ChainLimits::default()) {
+        if let Ok(ChainItem::Upper {
+            protocol: IpProtocol::ICMPV6,
+            offset,
+        }) = item
+        {
+            return packet.get(offset).is_none_or(|&t| t < 128);
+        }
+    }
+    false
+}
+
 impl Stack {
     /// Add a static IPv6 address (and its on-link prefix). The link-local
     /// address formed from the MAC (EUI-64) is always there. Static
@@ -156,6 +176,9 @@ impl Stack {
         }
         let chain = Ipv6HeaderChain::from_packet(&pkt, ChainLimits::default());
         let mut upper = None;
+        // A Fragment header was met (or this is a reassembly): RFC 6980
+        // for Neighbor Discovery.
+        let mut fragmented = reassembled;
         for item in chain {
             match item {
                 Ok(ChainItem::Ext(h)) => match h.kind {
@@ -219,6 +242,7 @@ impl Stack {
                         // whole packet; others go to reassembly
                         // (`ip6_frag.rs`), once: a fragment inside a
                         // reassembled datagram is dropped.
+                        fragmented = true;
                         if !f.is_atomic() {
                             if reassembled {
                                 self.counters.ip6.ReasmFails += 1;
@@ -244,7 +268,9 @@ impl Stack {
                     return;
                 }
                 Err(ChainError::HopByHopNotFirst { pointer }) => {
-                    self.counters.ip6.InHdrErrors += 1;
+                    // Linux counts it as an unknown protocol: no handler
+                    // takes Next Header 0 past the fixed header.
+                    self.counters.ip6.InUnknownProtos += 1;
                     let err = Icmp6Err::Param(ParamProblem::UnrecognizedNextHeader, pointer as u32);
                     self.send_icmp6_error(now, &ip, packet, err, false, tx);
                     return;
@@ -280,7 +306,7 @@ impl Stack {
         match protocol {
             IpProtocol::ICMPV6 => {
                 self.counters.ip6.InDelivers += 1;
-                self.receive_icmpv6(now, &ip, packet, body, tx);
+                self.receive_icmpv6(now, &ip, packet, body, fragmented, tx);
             }
             IpProtocol::Udp => {
                 self.counters.ip6.InDelivers += 1;
@@ -308,6 +334,7 @@ impl Stack {
         ip: &Ipv6Repr,
         packet: &[u8],
         body: &[u8],
+        fragmented: bool,
         tx: &mut dyn FnMut(&[u8]),
     ) {
         let c = &mut self.counters.icmp6;
@@ -326,10 +353,14 @@ impl Stack {
                     c.InCsumErrors += 1;
                 } else if matches!(
                     pkt.msg_type(),
-                    Icmpv6Message::NeighborSolicit | Icmpv6Message::NeighborAdvert
+                    Icmpv6Message::RouterSolicit
+                        | Icmpv6Message::RouterAdvert
+                        | Icmpv6Message::NeighborSolicit
+                        | Icmpv6Message::NeighborAdvert
+                        | Icmpv6Message::Redirect
                 ) {
-                    // RFC 4861 7.1.1/7.1.2: code, length or a zero-length
-                    // option.
+                    // RFC 4861 6.1.1/6.1.2/7.1.1/7.1.2/8.1: code, length,
+                    // an option running past the end or of length zero.
                     self.counters.nd.ArpInvalid += 1;
                 }
                 c.InErrors += 1;
@@ -405,7 +436,7 @@ impl Stack {
                 }
                 _ => c.InMLDv2Reports += 1,
             },
-            Icmpv6Repr::Ndisc(nd) => self.receive_ndisc(now, ip, packet, &nd, tx),
+            Icmpv6Repr::Ndisc(nd) => self.receive_ndisc(now, ip, packet, &nd, fragmented, tx),
         }
     }
 
@@ -415,35 +446,42 @@ impl Stack {
         ip: &Ipv6Repr,
         _packet: &[u8],
         nd: &NdiscRepr<'_>,
+        fragmented: bool,
         tx: &mut dyn FnMut(&[u8]),
     ) {
         let c = &mut self.counters.icmp6;
         match nd {
-            NdiscRepr::RouterSolicit { options } => {
-                c.InRouterSolicits += 1;
-                self.receive_rs(now, ip, *options, tx);
-                return;
-            }
-            NdiscRepr::RouterAdvert { .. } => {
-                c.InRouterAdvertisements += 1;
-                self.receive_ra(now, ip, nd);
-                return;
-            }
-            NdiscRepr::Redirect { .. } => {
-                c.InRedirects += 1;
-                return;
-            }
+            NdiscRepr::RouterSolicit { .. } => c.InRouterSolicits += 1,
+            NdiscRepr::RouterAdvert { .. } => c.InRouterAdvertisements += 1,
+            NdiscRepr::Redirect { .. } => c.InRedirects += 1,
             NdiscRepr::NeighborSolicit { .. } => c.InNeighborSolicits += 1,
             NdiscRepr::NeighborAdvert { .. } => c.InNeighborAdvertisements += 1,
         }
         let ndc = &mut self.counters.nd;
-        // RFC 4861 7.1.1/7.1.2: "The IP Hop Limit field has a value of
-        // 255" (the packet was not forwarded) — code and lengths were
-        // checked by the parse.
-        if ip.hop_limit != 255 {
+        // RFC 4861 6.1.1/6.1.2/7.1.1/7.1.2/8.1, for every message: "The IP
+        // Hop Limit field has a value of 255" (it was not forwarded, so it
+        // comes from the link) — code and lengths were checked by the
+        // parse. RFC 6980 5: "A node MUST silently ignore any IPv6 packets
+        // that contain ND messages and that are fragmented" (Linux
+        // `ndisc_suppress_frag_ndisc`, atomic fragments included).
+        if ip.hop_limit != 255 || fragmented {
             ndc.ArpInvalid += 1;
             return;
         }
+        match nd {
+            NdiscRepr::RouterSolicit { options } => {
+                self.receive_rs(now, ip, *options, tx);
+                return;
+            }
+            NdiscRepr::RouterAdvert { .. } => {
+                self.receive_ra(now, ip, nd);
+                return;
+            }
+            // Redirects are not acted on (no route is ever taken from one).
+            NdiscRepr::Redirect { .. } => return,
+            _ => {}
+        }
+        let ndc = &mut self.counters.nd;
         match *nd {
             NdiscRepr::NeighborSolicit { target, options } => {
                 ndc.ArpInRequests += 1;
@@ -776,12 +814,8 @@ impl Stack {
         if ip.dst.is_multicast() && !to_multicast_ok {
             return;
         }
-        if ip.next_header == IpProtocol::ICMPV6 {
-            if let Some(&t) = packet.get(IPV6_HEADER_LEN) {
-                if t < 128 {
-                    return;
-                }
-            }
+        if is_icmp6_error(ip, packet) {
+            return;
         }
         // RFC 4443 2.4 (f): rate-limited (a bucket apart from ICMPv4's).
         if !self.icmp6_bucket.take(now) {

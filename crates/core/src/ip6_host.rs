@@ -555,13 +555,15 @@ impl Stack {
         else {
             return;
         };
-        if !self.host6.cfg.accept_ra {
-            return;
-        }
+        // Validity first, as Linux checks it before `accept_ra`: a forged
+        // advertisement is counted whether or not it would be acted on.
         // "IP Source Address is a link-local address", "The IP Hop Limit
         // field has a value of 255".
         if !is_link_local6(ip.src) || ip.hop_limit != 255 {
             self.counters.nd.ArpInvalid += 1;
+            return;
+        }
+        if !self.host6.cfg.accept_ra {
             return;
         }
         self.host6.ra_seen = true;
