@@ -818,6 +818,20 @@ fn soak() {
         }
     }
     assert!(still.is_empty(), "counters that did not move: {still:?}");
+    // Router Solicitations from thousands of sources: the relay answers
+    // with at most one advertisement per 3 s (RFC 4861 6.2.6,
+    // MIN_DELAY_BETWEEN_RAS) over its life (shorter than `took`), plus
+    // the first one and a margin of two; unlimited, there would be one
+    // per solicitation.
+    let (rs, ra) = (
+        num(&he["Icmp6InRouterSolicits"]),
+        num(&he["Icmp6OutRouterAdvertisements"]),
+    );
+    let ra_bound = took.as_secs() / 3 + 3;
+    assert!(
+        rs > 100 && ra <= ra_bound,
+        "{rs} router solicitations answered by {ra} advertisements (bound {ra_bound})"
+    );
 
     // --- the clean guests kept at least half their throughput ---
     for (i, r) in ratios.iter().enumerate() {
@@ -888,6 +902,7 @@ const HOSTILE_CLASSES: &[&str] = &[
     "frag6_big",
     "frag6_good",
     "ndp_ns_flood",
+    "ndp_rs_flood",
     "ndp_invalid",
     "ndp_forged",
     "icmp6_error",

@@ -227,6 +227,7 @@ ME6, GW6 = "fd00::100", "fd00::2"
 me6_b = socket.inet_pton(socket.AF_INET6, ME6)
 gw6_b = socket.inet_pton(socket.AF_INET6, GW6)
 ALL_NODES = socket.inet_pton(socket.AF_INET6, "ff02::1")
+ALL_ROUTERS = socket.inet_pton(socket.AF_INET6, "ff02::2")
 GW6_SNM = socket.inet_pton(socket.AF_INET6, "ff02::1:ff00:2")  # solicited-node of fd00::2
 NH_HBH, NH_TCP, NH_UDP, NH_ROUTING, NH_FRAG, NH_ICMP6, NH_NONE, NH_DSTOPTS = 0, 6, 17, 43, 44, 58, 59, 60
 
@@ -381,12 +382,19 @@ def fragments6():
 
 def ndp(n):
     """n solicitations for the gateway from fake sources (each with its own
-    link-layer address), then forged and invalid Neighbor Discovery."""
+    link-layer address), n/4 router solicitations, then forged and invalid
+    Neighbor Discovery."""
     for _ in range(n):
         src = bytes.fromhex("fd00000000000000") + rnd.randbytes(8)
         mac = bytes([0x02]) + rnd.randbytes(5)
         ns = icmp6(135, 0, bytes(4) + gw6_b + bytes([1, 1]) + mac, src=src, dst=GW6_SNM)
         send_frame(eth6(ipv6(NH_ICMP6, ns, src=src, dst=GW6_SNM, hlim=255), dst=mcast_mac(GW6_SNM)), "ndp_ns_flood")
+    # Router Solicitations from fake link-local sources: the relay's
+    # advertisements must stay at one per 3 s (RFC 4861 6.2.6).
+    for _ in range(max(1, n // 4)):
+        src = bytes.fromhex("fe80000000000000") + rnd.randbytes(8)
+        rs = icmp6(133, 0, bytes(4) + bytes([1, 1]) + bytes([0x02]) + rnd.randbytes(5), src=src, dst=ALL_ROUTERS)
+        send_frame(eth6(ipv6(NH_ICMP6, rs, src=src, dst=ALL_ROUTERS, hlim=255), dst=mcast_mac(ALL_ROUTERS)), "ndp_rs_flood")
     sll = bytes([1, 1]) + MY_MAC
     # Hop limit below 255 (forwarded, RFC 4861 7.1.1); a group as target;
     # from :: with a source link-layer option; an unknown code.
