@@ -1,9 +1,13 @@
 //! The hostile-guest soak (issue 16, item 4): several `ustack run`
 //! sandboxes at once, each its own relay process, as users run them. Two
 //! clean guests move data both ways through their relays in rounds, checked
-//! byte for byte, while a third guest (`soak_hostile.py`, as root in its
-//! sandbox) sends malformed frames, fragment floods, SYN, UDP and ICMP
-//! floods and holds zero-window and tiny-MSS connections against its relay.
+//! byte for byte (one over IPv4 to the host's 127.0.0.1, one over IPv6 to
+//! its ::1 through the gateway fd00::2), while a third guest
+//! (`soak_hostile.py`, as root in its sandbox) sends malformed frames,
+//! fragment floods, SYN, UDP and ICMP floods and holds zero-window and
+//! tiny-MSS connections against its relay, over IPv4 and IPv6 (raw IPv6
+//! garbage, malformed extension-header chains, IPv6 fragment floods, NDP
+//! floods and forgeries, ICMPv6 errors).
 //!
 //! Pass: no relay crashes (every one exits 0 and reports), every clean round
 //! is byte-exact, each clean guest's median round throughput while the
@@ -27,13 +31,16 @@
 //! scheduled against the others as between users' `ustack run`s.
 //!
 //! `USTACK_SOAK_SECS` (default 32, the least that lets never-completed
-//! fragments reach the 30 s reassembly timeout) is how long the hostile
-//! guest lives; e.g. `USTACK_SOAK_SECS=1800` for a hand run. Needs root,
-//! /dev/net/tun and python3; a missing prerequisite fails.
+//! IPv4 fragments reach the 30 s reassembly timeout) is how long the
+//! hostile guest lives; e.g. `USTACK_SOAK_SECS=1800` for a hand run. IPv6's
+//! reassembly timeout is RFC 8200's 60 s, so `Ip6ReasmTimeout` is required
+//! to move only in runs of at least [`V6_REASM_SECS`]. Needs root,
+//! /dev/net/tun, IPv6 on the host's loopback and python3; a missing
+//! prerequisite fails.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -259,8 +266,9 @@ struct EchoRounds {
     _helper: Helper,
 }
 
-fn echo_rounds(stop_rounds: Arc<AtomicBool>) -> EchoRounds {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+/// Echo rounds on `ip` (the host's loopback of either family).
+fn echo_rounds(stop_rounds: Arc<AtomicBool>, ip: &str) -> EchoRounds {
+    let l = TcpListener::bind((ip, 0)).expect("bind");
     l.set_nonblocking(true).expect("nonblocking");
     let port = l.local_addr().expect("addr").port();
     let rounds = Arc::new(Mutex::new(Vec::new()));
@@ -398,40 +406,54 @@ impl Drop for TempDir {
     }
 }
 
-/// A TCP socket bound to a loopback port but not listening: connects to it
-/// are refused, and nobody else can take the port while we hold it.
-fn bound_not_listening() -> (OwnedFd, u16) {
+/// A TCP socket bound to a loopback port (127.0.0.1, or ::1 with `v6`) but
+/// not listening: connects to it are refused, and nobody else can take the
+/// port while we hold it.
+fn bound_not_listening(v6: bool) -> (TcpStream, u16) {
+    let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
     // SAFETY: socket(2) returns a new descriptor or -1.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     assert!(fd >= 0, "socket");
     // SAFETY: fd is a fresh descriptor nobody else owns.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let sin = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
-        },
-        sin_zero: [0; 8],
+    let rc = if v6 {
+        let sin6 = libc::sockaddr_in6 {
+            sin6_family: libc::AF_INET6 as libc::sa_family_t,
+            sin6_port: 0,
+            sin6_flowinfo: 0,
+            sin6_addr: libc::in6_addr {
+                s6_addr: Ipv6Addr::LOCALHOST.octets(),
+            },
+            sin6_scope_id: 0,
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+        // SAFETY: sin6 is a valid sockaddr_in6 of `len` bytes.
+        unsafe { libc::bind(fd, (&sin6 as *const libc::sockaddr_in6).cast(), len) }
+    } else {
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: sin is a valid sockaddr_in of `len` bytes.
+        unsafe { libc::bind(fd, (&sin as *const libc::sockaddr_in).cast(), len) }
     };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: sin is a valid sockaddr_in of `len` bytes.
-    let rc = unsafe { libc::bind(fd, (&sin as *const libc::sockaddr_in).cast(), len) };
     assert_eq!(rc, 0, "bind");
-    let mut out = sin;
-    let mut olen = len;
-    // SAFETY: out/olen are valid for writing a sockaddr_in.
-    let rc =
-        unsafe { libc::getsockname(fd, (&mut out as *mut libc::sockaddr_in).cast(), &mut olen) };
-    assert_eq!(rc, 0, "getsockname");
-    (owned, u16::from_be(out.sin_port))
+    // A bound, unconnected TCP socket: only its local address is asked for.
+    let s = TcpStream::from(owned);
+    let port = s.local_addr().expect("getsockname").port();
+    (s, port)
 }
 
 /// A listener with a backlog of 1 that never accepts: host connects to it
 /// hang once the backlog is full (half-open flows in the relay).
-fn tarpit_listener() -> TcpListener {
+fn tarpit_listener(ip: &str) -> TcpListener {
     use std::os::fd::AsRawFd;
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind tarpit");
+    let l = TcpListener::bind((ip, 0)).expect("bind tarpit");
     // SAFETY: re-listening on our own listening socket only changes its backlog.
     let rc = unsafe { libc::listen(l.as_raw_fd(), 1) };
     assert_eq!(rc, 0, "listen");
@@ -441,8 +463,8 @@ fn tarpit_listener() -> TcpListener {
 /// Accepts connections and writes to them as fast as they take it, never
 /// reading: the hostile guest's zero-window and tiny-MSS holders fill the
 /// relay's buffers from it.
-fn blaster() -> (u16, Helper) {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind blaster");
+fn blaster(ip: &str) -> (u16, Helper) {
+    let l = TcpListener::bind((ip, 0)).expect("bind blaster");
     l.set_nonblocking(true).expect("nonblocking");
     let port = l.local_addr().expect("addr").port();
     let helper = Helper::spawn(move |stop| {
@@ -509,13 +531,18 @@ fn soak() {
     let hostile_secs = soak_secs();
     // --- the clean guests, measured alone first ---
     let stop_rounds = Arc::new(AtomicBool::new(false));
-    let servers: Vec<EchoRounds> = (0..2).map(|_| echo_rounds(stop_rounds.clone())).collect();
+    // Guest a over IPv4 (to 127.0.0.1), guest b over IPv6 (to ::1).
+    let servers: Vec<EchoRounds> = ["127.0.0.1", "::1"]
+        .into_iter()
+        .map(|ip| echo_rounds(stop_rounds.clone(), ip))
+        .collect();
     let exe = std::env::current_exe().expect("current_exe");
     let exe = exe.to_string_lossy().into_owned();
     let len = ROUND_LEN.to_string();
     let addrs: Vec<String> = servers
         .iter()
-        .map(|s| format!("10.0.2.2:{}", s.port))
+        .zip(["10.0.2.2", "[fd00::2]"])
+        .map(|(s, gw)| format!("{gw}:{}", s.port))
         .collect();
     let mut clean: Vec<RelayProc> = ["clean-a", "clean-b"]
         .into_iter()
@@ -536,17 +563,36 @@ fn soak() {
     );
 
     // --- the hostile guest ---
-    let closed: Vec<(OwnedFd, u16)> = (0..8).map(|_| bound_not_listening()).collect();
-    let tarpit = tarpit_listener();
-    let (blaster_port, _blaster) = blaster();
+    let closed: Vec<(TcpStream, u16)> = (0..8).map(|_| bound_not_listening(false)).collect();
+    let tarpit = tarpit_listener("127.0.0.1");
+    let (blaster_port, _blaster) = blaster("127.0.0.1");
     let sinks: Vec<UdpSocket> = (0..64)
         .map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind udp"))
         .collect();
-    let closed_ports: Vec<String> = closed.iter().map(|(_, p)| p.to_string()).collect();
-    let udp_ports: Vec<String> = sinks
-        .iter()
-        .map(|s| s.local_addr().expect("addr").port().to_string())
+    // The same for IPv6, on the host's ::1 (the guest's fd00::2).
+    let closed6: Vec<(TcpStream, u16)> = (0..8).map(|_| bound_not_listening(true)).collect();
+    let tarpit6 = tarpit_listener("::1");
+    let (blaster6_port, _blaster6) = blaster("::1");
+    let sinks6: Vec<UdpSocket> = (0..32)
+        .map(|_| UdpSocket::bind("[::1]:0").expect("bind udp6"))
         .collect();
+    let ports = |v: &[(TcpStream, u16)]| -> String {
+        let p: Vec<String> = v.iter().map(|(_, p)| p.to_string()).collect();
+        p.join(",")
+    };
+    let udp_ports_of = |v: &[UdpSocket]| -> String {
+        let p: Vec<String> = v
+            .iter()
+            .map(|s| {
+                s.local_addr()
+                    .map_or(0, |a: SocketAddr| a.port())
+                    .to_string()
+            })
+            .collect();
+        p.join(",")
+    };
+    let (closed_ports, udp_ports) = (ports(&closed), udp_ports_of(&sinks));
+    let (closed6_ports, udp6_ports) = (ports(&closed6), udp_ports_of(&sinks6));
     let script = TempFile::new("soak-hostile.py");
     std::fs::write(script.as_path(), HOSTILE).expect("write hostile script");
     let progress = TempFile::new("soak-progress.json");
@@ -565,9 +611,10 @@ fn soak() {
         H_PPS.to_string(),
     );
     let tarpit_port = tarpit.local_addr().expect("addr").port().to_string();
+    let tarpit6_port = tarpit6.local_addr().expect("addr").port().to_string();
     let (blaster_port, seed) = (blaster_port.to_string(), seed.to_string());
+    let blaster6_port = blaster6_port.to_string();
     let ctl_path = ctl.0.to_string_lossy().into_owned();
-    let (closed_ports, udp_ports) = (closed_ports.join(","), udp_ports.join(","));
     let mut windows: Vec<(Instant, bool)> = vec![(Instant::now(), true)];
     let hostile = RelayProc::spawn(
         "hostile",
@@ -591,6 +638,10 @@ fn soak() {
             &udp_ports,
             &seed,
             &pps,
+            &closed6_ports,
+            &tarpit6_port,
+            &blaster6_port,
+            &udp6_ports,
         ],
     );
     let mut hostile = Some(hostile);
@@ -757,12 +808,30 @@ fn soak() {
             still.push(*name);
         }
     }
-    for name in ENGINE_MUST_MOVE {
+    // IPv6 fragments left incomplete time out after 60 s, beyond the
+    // short run.
+    let long = hostile_secs >= V6_REASM_SECS;
+    let v6_timeout: &[&str] = if long { &["Ip6ReasmTimeout"] } else { &[] };
+    for name in ENGINE_MUST_MOVE.iter().chain(v6_timeout) {
         if num(&he[*name]) == 0 {
             still.push(*name);
         }
     }
     assert!(still.is_empty(), "counters that did not move: {still:?}");
+    // Router Solicitations from thousands of sources: the relay answers
+    // with at most one advertisement per 3 s (RFC 4861 6.2.6,
+    // MIN_DELAY_BETWEEN_RAS) over its life (shorter than `took`), plus
+    // the first one and a margin of two; unlimited, there would be one
+    // per solicitation.
+    let (rs, ra) = (
+        num(&he["Icmp6InRouterSolicits"]),
+        num(&he["Icmp6OutRouterAdvertisements"]),
+    );
+    let ra_bound = took.as_secs() / 3 + 3;
+    assert!(
+        rs > 100 && ra <= ra_bound,
+        "{rs} router solicitations answered by {ra} advertisements (bound {ra_bound})"
+    );
 
     // --- the clean guests kept at least half their throughput ---
     for (i, r) in ratios.iter().enumerate() {
@@ -771,10 +840,15 @@ fn soak() {
             "clean guest {i}: throughput during the flood {r:.2}x of alone"
         );
     }
-    drop(tarpit);
-    drop(sinks);
-    drop(closed);
+    drop((tarpit, tarpit6));
+    drop((sinks, sinks6));
+    drop((closed, closed6));
 }
+
+/// The least hostile-guest lifetime, seconds, in which never-completed
+/// IPv6 fragments reach RFC 8200's 60 s reassembly timeout (sent in the
+/// first second, the relay's timer fires at 60 s).
+const V6_REASM_SECS: f64 = 65.0;
 
 /// How much the hostile relay's resident memory may grow, KiB: what its
 /// limits let it hold — 8 MiB of flow buffers (counted twice: bytes in
@@ -808,6 +882,36 @@ const HOSTILE_CLASSES: &[&str] = &[
     "icmp_echo",
     "held_zero_window",
     "held_mss",
+    "ip6_truncated",
+    "ip6_bad_header",
+    "ip6_random",
+    "ip6_bad_addr",
+    "ip6_unknown_proto",
+    "ip6_error_burst",
+    "tcp6_bad",
+    "udp6_bad",
+    "ext_long_chain",
+    "ext_unknown_option",
+    "ext_bad",
+    "ext_routing0",
+    "ext_routing",
+    "frag6_incomplete",
+    "frag6_overlap",
+    "frag6_tiny",
+    "frag6_bad",
+    "frag6_big",
+    "frag6_good",
+    "ndp_ns_flood",
+    "ndp_rs_flood",
+    "ndp_invalid",
+    "ndp_forged",
+    "icmp6_error",
+    "icmp6_bad",
+    "icmp6_echo",
+    "syn6",
+    "udp6",
+    "held6_zero_window",
+    "held6_mss",
 ];
 
 /// Relay counters the hostile guest must move.
@@ -845,4 +949,39 @@ const ENGINE_MUST_MOVE: &[&str] = &[
     "LinkInNotForUs",
     "LinkInUnknownEthertype",
     "LinkArpInvalid",
+    // IPv6: headers too short, a version other than 6, malformed or too
+    // long extension-header chains, unknown options whose action discards,
+    // type-0 routing headers with segments left, fragments of a length no
+    // multiple of 8 or past 65,535 bytes, first fragments without the
+    // upper-layer header.
+    "Ip6InHdrErrors",
+    // Payload length past the frame; an extension header past the packet.
+    "Ip6InTruncatedPkts",
+    // A group we are not in as destination; a group or ::1 as source.
+    "Ip6InAddrErrors",
+    "Ip6InUnknownProtos",
+    // Overlapping fragments, too many per datagram, the memory limit.
+    "Ip6ReasmFails",
+    "Ip6ReasmOKs",
+    // The discard-and-report options, routing type 0, unknown next
+    // headers are answered (rate-limited) with Parameter Problems.
+    "Icmp6OutParmProblems",
+    "Icmp6OutRateLimited",
+    "Icmp6InErrors",
+    "Icmp6InCsumErrors",
+    // Errors quoting flows that do not exist.
+    "Icmp6InDestUnreachs",
+    "Icmp6InPktTooBigs",
+    "Icmp6InTimeExcds",
+    "Icmp6InParmProblems",
+    // Forged router advertisements and redirects (a router ignores them).
+    "Icmp6InRouterAdvertisements",
+    "Icmp6InRedirects",
+    "Udp6InErrors",
+    "Udp6InCsumErrors",
+    // Neighbor Discovery with hop limit below 255, a group as target, a
+    // DAD probe with a link-layer option, an unknown code, Solicited to a
+    // group; an advertisement of the gateway's own address.
+    "NdiscInvalid",
+    "NdiscConflicts",
 ];
