@@ -1396,6 +1396,32 @@ fn bulk_transfer_coalesces_and_delivers_every_byte_over_ipv6() {
     );
 }
 
+/// The guest side of `ustack run` over IPv6: transparent mode, a
+/// connection to the gateway's address held, accepted and fed in bursts.
+#[test]
+fn transparent_mode_coalesces_too_over_ipv6() {
+    let mut n = net6();
+    n.b = Stack::new_transparent(config(B_MAC, B_IP, 2), Default::default(), n.now);
+    n.b.add_ipv6_address(Ipv6Cidr {
+        address: B6,
+        prefix_len: 64,
+    })
+    .unwrap();
+    n.burst_ab = true;
+    let c =
+        n.a.tcp_connect6(n.now, SocketAddrV6::new(B6, 80, 0, 0), None)
+            .unwrap();
+    n.advance(Duration::from_millis(10));
+    let p = n.b.tcp_next_pending_syn().expect("held SYN");
+    let w = n.b.tcp_accept_pending(n.now, p.id).unwrap();
+    let total = 1 << 20;
+    let data: Vec<u8> = (0..total).map(|i| (i * 3 % 253) as u8).collect();
+    let got = transfer(&mut n, c, w, &data, Duration::from_secs(30));
+    assert!(got == Some(data));
+    assert!(counter(&n.b, "Link", "InGroPackets") > 0);
+    assert_eq!(counter(&n.b, "Ip", "InReceives"), 0, "all of it over IPv6");
+}
+
 /// One ACK for a coalesced run of full segments, as over IPv4.
 #[test]
 fn a_coalesced_run_is_acknowledged_like_a_grod_skb_over_ipv6() {
