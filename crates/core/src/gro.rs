@@ -1,18 +1,21 @@
 //! Receive coalescing (software GRO): runs of consecutive in-order TCP
 //! segments of one flow in a burst of received frames become one segment
-//! before TCP input, with the rules of Linux's `inet_gro_receive` and
-//! `tcp_gro_receive`.
+//! before TCP input, with the rules of Linux's `inet_gro_receive` /
+//! `ipv6_gro_receive` and `tcp_gro_receive`, over IPv4 and IPv6.
 //!
 //! A burst is what a runtime read from its device in one go. Each frame is
 //! classified:
 //!
-//! * a *candidate*: a TCP/IPv4 segment for us that the per-frame path would
+//! * a *candidate*: a TCP segment for us that the per-frame path would
 //!   hand to TCP input as it is — virtio-net header (if the link has one)
-//!   without GSO, Ethernet to our MAC, IPv4 without options or
-//!   fragmentation, header checksum good, a destination we accept and a
-//!   source we accept, TCP header and options well formed, TCP checksum
-//!   verified (or vouched for by the virtio-net header), flags ACK with at
-//!   most PSH besides, and some payload;
+//!   without GSO, Ethernet to our MAC, then either IPv4 without options or
+//!   fragmentation, header checksum good, or IPv6 with TCP right after the
+//!   fixed header (no extension header: a packet with any is delivered
+//!   alone, as Linux's `ipv6_gro_receive` keeps most of them out), a
+//!   unicast destination we accept and a source we accept, TCP header and
+//!   options well formed, TCP checksum verified (or vouched for by the
+//!   virtio-net header), flags ACK with at most PSH besides, and some
+//!   payload;
 //! * a checksum failure (IPv4 header or TCP): the per-frame path only
 //!   counts and drops it, so it is delivered alone without ending the run
 //!   being gathered, as Linux delivers it without flushing its GRO list;
@@ -20,23 +23,29 @@
 //!   frame alone, so delivery keeps the order of the burst.
 //!
 //! A candidate joins the run when it continues it: same MAC header, same
-//! addresses and ports, same TOS, TTL and DF, IP ID one more than the
-//! previous (or, with DF, the same throughout: Linux decides which at the
-//! second segment), sequence number where the run ends, the same
-//! acknowledgment number and window, the same TCP option bytes (so the
-//! same timestamps), a payload no larger than the first segment's
-//! (`gso_size`), and the whole still within a 65,535-byte IPv4 datagram. A segment shorter than `gso_size`,
-//! or with PSH, ends the run after joining it. A candidate that does not
-//! join starts a new run (one with PSH is delivered at once).
+//! IP version, addresses and ports; over IPv4 the same TOS, TTL and DF and
+//! an IP ID one more than the previous (or, with DF, the same throughout:
+//! Linux decides which at the second segment); over IPv6 the same flow
+//! label, Traffic Class and Hop Limit (Linux: a flow label that differs is
+//! another flow, a Traffic Class or Hop Limit that differs flushes); then
+//! the sequence number where the run ends, the same acknowledgment number
+//! and window, the same TCP option bytes (so the same timestamps), a
+//! payload no larger than the first segment's (`gso_size`), and the whole
+//! packet, IP header included, within 65,535 bytes (Linux's
+//! `GRO_LEGACY_MAX_SIZE` check in `skb_gro_receive`, for either version).
+//! A segment shorter than `gso_size`, or with PSH, ends the run after
+//! joining it. A candidate that does not join starts a new run (one with
+//! PSH is delivered at once).
 //!
 //! The merged segment is processed as Linux processes a GRO'd skb: once,
 //! with the size of its wire segments (see `Connection::process_gso`) so
 //! that delayed ACKs count it as the segments it stands for. Counters
-//! count wire frames as the per-frame path would (link `InFrames`, IP
-//! `InReceives` and `InDelivers`, TCP `InSegs`), plus link `InGroPackets`
-//! (segments built from two or more) and `InGroWirePackets` (the frames
-//! that went into them). Per-connection counters (`TcpExt`) count what
-//! the connection processed: a super-segment once, as Linux does.
+//! count wire frames as the per-frame path would (link `InFrames`, IP or
+//! IPv6 `InReceives` and `InDelivers`, TCP `InSegs`), plus link
+//! `InGroPackets` (segments built from two or more) and `InGroWirePackets`
+//! (the frames that went into them). Per-connection counters (`TcpExt`)
+//! count what the connection processed: a super-segment once, as Linux
+//! does.
 //!
 //! Where this differs from Linux:
 //!
@@ -46,6 +55,9 @@
 //!   the burst's order exactly.
 //! * Linux lets a segment with FIN join as the last of a run, and merges
 //!   segments that all carry ECE (or URG); here those are delivered alone.
+//! * Linux coalesces IPv6 packets whose extension headers are the same
+//!   byte for byte (Hop-by-Hop, Destination Options, Routing); here a
+//!   packet with any extension header is delivered alone.
 //! * Linux's `InSegs` counts a GRO'd skb once (its `tcpi_segs_in` counts
 //!   the wire segments); here `InSegs` counts wire segments, so that it
 //!   does not depend on whether GRO is on.
@@ -53,13 +65,14 @@
 //!   SEG.SEQ (as one-by-one processing would leave SND.WL1), where Linux
 //!   takes the skb's first.
 //! * Linux refuses frames with Ethernet padding after the IP datagram;
-//!   here the IP total length decides, as on the per-frame path.
+//!   here the IP (payload) length decides, as on the per-frame path.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
 use ustack_wire::ip::IpProtocol;
-use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN, IPV4_MAX_PACKET_LEN};
+use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN};
+use ustack_wire::ipv6::{Ipv6Packet, Ipv6Repr, IPV6_HEADER_LEN};
 use ustack_wire::tcp::{flags, SeqNum, TcpPacket, TcpRepr, TCP_HEADER_LEN};
 use ustack_wire::virtio_net::{Gso, VnetRepr};
 use ustack_wire::Error as WireError;
@@ -70,13 +83,64 @@ use crate::time::Instant;
 /// TCP flags that keep a segment out of any run.
 const NEVER: u8 = flags::SYN | flags::FIN | flags::RST | flags::URG | flags::ECE | flags::CWR;
 
+/// Most bytes of a coalesced packet, IP header included (Linux's
+/// `GRO_LEGACY_MAX_SIZE` less one, for IPv4 and IPv6 alike).
+const GRO_MAX_PACKET: usize = 65_535;
+
+/// The IP header of a candidate.
+#[derive(Clone, Copy)]
+enum IpHead {
+    V4(Ipv4Repr),
+    V6(Ipv6Repr),
+}
+
+impl IpHead {
+    fn header_len(&self) -> usize {
+        match self {
+            IpHead::V4(_) => IPV4_HEADER_LEN,
+            IpHead::V6(_) => IPV6_HEADER_LEN,
+        }
+    }
+
+    /// The same flow and the same fields Linux requires of a packet that
+    /// joins (`inet_gro_receive`, `ipv6_gro_receive`); the IPv4 ID is
+    /// checked by the run.
+    fn continues(&self, head: &IpHead) -> bool {
+        match (self, head) {
+            (IpHead::V4(ip), IpHead::V4(h)) => {
+                ip.src == h.src
+                    && ip.dst == h.dst
+                    && ip.dscp_ecn == h.dscp_ecn
+                    && ip.ttl == h.ttl
+                    && ip.dont_frag == h.dont_frag
+            }
+            (IpHead::V6(ip), IpHead::V6(h)) => {
+                ip.src == h.src
+                    && ip.dst == h.dst
+                    && ip.flow_label == h.flow_label
+                    && ip.traffic_class == h.traffic_class
+                    && ip.hop_limit == h.hop_limit
+            }
+            _ => false,
+        }
+    }
+
+    /// The IPv4 ID (IPv6 has none in its fixed header).
+    fn ident(&self) -> Option<u16> {
+        match self {
+            IpHead::V4(ip) => Some(ip.ident),
+            IpHead::V6(_) => None,
+        }
+    }
+}
+
 /// A frame that may join a run: the per-frame path would hand `seg` to TCP
 /// input unchanged.
 #[derive(Clone, Copy)]
 struct Candidate<'a> {
     /// The Ethernet source (Linux compares the whole MAC header).
     src_mac: MacAddr,
-    ip: Ipv4Repr,
+    ip: IpHead,
     seg: TcpRepr<'a>,
     /// The raw option bytes (compared byte for byte, as Linux does).
     opts: &'a [u8],
@@ -129,7 +193,7 @@ impl<'a> Run<'a> {
             gso_size: n,
             len: n,
             next_seq: c.seg.seq + n,
-            last_ident: c.ip.ident,
+            last_ident: c.ip.ident().unwrap_or(0),
             id_mode: IdMode::Undecided,
             psh: c.seg.psh,
             closed: c.seg.psh,
@@ -137,19 +201,15 @@ impl<'a> Run<'a> {
     }
 
     /// Add `c` if it continues the run (Linux `tcp_gro_receive` and
-    /// `inet_gro_receive`); `buf` gathers the payload.
+    /// `inet_gro_receive` / `ipv6_gro_receive`); `buf` gathers the payload.
     fn join(&mut self, c: &Candidate<'a>, buf: &mut Vec<u8>) -> bool {
-        let (h, hs) = (&self.head.ip, &self.head.seg);
-        let (ip, seg) = (&c.ip, &c.seg);
+        let hs = &self.head.seg;
+        let seg = &c.seg;
         if self.closed
             || c.src_mac != self.head.src_mac
-            || ip.src != h.src
-            || ip.dst != h.dst
+            || !c.ip.continues(&self.head.ip)
             || seg.src_port != hs.src_port
             || seg.dst_port != hs.dst_port
-            || ip.dscp_ecn != h.dscp_ecn
-            || ip.ttl != h.ttl
-            || ip.dont_frag != h.dont_frag
             || seg.seq != self.next_seq
             || seg.ack != hs.ack
             || seg.window != hs.window
@@ -162,17 +222,22 @@ impl<'a> Run<'a> {
         if n > self.gso_size {
             return false;
         }
-        let hdr = IPV4_HEADER_LEN + TCP_HEADER_LEN + self.head.opts.len();
-        if hdr + self.len + n > IPV4_MAX_PACKET_LEN {
+        let hdr = self.head.ip.header_len() + TCP_HEADER_LEN + self.head.opts.len();
+        if hdr + self.len + n > GRO_MAX_PACKET {
             return false;
         }
-        let next_id = self.last_ident.wrapping_add(1);
-        let mode = match self.id_mode {
-            IdMode::Undecided if ip.ident == next_id => IdMode::Incrementing,
-            IdMode::Undecided if ip.ident == self.last_ident && h.dont_frag => IdMode::Fixed,
-            IdMode::Incrementing if ip.ident == next_id => IdMode::Incrementing,
-            IdMode::Fixed if ip.ident == self.last_ident => IdMode::Fixed,
-            _ => return false,
+        let mode = match (c.ip.ident(), &self.head.ip) {
+            (Some(ident), IpHead::V4(h)) => {
+                let next_id = self.last_ident.wrapping_add(1);
+                match self.id_mode {
+                    IdMode::Undecided if ident == next_id => IdMode::Incrementing,
+                    IdMode::Undecided if ident == self.last_ident && h.dont_frag => IdMode::Fixed,
+                    IdMode::Incrementing if ident == next_id => IdMode::Incrementing,
+                    IdMode::Fixed if ident == self.last_ident => IdMode::Fixed,
+                    _ => return false,
+                }
+            }
+            _ => self.id_mode,
         };
         if self.count == 1 {
             buf.clear();
@@ -183,13 +248,46 @@ impl<'a> Run<'a> {
         self.count += 1;
         self.len += n;
         self.next_seq += n;
-        self.last_ident = ip.ident;
+        self.last_ident = c.ip.ident().unwrap_or(0);
         self.psh |= seg.psh;
         // Linux: "Force a flush if last segment is smaller than mss", and
         // PSH flushes.
         self.closed = seg.psh || n < self.gso_size;
         true
     }
+}
+
+/// The TCP part of `gro_classify`: what `receive_tcp` / `receive_tcp6`
+/// would hand to TCP input unchanged, from the IP payload `bytes`.
+fn gro_classify_tcp(src_mac: MacAddr, ip: IpHead, bytes: &[u8], csum_ok: bool) -> Class<'_> {
+    let Ok(tcp) = TcpPacket::new_checked(bytes) else {
+        return Class::Other;
+    };
+    let fl = tcp.flags();
+    let hl = tcp.header_len();
+    // Before the checksum: pure ACKs (the other direction of a bulk
+    // transfer) are summed once, by the per-frame path.
+    if fl & NEVER != 0 || fl & flags::ACK == 0 || bytes.len() <= hl {
+        return Class::Other;
+    }
+    let off_byte = bytes.get(12).copied().unwrap_or(0);
+    let parsed = match &ip {
+        IpHead::V4(v4) => TcpRepr::parse(&tcp, v4.src, v4.dst, !csum_ok),
+        IpHead::V6(v6) => TcpRepr::parse(&tcp, v6.src, v6.dst, !csum_ok),
+    };
+    let seg = match parsed {
+        Ok(s) => s,
+        Err(WireError::Checksum) => return Class::BadChecksum,
+        Err(_) => return Class::Other,
+    };
+    let opts = bytes.get(TCP_HEADER_LEN..hl).unwrap_or(&[]);
+    Class::Candidate(Candidate {
+        src_mac,
+        ip,
+        seg,
+        opts,
+        off_byte,
+    })
 }
 
 impl Stack {
@@ -276,10 +374,19 @@ impl Stack {
         let Ok(er) = EthernetRepr::parse(&eth) else {
             return Class::Other;
         };
-        if er.dst != self.iface.mac || er.ethertype != EtherType::Ipv4 {
+        if er.dst != self.iface.mac {
             return Class::Other;
         }
-        let Ok(pkt) = Ipv4Packet::new_checked(eth.payload_ref()) else {
+        match er.ethertype {
+            EtherType::Ipv4 => self.gro_classify4(er.src, eth.payload_ref(), csum_ok),
+            EtherType::Ipv6 => self.gro_classify6(er.src, eth.payload_ref(), csum_ok),
+            _ => Class::Other,
+        }
+    }
+
+    /// `gro_classify` for an IPv4 datagram (`receive_ipv4`, `deliver`).
+    fn gro_classify4<'a>(&self, src_mac: MacAddr, bytes: &'a [u8], csum_ok: bool) -> Class<'a> {
+        let Ok(pkt) = Ipv4Packet::new_checked(bytes) else {
             return Class::Other;
         };
         let ip = match Ipv4Repr::parse(&pkt, true) {
@@ -296,31 +403,22 @@ impl Stack {
         {
             return Class::Other;
         }
-        let bytes = pkt.payload_ref();
-        let Ok(tcp) = TcpPacket::new_checked(bytes) else {
+        gro_classify_tcp(src_mac, IpHead::V4(ip), pkt.payload_ref(), csum_ok)
+    }
+
+    /// `gro_classify` for an IPv6 packet (`input_ipv6`, `receive_tcp6`):
+    /// TCP right after the fixed header, to a unicast address of ours.
+    fn gro_classify6<'a>(&self, src_mac: MacAddr, bytes: &'a [u8], csum_ok: bool) -> Class<'a> {
+        let Ok(pkt) = Ipv6Packet::new_checked(bytes) else {
             return Class::Other;
         };
-        let fl = tcp.flags();
-        let hl = tcp.header_len();
-        // Before the checksum: pure ACKs (the other direction of a bulk
-        // transfer) are summed once, by the per-frame path.
-        if fl & NEVER != 0 || fl & flags::ACK == 0 || bytes.len() <= hl {
+        let Ok(ip) = Ipv6Repr::parse(&pkt) else {
+            return Class::Other;
+        };
+        if ip.next_header != IpProtocol::Tcp || !self.gro_accepts_addresses6(ip.src, ip.dst) {
             return Class::Other;
         }
-        let off_byte = bytes.get(12).copied().unwrap_or(0);
-        let seg = match TcpRepr::parse(&tcp, ip.src, ip.dst, !csum_ok) {
-            Ok(s) => s,
-            Err(WireError::Checksum) => return Class::BadChecksum,
-            Err(_) => return Class::Other,
-        };
-        let opts = bytes.get(TCP_HEADER_LEN..hl).unwrap_or(&[]);
-        Class::Candidate(Candidate {
-            src_mac: er.src,
-            ip,
-            seg,
-            opts,
-            off_byte,
-        })
+        gro_classify_tcp(src_mac, IpHead::V6(ip), pkt.payload_ref(), csum_ok)
     }
 
     /// `receive_ipv4`'s address checks for a unicast TCP segment that
@@ -334,6 +432,17 @@ impl Stack {
             && !self.iface.is_broadcast(dst)
             && !self.iface.is_martian_source(src)
             && src != me
+    }
+
+    /// `input_ipv6`'s address checks for a TCP segment that reaches
+    /// `receive_tcp6`: a unicast destination of ours (any unicast one in
+    /// transparent mode), a source that is not multicast, loopback or ours.
+    fn gro_accepts_addresses6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+        !dst.is_multicast()
+            && self.iface.accepts6(dst)
+            && !src.is_multicast()
+            && !src.is_loopback()
+            && !self.iface.has_addr6(src)
     }
 
     /// Hand a run to TCP input: a single segment as it came, several as one
@@ -352,20 +461,41 @@ impl Stack {
         self.last_now = self.last_now.max(now);
         // Per wire frame, what the per-frame path counts on the way.
         self.counters.link.InFrames += k;
-        self.counters.ip.InReceives += k;
-        self.counters.ip.InDelivers += k;
+        match r.head.ip {
+            IpHead::V4(_) => {
+                self.counters.ip.InReceives += k;
+                self.counters.ip.InDelivers += k;
+            }
+            IpHead::V6(_) => {
+                self.counters.ip6.InReceives += k;
+                self.counters.ip6.InDelivers += k;
+            }
+        }
         self.counters.tcp.InSegs += k;
         self.rx_csum_ok = false;
         self.rx_gso_size = None;
-        let mut ip = r.head.ip;
+        self.rx_udp_gso = None;
         let mut seg = r.head.seg;
+        let payload_len = TCP_HEADER_LEN + r.head.opts.len() + r.len;
         if r.count > 1 {
             self.counters.link.InGroPackets += 1;
             self.counters.link.InGroWirePackets += k;
             seg.payload = buf.get(..r.len).unwrap_or(buf);
             seg.psh = r.psh;
-            ip.payload_len = TCP_HEADER_LEN + r.head.opts.len() + seg.payload.len();
         }
-        self.tcp_segment_input(now, &ip, &seg, r.gso_size, tx);
+        match r.head.ip {
+            IpHead::V4(mut ip) => {
+                if r.count > 1 {
+                    ip.payload_len = payload_len;
+                }
+                self.tcp_segment_input(now, &ip, &seg, r.gso_size, tx);
+            }
+            IpHead::V6(mut ip) => {
+                if r.count > 1 {
+                    ip.payload_len = payload_len;
+                }
+                self.tcp_segment_input6(now, &ip, &seg, r.gso_size, tx);
+            }
+        }
     }
 }

@@ -743,8 +743,15 @@ impl Stack {
         if taken {
             return;
         }
-        // Transparent mode: the catch-all socket takes the rest.
-        if self.transparent_udp6_input(ip, repr.src_port, repr.dst_port, pkt.payload_ref()) {
+        // Transparent mode: the catch-all socket takes the rest, a USO
+        // super-datagram as the datagrams it stands for (as over IPv4).
+        if data.is_empty() {
+            taken = self.transparent_udp6_input(ip, repr.src_port, repr.dst_port, data);
+        }
+        for d in data.chunks(size) {
+            taken |= self.transparent_udp6_input(ip, repr.src_port, repr.dst_port, d);
+        }
+        if taken {
             return;
         }
         self.counters.udp6.NoPorts += 1;

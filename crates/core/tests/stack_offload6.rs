@@ -8,12 +8,12 @@
 
 mod stack_util;
 
-use std::net::{Ipv6Addr, SocketAddrV6};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 
 use stack_util::*;
 use ustack_core::tcp::State;
 use ustack_core::time::Duration;
-use ustack_core::{LinkOffload, TcpError, TcpHandle};
+use ustack_core::{LinkOffload, Stack, TcpError, TcpHandle, TransparentConfig};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
 use ustack_wire::ip::IpProtocol;
@@ -515,4 +515,57 @@ fn uso_super_datagrams_over_ipv6_are_cut_into_datagrams() {
     n.inject_to_b(&f);
     assert_eq!(counter(&n.b, "Udp6", "NoPorts"), 1);
     assert_eq!(counter(&n.b, "Udp6", "InDatagrams"), 4);
+}
+
+/// USO over IPv6 in transparent mode (`ustack run`: a guest's socket with
+/// `UDP_SEGMENT` over IPv6, to the gateway or any address): the catch-all
+/// socket gets the datagrams the super-datagram stands for, one by one,
+/// byte for byte, as over IPv4; a header that does not fit the frame is
+/// dropped and counted.
+#[test]
+fn uso_super_datagrams_over_ipv6_reach_the_catch_all_socket_one_by_one() {
+    let now = ustack_core::time::Instant::from_secs(1);
+    let mut s = Stack::new_transparent(config(B_MAC, B_IP, 2), TransparentConfig::default(), now);
+    s.add_ipv6_address(Ipv6Cidr {
+        address: B6,
+        prefix_len: 64,
+    })
+    .unwrap();
+    s.set_link_offload(FULL6);
+    let any = s.udp_bind_any().unwrap();
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let uso = |size: u16| VnetRepr {
+        csum: Csum::Partial {
+            start: 54,
+            offset: 6,
+        },
+        gso: Gso::UdpL4 { size },
+        hdr_len: 62,
+    };
+    let frame = udp6_frame(7000, &data);
+    let mut f = vec![0u8; VNET_HDR_LEN + frame.len()];
+    f[VNET_HDR_LEN..].copy_from_slice(&frame);
+    uso(1200).emit(&mut f);
+    s.receive(now, &f, &mut |_| panic!("nothing to answer"));
+    assert_eq!(counter(&s, "Link", "InGsoFrames"), 1);
+    assert_eq!(counter(&s, "Udp6", "InDatagrams"), 9);
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    while let Ok((len, src, dst)) = s.udp_recv_from_to(any, &mut buf) {
+        assert_eq!(src, SocketAddr::V6(SocketAddrV6::new(A6, 5000, 0, 0)));
+        assert_eq!(dst, SocketAddr::V6(SocketAddrV6::new(B6, 7000, 0, 0)));
+        got.push(buf[..len].to_vec());
+    }
+    let lens: Vec<usize> = got.iter().map(|d| d.len()).collect();
+    assert_eq!(lens, [1200, 1200, 1200, 1200, 1200, 1200, 1200, 1200, 400]);
+    assert_eq!(got.concat(), data, "the bytes, in order");
+    // A segment size beyond the frame, or zero: dropped and counted.
+    let errs = counter(&s, "Link", "InVnetErrors");
+    for size in [0, u16::MAX] {
+        uso(size).emit(&mut f);
+        s.receive(now, &f, &mut |_| panic!("nothing to answer"));
+    }
+    assert_eq!(counter(&s, "Link", "InVnetErrors"), errs + 2);
+    assert_eq!(counter(&s, "Udp6", "InDatagrams"), 9);
+    assert!(s.udp_recv_from_to(any, &mut buf).is_err());
 }
