@@ -65,7 +65,8 @@ pub enum IpMode {
     V6,
     /// Dual stack: connections alternate between IPv4 and IPv6 on the same
     /// pair of engines, and each host's one listener is `[::]:5000`, taking
-    /// IPv4 connections as IPv4-mapped addresses.
+    /// IPv4 connections as IPv4-mapped addresses; about half the IPv4
+    /// clients are IPv6 sockets connecting to an IPv4-mapped address.
     Dual,
 }
 

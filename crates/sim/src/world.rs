@@ -223,6 +223,16 @@ fn ip6(side: usize) -> Ipv6Addr {
     Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1 + side as u16)
 }
 
+/// `a` as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+fn mapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V4(a) => {
+            SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
+        }
+        v6 => v6,
+    }
+}
+
 /// Host `side`'s address for a connection of the given family.
 fn addr(side: usize, ipv6: bool, port: u16) -> SocketAddr {
     if ipv6 {
@@ -497,6 +507,7 @@ impl World {
             iobuf,
             sc,
             bytes_delivered,
+            dual_listeners,
             ..
         } = self;
         let ep = &mut eps[i];
@@ -524,11 +535,26 @@ impl World {
                 return Ok(());
             }
             let v6 = sc.conns[conn].ipv6;
-            let remote = addr(1 - side, v6, SERVER_PORT);
-            let local = addr(side, v6, CLIENT_PORT_BASE + conn as u16);
+            let mut remote = addr(1 - side, v6, SERVER_PORT);
+            let mut local = addr(side, v6, CLIENT_PORT_BASE + conn as u16);
+            // Dual stack: about half the IPv4 clients are IPv6 sockets
+            // connecting to IPv4-mapped addresses (IPv4 on the wire).
+            if !v6 && *dual_listeners && stream::mix(sc.seed ^ conn as u64 ^ 0x6d61_7070) & 1 == 1 {
+                remote = mapped(remote);
+                local = mapped(local);
+            }
             let h = stack
                 .tcp_connect_addr(now, remote, Some(local))
                 .map_err(|e| format!("conn {conn}: tcp_connect to {remote}: {e}"))?;
+            // The socket reports its peer in its own family, as connected.
+            match stack.tcp_addrs(h) {
+                Ok((_, r)) if r == remote => {}
+                other => {
+                    return Err(format!(
+                        "conn {conn}: connected to {remote}, addrs {other:?}"
+                    ))
+                }
+            }
             if ep.plan.nodelay {
                 stack
                     .tcp_set_nodelay(h, true)

@@ -155,7 +155,9 @@ fn pacing_costs_bulk_transfers_little() {
 
 /// `sc` with its connections over `ip`: IPv6 moves every connection to
 /// IPv6; dual stack adds, for each connection, the same one over the
-/// other family (started at the same time, so both share the link).
+/// other family (started at the same time, so both share the link; with
+/// `one_conn`'s seed, the IPv4 client is an IPv6 socket connecting to
+/// B's IPv4-mapped address, and B's listener is `[::]:5000`).
 fn over(ip: IpMode, mut sc: Scenario) -> Scenario {
     sc.ip = ip;
     match ip {
