@@ -324,6 +324,28 @@ fn harness_detects_a_dead_link() {
     assert!(!f.endpoints.is_empty());
 }
 
+/// The same over IPv6 and dual stack: Neighbour Discovery or the SYNs
+/// never get an answer, and the run says so.
+#[test]
+fn harness_detects_a_dead_ipv6_link() {
+    for ip in [IpMode::V6, IpMode::Dual] {
+        let mut sc = Scenario::generate_ip(Family::Clean, ip, 3);
+        sc.ba = Impairments {
+            loss: 1.0,
+            ..Impairments::none()
+        };
+        sc.max_time = Duration::from_secs(600);
+        for c in &mut sc.conns {
+            c.client.bytes = c.client.bytes.max(1);
+        }
+        let f = run(&sc).expect_err("a dead link cannot deliver");
+        assert_eq!(f.ip, ip);
+        assert!(!f.what.is_empty());
+        assert!(!f.endpoints.is_empty());
+        assert!(f.to_string().contains(&format!("seed 3 {ip}")), "{f}");
+    }
+}
+
 /// A big transfer on a clean fast link, with many concurrent connections.
 #[test]
 fn many_concurrent_connections() {
