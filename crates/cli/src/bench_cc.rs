@@ -204,6 +204,7 @@ fn scenario(seed: u64, path: &SimPath, alg: CcAlgorithm, bytes: u64) -> Scenario
     sc.conns = vec![ConnPlan {
         client_on_a: true,
         start: Duration::from_millis(1),
+        ipv6: false,
         client: app(bytes),
         server: app(0),
     }];

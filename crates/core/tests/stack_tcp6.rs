@@ -1,7 +1,8 @@
 //! TCP over IPv6 between two stacks: handshake (the MSS from the IPv6
 //! header size), byte-exact transfer both ways, close, demultiplexing by
-//! family, SYN cookies over the IPv6 4-tuple, and segments cut at the MTU
-//! when the link takes TCP/IPv4 GSO frames only.
+//! family, SYN cookies over the IPv6 4-tuple, segments cut at the MTU
+//! when the link takes TCP/IPv4 GSO frames only, and the checksum over the
+//! IPv6 pseudo-header catching a flipped bit.
 
 mod stack_util;
 
@@ -344,4 +345,71 @@ fn with_tcp_ipv4_offload_ipv6_segments_are_cut_at_the_mtu_with_partial_checksums
     assert!(segs as usize > total / 1440, "{segs} segments");
     assert_eq!(counter(&n.a, "Link", "OutGsoFrames"), 0);
     assert_eq!(counter(&n.b, "Tcp", "InCsumErrors"), 0);
+}
+
+/// IPv6 has no header checksum: TCP's, over the IPv6 pseudo-header
+/// (mandatory, RFC 8200 8.1), is what guards the source address. A data
+/// segment with any one bit of its source address, TCP header or first
+/// payload bytes flipped is dropped and counted, never delivered: as a
+/// checksum error (`TcpInCsumErrors`) except for a multicast source or a
+/// bad data offset, refused first; the intact segment is then taken.
+#[test]
+fn a_flipped_bit_in_the_pseudo_header_or_segment_is_a_checksum_error() {
+    let mut n = net6();
+    let l = n.b.tcp_listen6(any6(80), 8).unwrap();
+    let (c, s) = establish(&mut n, l, SocketAddrV6::new(B6, 80, 0, 0));
+    // Hold A's frames back from B; take the data segment from the log.
+    n.filter_ab = Some(Box::new(|_f: &[u8]| false));
+    let logged = n.log_ab.len();
+    assert_eq!(n.a.tcp_send(c, b"pseudo-header checksum"), Ok(22));
+    n.pump();
+    let seg = n.log_ab[logged..]
+        .iter()
+        .rev()
+        .find(|f| f.len() > 14 + 40 + 20 && f[12..14] == [0x86, 0xdd])
+        .expect("A sent the data segment")
+        .clone();
+    let before = counter(&n.b, "Tcp", "InCsumErrors");
+    let tcp_hdr = usize::from(seg[54 + 12] >> 4) * 4;
+    let bits = (22 * 8..38 * 8).chain(54 * 8..(54 + tcp_hdr + 8) * 8);
+    let mut flipped = 0;
+    let mut buf = [0u8; 64];
+    for bit in bits {
+        let mut bad = seg.clone();
+        bad[bit / 8] ^= 0x80 >> (bit % 8);
+        let dropped = |n: &Net| {
+            ["InHdrErrors", "InAddrErrors", "InDiscards"]
+                .map(|c| counter(&n.b, "Ip6", c))
+                .iter()
+                .sum::<u64>()
+        };
+        let other = dropped(&n);
+        let errs = counter(&n.b, "Tcp", "InErrs");
+        n.inject_to_b(&bad);
+        // fd00:: with 0x02 of its first byte flipped is ff00::, a
+        // multicast source; a data offset changed makes a malformed
+        // header: both refused before the checksum is looked at.
+        if bad[22] == 0xff {
+            assert_eq!(dropped(&n), other + 1, "multicast source, bit {bit}");
+        } else {
+            assert_eq!(counter(&n.b, "Tcp", "InErrs"), errs + 1, "bit {bit}");
+            if bit / 8 == 54 + 12 && bit % 8 < 4 {
+                // A data offset still within the segment: a checksum error.
+                flipped = counter(&n.b, "Tcp", "InCsumErrors") - before;
+            } else {
+                flipped += 1;
+            }
+        }
+        assert_eq!(
+            counter(&n.b, "Tcp", "InCsumErrors"),
+            before + flipped,
+            "bit {bit} not caught"
+        );
+        assert_eq!(n.b.tcp_recv(s, &mut buf), Err(TcpError::WouldBlock));
+    }
+    assert!(flipped >= 127 + (tcp_hdr as u64 + 8) * 8 - 4, "{flipped}");
+    n.inject_to_b(&seg);
+    assert_eq!(n.b.tcp_recv(s, &mut buf), Ok(22));
+    assert_eq!(&buf[..22], b"pseudo-header checksum");
+    assert_eq!(counter(&n.b, "Tcp", "InCsumErrors"), before + flipped);
 }

@@ -11,7 +11,8 @@ use crate::impair::flip_random_bit;
 use crate::Device;
 
 /// A one-line summary of an Ethernet frame for logs: addresses, ethertype
-/// and, for IPv4, addresses, protocol and ports. Never panics on short or
+/// and, for IPv4 and IPv6, addresses, protocol, ports and TCP flags,
+/// sequence numbers, window and length. Never panics on short or
 /// malformed frames.
 pub fn summarize(frame: &[u8]) -> String {
     let mut s = String::with_capacity(96);
@@ -42,40 +43,30 @@ pub fn summarize(frame: &[u8]) -> String {
                 " ip {}.{}.{}.{} > {}.{}.{}.{} proto {proto}",
                 ip[12], ip[13], ip[14], ip[15], ip[16], ip[17], ip[18], ip[19]
             );
-            if proto == 6 || proto == 17 {
-                if let Some(p) = frame.get(14 + ihl..14 + ihl + 4) {
-                    let _ = write!(
-                        s,
-                        " ports {} > {}",
-                        u16::from_be_bytes([p[0], p[1]]),
-                        u16::from_be_bytes([p[2], p[3]])
-                    );
-                }
-            }
-            if proto == 6 {
-                if let Some(t) = frame.get(14 + ihl..14 + ihl + 20) {
-                    let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
-                    let ack = u32::from_be_bytes([t[8], t[9], t[10], t[11]]);
-                    let flags = t[13];
-                    let names = [
-                        (0x02, 'S'),
-                        (0x10, '.'),
-                        (0x08, 'P'),
-                        (0x01, 'F'),
-                        (0x04, 'R'),
-                    ];
-                    let f: String = names
-                        .iter()
-                        .filter(|(b, _)| flags & b != 0)
-                        .map(|(_, c)| *c)
-                        .collect();
-                    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-                    let doff = usize::from(t[12] >> 4) * 4;
-                    let payload = total.saturating_sub(ihl + doff);
-                    let win = u16::from_be_bytes([t[14], t[15]]);
-                    let _ = write!(s, " [{f}] seq {seq} ack {ack} win {win} len {payload}");
-                }
-            }
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            transport(
+                &mut s,
+                proto,
+                frame.get(14 + ihl..),
+                total.saturating_sub(ihl),
+            );
+        }
+    } else if ethertype == 0x86dd {
+        if let Some(ip) = frame.get(14..54) {
+            let addr = |b: &[u8]| -> std::net::Ipv6Addr {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(b);
+                a.into()
+            };
+            let proto = ip[6];
+            let _ = write!(
+                s,
+                " ip6 {} > {} proto {proto}",
+                addr(&ip[8..24]),
+                addr(&ip[24..40])
+            );
+            let payload_len = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            transport(&mut s, proto, frame.get(54..), payload_len);
         }
     } else if ethertype == 0x0806 {
         if let Some(op) = frame.get(20..22) {
@@ -83,6 +74,45 @@ pub fn summarize(frame: &[u8]) -> String {
         }
     }
     s
+}
+
+/// Ports of a TCP or UDP header at the start of `l4` and, for TCP, flags,
+/// numbers, window and payload length (of `ip_payload` bytes of IP payload).
+fn transport(s: &mut String, proto: u8, l4: Option<&[u8]>, ip_payload: usize) {
+    let l4 = l4.unwrap_or_default();
+    if proto == 6 || proto == 17 {
+        if let Some(p) = l4.get(..4) {
+            let _ = write!(
+                s,
+                " ports {} > {}",
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]])
+            );
+        }
+    }
+    if proto == 6 {
+        if let Some(t) = l4.get(..20) {
+            let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
+            let ack = u32::from_be_bytes([t[8], t[9], t[10], t[11]]);
+            let flags = t[13];
+            let names = [
+                (0x02, 'S'),
+                (0x10, '.'),
+                (0x08, 'P'),
+                (0x01, 'F'),
+                (0x04, 'R'),
+            ];
+            let f: String = names
+                .iter()
+                .filter(|(b, _)| flags & b != 0)
+                .map(|(_, c)| *c)
+                .collect();
+            let doff = usize::from(t[12] >> 4) * 4;
+            let payload = ip_payload.saturating_sub(doff);
+            let win = u16::from_be_bytes([t[14], t[15]]);
+            let _ = write!(s, " [{f}] seq {seq} ack {ack} win {win} len {payload}");
+        }
+    }
 }
 
 /// Logs every frame in and out at `trace` level (target `ustack_dev::frames`).
@@ -274,6 +304,38 @@ mod tests {
         // bad IHL pointing past the end
         f[14] = 0x4f;
         let _ = summarize(&f);
+        for n in 0..f.len() {
+            let _ = summarize(&f[..n]);
+        }
+    }
+
+    #[test]
+    fn summarize_names_ipv6_tcp_fields() {
+        // fd00::1.40000 > fd00::2.5000, SYN+ACK, 20-byte header, 100 bytes.
+        let mut f = vec![0u8; 14 + 40 + 20 + 100];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        f[18..20].copy_from_slice(&120u16.to_be_bytes());
+        f[20] = 6;
+        f[21] = 64;
+        f[22..24].copy_from_slice(&[0xfd, 0]);
+        f[37] = 1;
+        f[38..40].copy_from_slice(&[0xfd, 0]);
+        f[53] = 2;
+        f[54..56].copy_from_slice(&40000u16.to_be_bytes());
+        f[56..58].copy_from_slice(&5000u16.to_be_bytes());
+        f[58..62].copy_from_slice(&7u32.to_be_bytes());
+        f[62..66].copy_from_slice(&9u32.to_be_bytes());
+        f[66] = 5 << 4;
+        f[67] = 0x12;
+        f[68..70].copy_from_slice(&512u16.to_be_bytes());
+        let s = summarize(&f);
+        assert!(
+            s.contains(
+                "ip6 fd00::1 > fd00::2 proto 6 ports 40000 > 5000 [S.] seq 7 ack 9 win 512 len 100"
+            ),
+            "{s}"
+        );
         for n in 0..f.len() {
             let _ = summarize(&f[..n]);
         }

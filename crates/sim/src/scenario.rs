@@ -1,4 +1,5 @@
-//! Scenarios: everything a run does is derived from a family and a seed.
+//! Scenarios: everything a run does is derived from a family, an address
+//! family mode and a seed.
 
 use std::fmt;
 use std::time::Duration;
@@ -53,6 +54,55 @@ impl fmt::Display for Family {
     }
 }
 
+/// Address families of a run's connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum IpMode {
+    /// Every connection over IPv4 (the scenarios of the first simulations:
+    /// a seed draws exactly what it drew before IPv6 existed here).
+    #[default]
+    V4,
+    /// Every connection over IPv6 (static addresses `fd00::1`, `fd00::2`).
+    V6,
+    /// Dual stack: connections alternate between IPv4 and IPv6 on the same
+    /// pair of engines, and each host's one listener is `[::]:5000`, taking
+    /// IPv4 connections as IPv4-mapped addresses; about half the IPv4
+    /// clients are IPv6 sockets connecting to an IPv4-mapped address.
+    Dual,
+}
+
+impl IpMode {
+    pub const ALL: [IpMode; 3] = [IpMode::V4, IpMode::V6, IpMode::Dual];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IpMode::V4 => "v4",
+            IpMode::V6 => "v6",
+            IpMode::Dual => "dual",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<IpMode> {
+        IpMode::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// Mixed into every seeded draw: 0 for IPv4 (its scenarios stay what
+    /// they were), so that IPv6 and dual-stack runs explore scenarios of
+    /// their own rather than the IPv4 ones with other headers.
+    fn salt(self) -> u64 {
+        match self {
+            IpMode::V4 => 0,
+            IpMode::V6 => 0x7636_0000_0000_0006,
+            IpMode::Dual => 0x6475_616c_0000_0046,
+        }
+    }
+}
+
+impl fmt::Display for IpMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How one side's application ends its half of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
@@ -86,6 +136,8 @@ pub struct ConnPlan {
     pub client_on_a: bool,
     /// When the client calls `tcp_connect`.
     pub start: Duration,
+    /// Over IPv6 (else IPv4).
+    pub ipv6: bool,
     pub client: AppPlan,
     pub server: AppPlan,
 }
@@ -94,13 +146,17 @@ pub struct ConnPlan {
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub family: Family,
+    /// The address families the scenario was generated for (each
+    /// connection's own is [`ConnPlan::ipv6`]); names the run in reports.
+    pub ip: IpMode,
     pub seed: u64,
     /// Impairments from A to B and from B to A.
     pub ab: Impairments,
     pub ba: Impairments,
     pub tcp_a: TcpConfig,
     pub tcp_b: TcpConfig,
-    /// IP MTU of the link and both stacks.
+    /// IP MTU of the link and both stacks (at least 1280 when a connection
+    /// runs over IPv6, the IPv6 minimum).
     pub mtu: usize,
     pub conns: Vec<ConnPlan>,
     /// The run fails if it has not finished by this virtual time.
@@ -217,10 +273,19 @@ fn app(rng: &mut ChaCha8Rng, big: bool) -> AppPlan {
 }
 
 impl Scenario {
-    /// The scenario for `(family, seed)`; the same pair always gives the same run.
+    /// The IPv4 scenario for `(family, seed)`; the same pair always gives
+    /// the same run.
     pub fn generate(family: Family, seed: u64) -> Scenario {
-        let mut rng =
-            ChaCha8Rng::seed_from_u64(seed ^ (family as u64).wrapping_mul(0x51_7cc1_b727_220a));
+        Scenario::generate_ip(family, IpMode::V4, seed)
+    }
+
+    /// The scenario for `(family, ip, seed)`; the same triple always gives
+    /// the same run, and `IpMode::V4` gives [`Scenario::generate`]'s.
+    pub fn generate_ip(family: Family, ip: IpMode, seed: u64) -> Scenario {
+        let salt = ip.salt();
+        let mut rng = ChaCha8Rng::seed_from_u64(
+            seed ^ (family as u64).wrapping_mul(0x51_7cc1_b727_220a) ^ salt,
+        );
         let ab = impairments(&mut rng, family);
         let ba = if rng.gen_bool(0.3) {
             ab.clone()
@@ -233,7 +298,7 @@ impl Scenario {
         // hosts run NewReno, a quarter do not pace. Drawn from a hash of the
         // seed, not from `rng`, so every other choice a seed made before
         // these options existed stays the same.
-        let draw = crate::stream::mix(seed ^ (family as u64) ^ 0x6363_7061_6365);
+        let draw = crate::stream::mix(seed ^ (family as u64) ^ 0x6363_7061_6365 ^ salt);
         for (i, t) in [&mut tcp_a, &mut tcp_b].into_iter().enumerate() {
             let bits = draw >> (8 * i);
             t.congestion_control = if bits & 3 == 0 {
@@ -243,19 +308,32 @@ impl Scenario {
             };
             t.pacing = (bits >> 2) & 3 != 0;
         }
-        let mtu = pick(&mut rng, &[576, 1280, 1500, 1500, 1500]);
+        let mut mtu = pick(&mut rng, &[576, 1280, 1500, 1500, 1500]);
+        if ip != IpMode::V4 {
+            // IPv6 needs 1280 (RFC 8200 5): 576 becomes 1280.
+            mtu = mtu.max(1280);
+        }
         let n = rng.gen_range(1..=4);
         let big = family == Family::Clean;
+        // Dual stack: the connections alternate families, starting with
+        // one drawn from a hash (not from `rng`, as above).
+        let first_v6 = crate::stream::mix(seed ^ salt ^ 0x6970_7636) & 1 == 1;
         let conns = (0..n)
-            .map(|_| ConnPlan {
+            .map(|c| ConnPlan {
                 client_on_a: rng.gen_bool(0.6),
                 start: millis(&mut rng, 100),
+                ipv6: match ip {
+                    IpMode::V4 => false,
+                    IpMode::V6 => true,
+                    IpMode::Dual => (c % 2 == 0) == first_v6,
+                },
                 client: app(&mut rng, big),
                 server: app(&mut rng, big),
             })
             .collect();
         Scenario {
             family,
+            ip,
             seed,
             ab,
             ba,

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::fmt::{self, Write as _};
 use std::fs::File;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,15 +13,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ustack_core::tcp::{State, TcpConfig, TcpError};
 use ustack_core::time::Instant;
-use ustack_core::{Config, Limits, Stack, TcpHandle};
+use ustack_core::{Config, Counters, Limits, Stack, TcpHandle};
 use ustack_dev::memlink::{self, LinkCounters, MemPort};
 use ustack_dev::pcap::PcapWriter;
 use ustack_dev::wrap::summarize;
-use ustack_dev::Device;
+use ustack_dev::{Device, ETHERNET_HEADER_LEN};
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::ipv4::Ipv4Cidr;
+use ustack_wire::ipv6::Ipv6Cidr;
 
-use crate::scenario::{AppPlan, Ending, Scenario};
+use crate::scenario::{AppPlan, Ending, IpMode, Scenario};
 use crate::stream;
 
 /// Port every simulated server listens on.
@@ -41,8 +42,9 @@ const MAX_ITERATIONS: u64 = 5_000_000;
 /// Extra, non-semantic options of a run.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Write `<dir>/<family>-<seed>-{a,b}.pcap`: the frames each host sent
-    /// and received (virtual timestamps).
+    /// Write `<dir>/<family>-<seed>-{a,b}.pcap` (`<family>-<seed>-<ip>-…`
+    /// for IPv6 and dual-stack scenarios): the frames each host sent and
+    /// received (virtual timestamps).
     pub pcap_dir: Option<PathBuf>,
 }
 
@@ -58,12 +60,19 @@ pub struct Report {
     pub ab: LinkCounters,
     pub ba: LinkCounters,
     pub retrans_segs: u64,
+    /// The largest IPv4 and IPv6 packet sent (IP header included; 0 when
+    /// none), never above the MTU.
+    pub largest_packet: [usize; 2],
+    /// Each host's counters at the end (A, B): what the engines dropped
+    /// and why (`tcp.InCsumErrors`, ...), per family (`ip`, `ip6`).
+    pub counters: [Counters; 2],
 }
 
 /// A run that broke a property.
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub family: crate::Family,
+    pub ip: IpMode,
     pub seed: u64,
     pub at: Duration,
     pub what: String,
@@ -75,9 +84,13 @@ pub struct Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ip = match self.ip {
+            IpMode::V4 => String::new(),
+            m => format!(" {m}"),
+        };
         writeln!(
             f,
-            "simulation {} seed {} failed at {:?}: {}",
+            "simulation {} seed {}{ip} failed at {:?}: {}",
             self.family, self.seed, self.at, self.what
         )?;
         writeln!(f, "endpoints:")?;
@@ -90,7 +103,7 @@ impl fmt::Display for Failure {
         }
         write!(
             f,
-            "replay: USTACK_SIM_REPLAY='{} {}' cargo test -p ustack-sim --test props replay",
+            "replay: USTACK_SIM_REPLAY='{} {}{ip}' cargo test -p ustack-sim --test props replay",
             self.family, self.seed
         )
     }
@@ -98,10 +111,22 @@ impl fmt::Display for Failure {
 
 struct TraceRing {
     frames: VecDeque<(Instant, u8, usize, [u8; TRACE_BYTES])>,
+    /// The largest IPv4 and IPv6 packet (without the Ethernet header)
+    /// either host sent.
+    largest: [usize; 2],
 }
 
 impl TraceRing {
     fn record(&mut self, now: Instant, side: u8, frame: &[u8]) {
+        let family = match frame.get(12..14) {
+            Some([0x08, 0x00]) => Some(0),
+            Some([0x86, 0xdd]) => Some(1),
+            _ => None,
+        };
+        if let Some(f) = family {
+            let len = frame.len().saturating_sub(ETHERNET_HEADER_LEN);
+            self.largest[f] = self.largest[f].max(len);
+        }
         if self.frames.len() >= TRACE_LEN {
             self.frames.pop_front();
         }
@@ -194,6 +219,29 @@ fn ip(side: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, 1 + side as u8)
 }
 
+fn ip6(side: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1 + side as u16)
+}
+
+/// `a` as an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+fn mapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V4(a) => {
+            SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
+        }
+        v6 => v6,
+    }
+}
+
+/// Host `side`'s address for a connection of the given family.
+fn addr(side: usize, ipv6: bool, port: u16) -> SocketAddr {
+    if ipv6 {
+        SocketAddr::V6(SocketAddrV6::new(ip6(side), port, 0, 0))
+    } else {
+        SocketAddr::V4(SocketAddrV4::new(ip(side), port))
+    }
+}
+
 fn stack_config(side: usize, tcp: &TcpConfig, mtu: usize, seed: u64) -> Config {
     let mut secret = [0u8; 16];
     secret[..8].copy_from_slice(&stream::mix(seed ^ side as u64).to_le_bytes());
@@ -215,6 +263,9 @@ fn stack_config(side: usize, tcp: &TcpConfig, mtu: usize, seed: u64) -> Config {
 
 struct World {
     sc: Scenario,
+    /// The listeners are dual-stack `[::]:SERVER_PORT`: IPv4 peers are
+    /// reported as IPv4-mapped addresses.
+    dual_listeners: bool,
     now: Instant,
     hosts: [Host; 2],
     eps: Vec<Endpoint>,
@@ -232,16 +283,38 @@ impl World {
         let (pa, pb) = memlink::pair(sc.ab.clone(), sc.ba.clone(), sc.seed);
         let now = Instant::ZERO;
         let mut hosts = Vec::with_capacity(2);
+        let any_v6 = sc.conns.iter().any(|c| c.ipv6);
+        let any_v4 = sc.conns.iter().any(|c| !c.ipv6);
+        let dual_listeners = any_v6 && any_v4;
         for (side, port) in [pa, pb].into_iter().enumerate() {
             let tcp = if side == 0 { &sc.tcp_a } else { &sc.tcp_b };
             let mut stack = Stack::new(stack_config(side, tcp, sc.mtu, sc.seed), now);
+            // IPv6 only when a connection uses it, so that IPv4 scenarios
+            // run exactly as they did before IPv6 was simulated.
+            if any_v6 {
+                stack
+                    .add_ipv6_address(Ipv6Cidr {
+                        address: ip6(side),
+                        prefix_len: 64,
+                    })
+                    .map_err(|e| format!("add_ipv6_address on host {side}: {e:?}"))?;
+            }
+            let local = if dual_listeners {
+                SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, SERVER_PORT, 0, 0))
+            } else {
+                addr(side, any_v6, SERVER_PORT)
+            };
             let listener = stack
-                .tcp_listen(SocketAddrV4::new(ip(side), SERVER_PORT), 64)
-                .map_err(|e| format!("tcp_listen on host {side}: {e}"))?;
+                .tcp_listen_addr(local, 64)
+                .map_err(|e| format!("tcp_listen on host {side} {local}: {e}"))?;
             let pcap = match &opts.pcap_dir {
                 Some(dir) => {
+                    let ip = match sc.ip {
+                        IpMode::V4 => String::new(),
+                        m => format!("-{m}"),
+                    };
                     let path = dir.join(format!(
-                        "{}-{}-{}.pcap",
+                        "{}-{}{ip}-{}.pcap",
                         sc.family,
                         sc.seed,
                         if side == 0 { "a" } else { "b" }
@@ -291,12 +364,14 @@ impl World {
         }
         Ok(World {
             sc: sc.clone(),
+            dual_listeners,
             now,
             hosts,
             eps,
             rng: ChaCha8Rng::seed_from_u64(sc.seed.wrapping_mul(3) ^ 0xa99),
             trace: TraceRing {
                 frames: VecDeque::with_capacity(TRACE_LEN),
+                largest: [0; 2],
             },
             rxbuf: vec![0; 65536 + 64],
             iobuf: vec![0; 65536],
@@ -391,7 +466,14 @@ impl World {
                         "conn {conn}: unexpected second accept on host {side} from {remote:?}"
                     ));
                 }
-                if remote.ip() != std::net::IpAddr::V4(ip(1 - side)) {
+                let peer = if self.sc.conns[conn].ipv6 {
+                    IpAddr::V6(ip6(1 - side))
+                } else if self.dual_listeners {
+                    IpAddr::V6(ip(1 - side).to_ipv6_mapped())
+                } else {
+                    IpAddr::V4(ip(1 - side))
+                };
+                if remote.ip() != peer {
                     return Err(format!(
                         "conn {conn}: accepted from wrong address {remote:?}"
                     ));
@@ -425,6 +507,7 @@ impl World {
             iobuf,
             sc,
             bytes_delivered,
+            dual_listeners,
             ..
         } = self;
         let ep = &mut eps[i];
@@ -451,11 +534,27 @@ impl World {
             if now < start {
                 return Ok(());
             }
-            let remote = SocketAddrV4::new(ip(1 - side), SERVER_PORT);
-            let local = SocketAddrV4::new(ip(side), CLIENT_PORT_BASE + conn as u16);
+            let v6 = sc.conns[conn].ipv6;
+            let mut remote = addr(1 - side, v6, SERVER_PORT);
+            let mut local = addr(side, v6, CLIENT_PORT_BASE + conn as u16);
+            // Dual stack: about half the IPv4 clients are IPv6 sockets
+            // connecting to IPv4-mapped addresses (IPv4 on the wire).
+            if !v6 && *dual_listeners && stream::mix(sc.seed ^ conn as u64 ^ 0x6d61_7070) & 1 == 1 {
+                remote = mapped(remote);
+                local = mapped(local);
+            }
             let h = stack
-                .tcp_connect(now, remote, Some(local))
-                .map_err(|e| format!("conn {conn}: tcp_connect: {e}"))?;
+                .tcp_connect_addr(now, remote, Some(local))
+                .map_err(|e| format!("conn {conn}: tcp_connect to {remote}: {e}"))?;
+            // The socket reports its peer in its own family, as connected.
+            match stack.tcp_addrs(h) {
+                Ok((_, r)) if r == remote => {}
+                other => {
+                    return Err(format!(
+                        "conn {conn}: connected to {remote}, addrs {other:?}"
+                    ))
+                }
+            }
             if ep.plan.nodelay {
                 stack
                     .tcp_set_nodelay(h, true)
@@ -632,6 +731,17 @@ impl World {
             }
         }
         // Everything closed and quiet: only the listeners may remain.
+        for (f, name) in ["IPv4", "IPv6"].into_iter().enumerate() {
+            // The link refuses (and counts, below) frames above its MTU;
+            // this names the family whose packets did not fit, headers (20
+            // or 40 bytes) included.
+            if self.trace.largest[f] > self.sc.mtu {
+                return Err(format!(
+                    "an {name} packet of {} bytes exceeds the {}-byte MTU",
+                    self.trace.largest[f], self.sc.mtu
+                ));
+            }
+        }
         for (side, host) in self.hosts.iter().enumerate() {
             for info in host.stack.tcp_sockets() {
                 if info.state != State::Listen {
@@ -665,12 +775,18 @@ impl World {
             ab: self.hosts[0].port.tx_counters(),
             ba: self.hosts[1].port.tx_counters(),
             retrans_segs: retrans,
+            largest_packet: self.trace.largest,
+            counters: [
+                self.hosts[0].stack.counters().clone(),
+                self.hosts[1].stack.counters().clone(),
+            ],
         })
     }
 
     fn failure(&self, what: String) -> Failure {
         Failure {
             family: self.sc.family,
+            ip: self.sc.ip,
             seed: self.sc.seed,
             at: to_duration(self.now),
             what,
@@ -708,6 +824,7 @@ pub fn run_with(sc: &Scenario, opts: &RunOptions) -> Result<Report, Failure> {
         Err(what) => {
             return Err(Failure {
                 family: sc.family,
+                ip: sc.ip,
                 seed: sc.seed,
                 at: Duration::ZERO,
                 what,
