@@ -874,7 +874,9 @@ const ROWS6: &[Row] = &[
 ];
 
 /// With both IP versions: each tool's IPv6 figure over its IPv4 figure in
-/// the same run (the median of the runs' ratios).
+/// the same run (the median of the runs' ratios), and for ustack the
+/// relay's CPU time per byte moved (steadier than throughput on a machine
+/// shared with other work).
 const FAMILY_RATIO_ROWS: &[Row] = &[
     Row {
         key: "tcp6_over_tcp4_sandbox_to_host",
@@ -896,6 +898,20 @@ const FAMILY_RATIO_ROWS: &[Row] = &[
         unit: "x",
         higher_is_better: false,
         get: |f| Some(f.v6?.rr_avg_us / f.v4?.rr_avg_us),
+    },
+    Row {
+        key: "tcp6_over_tcp4_cpu_per_byte_sandbox_to_host",
+        label: "IPv6/IPv4 relay CPU/byte, up",
+        unit: "x",
+        higher_is_better: false,
+        get: |f| Some(f.v6?.up_cpu_per_gb? / f.v4?.up_cpu_per_gb?),
+    },
+    Row {
+        key: "tcp6_over_tcp4_cpu_per_byte_host_to_sandbox",
+        label: "IPv6/IPv4 relay CPU/byte, down",
+        unit: "x",
+        higher_is_better: false,
+        get: |f| Some(f.v6?.down_cpu_per_gb? / f.v4?.down_cpu_per_gb?),
     },
 ];
 
@@ -1154,7 +1170,7 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
              host's IPv6 default gateway, slirp4netns fd00::2 with --enable-ipv6 \
              (experimental there); kernel: the veth's IPv6 host end; IPv6/IPv4: each \
              tool's IPv6 figure over its IPv4 one in the same run, throughput > 1 and \
-             latency < 1 = IPv6 faster)"
+             latency < 1 = IPv6 faster; relay CPU/byte (ustack) < 1 = IPv6 cheaper)"
         );
     }
 }
@@ -1488,7 +1504,7 @@ mod tests {
             ]
         );
         let both = keys(Family::Both);
-        assert_eq!(both.len(), 11);
+        assert_eq!(both.len(), 13);
         assert_eq!(both[8], "tcp6_over_tcp4_sandbox_to_host");
     }
 
@@ -1523,6 +1539,29 @@ mod tests {
         assert!(near(get("tcp6_over_tcp4_sandbox_to_host", &both), 0.9));
         assert!(near(get("tcp6_over_tcp4_host_to_sandbox", &both), 1.0));
         assert!(near(get("tcp6_over_tcp4_rr_avg", &both), 1.1));
+        // CPU per byte: ustack only (the others have no relay figure).
+        assert_eq!(
+            get("tcp6_over_tcp4_cpu_per_byte_sandbox_to_host", &both),
+            None
+        );
+        let cpu = |up, down| FamilyFigures {
+            up_cpu_per_gb: Some(up),
+            down_cpu_per_gb: Some(down),
+            ..family_figures(1.0, 1.0, 1.0)
+        };
+        let ustack = Figures {
+            v4: Some(cpu(0.5, 0.4)),
+            v6: Some(cpu(0.55, 0.4)),
+            ..both
+        };
+        assert!(near(
+            get("tcp6_over_tcp4_cpu_per_byte_sandbox_to_host", &ustack),
+            1.1
+        ));
+        assert!(near(
+            get("tcp6_over_tcp4_cpu_per_byte_host_to_sandbox", &ustack),
+            1.0
+        ));
         // A tool measured over IPv4 only has no IPv6 figures and no ratio.
         let v4_only = Figures { v6: None, ..both };
         assert_eq!(get("tcp6_sandbox_to_host", &v4_only), None);
