@@ -7,37 +7,12 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6, TcpStream, UdpSocket};
+use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-fn v6(port: u16) -> SocketAddr {
-    SocketAddr::V6(SocketAddrV6::new(USTACK_IP6, port, 0, 0))
-}
-
-/// Wait (bounded) until ustack answers ICMPv6 echo at its default address:
-/// the synchronisation point for the IPv6 clients below.
-fn wait_ipv6_up(ns: &NetNs) {
-    let t0 = Instant::now();
-    loop {
-        let out = ns
-            .cmd("ping")
-            .args(["-6", "-c", "1", "-W", "1", &USTACK_IP6.to_string()])
-            .output()
-            .expect("run ping -6");
-        if out.status.success() {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "ustack never answered at {USTACK_IP6}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-}
 
 fn ustack(args: &[&str]) -> Output {
     Command::new(BIN)

@@ -10,6 +10,13 @@
 //!   `run-bench --rr-client`, the same for all three) against an echo
 //!   server on the host's loopback, N-byte messages, one at a time.
 //!
+//! Each job over IPv4 and over IPv6 (`--family 4|6|both`, default both):
+//! over IPv6 the servers listen on the host's `::1`, which ustack's and
+//! slirp4netns's gateway fd00::2 and pasta's copy of the host's IPv6
+//! default gateway lead to (slirp4netns with its experimental
+//! `--enable-ipv6`); with both, each tool's IPv6 figure over its IPv4 one
+//! in the same run.
+//!
 //! With `--capture`, ustack's two iperf3 jobs are measured again in the
 //! same run with a live capture of every whole frame running
 //! (`ustack capture -w /dev/null`), next to the ratio to the same run
@@ -24,7 +31,7 @@
 //! namespace and process it creates is removed on exit or error.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,9 +78,33 @@ pub struct RunBenchArgs {
     /// same run without.
     #[arg(long)]
     pub capture: bool,
+    /// IP versions to measure: 4, 6 or both (both: each job over IPv4 and
+    /// then over IPv6 in the same sandbox, and the ratio IPv6 / IPv4 of
+    /// each tool in the same run).
+    #[arg(long, value_enum, default_value = "both")]
+    pub family: Family,
     /// (internal) Run the ping-pong client against IP:PORT and print JSON.
     #[arg(long, hide = true, value_name = "IP:PORT")]
-    pub rr_client: Option<SocketAddrV4>,
+    pub rr_client: Option<SocketAddr>,
+}
+
+/// Which IP versions `run-bench` measures.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    #[value(name = "4")]
+    V4,
+    #[value(name = "6")]
+    V6,
+    Both,
+}
+
+impl Family {
+    fn v4(self) -> bool {
+        self != Family::V6
+    }
+    fn v6(self) -> bool {
+        self != Family::V4
+    }
 }
 
 /// A user-mode networking tool under test (and the kernel as the ceiling).
@@ -108,8 +139,8 @@ struct Servers {
 
 impl Servers {
     /// iperf3 and the echo server, both bound to `addr`.
-    fn start(addr: Ipv4Addr, msg_size: usize) -> anyhow::Result<Servers> {
-        let iperf_port = free_port()?;
+    fn start(addr: IpAddr, msg_size: usize) -> anyhow::Result<Servers> {
+        let iperf_port = free_port(addr)?;
         let iperf = Reaped(
             Command::new("iperf3")
                 .args(["-s", "-B", &addr.to_string(), "-p", &iperf_port.to_string()])
@@ -139,7 +170,19 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
         bail!("run-bench needs root (it creates network namespaces for pasta and slirp4netns)");
     }
     let exe = std::env::current_exe().context("cannot find the ustack binary")?;
-    let loopback = Servers::start(Ipv4Addr::LOCALHOST, args.msg_size)?;
+    let loopback = Loopback {
+        v4: match args.family.v4() {
+            true => Some(Servers::start(Ipv4Addr::LOCALHOST.into(), args.msg_size)?),
+            false => None,
+        },
+        v6: match args.family.v6() {
+            true => Some(
+                Servers::start(Ipv6Addr::LOCALHOST.into(), args.msg_size)
+                    .context("the IPv6 jobs need the host's ::1 (or use --family 4)")?,
+            ),
+            false => None,
+        },
+    };
 
     let mut all = true;
     for (i, &mtu) in args.mtus.iter().enumerate() {
@@ -173,9 +216,26 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
     Ok(if all { 0 } else { 1 })
 }
 
-/// What one tool achieved.
+/// The servers on the host's loopback, per IP version asked for.
+struct Loopback {
+    v4: Option<Servers>,
+    v6: Option<Servers>,
+}
+
+/// What one tool achieved in one run, per IP version.
 #[derive(Debug, Clone, Copy)]
 struct Figures {
+    v4: Option<FamilyFigures>,
+    v6: Option<FamilyFigures>,
+    /// With a capture running (`--capture`, ustack only), over the first
+    /// IP version measured (IPv6 only with `--family 6`).
+    up_capture: Option<Captured>,
+    down_capture: Option<Captured>,
+}
+
+/// The jobs over one IP version.
+#[derive(Debug, Clone, Copy)]
+struct FamilyFigures {
     up_gbps: f64,
     down_gbps: f64,
     rr_avg_us: f64,
@@ -183,9 +243,14 @@ struct Figures {
     /// Relay CPU seconds per GB moved (ustack only).
     up_cpu_per_gb: Option<f64>,
     down_cpu_per_gb: Option<f64>,
-    /// With a capture running (`--capture`, ustack only).
-    up_capture: Option<Captured>,
-    down_capture: Option<Captured>,
+}
+
+impl Figures {
+    /// The figures the capture rows compare with: those of the IP version
+    /// the capture ran over.
+    fn captured_family(&self) -> Option<FamilyFigures> {
+        self.v4.or(self.v6)
+    }
 }
 
 /// An iperf3 job measured with a live capture of every frame running.
@@ -212,17 +277,33 @@ enum Sandbox {
     Netns {
         server: Reaped,
         ns: Netns,
-        gateway: Ipv4Addr,
+        gateway: Option<Ipv4Addr>,
+        gateway6: Option<Ipv6Addr>,
     },
     /// `ip netns exec NAME CMD` in a namespace joined to the host by a veth
     /// pair: the kernel with no user-mode networking. Its servers listen
     /// on the host end (the host's loopback is not reachable over veth).
     Kernel {
         ns: Netns,
-        servers: Servers,
-        host_end: Ipv4Addr,
+        servers: Option<Servers>,
+        servers6: Option<Servers>,
     },
 }
+
+/// The kernel sandbox's veth addresses: the host end, the namespace end.
+const KERNEL_V4: (Ipv4Addr, Ipv4Addr) =
+    (Ipv4Addr::new(10, 231, 0, 1), Ipv4Addr::new(10, 231, 0, 2));
+const KERNEL_V6: (Ipv6Addr, Ipv6Addr) = (
+    Ipv6Addr::new(0xfd31, 0, 0, 0, 0, 0, 0, 1),
+    Ipv6Addr::new(0xfd31, 0, 0, 0, 0, 0, 0, 2),
+);
+/// slirp4netns's IPv6 gateway (libslirp's default), which leads to the
+/// host's `::1` as 10.0.2.2 leads to 127.0.0.1 (the namespace's default
+/// route points at its link-local address instead).
+const SLIRP_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+/// `ustack run`'s gateways (its defaults).
+const USTACK_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+const USTACK_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
 
 impl Sandbox {
     fn start(
@@ -231,6 +312,7 @@ impl Sandbox {
         exe: &std::path::Path,
         msg_size: usize,
         extra: &[String],
+        family: Family,
     ) -> anyhow::Result<Sandbox> {
         let pid = std::process::id();
         let mtu_s = mtu.to_string();
@@ -243,78 +325,139 @@ impl Sandbox {
             Tool::Kernel => {
                 let ns = Netns::add(format!("ustk-bench-kern-{pid}"))?;
                 let (host, guest) = (format!("ukh{pid}"), format!("ukg{pid}"));
-                let host_end = Ipv4Addr::new(10, 231, 0, 1);
                 ip(&[
                     "link", "add", &host, "mtu", &mtu_s, "type", "veth", "peer", "name", &guest,
                 ])?;
                 // Deleting the namespace takes the peer and so the pair with it.
                 ip(&["link", "set", &guest, "netns", &ns.0])?;
-                ip(&["addr", "add", "10.231.0.1/24", "dev", &host])?;
-                ip(&["link", "set", &host, "up"])?;
                 ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
                 ip(&["-n", &ns.0, "link", "set", &guest, "mtu", &mtu_s])?;
-                ip(&["-n", &ns.0, "addr", "add", "10.231.0.2/24", "dev", &guest])?;
+                let (h4, g4) = (format!("{}/24", KERNEL_V4.0), format!("{}/24", KERNEL_V4.1));
+                let (h6, g6) = (format!("{}/64", KERNEL_V6.0), format!("{}/64", KERNEL_V6.1));
+                if family.v4() {
+                    ip(&["addr", "add", &h4, "dev", &host])?;
+                    ip(&["-n", &ns.0, "addr", "add", &g4, "dev", &guest])?;
+                }
+                if family.v6() {
+                    // No duplicate address detection: usable at once.
+                    ip(&["-6", "addr", "add", &h6, "dev", &host, "nodad"])?;
+                    ip(&[
+                        "-n", &ns.0, "-6", "addr", "add", &g6, "dev", &guest, "nodad",
+                    ])?;
+                }
+                ip(&["link", "set", &host, "up"])?;
                 ip(&["-n", &ns.0, "link", "set", &guest, "up"])?;
-                ip(&["-n", &ns.0, "route", "add", "default", "via", "10.231.0.1"])?;
-                let servers = Servers::start(host_end, msg_size)?;
+                let mut servers = None;
+                let mut servers6 = None;
+                if family.v4() {
+                    let gw = KERNEL_V4.0.to_string();
+                    ip(&["-n", &ns.0, "route", "add", "default", "via", &gw])?;
+                    servers = Some(Servers::start(KERNEL_V4.0.into(), msg_size)?);
+                }
+                if family.v6() {
+                    let gw = KERNEL_V6.0.to_string();
+                    ip(&["-n", &ns.0, "-6", "route", "add", "default", "via", &gw])?;
+                    servers6 = Some(Servers::start(KERNEL_V6.0.into(), msg_size)?);
+                }
                 Ok(Sandbox::Kernel {
                     ns,
                     servers,
-                    host_end,
+                    servers6,
                 })
             }
             Tool::Pasta => {
                 let ns = Netns::add(format!("ustk-bench-pasta-{pid}"))?;
+                let mut c = Command::new("pasta");
+                c.args(["--config-net", "--mtu", &mtu_s, "--netns", &ns.path()])
+                    .args(["-f", "--runas", "0"]);
+                if !family.v6() {
+                    c.arg("--ipv4-only");
+                }
+                if !family.v4() {
+                    c.arg("--ipv6-only");
+                }
                 let server = Reaped(
-                    Command::new("pasta")
-                        .args(["--config-net", "--mtu", &mtu_s, "--netns", &ns.path()])
-                        .args(["-f", "--runas", "0"])
-                        .stdout(Stdio::null())
+                    c.stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .spawn()
                         .context("cannot start pasta (is it installed?)")?,
                 );
-                let gateway = wait_default_route(&ns.0)?;
+                // pasta copies the host's default gateways; TCP to either
+                // reaches the host's loopback (127.0.0.1 or ::1).
+                let gateway = match family.v4() {
+                    true => Some(wait_default_route(&ns.0, "-4")?),
+                    false => None,
+                };
+                let gateway6 = match family.v6() {
+                    true => {
+                        let gw = wait_default_route(&ns.0, "-6").context(
+                            "pasta gives IPv6 only where the host has an IPv6 default route",
+                        )?;
+                        wait_ipv6_address(&ns.0)?;
+                        Some(gw)
+                    }
+                    false => None,
+                };
                 Ok(Sandbox::Netns {
                     server,
                     ns,
                     gateway,
+                    gateway6,
                 })
             }
             Tool::Slirp4netns => {
                 let ns = Netns::add(format!("ustk-bench-slirp-{pid}"))?;
+                let mut c = Command::new("slirp4netns");
+                c.args([
+                    "--configure",
+                    "--mtu",
+                    &mtu_s,
+                    "--netns-type=path",
+                    &ns.path(),
+                ]);
+                if family.v6() {
+                    c.arg("--enable-ipv6");
+                }
                 let server = Reaped(
-                    Command::new("slirp4netns")
-                        .args([
-                            "--configure",
-                            "--mtu",
-                            &mtu_s,
-                            "--netns-type=path",
-                            &ns.path(),
-                        ])
-                        .arg("tap0")
+                    c.arg("tap0")
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .spawn()
                         .context("cannot start slirp4netns (is it installed?)")?,
                 );
-                let gateway = wait_default_route(&ns.0)?;
+                let gateway = Some(wait_default_route(&ns.0, "-4")?);
+                let gateway6 = match family.v6() {
+                    true => {
+                        // Its address comes from a router advertisement.
+                        wait_ipv6_address(&ns.0)?;
+                        Some(SLIRP_GATEWAY6)
+                    }
+                    false => None,
+                };
                 Ok(Sandbox::Netns {
                     server,
                     ns,
                     gateway,
+                    gateway6,
                 })
             }
         }
     }
 
-    /// The address inside that reaches the host-side servers (the host's
-    /// 127.0.0.1 for the user-mode tools).
-    fn gateway(&self) -> Ipv4Addr {
-        match self {
-            Sandbox::Ustack { .. } => Ipv4Addr::new(10, 0, 2, 2),
-            Sandbox::Netns { gateway, .. } => *gateway,
-            Sandbox::Kernel { host_end, .. } => *host_end,
+    /// The address inside that reaches the host-side servers of IP version
+    /// `v6` (the host's 127.0.0.1 or ::1 for the user-mode tools).
+    fn gateway(&self, v6: bool) -> Option<IpAddr> {
+        match (self, v6) {
+            (Sandbox::Ustack { .. }, false) => Some(USTACK_GATEWAY.into()),
+            (Sandbox::Ustack { .. }, true) => Some(USTACK_GATEWAY6.into()),
+            (Sandbox::Netns { gateway, .. }, false) => gateway.map(IpAddr::from),
+            (Sandbox::Netns { gateway6, .. }, true) => gateway6.map(IpAddr::from),
+            (Sandbox::Kernel { servers, .. }, false) => {
+                servers.as_ref().map(|_| KERNEL_V4.0.into())
+            }
+            (Sandbox::Kernel { servers6, .. }, true) => {
+                servers6.as_ref().map(|_| KERNEL_V6.0.into())
+            }
         }
     }
 
@@ -359,79 +502,112 @@ fn measure(
     mtu: u32,
     exe: &std::path::Path,
     args: &RunBenchArgs,
-    loopback: &Servers,
+    loopback: &Loopback,
 ) -> anyhow::Result<Figures> {
-    let mut sb = Sandbox::start(tool, mtu, exe, args.msg_size, &args.ustack_args)?;
-    let (iperf_port, rr_port) = match &sb {
-        Sandbox::Kernel { servers, .. } => (servers.iperf_port, servers.rr_port),
-        _ => (loopback.iperf_port, loopback.rr_port),
-    };
-    let gw = sb.gateway().to_string();
+    let mut sb = Sandbox::start(
+        tool,
+        mtu,
+        exe,
+        args.msg_size,
+        &args.ustack_args,
+        args.family,
+    )?;
     let secs = args.seconds.max(1);
     let limit = Duration::from_secs(secs + 30);
-    let iperf = |reverse: bool| -> Vec<String> {
-        let mut v: Vec<String> = [
-            "iperf3",
-            "-c",
-            &gw,
-            "-p",
-            &iperf_port.to_string(),
-            "-t",
-            &secs.to_string(),
-            "-J",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        if reverse {
-            v.push("-R".into());
-        }
-        v
-    };
-    let capture = match (&sb, args.capture) {
-        (Sandbox::Ustack { exe, mtu, extra }, true) => Some((exe.clone(), *mtu, extra.clone())),
-        _ => None,
-    };
-    let captured = |reverse: bool| -> anyhow::Result<Option<Captured>> {
-        match &capture {
-            Some((exe, mtu, extra)) => {
-                with_capture(exe, *mtu, extra, &iperf(reverse), limit).map(Some)
-            }
-            None => Ok(None),
-        }
-    };
     let ustack = matches!(sb, Sandbox::Ustack { .. });
-    let up = sb.output(&iperf(false), limit)?;
-    let up_capture = captured(false)?;
-    let down = sb.output(&iperf(true), limit)?;
-    let down_capture = captured(true)?;
-    let rr_cmd: Vec<String> = vec![
-        exe.to_string_lossy().into_owned(),
-        "run-bench".into(),
-        "--rr-client".into(),
-        format!("{gw}:{rr_port}"),
-        "--seconds".into(),
-        secs.to_string(),
-        "--msg-size".into(),
-        args.msg_size.to_string(),
-    ];
-    let rr: serde_json::Value = serde_json::from_str(sb.output(&rr_cmd, limit)?.out.trim())
-        .context("ping-pong client output")?;
-    let num = |k: &str| {
-        rr[k]
-            .as_f64()
-            .ok_or_else(|| anyhow!("ping-pong client printed no {k}"))
+    let mut figures = Figures {
+        v4: None,
+        v6: None,
+        up_capture: None,
+        down_capture: None,
     };
-    Ok(Figures {
-        up_gbps: iperf_gbps(&up.out)?,
-        down_gbps: iperf_gbps(&down.out)?,
-        up_cpu_per_gb: cpu_per_gb(up.cpu, &up.out).filter(|_| ustack),
-        down_cpu_per_gb: cpu_per_gb(down.cpu, &down.out).filter(|_| ustack),
-        rr_avg_us: num("avg_us")?,
-        rr_p99_us: num("p99_us")?,
-        up_capture,
-        down_capture,
-    })
+    for v6 in [false, true] {
+        if !(if v6 {
+            args.family.v6()
+        } else {
+            args.family.v4()
+        }) {
+            continue;
+        }
+        let servers = match (&sb, v6) {
+            (Sandbox::Kernel { servers, .. }, false) => servers.as_ref(),
+            (Sandbox::Kernel { servers6, .. }, true) => servers6.as_ref(),
+            (_, false) => loopback.v4.as_ref(),
+            (_, true) => loopback.v6.as_ref(),
+        };
+        let (Some(servers), Some(gw)) = (servers, sb.gateway(v6)) else {
+            bail!("no IPv{} path to the host", if v6 { 6 } else { 4 });
+        };
+        let (iperf_port, rr_port) = (servers.iperf_port, servers.rr_port);
+        let iperf = |reverse: bool| -> Vec<String> {
+            let mut v: Vec<String> = vec![
+                "iperf3".into(),
+                "-c".into(),
+                gw.to_string(),
+                "-p".into(),
+                iperf_port.to_string(),
+                "-t".into(),
+                secs.to_string(),
+                "-J".into(),
+            ];
+            if reverse {
+                v.push("-R".into());
+            }
+            v
+        };
+        // The capture rows are about the IPv4 jobs (the first family asked).
+        let capture = match (&sb, args.capture && figures.up_capture.is_none()) {
+            (Sandbox::Ustack { exe, mtu, extra }, true) => Some((exe.clone(), *mtu, extra.clone())),
+            _ => None,
+        };
+        let captured = |reverse: bool| -> anyhow::Result<Option<Captured>> {
+            match &capture {
+                Some((exe, mtu, extra)) => {
+                    with_capture(exe, *mtu, extra, &iperf(reverse), limit).map(Some)
+                }
+                None => Ok(None),
+            }
+        };
+        let up = sb.output(&iperf(false), limit)?;
+        let up_capture = captured(false)?;
+        let down = sb.output(&iperf(true), limit)?;
+        let down_capture = captured(true)?;
+        let rr_cmd: Vec<String> = vec![
+            exe.to_string_lossy().into_owned(),
+            "run-bench".into(),
+            "--rr-client".into(),
+            SocketAddr::new(gw, rr_port).to_string(),
+            "--seconds".into(),
+            secs.to_string(),
+            "--msg-size".into(),
+            args.msg_size.to_string(),
+        ];
+        let rr: serde_json::Value = serde_json::from_str(sb.output(&rr_cmd, limit)?.out.trim())
+            .context("ping-pong client output")?;
+        let num = |k: &str| {
+            rr[k]
+                .as_f64()
+                .ok_or_else(|| anyhow!("ping-pong client printed no {k}"))
+        };
+        let f = FamilyFigures {
+            up_gbps: iperf_gbps(&up.out)?,
+            down_gbps: iperf_gbps(&down.out)?,
+            up_cpu_per_gb: cpu_per_gb(up.cpu, &up.out).filter(|_| ustack),
+            down_cpu_per_gb: cpu_per_gb(down.cpu, &down.out).filter(|_| ustack),
+            rr_avg_us: num("avg_us")?,
+            rr_p99_us: num("p99_us")?,
+        };
+        if up_capture.is_some() {
+            figures.up_capture = up_capture;
+            figures.down_capture = down_capture;
+        }
+        if v6 {
+            figures.v6 = Some(f);
+        } else {
+            figures.v4 = Some(f);
+        }
+    }
+    Ok(figures)
 }
 
 /// Run `cmd` (an iperf3 client) in `ustack run` with `ustack capture -w
@@ -632,36 +808,127 @@ struct Row {
     get: fn(&Figures) -> Option<f64>,
 }
 
+/// The jobs over IPv4.
 const ROWS: &[Row] = &[
     Row {
         key: "tcp_sandbox_to_host",
         label: "TCP sandbox -> host (iperf3)",
         unit: "Gbit/s",
         higher_is_better: true,
-        get: |f| Some(f.up_gbps),
+        get: |f| Some(f.v4?.up_gbps),
     },
     Row {
         key: "tcp_host_to_sandbox",
         label: "TCP host -> sandbox (iperf3 -R)",
         unit: "Gbit/s",
         higher_is_better: true,
-        get: |f| Some(f.down_gbps),
+        get: |f| Some(f.v4?.down_gbps),
     },
     Row {
         key: "tcp_rr_avg",
         label: "TCP request/response RTT, avg",
         unit: "us",
         higher_is_better: false,
-        get: |f| Some(f.rr_avg_us),
+        get: |f| Some(f.v4?.rr_avg_us),
     },
     Row {
         key: "tcp_rr_p99",
         label: "TCP request/response RTT, p99",
         unit: "us",
         higher_is_better: false,
-        get: |f| Some(f.rr_p99_us),
+        get: |f| Some(f.v4?.rr_p99_us),
     },
 ];
+
+/// The same jobs over IPv6 (the host's `::1` through each tool's IPv6
+/// gateway).
+const ROWS6: &[Row] = &[
+    Row {
+        key: "tcp6_sandbox_to_host",
+        label: "TCP6 sandbox -> host (iperf3)",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| Some(f.v6?.up_gbps),
+    },
+    Row {
+        key: "tcp6_host_to_sandbox",
+        label: "TCP6 host -> sandbox (iperf3 -R)",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| Some(f.v6?.down_gbps),
+    },
+    Row {
+        key: "tcp6_rr_avg",
+        label: "TCP6 request/response RTT, avg",
+        unit: "us",
+        higher_is_better: false,
+        get: |f| Some(f.v6?.rr_avg_us),
+    },
+    Row {
+        key: "tcp6_rr_p99",
+        label: "TCP6 request/response RTT, p99",
+        unit: "us",
+        higher_is_better: false,
+        get: |f| Some(f.v6?.rr_p99_us),
+    },
+];
+
+/// With both IP versions: each tool's IPv6 figure over its IPv4 figure in
+/// the same run (the median of the runs' ratios), and for ustack the
+/// relay's CPU time per byte moved (steadier than throughput on a machine
+/// shared with other work).
+const FAMILY_RATIO_ROWS: &[Row] = &[
+    Row {
+        key: "tcp6_over_tcp4_sandbox_to_host",
+        label: "IPv6/IPv4 sandbox -> host",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.v6?.up_gbps / f.v4?.up_gbps),
+    },
+    Row {
+        key: "tcp6_over_tcp4_host_to_sandbox",
+        label: "IPv6/IPv4 host -> sandbox",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.v6?.down_gbps / f.v4?.down_gbps),
+    },
+    Row {
+        key: "tcp6_over_tcp4_rr_avg",
+        label: "IPv6/IPv4 request/response avg",
+        unit: "x",
+        higher_is_better: false,
+        get: |f| Some(f.v6?.rr_avg_us / f.v4?.rr_avg_us),
+    },
+    Row {
+        key: "tcp6_over_tcp4_cpu_per_byte_sandbox_to_host",
+        label: "IPv6/IPv4 relay CPU/byte, up",
+        unit: "x",
+        higher_is_better: false,
+        get: |f| Some(f.v6?.up_cpu_per_gb? / f.v4?.up_cpu_per_gb?),
+    },
+    Row {
+        key: "tcp6_over_tcp4_cpu_per_byte_host_to_sandbox",
+        label: "IPv6/IPv4 relay CPU/byte, down",
+        unit: "x",
+        higher_is_better: false,
+        get: |f| Some(f.v6?.down_cpu_per_gb? / f.v4?.down_cpu_per_gb?),
+    },
+];
+
+/// The rows of the jobs `family` asks for (before `--capture`'s).
+fn rows_for(family: Family) -> Vec<&'static Row> {
+    let mut rows: Vec<&Row> = Vec::new();
+    if family.v4() {
+        rows.extend(ROWS);
+    }
+    if family.v6() {
+        rows.extend(ROWS6);
+    }
+    if family == Family::Both {
+        rows.extend(FAMILY_RATIO_ROWS);
+    }
+    rows
+}
 
 /// `--capture`'s rows (ustack only): each iperf3 job with a capture of
 /// every whole frame running, its ratio to the same run without, the ratio
@@ -682,14 +949,14 @@ const CAPTURE_ROWS: &[Row] = &[
         label: "  capture on / off (same run)",
         unit: "x",
         higher_is_better: true,
-        get: |f| f.up_capture.map(|c| c.gbps / f.up_gbps),
+        get: |f| Some(f.up_capture?.gbps / f.captured_family()?.up_gbps),
     },
     Row {
         key: "tcp_sandbox_to_host_capture_cpu_ratio",
         label: "  relay CPU per byte, off / on",
         unit: "x",
         higher_is_better: true,
-        get: |f| Some(f.up_cpu_per_gb? / f.up_capture?.cpu_per_gb?),
+        get: |f| Some(f.captured_family()?.up_cpu_per_gb? / f.up_capture?.cpu_per_gb?),
     },
     Row {
         key: "tcp_sandbox_to_host_capture_dropped",
@@ -710,14 +977,14 @@ const CAPTURE_ROWS: &[Row] = &[
         label: "  capture on / off (same run)",
         unit: "x",
         higher_is_better: true,
-        get: |f| f.down_capture.map(|c| c.gbps / f.down_gbps),
+        get: |f| Some(f.down_capture?.gbps / f.captured_family()?.down_gbps),
     },
     Row {
         key: "tcp_host_to_sandbox_capture_cpu_ratio",
         label: "  relay CPU per byte, off / on",
         unit: "x",
         higher_is_better: true,
-        get: |f| Some(f.down_cpu_per_gb? / f.down_capture?.cpu_per_gb?),
+        get: |f| Some(f.captured_family()?.down_cpu_per_gb? / f.down_capture?.cpu_per_gb?),
     },
     Row {
         key: "tcp_host_to_sandbox_capture_dropped",
@@ -760,8 +1027,10 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
     let value = |tool: Tool, row: &Row| -> Option<f64> {
         median(runs(tool)?.iter().filter_map(row.get).collect())
     };
-    let rows: Vec<&Row> = ROWS
+    let job_rows = rows_for(args.family);
+    let rows: Vec<&Row> = job_rows
         .iter()
+        .copied()
         .chain(if args.capture { CAPTURE_ROWS } else { &[] })
         .collect();
     // Ratio of ustack to `other` in each round.
@@ -778,7 +1047,11 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
             _ => Vec::new(),
         }
     };
+    // (None for the rows that are already ratios.)
     let ratio = |row: &Row, other: Tool| -> Option<f64> {
+        if row.unit == "x" {
+            return None;
+        }
         let u = value(Tool::Ustack, row)?;
         let o = value(other, row)?;
         (o > 0.0).then_some(u / o)
@@ -821,6 +1094,10 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
         Some(v) => format!("{v:.2}"),
         None => "n/a".to_string(),
     };
+    let fmt_ratio = |row: &Row, other: Tool| match row.unit {
+        "x" => "-".to_string(),
+        _ => fmt(ratio(row, other), ""),
+    };
     println!("guest MTU {mtu}");
     println!(
         "{:<34} {:>7} {:>9} {:>9} {:>11} {:>9} {:>13} {:>18} {:>14}",
@@ -843,9 +1120,9 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
             fmt(value(Tool::Pasta, row), row.unit),
             fmt(value(Tool::Slirp4netns, row), row.unit),
             fmt(value(Tool::Kernel, row), row.unit),
-            fmt(ratio(row, Tool::Pasta), ""),
-            fmt(ratio(row, Tool::Slirp4netns), ""),
-            fmt(ratio(row, Tool::Kernel), ""),
+            fmt_ratio(row, Tool::Pasta),
+            fmt_ratio(row, Tool::Slirp4netns),
+            fmt_ratio(row, Tool::Kernel),
         );
     }
     if args.runs > 1 {
@@ -854,7 +1131,7 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
                 continue;
             }
             println!("ustack/{} in each run:", other.name());
-            for row in ROWS {
+            for row in job_rows.iter().filter(|r| r.unit != "x") {
                 let r: Vec<String> = per_run(row, other)
                     .iter()
                     .map(|v| format!("{v:.2}"))
@@ -887,15 +1164,24 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
             "one run".to_string()
         }
     );
+    if args.family.v6() {
+        println!(
+            "(TCP6: the host's ::1 through the IPv6 gateway: ustack fd00::2, pasta the \
+             host's IPv6 default gateway, slirp4netns fd00::2 with --enable-ipv6 \
+             (experimental there); kernel: the veth's IPv6 host end; IPv6/IPv4: each \
+             tool's IPv6 figure over its IPv4 one in the same run, throughput > 1 and \
+             latency < 1 = IPv6 faster; relay CPU/byte (ustack) < 1 = IPv6 cheaper)"
+        );
+    }
 }
 
 // ------------------------------------------------------------ ping-pong
 
 /// The client inside the sandbox: one connection, one message in flight,
 /// for `seconds`; prints `{"count","avg_us","p50_us","p99_us"}`.
-fn rr_client(server: SocketAddrV4, seconds: u64, size: usize) -> anyhow::Result<i32> {
+fn rr_client(server: SocketAddr, seconds: u64, size: usize) -> anyhow::Result<i32> {
     let size = size.clamp(1, 65536);
-    let mut s = TcpStream::connect_timeout(&server.into(), Duration::from_secs(10))
+    let mut s = TcpStream::connect_timeout(&server, Duration::from_secs(10))
         .with_context(|| format!("connect {server}"))?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -940,11 +1226,12 @@ fn rr_client(server: SocketAddrV4, seconds: u64, size: usize) -> anyhow::Result<
     Ok(0)
 }
 
-/// Echo server on 127.0.0.1 for the ping-pong client: messages of `size`
-/// bytes, one thread per connection. Stops when the guard is dropped.
-fn rr_server(addr: Ipv4Addr, size: usize) -> anyhow::Result<(u16, Stopper)> {
+/// Echo server on `addr` (the host's loopback) for the ping-pong client:
+/// messages of `size` bytes, one thread per connection. Stops when the
+/// guard is dropped.
+fn rr_server(addr: IpAddr, size: usize) -> anyhow::Result<(u16, Stopper)> {
     let size = size.clamp(1, 65536);
-    let l = TcpListener::bind(SocketAddrV4::new(addr, 0)).context("bind the echo server")?;
+    let l = TcpListener::bind(SocketAddr::new(addr, 0)).context("bind the echo server")?;
     l.set_nonblocking(true)?;
     let port = l.local_addr()?.port();
     let stop = Arc::new(AtomicBool::new(false));
@@ -1043,42 +1330,87 @@ impl Drop for Netns {
     }
 }
 
-/// Wait (10 s at most) until the namespace has a default route; its gateway.
-fn wait_default_route(ns: &str) -> anyhow::Result<Ipv4Addr> {
+/// The gateway of `ip route show default`'s output, if any.
+fn default_via<A: std::str::FromStr>(text: &str) -> Option<A> {
+    text.split_whitespace()
+        .skip_while(|w| *w != "via")
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+}
+
+/// Wait (10 s at most) until the namespace has a default route of the IP
+/// version of `A` (`-4` or `-6`); its gateway.
+fn wait_default_route<A: std::str::FromStr>(ns: &str, family: &str) -> anyhow::Result<A> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let out = Command::new("ip")
-            .args(["-n", ns, "-4", "route", "show", "default"])
+            .args(["-n", ns, family, "route", "show", "default"])
             .output()
             .context("cannot run ip")?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let gw = text
-            .split_whitespace()
-            .skip_while(|w| *w != "via")
-            .nth(1)
-            .and_then(|a| a.parse().ok());
-        if let Some(gw) = gw {
+        if let Some(gw) = default_via(&String::from_utf8_lossy(&out.stdout)) {
             return Ok(gw);
         }
         thread::sleep(Duration::from_millis(50));
     }
-    bail!("namespace {ns} got no default route within 10 s")
+    bail!("namespace {ns} got no {family} default route within 10 s")
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
+/// Wait (10 s at most) until the namespace has a global IPv6 address that
+/// is no longer tentative (duplicate address detection done: before, the
+/// kernel would not use it as a source).
+fn wait_ipv6_address(ns: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                ns,
+                "-6",
+                "addr",
+                "show",
+                "scope",
+                "global",
+                "-tentative",
+            ])
+            .output()
+            .context("cannot run ip")?;
+        if String::from_utf8_lossy(&out.stdout).contains("inet6 ") {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    bail!("namespace {ns} got no usable global IPv6 address within 10 s")
+}
+
+fn free_port(addr: IpAddr) -> anyhow::Result<u16> {
+    let l = TcpListener::bind(SocketAddr::new(addr, 0))
+        .with_context(|| format!("cannot bind {addr}"))?;
     Ok(l.local_addr()?.port())
 }
 
-/// Wait (10 s at most) until something listens on `addr`:`port` (from
-/// `/proc/net/tcp`, where an IPv4 address is written as the hex of its
-/// in-memory (network order) bytes read as a native integer).
-fn wait_listening_on(addr: Ipv4Addr, port: u16) -> anyhow::Result<()> {
-    let hex = u32::from_ne_bytes(addr.octets());
-    let needle = format!("{hex:08X}:{port:04X} 00000000:0000 0A");
+/// The start of the line of `/proc/net/tcp` (IPv4) or `/proc/net/tcp6`
+/// (IPv6) for a socket listening on `addr`:`port`: its file and the text.
+/// An address is written there as the hex of each 32-bit word of its
+/// in-memory (network order) bytes read as a native integer.
+fn listening_needle(addr: IpAddr, port: u16) -> (&'static str, String) {
+    let words = |o: &[u8]| -> String {
+        o.chunks_exact(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect()
+    };
+    let (file, hex, any) = match addr {
+        IpAddr::V4(a) => ("/proc/net/tcp", words(&a.octets()), "0".repeat(8)),
+        IpAddr::V6(a) => ("/proc/net/tcp6", words(&a.octets()), "0".repeat(32)),
+    };
+    (file, format!("{hex}:{port:04X} {any}:0000 0A"))
+}
+
+/// Wait (10 s at most) until something listens on `addr`:`port`.
+fn wait_listening_on(addr: IpAddr, port: u16) -> anyhow::Result<()> {
+    let (file, needle) = listening_needle(addr, port);
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| t.contains(&needle)) {
+        if std::fs::read_to_string(file).is_ok_and(|t| t.contains(&needle)) {
             return Ok(());
         }
         thread::sleep(Duration::from_millis(20));
@@ -1117,8 +1449,163 @@ mod tests {
 
     #[test]
     fn ping_pong_client_against_the_echo_server() {
-        let (port, _srv) = rr_server(Ipv4Addr::LOCALHOST, 14).unwrap_or_else(|e| panic!("{e}"));
-        let r = rr_client(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), 1, 14);
+        let lo = IpAddr::from(Ipv4Addr::LOCALHOST);
+        let (port, _srv) = rr_server(lo, 14).unwrap_or_else(|e| panic!("{e}"));
+        let r = rr_client(SocketAddr::new(lo, port), 1, 14);
         assert_eq!(r.ok(), Some(0));
+    }
+
+    #[test]
+    fn ping_pong_client_against_the_echo_server_over_ipv6() {
+        let lo = IpAddr::from(Ipv6Addr::LOCALHOST);
+        let (port, _srv) = rr_server(lo, 14).unwrap_or_else(|e| panic!("{e}"));
+        // The form the harness passes to the client inside the sandbox.
+        let at: SocketAddr = format!("[::1]:{port}")
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(rr_client(at, 1, 14).ok(), Some(0));
+    }
+
+    #[test]
+    fn family_flag_parses_and_selects_rows() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: RunBenchArgs,
+        }
+        let family = |v: &[&str]| {
+            Cli::try_parse_from(std::iter::once("run-bench").chain(v.iter().copied()))
+                .map(|c| c.a.family)
+                .ok()
+        };
+        assert_eq!(family(&[]), Some(Family::Both));
+        assert_eq!(family(&["--family", "4"]), Some(Family::V4));
+        assert_eq!(family(&["--family=6"]), Some(Family::V6));
+        assert_eq!(family(&["--family", "both"]), Some(Family::Both));
+        assert_eq!(family(&["--family", "5"]), None);
+        let keys = |f: Family| -> Vec<&str> { rows_for(f).iter().map(|r| r.key).collect() };
+        assert_eq!(
+            keys(Family::V4),
+            [
+                "tcp_sandbox_to_host",
+                "tcp_host_to_sandbox",
+                "tcp_rr_avg",
+                "tcp_rr_p99"
+            ]
+        );
+        assert_eq!(
+            keys(Family::V6),
+            [
+                "tcp6_sandbox_to_host",
+                "tcp6_host_to_sandbox",
+                "tcp6_rr_avg",
+                "tcp6_rr_p99"
+            ]
+        );
+        let both = keys(Family::Both);
+        assert_eq!(both.len(), 13);
+        assert_eq!(both[8], "tcp6_over_tcp4_sandbox_to_host");
+    }
+
+    fn family_figures(up: f64, down: f64, rr: f64) -> FamilyFigures {
+        FamilyFigures {
+            up_gbps: up,
+            down_gbps: down,
+            rr_avg_us: rr,
+            rr_p99_us: 2.0 * rr,
+            up_cpu_per_gb: None,
+            down_cpu_per_gb: None,
+        }
+    }
+
+    #[test]
+    fn ipv6_over_ipv4_rows_and_absent_families() {
+        let both = Figures {
+            v4: Some(family_figures(20.0, 25.0, 70.0)),
+            v6: Some(family_figures(18.0, 25.0, 77.0)),
+            up_capture: None,
+            down_capture: None,
+        };
+        let get = |key: &str, f: &Figures| {
+            rows_for(Family::Both)
+                .iter()
+                .find(|r| r.key == key)
+                .and_then(|r| (r.get)(f))
+        };
+        let near = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() < 1e-9);
+        assert!(near(get("tcp6_sandbox_to_host", &both), 18.0));
+        assert!(near(get("tcp6_rr_p99", &both), 154.0));
+        assert!(near(get("tcp6_over_tcp4_sandbox_to_host", &both), 0.9));
+        assert!(near(get("tcp6_over_tcp4_host_to_sandbox", &both), 1.0));
+        assert!(near(get("tcp6_over_tcp4_rr_avg", &both), 1.1));
+        // CPU per byte: ustack only (the others have no relay figure).
+        assert_eq!(
+            get("tcp6_over_tcp4_cpu_per_byte_sandbox_to_host", &both),
+            None
+        );
+        let cpu = |up, down| FamilyFigures {
+            up_cpu_per_gb: Some(up),
+            down_cpu_per_gb: Some(down),
+            ..family_figures(1.0, 1.0, 1.0)
+        };
+        let ustack = Figures {
+            v4: Some(cpu(0.5, 0.4)),
+            v6: Some(cpu(0.55, 0.4)),
+            ..both
+        };
+        assert!(near(
+            get("tcp6_over_tcp4_cpu_per_byte_sandbox_to_host", &ustack),
+            1.1
+        ));
+        assert!(near(
+            get("tcp6_over_tcp4_cpu_per_byte_host_to_sandbox", &ustack),
+            1.0
+        ));
+        // A tool measured over IPv4 only has no IPv6 figures and no ratio.
+        let v4_only = Figures { v6: None, ..both };
+        assert_eq!(get("tcp6_sandbox_to_host", &v4_only), None);
+        assert_eq!(get("tcp6_over_tcp4_rr_avg", &v4_only), None);
+        assert!(near(get("tcp_sandbox_to_host", &v4_only), 20.0));
+    }
+
+    #[test]
+    fn proc_net_tcp_lines_of_listeners() {
+        let (file, n) = listening_needle(Ipv4Addr::LOCALHOST.into(), 5201);
+        assert_eq!(file, "/proc/net/tcp");
+        let lo = u32::from_ne_bytes([127, 0, 0, 1]);
+        assert_eq!(n, format!("{lo:08X}:1451 00000000:0000 0A"));
+        let (file, n) = listening_needle(Ipv6Addr::LOCALHOST.into(), 5201);
+        assert_eq!(file, "/proc/net/tcp6");
+        let one = u32::from_ne_bytes([0, 0, 0, 1]);
+        assert_eq!(
+            n,
+            format!(
+                "{}{one:08X}:1451 {}:0000 0A",
+                "0".repeat(24),
+                "0".repeat(32)
+            )
+        );
+        // Against the kernel's own table: a listener on [::1].
+        let l = TcpListener::bind("[::1]:0").unwrap_or_else(|e| panic!("{e}"));
+        let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+        assert!(wait_listening_on(Ipv6Addr::LOCALHOST.into(), port).is_ok());
+    }
+
+    #[test]
+    fn default_route_gateways() {
+        let v4 = "default via 10.0.2.2 dev tap0 proto static\n";
+        assert_eq!(
+            default_via::<Ipv4Addr>(v4),
+            Some(Ipv4Addr::new(10, 0, 2, 2))
+        );
+        let v6 = "default via fd00::1 dev eth0 metric 1024 pref medium\n";
+        assert_eq!(
+            default_via::<Ipv6Addr>(v6),
+            Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1))
+        );
+        assert_eq!(default_via::<Ipv6Addr>(""), None);
+        assert_eq!(default_via::<Ipv6Addr>("default dev eth0"), None);
+        assert_eq!(default_via::<Ipv4Addr>(v6), None);
     }
 }

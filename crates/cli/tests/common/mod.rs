@@ -7,9 +7,10 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -323,9 +324,22 @@ pub fn echo_transfer(addr: impl Into<SocketAddr>, total: usize, seed: u64) -> f6
 
 /// Run `curl` of `/bytes/N` in `ns` and check the body hash; returns seconds.
 pub fn curl_bytes(ns: &NetNs, n: u64, max_time: u32) -> f64 {
+    curl_bytes_from(ns, &USTACK_IP.to_string(), n, max_time)
+}
+
+/// [`curl_bytes`] over IPv6, from serve's IPv6 address (`curl -6`).
+pub fn curl6_bytes(ns: &NetNs, n: u64, max_time: u32) -> f64 {
+    curl_bytes_from(ns, &format!("[{USTACK_IP6}]"), n, max_time)
+}
+
+/// `curl` of `http://HOST/bytes/N` in `ns` (HOST an IPv4 address or an
+/// IPv6 one in brackets, which makes it `curl -6 -g`); checks the body
+/// hash and returns seconds.
+pub fn curl_bytes_from(ns: &NetNs, host: &str, n: u64, max_time: u32) -> f64 {
     let t0 = Instant::now();
+    let flags = if host.starts_with('[') { "-6 -g " } else { "" };
     let out = ns.sh(&format!(
-        "set -o pipefail; curl -sS --fail --max-time {max_time} http://{USTACK_IP}/bytes/{n} | sha256sum"
+        "set -o pipefail; curl {flags}-sS --fail --max-time {max_time} 'http://{host}/bytes/{n}' | sha256sum"
     ));
     let secs = t0.elapsed().as_secs_f64();
     assert!(
@@ -335,8 +349,39 @@ pub fn curl_bytes(ns: &NetNs, n: u64, max_time: u32) -> f64 {
     );
     let got = String::from_utf8_lossy(&out.stdout);
     let got = got.split_whitespace().next().unwrap_or("");
-    assert_eq!(got, pattern_sha256(n), "body of /bytes/{n} differs");
+    assert_eq!(
+        got,
+        pattern_sha256(n),
+        "body of /bytes/{n} from {host} differs"
+    );
     secs
+}
+
+/// serve's IPv6 address, port `port`.
+pub fn v6(port: u16) -> SocketAddr {
+    SocketAddr::V6(SocketAddrV6::new(USTACK_IP6, port, 0, 0))
+}
+
+/// Wait (bounded) until ustack answers ICMPv6 echo at its default address:
+/// the synchronisation point for IPv6 clients (the kernel side's address
+/// and neighbour entry are ready).
+pub fn wait_ipv6_up(ns: &NetNs) {
+    let t0 = Instant::now();
+    loop {
+        let out = ns
+            .cmd("ping")
+            .args(["-6", "-c", "1", "-W", "1", &USTACK_IP6.to_string()])
+            .output()
+            .expect("run ping -6");
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "ustack never answered at {USTACK_IP6}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }
 
 /// Add netem impairments on the kernel side of `tap` (inside `ns`).
@@ -356,5 +401,56 @@ pub fn netem(ns: &NetNs, tap: &str, spec: &str) {
         } else {
             ""
         }
+    );
+}
+
+// ------------------------------------------------------------ --impair
+
+/// The impairments of issue 2, as `ustack --impair` spells them.
+pub const IMPAIR: &str = "loss=5%,delay=10ms,reorder=25%,duplicate=1%";
+
+pub fn impair_arg(seed: u64) -> String {
+    format!("{IMPAIR},seed={seed}")
+}
+
+/// The impairment counters ustack prints at exit for one direction
+/// ("rx" = kernel -> ustack, "tx" = ustack -> kernel).
+pub fn impair_counters(stderr: &str, dir: &str) -> HashMap<String, u64> {
+    let prefix = format!("ustack: impaired {dir} ");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no '{prefix}' line in ustack's stderr: {stderr}"));
+    let (_, fields) = line
+        .split_once("): ")
+        .unwrap_or_else(|| panic!("malformed counters line: {line}"));
+    let words: Vec<&str> = fields.split_whitespace().collect();
+    words
+        .chunks(2)
+        .filter_map(|kv| match kv {
+            [k, v] => v.parse().ok().map(|v| (k.to_string(), v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Both directions really were impaired: frames lost, reordered and (in
+/// the busy direction) duplicated.
+pub fn assert_impaired(stderr: &str) {
+    for dir in ["rx", "tx"] {
+        let c = impair_counters(stderr, dir);
+        let get = |k: &str| c.get(k).copied().unwrap_or(0);
+        assert!(get("frames") > 200, "{dir}: too few frames: {c:?}");
+        assert!(get("lost") > 0, "{dir}: nothing lost: {c:?}");
+        assert!(get("reordered") > 0, "{dir}: nothing reordered: {c:?}");
+        // Loss near 5%: a sanity check that the spec was applied as given.
+        let frac = get("lost") as f64 / get("frames") as f64;
+        assert!((0.02..0.09).contains(&frac), "{dir}: loss {frac:.3}: {c:?}");
+    }
+    let rx = impair_counters(stderr, "rx");
+    let tx = impair_counters(stderr, "tx");
+    assert!(
+        rx.get("duplicated").copied().unwrap_or(0) + tx.get("duplicated").copied().unwrap_or(0) > 0,
+        "nothing duplicated: {rx:?} {tx:?}"
     );
 }
