@@ -78,6 +78,9 @@ pub struct TcpConnInfo {
     pub retrans_segs: usize,
     /// Retransmission timeouts in a row (`tcpi_retransmits`, `tcpi_backoff`).
     pub rto_retries: u32,
+    /// Window or resource probes in a row without an answer
+    /// (`tcpi_probes`, Linux `icsk_probes_out`).
+    pub probes: u32,
     /// The MSS we advertised (`tcpi_advmss`).
     pub adv_mss: usize,
     /// Our estimate of the peer's segment size (`tcpi_rcv_mss`).
@@ -940,6 +943,7 @@ impl Connection {
             lost_segs: totals.lost_out as usize,
             retrans_segs: totals.retrans_out as usize,
             rto_retries: self.rtx.retries,
+            probes: self.timers.probes_out,
             adv_mss: usize::from(self.opt.adv_mss),
             rcv_mss: self.ack.rcv_mss,
             reordering: self.rtx.rack.reordering,
