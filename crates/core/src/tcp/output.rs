@@ -782,6 +782,19 @@ impl Connection {
                 self.rtx.rtt.rto().max(Duration::from_millis(200))
             };
             self.timers.persist_at = Some(now + d);
+        } else if self.snd.una != self.snd.max && self.rtx.rto_at.is_none() {
+            if self.recovery.as_ref().is_some_and(|r| r.in_loss) {
+                // The retransmission of a timeout did not leave (Linux
+                // `tcp_retransmit_timer`): the timer again in 500 ms, not
+                // backed off, and (unlike Linux, whose time-based
+                // `tcp_write_timeout` ends such a connection after
+                // tcp_retries2's backed-off time) not counted as a retry.
+                self.rtx.rtt.unbackoff();
+                self.rtx.retries = self.rtx.retries.saturating_sub(1);
+                self.rtx.rto_at = Some(now + RESOURCE_PROBE_INTERVAL);
+            } else {
+                self.arm_rto(now);
+            }
         }
         // Nothing to try before a timer fires (an ACK's arrival does not
         // retry here, as it does in Linux's `tcp_data_snd_check`).

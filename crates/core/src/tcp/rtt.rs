@@ -76,6 +76,12 @@ impl RttEstimator {
         self.backoff = self.backoff.saturating_add(1);
     }
 
+    /// Take back one [`RttEstimator::backoff`] (a timeout whose
+    /// retransmission never left).
+    pub fn unbackoff(&mut self) {
+        self.backoff = self.backoff.saturating_sub(1);
+    }
+
     /// Forget the backoff (an ACK for new data arrived).
     pub fn reset_backoff(&mut self) {
         self.backoff = 0;
