@@ -49,6 +49,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use libc::{
     iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval, timezone,
@@ -185,6 +186,17 @@ static LOCAL_DROP: AtomicBool = AtomicBool::new(false);
 /// changed it since the last event) and tell the engine whether its
 /// datagrams leave (Linux: `NET_XMIT_DROP` from a full queue).
 fn sync_local_drop(h: &mut Host) {
+    static WATCH: OnceLock<Option<qdisc::Watch>> = OnceLock::new();
+    let mut first = false;
+    let watch = WATCH.get_or_init(|| {
+        first = true;
+        qdisc::Watch::new()
+    });
+    // Without a subscription, look every time.
+    let look = first || watch.as_ref().is_none_or(|w| w.changed());
+    if !look {
+        return;
+    }
     let on = qdisc::tun0_drops_all();
     if LOCAL_DROP.swap(on, Ordering::Relaxed) != on {
         h.set_local_drop(on);

@@ -23,6 +23,85 @@ const TCMSG: usize = 20;
 /// Most reads of one dump (each up to the buffer's size).
 const MAX_READS: usize = 64;
 
+/// rtnetlink's multicast group of traffic-control changes (`RTMGRP_TC`).
+const RTMGRP_TC: u32 = 8;
+
+/// A subscription to the namespace's qdisc changes, so that `tun0` is read
+/// again only after one (each look is then one non-blocking `recv`, which
+/// keeps the adapter's calls as quick as they were without it).
+pub struct Watch {
+    fd: i32,
+}
+
+impl Watch {
+    /// Subscribe; None if rtnetlink refuses.
+    pub fn new() -> Option<Watch> {
+        // SAFETY: plain socket(2); the descriptor lives as long as the
+        // process (the adapter's one instance keeps it).
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a zeroed sockaddr_nl, then filled in.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as u16;
+        sa.nl_groups = RTMGRP_TC;
+        // SAFETY: sa lives across the call.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (&sa as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        };
+        if r < 0 {
+            close(fd);
+            return None;
+        }
+        Some(Watch { fd })
+    }
+
+    /// Whether a qdisc changed since the last call (the notifications are
+    /// drained; an overrun counts as a change).
+    pub fn changed(&self) -> bool {
+        let mut buf = [0u8; 8192];
+        let mut any = false;
+        for _ in 0..MAX_READS {
+            // SAFETY: buf is writable for its length.
+            let n = unsafe {
+                libc::recv(
+                    self.fd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                any = true;
+                continue;
+            }
+            // EAGAIN: drained. ENOBUFS: notifications were lost.
+            let e = std::io::Error::last_os_error().raw_os_error();
+            return any || (n < 0 && e == Some(libc::ENOBUFS));
+        }
+        true
+    }
+}
+
+/// `close(2)` as the raw system call: this library's own `close`
+/// (interposed when preloaded) would look for the descriptor among the
+/// engine's, whose lock the caller may hold.
+fn close(fd: i32) {
+    // SAFETY: our descriptor, closed once.
+    unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) };
+}
+
 /// Whether `tun0`'s root qdisc is a FIFO with a limit of 0 (drops every
 /// datagram). False when there is no `tun0` or the query fails.
 pub fn tun0_drops_all() -> bool {
@@ -59,11 +138,7 @@ fn root_qdisc(ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
         return None;
     }
     let r = dump(fd, ifindex);
-    // The raw system call: this library's own `close` (interposed when
-    // preloaded) would look for the descriptor among the engine's, whose
-    // lock the caller holds.
-    // SAFETY: our descriptor, closed once.
-    unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) };
+    close(fd);
     r
 }
 
