@@ -70,7 +70,7 @@ impl Connection {
                 ..TcpRepr::default()
             };
             if !(out.emit)(&r) {
-                return self.blocked(now, out.local_drop);
+                return self.blocked(now, false);
             }
             self.rst.reply = None;
             ctr.OutSegs += 1;
@@ -145,7 +145,7 @@ impl Connection {
                 ..TcpRepr::default()
             };
             if !(out.emit)(&r) {
-                return self.blocked(now, out.local_drop);
+                return self.blocked(now, false);
             }
             self.sent_ack(ctr, now);
             if !self.report.open_counted {
@@ -375,7 +375,7 @@ impl Connection {
         if self.timers.probe_pending && self.is_synchronized() {
             let r = self.base_repr(now, self.snd.una - 1usize);
             if !(out.emit)(&r) {
-                return self.blocked(now, out.local_drop);
+                return self.blocked(now, false);
             }
             self.timers.probe_pending = false;
             self.sent_ack(ctr, now);
@@ -384,7 +384,7 @@ impl Connection {
         if self.ack.now {
             let r = self.base_repr(now, self.snd.max);
             if !(out.emit)(&r) {
-                return self.blocked(now, out.local_drop);
+                return self.blocked(now, false);
             }
             self.sent_ack(ctr, now);
         }
@@ -761,6 +761,9 @@ impl Connection {
         true
     }
 
+    /// `emit` refused a segment (`local_drop`: a data segment, refused
+    /// because the link's queue drops everything, see
+    /// `crate::Stack::set_local_drop`).
     fn blocked(&mut self, now: Instant, local_drop: bool) {
         if !local_drop {
             self.timers.tx_retry_at = Some(now + TX_RETRY);
@@ -768,7 +771,7 @@ impl Connection {
         }
         // The link's queue dropped a data segment (Linux: `tcp_write_xmit`
         // stops at the skb `tcp_transmit_skb` failed to send). With data
-        // in flight its timers go on. With none, the probe timer
+        // in flight the RTO (or RACK, TLP) timer goes on. With none, the probe timer
         // (`tcp_check_probe_timer`: `tcp_probe0_base`, the RTO but at
         // least 200 ms) and, once a probe met the full queue,
         // `tcp_send_probe0`'s `TCP_RESOURCE_PROBE_INTERVAL` without backoff.
@@ -786,11 +789,11 @@ impl Connection {
             if self.recovery.as_ref().is_some_and(|r| r.in_loss) {
                 // The retransmission of a timeout did not leave (Linux
                 // `tcp_retransmit_timer`): the timer again in 500 ms, not
-                // backed off, and (unlike Linux, whose time-based
-                // `tcp_write_timeout` ends such a connection after
-                // tcp_retries2's backed-off time) not counted as a retry.
+                // backed off. The timeout still counts as a retry (Linux's
+                // `icsk_retransmits` too): tcp_retries2 of them end the
+                // connection, after about 8 s where Linux's time-based
+                // `tcp_write_timeout` waits the backed-off time.
                 self.rtx.rtt.unbackoff();
-                self.rtx.retries = self.rtx.retries.saturating_sub(1);
                 self.rtx.rto_at = Some(now + RESOURCE_PROBE_INTERVAL);
             } else {
                 self.arm_rto(now);
