@@ -321,6 +321,19 @@ impl Stack {
         self.tcp.set_tso(offload.tso());
     }
 
+    /// Whether the link's local queue drops every datagram handed to it
+    /// (Linux: a qdisc answering `NET_XMIT_DROP`, as `pfifo limit 0`
+    /// does). TCP then learns that its data did not leave, as Linux's
+    /// `tcp_transmit_skb` does: the data stays unsent, and a sender with
+    /// nothing in flight probes for the queue every 500 ms
+    /// (`TCP_RESOURCE_PROBE_INTERVAL`, counted in `tcpi_probes`) until the
+    /// queue takes it or `TCP_USER_TIMEOUT` ends the connection. The
+    /// frames of the segments that do go out (ACKs, RSTs) are the link's
+    /// to drop. Off by default.
+    pub fn set_local_drop(&mut self, on: bool) {
+        self.tcp.set_local_drop(on);
+    }
+
     /// The link's offloads (see [`Stack::set_link_offload`]).
     pub fn link_offload(&self) -> LinkOffload {
         self.iface.offload

@@ -1787,6 +1787,13 @@ impl TcpTable {
         self.shared.tso_max = if on { 65_535 - 20 - 60 } else { 0 };
     }
 
+    /// See [`crate::Stack::set_local_drop`]. Turning it off lets the
+    /// connections that were waiting for the queue send at once (Linux's
+    /// senders wait for their probe timer; ours need not).
+    pub(crate) fn set_local_drop(&mut self, on: bool) {
+        self.shared.local_drop = on;
+    }
+
     /// The scheduler's state (diagnostics and tests).
     pub(crate) fn sched_stats(&self) -> TcpSchedStats {
         TcpSchedStats {

@@ -48,7 +48,8 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use libc::{
     iovec, msghdr, nfds_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval, timezone,
@@ -61,6 +62,8 @@ use ustack_socket::sysctl::{self, Tunables};
 use ustack_socket::Host;
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::ipv4::Ipv4Cidr;
+
+pub mod qdisc;
 
 /// The engine's MAC address and the one it sees for every peer.
 const OUR_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
@@ -174,6 +177,31 @@ pub struct PacketdrillInterface {
 /// The instance packetdrill runs (one per process), for the exported
 /// `getsockopt` that packetdrill's code blocks reach through libc.
 static CURRENT: AtomicPtr<Ctx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `tun0`'s root qdisc drops every datagram (see [`qdisc`]), as of the
+/// last look.
+static LOCAL_DROP: AtomicBool = AtomicBool::new(false);
+
+/// Look at `tun0`'s root qdisc (a script's `tc qdisc` line may have
+/// changed it since the last event) and tell the engine whether its
+/// datagrams leave (Linux: `NET_XMIT_DROP` from a full queue).
+fn sync_local_drop(h: &mut Host) {
+    static WATCH: OnceLock<Option<qdisc::Watch>> = OnceLock::new();
+    let mut first = false;
+    let watch = WATCH.get_or_init(|| {
+        first = true;
+        qdisc::Watch::new()
+    });
+    // Without a subscription, look every time.
+    let look = first || watch.as_ref().is_none_or(|w| w.changed());
+    if !look {
+        return;
+    }
+    let on = qdisc::tun0_drops_all();
+    if LOCAL_DROP.swap(on, Ordering::Relaxed) != on {
+        h.set_local_drop(on);
+    }
+}
 
 /// packetdrill's `--mss` (0: none): the `gso_size` with which it cooks its
 /// inbound TCP packets as GSO packets (netdev.c, `local_netdev_send`).
@@ -475,9 +503,14 @@ unsafe extern "C" fn pd_netdev_receive(
     // SAFETY: packetdrill passes a size_t with the buffer's size.
     let room = unsafe { *count };
     let mut h = c.settle(c.lock());
+    sync_local_drop(&mut h);
     let mut timers = 0;
     loop {
         while let Some((at, frame)) = h.link_output() {
+            if LOCAL_DROP.load(Ordering::Relaxed) {
+                // The qdisc drops it.
+                continue;
+            }
             match frame.get(12..14) {
                 Some([0x08, 0x06]) => {
                     if let Some(r) = arp_reply(&frame) {
@@ -530,6 +563,7 @@ unsafe extern "C" fn pd_usleep(p: *mut c_void, usec: libc::useconds_t) -> c_int 
     };
     {
         let mut h = c.settle(c.lock());
+        sync_local_drop(&mut h);
         let t = h.now() + Duration::from_micros(u64::from(usec));
         h.advance_to(t);
     }
@@ -548,6 +582,7 @@ unsafe extern "C" fn pd_gettimeofday(
     };
     let us = {
         let mut h = c.settle(c.lock());
+        sync_local_drop(&mut h);
         let now = h.now();
         h.advance_to(now + Duration::from_micros(1));
         now.total_micros()

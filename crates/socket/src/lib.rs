@@ -280,6 +280,12 @@ impl Host {
         self.flush();
     }
 
+    /// Whether the link's queue drops every frame (see
+    /// [`ustack_core::Stack::set_local_drop`]); the caller drops the frames.
+    pub fn set_local_drop(&mut self, on: bool) {
+        self.stack.set_local_drop(on);
+    }
+
     /// When the engine next wants to run (a timer), if ever.
     pub fn next_timer(&self) -> Option<Instant> {
         self.stack.poll_at()

@@ -53,7 +53,8 @@ pub(crate) fn encode(host: &Host, fd: i32, info: Option<&TcpConnInfo>) -> Vec<u8
     w.u8(0, linux_state(state));
     w.u8(1, i.ca_state);
     w.u8(2, i.rto_retries.min(255) as u8);
-    w.u8(4, i.rto_retries.min(255) as u8);
+    w.u8(3, i.probes.min(255) as u8);
+    w.u8(4, i.backoff.min(255) as u8);
     let mut opts = 0;
     if i.timestamps {
         opts |= TCPI_OPT_TIMESTAMPS;

@@ -76,8 +76,14 @@ pub struct TcpConnInfo {
     pub lost_segs: usize,
     /// Retransmitted and still in flight (`tcpi_retrans`).
     pub retrans_segs: usize,
-    /// Retransmission timeouts in a row (`tcpi_retransmits`, `tcpi_backoff`).
+    /// Retransmission timeouts in a row (`tcpi_retransmits`).
     pub rto_retries: u32,
+    /// Backoff exponent of the RTO or of the probe timer (`tcpi_backoff`,
+    /// Linux `icsk_backoff`, which both share).
+    pub backoff: u32,
+    /// Window or resource probes in a row without an answer
+    /// (`tcpi_probes`, Linux `icsk_probes_out`).
+    pub probes: u32,
     /// The MSS we advertised (`tcpi_advmss`).
     pub adv_mss: usize,
     /// Our estimate of the peer's segment size (`tcpi_rcv_mss`).
@@ -940,6 +946,12 @@ impl Connection {
             lost_segs: totals.lost_out as usize,
             retrans_segs: totals.retrans_out as usize,
             rto_retries: self.rtx.retries,
+            probes: self.timers.probes_out,
+            backoff: self
+                .rtx
+                .rtt
+                .backoff_count()
+                .saturating_add(self.timers.persist_backoff),
             adv_mss: usize::from(self.opt.adv_mss),
             rcv_mss: self.ack.rcv_mss,
             reordering: self.rtx.rack.reordering,

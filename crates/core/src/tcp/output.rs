@@ -16,6 +16,10 @@ const MAX_BURST: usize = 64;
 /// When `emit` refuses a segment, retry this much later.
 const TX_RETRY: Duration = Duration::from_millis(10);
 
+/// Linux `TCP_RESOURCE_PROBE_INTERVAL`: how often a sender whose data the
+/// link's queue dropped tries again (see [`Connection::blocked`]).
+const RESOURCE_PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Where `dispatch` puts data segments: the caller's `emit`, and the
 /// table's scratch buffer to gather a payload that wraps around the end of
 /// the send ring.
@@ -24,6 +28,8 @@ struct Sink<'a> {
     scratch: &'a mut Vec<u8>,
     /// Largest TSO super-segment payload (0: one MSS per segment).
     tso_max: usize,
+    /// The link's queue drops every datagram (`Stack::set_local_drop`).
+    local_drop: bool,
 }
 
 impl Connection {
@@ -44,6 +50,7 @@ impl Connection {
             emit,
             scratch: &mut shared.scratch,
             tso_max: shared.tso_max,
+            local_drop: shared.local_drop,
         };
         let out = &mut out;
         self.sync_estab(ctr);
@@ -63,7 +70,7 @@ impl Connection {
                 ..TcpRepr::default()
             };
             if !(out.emit)(&r) {
-                return self.blocked(now);
+                return self.blocked(now, false);
             }
             self.rst.reply = None;
             ctr.OutSegs += 1;
@@ -138,7 +145,7 @@ impl Connection {
                 ..TcpRepr::default()
             };
             if !(out.emit)(&r) {
-                return self.blocked(now);
+                return self.blocked(now, false);
             }
             self.sent_ack(ctr, now);
             if !self.report.open_counted {
@@ -199,7 +206,7 @@ impl Connection {
             rtx_left -= 1;
             let psh = rtx_left == 0 && rtx_pkt > 1;
             if !self.retransmit(now, ctr, out, s, e, false, psh) {
-                return self.blocked(now);
+                return self.blocked(now, out.local_drop);
             }
             self.clear_rtx_head_now();
         }
@@ -216,14 +223,14 @@ impl Connection {
                 let sent = if let Some((seq, n, fin)) = self.next_segment(true, true, 0, false) {
                     if !self.send_segment(now, ctr, out, seq, n, fin) {
                         self.tlp.pending = true;
-                        return self.blocked(now);
+                        return self.blocked(now, out.local_drop);
                     }
                     self.snd.nxt = self.snd.max;
                     Some(false)
                 } else if let Some((s, e)) = self.rtx.scoreboard.last_unsacked() {
                     if !self.retransmit(now, ctr, out, s, e, true, false) {
                         self.tlp.pending = true;
-                        return self.blocked(now);
+                        return self.blocked(now, out.local_drop);
                     }
                     Some(true)
                 } else {
@@ -246,7 +253,7 @@ impl Connection {
         // RFC 4821: a path MTU probe, ahead of the new data (`mtu.rs`).
         if let Some((seq, n)) = self.mtu_probe_due(now, probe) {
             if !self.send_segment(now, ctr, out, seq, n, false) {
-                return self.blocked(now);
+                return self.blocked(now, out.local_drop);
             }
             self.snd.nxt = self.snd.max;
             self.mtu_probe_sent(seq, n);
@@ -309,7 +316,7 @@ impl Connection {
             let psh = force || (ends && pkt > self.max_payload());
             if !self.send_segment_psh(now, ctr, out, seq, n, fin, psh) {
                 self.timers.force_send = force;
-                return self.blocked(now);
+                return self.blocked(now, out.local_drop);
             }
             self.snd.nxt = self.snd.max;
             sent_new = true;
@@ -359,7 +366,8 @@ impl Connection {
             {
                 d = d.saturating_mul(2);
             }
-            self.timers.persist_at = Some(now + d.min(self.cfg.max_rto.get()));
+            let d = self.clamp_probe0_to_user_timeout(now, d.min(self.cfg.max_rto.get()));
+            self.timers.persist_at = Some(now + d);
         } else if !self.has_unsent() {
             self.timers.persist_at = None;
         }
@@ -367,7 +375,7 @@ impl Connection {
         if self.timers.probe_pending && self.is_synchronized() {
             let r = self.base_repr(now, self.snd.una - 1usize);
             if !(out.emit)(&r) {
-                return self.blocked(now);
+                return self.blocked(now, false);
             }
             self.timers.probe_pending = false;
             self.sent_ack(ctr, now);
@@ -376,7 +384,7 @@ impl Connection {
         if self.ack.now {
             let r = self.base_repr(now, self.snd.max);
             if !(out.emit)(&r) {
-                return self.blocked(now);
+                return self.blocked(now, false);
             }
             self.sent_ack(ctr, now);
         }
@@ -640,10 +648,17 @@ impl Connection {
         fin: bool,
         psh: bool,
     ) -> bool {
+        if out.local_drop {
+            // Linux `tcp_transmit_skb` fails (`NET_XMIT_DROP`): the
+            // segment did not leave, nothing about it changes.
+            return false;
+        }
         if !seq.lt(self.snd.max) && self.snd.una == self.snd.max && (n > 0 || fin) {
             // Data goes out with nothing outstanding: the user timeout
-            // counts from here.
+            // counts from here, and probing is over (Linux
+            // `tcp_send_probe0` once `packets_out`).
             self.rtx.stall_since = Some(now);
+            self.timers.probes_out = 0;
         }
         if n > 0
             && !seq.lt(self.snd.max)
@@ -746,8 +761,64 @@ impl Connection {
         true
     }
 
-    fn blocked(&mut self, now: Instant) {
-        self.timers.tx_retry_at = Some(now + TX_RETRY);
+    /// `emit` refused a segment (`local_drop`: a data segment, refused
+    /// because the link's queue drops everything, see
+    /// `crate::Stack::set_local_drop`).
+    fn blocked(&mut self, now: Instant, local_drop: bool) {
+        if !local_drop {
+            self.timers.tx_retry_at = Some(now + TX_RETRY);
+            return;
+        }
+        // The link's queue dropped a data segment (Linux: `tcp_write_xmit`
+        // stops at the skb `tcp_transmit_skb` failed to send). With data
+        // in flight the RTO (or RACK, TLP) timer goes on. With none, the probe timer
+        // (`tcp_check_probe_timer`: `tcp_probe0_base`, the RTO but at
+        // least 200 ms) and, once a probe met the full queue,
+        // `tcp_send_probe0`'s `TCP_RESOURCE_PROBE_INTERVAL` without backoff.
+        if self.snd.una == self.snd.max && self.timers.persist_at.is_none() {
+            let d = if self.timers.probes_out > 0 {
+                // The probe that expiry counted did not leave: no backoff
+                // for it (Linux backs off only for a probe that left).
+                self.timers.persist_backoff = self.timers.persist_backoff.saturating_sub(1);
+                self.clamp_probe0_to_user_timeout(now, RESOURCE_PROBE_INTERVAL)
+            } else {
+                self.rtx.rtt.rto().max(Duration::from_millis(200))
+            };
+            self.timers.persist_at = Some(now + d);
+        } else if self.snd.una != self.snd.max && self.rtx.rto_at.is_none() {
+            if self.recovery.as_ref().is_some_and(|r| r.in_loss) {
+                // The retransmission of a timeout did not leave (Linux
+                // `tcp_retransmit_timer`): the timer again in 500 ms, not
+                // backed off. The timeout still counts as a retry (Linux's
+                // `icsk_retransmits` too): tcp_retries2 of them end the
+                // connection, after about 8 s where Linux's time-based
+                // `tcp_write_timeout` waits the backed-off time.
+                self.rtx.rtt.unbackoff();
+                self.rtx.rto_at = Some(now + RESOURCE_PROBE_INTERVAL);
+            } else {
+                self.arm_rto(now);
+            }
+        }
+        // Nothing to try before a timer fires (an ACK's arrival does not
+        // retry here, as it does in Linux's `tcp_data_snd_check`).
+        let next = self
+            .next_timer_at()
+            .unwrap_or(now + RESOURCE_PROBE_INTERVAL);
+        self.timers.tx_retry_at = Some(next.max(now + Duration::from_micros(1)));
+    }
+
+    /// Linux `tcp_clamp_probe0_to_user_timeout`: once probing, the next
+    /// probe timer fires no later than TCP_USER_TIMEOUT after the first
+    /// probe (at least 2 ms from now, `TCP_TIMEOUT_MIN`), where the timer
+    /// gives up.
+    fn clamp_probe0_to_user_timeout(&self, now: Instant, d: Duration) -> Duration {
+        match (self.rtx.user_timeout, self.rtx.stall_since) {
+            (Some(ut), Some(t0)) if self.timers.probes_out > 0 => {
+                let left = (t0 + ut.get()).saturating_duration_since(now);
+                d.min(left.max(Duration::from_millis(2)))
+            }
+            _ => d,
+        }
     }
 
     /// A segment carrying our current ACK, window and options.

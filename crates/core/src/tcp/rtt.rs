@@ -76,6 +76,17 @@ impl RttEstimator {
         self.backoff = self.backoff.saturating_add(1);
     }
 
+    /// Take back one [`RttEstimator::backoff`] (a timeout whose
+    /// retransmission never left).
+    pub fn unbackoff(&mut self) {
+        self.backoff = self.backoff.saturating_sub(1);
+    }
+
+    /// Timeouts the RTO is backed off by.
+    pub fn backoff_count(&self) -> u32 {
+        self.backoff
+    }
+
     /// Forget the backoff (an ACK for new data arrived).
     pub fn reset_backoff(&mut self) {
         self.backoff = 0;

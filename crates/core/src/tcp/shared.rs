@@ -24,6 +24,9 @@ pub struct TcpShared {
     /// GSO frames (cut into MSS-sized segments by the other side); 0 = one
     /// segment per MSS.
     pub(crate) tso_max: usize,
+    /// The link's queue drops every datagram (`Stack::set_local_drop`):
+    /// data segments fail to leave.
+    pub(crate) local_drop: bool,
     /// The path MTU search's tunables (`TcpConfig::probe_threshold`,
     /// `probe_interval`), read only when a probe may be sent.
     pub(crate) probe: ProbeTunables,
@@ -43,6 +46,7 @@ impl TcpShared {
             challenge: ChallengeAckLimit::new(cfg.challenge_ack_limit, secret),
             scratch: Vec::new(),
             tso_max: 0,
+            local_drop: false,
             probe: ProbeTunables {
                 threshold: usize::from(cfg.probe_threshold),
                 interval: cfg.probe_interval,

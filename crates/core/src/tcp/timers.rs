@@ -51,16 +51,27 @@ impl Connection {
             };
             min(Some(retry.max(gate.unwrap_or(Instant::ZERO))));
         }
-        if !matches!(self.state(), State::Closed | State::Listen) {
-            min(self.rtx.rto_at);
-            min(self.rtx.rack_at);
-            min(self.tlp.at);
-            min(self.timers.persist_at);
-            min(self.ack.delay_at);
-            min(self.st.deadline());
-            min(self.keepalive_at());
-        }
+        min(self.next_timer_at());
         t
+    }
+
+    /// The earliest of the connection's timers, if one runs.
+    pub(super) fn next_timer_at(&self) -> Option<Instant> {
+        if matches!(self.state(), State::Closed | State::Listen) {
+            return None;
+        }
+        [
+            self.rtx.rto_at,
+            self.rtx.rack_at,
+            self.tlp.at,
+            self.timers.persist_at,
+            self.ack.delay_at,
+            self.st.deadline(),
+            self.keepalive_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn has_immediate_work(&self) -> bool {
@@ -165,6 +176,15 @@ impl Connection {
         }
         if self.timers.persist_at.is_some_and(|t| now >= t) {
             self.timers.persist_at = None;
+            // Linux `tcp_probe_timer`: TCP_USER_TIMEOUT counts from the
+            // first probe (`icsk_probes_tstamp`; Linux keeps it until the
+            // window opens, here until an ACK resets the probe count).
+            if self.timers.probes_out == 0 {
+                self.rtx.stall_since = Some(now);
+            } else if self.user_timed_out(now) {
+                self.time_out(ctr);
+                return;
+            }
             self.timers.persist_backoff += 1;
             self.timers.probes_out += 1;
             // Like Linux, give up only after this many probes in a row got
