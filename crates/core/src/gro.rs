@@ -6,13 +6,15 @@
 //! A burst is what a runtime read from its device in one go. Each frame is
 //! classified:
 //!
-//! * a *candidate*: a TCP/IPv4 segment for us that the per-frame path would
+//! * a *candidate*: a TCP segment for us that the per-frame path would
 //!   hand to TCP input as it is — virtio-net header (if the link has one)
 //!   without GSO, Ethernet to our MAC, IPv4 without options or
-//!   fragmentation, header checksum good, a destination we accept and a
-//!   source we accept, TCP header and options well formed, TCP checksum
-//!   verified (or vouched for by the virtio-net header), flags ACK with at
-//!   most PSH besides, and some payload;
+//!   fragmentation and with its header checksum good, or IPv6 with TCP
+//!   right after the fixed header (no extension headers) outside
+//!   transparent mode, a destination we accept and a source we accept, TCP
+//!   header and options well formed, TCP checksum verified (or vouched for
+//!   by the virtio-net header), flags ACK with at most PSH besides, and
+//!   some payload;
 //! * a checksum failure (IPv4 header or TCP): the per-frame path only
 //!   counts and drops it, so it is delivered alone without ending the run
 //!   being gathered, as Linux delivers it without flushing its GRO list;
@@ -22,10 +24,12 @@
 //! A candidate joins the run when it continues it: same MAC header, same
 //! addresses and ports, same TOS, TTL and DF, IP ID one more than the
 //! previous (or, with DF, the same throughout: Linux decides which at the
-//! second segment), sequence number where the run ends, the same
+//! second segment) — over IPv6 the same traffic class, flow label and hop
+//! limit (Linux `ipv6_gro_receive`) —, sequence number where the run ends, the same
 //! acknowledgment number and window, the same TCP option bytes (so the
 //! same timestamps), a payload no larger than the first segment's
-//! (`gso_size`), and the whole still within a 65,535-byte IPv4 datagram. A segment shorter than `gso_size`,
+//! (`gso_size`), and the whole still within a 65,535-byte IPv4 datagram
+//! (IPv6: payload length). A segment shorter than `gso_size`,
 //! or with PSH, ends the run after joining it. A candidate that does not
 //! join starts a new run (one with PSH is delivered at once).
 //!
@@ -55,11 +59,12 @@
 //! * Linux refuses frames with Ethernet padding after the IP datagram;
 //!   here the IP total length decides, as on the per-frame path.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Packet, Ipv4Repr, IPV4_HEADER_LEN, IPV4_MAX_PACKET_LEN};
+use ustack_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use ustack_wire::tcp::{flags, SeqNum, TcpPacket, TcpRepr, TCP_HEADER_LEN};
 use ustack_wire::virtio_net::{Gso, VnetRepr};
 use ustack_wire::Error as WireError;
@@ -76,12 +81,29 @@ const NEVER: u8 = flags::SYN | flags::FIN | flags::RST | flags::URG | flags::ECE
 struct Candidate<'a> {
     /// The Ethernet source (Linux compares the whole MAC header).
     src_mac: MacAddr,
-    ip: Ipv4Repr,
+    ip: Ip,
     seg: TcpRepr<'a>,
     /// The raw option bytes (compared byte for byte, as Linux does).
     opts: &'a [u8],
     /// Byte 12 of the TCP header: data offset and reserved bits.
     off_byte: u8,
+}
+
+/// A candidate's IP header.
+#[derive(Clone, Copy)]
+enum Ip {
+    V4(Ipv4Repr),
+    V6(Ipv6Repr),
+}
+
+impl Ip {
+    /// The IPv4 ID (0 over IPv6, which has none).
+    fn ident(&self) -> u16 {
+        match self {
+            Ip::V4(ip) => ip.ident,
+            Ip::V6(_) => 0,
+        }
+    }
 }
 
 enum Class<'a> {
@@ -129,7 +151,7 @@ impl<'a> Run<'a> {
             gso_size: n,
             len: n,
             next_seq: c.seg.seq + n,
-            last_ident: c.ip.ident,
+            last_ident: c.ip.ident(),
             id_mode: IdMode::Undecided,
             psh: c.seg.psh,
             closed: c.seg.psh,
@@ -139,17 +161,30 @@ impl<'a> Run<'a> {
     /// Add `c` if it continues the run (Linux `tcp_gro_receive` and
     /// `inet_gro_receive`); `buf` gathers the payload.
     fn join(&mut self, c: &Candidate<'a>, buf: &mut Vec<u8>) -> bool {
-        let (h, hs) = (&self.head.ip, &self.head.seg);
-        let (ip, seg) = (&c.ip, &c.seg);
+        let hs = &self.head.seg;
+        let seg = &c.seg;
+        let same_ip = match (&self.head.ip, &c.ip) {
+            (Ip::V4(h), Ip::V4(ip)) => {
+                ip.src == h.src
+                    && ip.dst == h.dst
+                    && ip.dscp_ecn == h.dscp_ecn
+                    && ip.ttl == h.ttl
+                    && ip.dont_frag == h.dont_frag
+            }
+            (Ip::V6(h), Ip::V6(ip)) => {
+                ip.src == h.src
+                    && ip.dst == h.dst
+                    && ip.traffic_class == h.traffic_class
+                    && ip.flow_label == h.flow_label
+                    && ip.hop_limit == h.hop_limit
+            }
+            _ => false,
+        };
         if self.closed
+            || !same_ip
             || c.src_mac != self.head.src_mac
-            || ip.src != h.src
-            || ip.dst != h.dst
             || seg.src_port != hs.src_port
             || seg.dst_port != hs.dst_port
-            || ip.dscp_ecn != h.dscp_ecn
-            || ip.ttl != h.ttl
-            || ip.dont_frag != h.dont_frag
             || seg.seq != self.next_seq
             || seg.ack != hs.ack
             || seg.window != hs.window
@@ -162,17 +197,31 @@ impl<'a> Run<'a> {
         if n > self.gso_size {
             return false;
         }
-        let hdr = IPV4_HEADER_LEN + TCP_HEADER_LEN + self.head.opts.len();
+        // The most an IPv4 datagram holds; IPv6's payload length has the
+        // same bound without the fixed header.
+        let ip_hdr = match c.ip {
+            Ip::V4(_) => IPV4_HEADER_LEN,
+            Ip::V6(_) => 0,
+        };
+        let hdr = ip_hdr + TCP_HEADER_LEN + self.head.opts.len();
         if hdr + self.len + n > IPV4_MAX_PACKET_LEN {
             return false;
         }
-        let next_id = self.last_ident.wrapping_add(1);
-        let mode = match self.id_mode {
-            IdMode::Undecided if ip.ident == next_id => IdMode::Incrementing,
-            IdMode::Undecided if ip.ident == self.last_ident && h.dont_frag => IdMode::Fixed,
-            IdMode::Incrementing if ip.ident == next_id => IdMode::Incrementing,
-            IdMode::Fixed if ip.ident == self.last_ident => IdMode::Fixed,
-            _ => return false,
+        let mode = match (&self.head.ip, &c.ip) {
+            (Ip::V4(h), Ip::V4(ip)) => {
+                let next_id = self.last_ident.wrapping_add(1);
+                match self.id_mode {
+                    IdMode::Undecided if ip.ident == next_id => IdMode::Incrementing,
+                    IdMode::Undecided if ip.ident == self.last_ident && h.dont_frag => {
+                        IdMode::Fixed
+                    }
+                    IdMode::Incrementing if ip.ident == next_id => IdMode::Incrementing,
+                    IdMode::Fixed if ip.ident == self.last_ident => IdMode::Fixed,
+                    _ => return false,
+                }
+            }
+            // No IDs over IPv6 (the fixed header has none).
+            _ => IdMode::Fixed,
         };
         if self.count == 1 {
             buf.clear();
@@ -183,7 +232,7 @@ impl<'a> Run<'a> {
         self.count += 1;
         self.len += n;
         self.next_seq += n;
-        self.last_ident = ip.ident;
+        self.last_ident = c.ip.ident();
         self.psh |= seg.psh;
         // Linux: "Force a flush if last segment is smaller than mss", and
         // PSH flushes.
@@ -276,7 +325,13 @@ impl Stack {
         let Ok(er) = EthernetRepr::parse(&eth) else {
             return Class::Other;
         };
-        if er.dst != self.iface.mac || er.ethertype != EtherType::Ipv4 {
+        if er.dst != self.iface.mac {
+            return Class::Other;
+        }
+        if er.ethertype == EtherType::Ipv6 {
+            return self.gro_classify6(er.src, eth.payload_ref(), csum_ok);
+        }
+        if er.ethertype != EtherType::Ipv4 {
             return Class::Other;
         }
         let Ok(pkt) = Ipv4Packet::new_checked(eth.payload_ref()) else {
@@ -297,30 +352,66 @@ impl Stack {
             return Class::Other;
         }
         let bytes = pkt.payload_ref();
-        let Ok(tcp) = TcpPacket::new_checked(bytes) else {
+        let Some((tcp, hl)) = gro_tcp_header(bytes) else {
             return Class::Other;
         };
-        let fl = tcp.flags();
-        let hl = tcp.header_len();
-        // Before the checksum: pure ACKs (the other direction of a bulk
-        // transfer) are summed once, by the per-frame path.
-        if fl & NEVER != 0 || fl & flags::ACK == 0 || bytes.len() <= hl {
-            return Class::Other;
-        }
-        let off_byte = bytes.get(12).copied().unwrap_or(0);
         let seg = match TcpRepr::parse(&tcp, ip.src, ip.dst, !csum_ok) {
             Ok(s) => s,
             Err(WireError::Checksum) => return Class::BadChecksum,
             Err(_) => return Class::Other,
         };
-        let opts = bytes.get(TCP_HEADER_LEN..hl).unwrap_or(&[]);
         Class::Candidate(Candidate {
             src_mac: er.src,
-            ip,
+            ip: Ip::V4(ip),
             seg,
-            opts,
-            off_byte,
+            opts: bytes.get(TCP_HEADER_LEN..hl).unwrap_or(&[]),
+            off_byte: bytes.get(12).copied().unwrap_or(0),
         })
+    }
+
+    /// [`Stack::gro_classify`] for an IPv6 datagram: a candidate only with
+    /// TCP right after the fixed header, mirroring `input_ipv6`'s checks
+    /// (a unicast destination of ours; a source that is not multicast,
+    /// loopback or ours) and `receive_tcp6`'s parse. Transparent mode
+    /// takes IPv6 TCP its own way: not coalesced.
+    fn gro_classify6<'a>(&self, src_mac: MacAddr, bytes: &'a [u8], csum_ok: bool) -> Class<'a> {
+        let Ok(pkt) = Ipv6Packet::new_checked(bytes) else {
+            return Class::Other;
+        };
+        let Ok(ip) = Ipv6Repr::parse(&pkt) else {
+            return Class::Other;
+        };
+        if ip.next_header != IpProtocol::Tcp
+            || self.transparent.is_some()
+            || !self.gro_accepts_addresses6(ip.src, ip.dst)
+        {
+            return Class::Other;
+        }
+        let bytes = pkt.payload_ref();
+        let Some((tcp, hl)) = gro_tcp_header(bytes) else {
+            return Class::Other;
+        };
+        let seg = match TcpRepr::parse(&tcp, ip.src, ip.dst, !csum_ok) {
+            Ok(s) => s,
+            Err(WireError::Checksum) => return Class::BadChecksum,
+            Err(_) => return Class::Other,
+        };
+        Class::Candidate(Candidate {
+            src_mac,
+            ip: Ip::V6(ip),
+            seg,
+            opts: bytes.get(TCP_HEADER_LEN..hl).unwrap_or(&[]),
+            off_byte: bytes.get(12).copied().unwrap_or(0),
+        })
+    }
+
+    /// `input_ipv6`'s address checks for a TCP segment it hands on.
+    fn gro_accepts_addresses6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
+        !dst.is_multicast()
+            && self.iface.has_addr6(dst)
+            && !src.is_multicast()
+            && !src.is_loopback()
+            && !self.iface.has_addr6(src)
     }
 
     /// `receive_ipv4`'s address checks for a unicast TCP segment that
@@ -352,20 +443,54 @@ impl Stack {
         self.last_now = self.last_now.max(now);
         // Per wire frame, what the per-frame path counts on the way.
         self.counters.link.InFrames += k;
-        self.counters.ip.InReceives += k;
-        self.counters.ip.InDelivers += k;
+        match r.head.ip {
+            Ip::V4(_) => {
+                self.counters.ip.InReceives += k;
+                self.counters.ip.InDelivers += k;
+            }
+            Ip::V6(_) => {
+                self.counters.ip6.InReceives += k;
+                self.counters.ip6.InDelivers += k;
+            }
+        }
         self.counters.tcp.InSegs += k;
         self.rx_csum_ok = false;
         self.rx_gso_size = None;
-        let mut ip = r.head.ip;
         let mut seg = r.head.seg;
         if r.count > 1 {
             self.counters.link.InGroPackets += 1;
             self.counters.link.InGroWirePackets += k;
             seg.payload = buf.get(..r.len).unwrap_or(buf);
             seg.psh = r.psh;
-            ip.payload_len = TCP_HEADER_LEN + r.head.opts.len() + seg.payload.len();
         }
-        self.tcp_segment_input(now, &ip, &seg, r.gso_size, tx);
+        let payload_len = TCP_HEADER_LEN + r.head.opts.len() + seg.payload.len();
+        match r.head.ip {
+            Ip::V4(mut ip) => {
+                if r.count > 1 {
+                    ip.payload_len = payload_len;
+                }
+                self.tcp_segment_input(now, &ip, &seg, r.gso_size, tx);
+            }
+            Ip::V6(mut ip) => {
+                if r.count > 1 {
+                    ip.payload_len = payload_len;
+                }
+                self.tcp_segment_input6(now, &ip, &seg, r.gso_size, tx);
+            }
+        }
     }
+}
+
+/// The TCP header of a would-be candidate and its length: well formed,
+/// flags ACK with at most PSH besides, and some payload. Checked before
+/// the checksum: pure ACKs (the other direction of a bulk transfer) are
+/// summed once, by the per-frame path.
+fn gro_tcp_header(bytes: &[u8]) -> Option<(TcpPacket<&[u8]>, usize)> {
+    let tcp = TcpPacket::new_checked(bytes).ok()?;
+    let fl = tcp.flags();
+    let hl = tcp.header_len();
+    if fl & NEVER != 0 || fl & flags::ACK == 0 || bytes.len() <= hl {
+        return None;
+    }
+    Some((tcp, hl))
 }
