@@ -479,8 +479,16 @@ impl Host {
         })))
     }
 
-    /// Ports other descriptors hold (bound, listening or connected).
-    fn port_taken(&self, me: i32, port: u16, reuse: bool) -> bool {
+    /// Ports other descriptors hold (bound, listening or connected) that
+    /// a bind of `me` to `addr` would collide with: the same port in a
+    /// family both cover (see [`covers`]; Linux lets an IPv4 socket and a
+    /// v6only or IPv6-address-bound `AF_INET6` one share a port).
+    fn port_taken(&self, me: i32, addr: SocketAddr, reuse: bool) -> bool {
+        let Ok(my) = self.sock(me) else {
+            return false;
+        };
+        let mine = covers(my, addr);
+        let port = addr.port();
         self.fds.iter().enumerate().any(|(i, e)| {
             let fd = i as i32 + self.fd_base;
             let Some(Entry::Sock(s)) = e else {
@@ -489,21 +497,22 @@ impl Host {
             if fd == me {
                 return false;
             }
-            match s.tcp {
-                Tcp::Fresh { bound: Some(b) } => b.port() == port && !(reuse && s.opts.reuseaddr),
-                Tcp::Listen(h) => self
+            let local = match s.tcp {
+                Tcp::Fresh { bound: Some(b) } => Some(b),
+                Tcp::Listen(h) | Tcp::Conn { h, .. } => self
                     .stack
                     .tcp_status(h)
-                    .is_ok_and(|st| st.local.port() == port),
-                Tcp::Conn { h, .. } => {
-                    !(reuse && s.opts.reuseaddr)
-                        && self
-                            .stack
-                            .tcp_status(h)
-                            .is_ok_and(|st| st.local.port() == port)
-                }
-                _ => false,
-            }
+                    .ok()
+                    .map(|st| in_family(s.v6, st.local)),
+                _ => None,
+            };
+            let Some(local) = local else {
+                return false;
+            };
+            let theirs = covers(s, local);
+            let overlap = (mine.0 && theirs.0) || (mine.1 && theirs.1);
+            let reusable = reuse && s.opts.reuseaddr && !matches!(s.tcp, Tcp::Listen(_));
+            local.port() == port && overlap && !reusable
         })
     }
 
@@ -545,7 +554,7 @@ impl Host {
         if !ours {
             return Err(libc::EADDRNOTAVAIL);
         }
-        if addr.port() != 0 && self.port_taken(fd, addr.port(), reuse) {
+        if addr.port() != 0 && self.port_taken(fd, addr, reuse) {
             return Err(libc::EADDRINUSE);
         }
         self.sock_mut(fd)?.tcp = Tcp::Fresh { bound: Some(addr) };
@@ -1483,6 +1492,18 @@ fn in_family(v6: bool, a: SocketAddr) -> SocketAddr {
         (true, SocketAddr::V4(a)) => {
             SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
         }
+    }
+}
+
+/// Which families a socket bound to `local` takes traffic of: (IPv4,
+/// IPv6). An `AF_INET6` socket takes IPv4 too (IPv4-mapped) unless it is
+/// v6only or bound to an IPv6 address; bound to an IPv4-mapped address it
+/// takes IPv4 only.
+fn covers(s: &Sock, local: SocketAddr) -> (bool, bool) {
+    match local {
+        SocketAddr::V4(_) => (true, false),
+        SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_some() => (true, false),
+        SocketAddr::V6(a) => (!s.v6only && a.ip().is_unspecified(), true),
     }
 }
 

@@ -485,3 +485,44 @@ fn ipv6_v6only_as_linux() {
     assert_eq!(a.connect_done(c), Err(libc::ECONNREFUSED));
     assert_eq!(b.accept(l, 0).unwrap_err(), libc::EAGAIN);
 }
+
+/// Port sharing across families as on Linux: `[::]:p` takes IPv4 too and
+/// so collides with `0.0.0.0:p`, unless it is v6only; an `AF_INET6`
+/// socket bound to an IPv6 address leaves IPv4 alone.
+#[test]
+fn ipv6_and_ipv4_share_a_port_only_when_linux_lets_them() {
+    let (mut a, _) = hosts6();
+    let any4 = SocketAddr::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80));
+    let any6 = SocketAddr::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 80, 0, 0));
+    let l6 = listener(&mut a, libc::AF_INET6, false);
+    let s4 = a.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.bind(s4, any4),
+        Err(libc::EADDRINUSE),
+        "dual-stack [::]:80"
+    );
+    a.close(l6).unwrap();
+    let l6 = listener(&mut a, libc::AF_INET6, true);
+    a.bind(s4, any4).unwrap();
+    a.listen(s4, 5).unwrap();
+    let t6 = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.bind(t6, any6), Err(libc::EADDRINUSE), "IPv6 against IPv6");
+    a.close(l6).unwrap();
+    assert_eq!(
+        a.bind(t6, any6),
+        Err(libc::EADDRINUSE),
+        "dual-stack against IPv4"
+    );
+    let u6 = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.bind(u6, v6(1, 80)),
+        Ok(()),
+        "an IPv6 address leaves IPv4 alone"
+    );
+    let m6 = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.bind(m6, mapped(1, 80)),
+        Err(libc::EADDRINUSE),
+        "IPv4-mapped is IPv4"
+    );
+}
