@@ -1551,6 +1551,7 @@ mod tests {
         };
         let a6 = &sin6 as *const _ as *const sockaddr;
         let a4 = &sin as *const _ as *const sockaddr;
+        // SAFETY: __errno_location returns this thread's errno slot.
         let errno = || unsafe { *libc::__errno_location() };
         // SAFETY: the addresses point to live structs at least `len` long
         // (sin6 is 28 bytes; 16 for sin).
