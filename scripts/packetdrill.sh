@@ -15,7 +15,14 @@
 # --kernel: the same scripts against the Linux kernel (packetdrill's local
 # mode with its own tun0), one at a time, as a reference: no expectations.
 #
+# --ip-version V: run_all.py's three variants. ipv4 (the default) as
+# above; ipv6: IPv6 datagrams and AF_INET6 sockets, every upstream script
+# except *v4.pkt, expectations in tests/packetdrill/expectations-ipv6.txt;
+# ipv4-mapped-ipv6: IPv4 datagrams to AF_INET6 sockets (IPv4-mapped
+# addresses), the IPv4 scripts, tests/packetdrill/expectations-ipv4-mapped-ipv6.txt.
+#
 # Options:
+#   --ip-version V    ipv4 (default), ipv6 or ipv4-mapped-ipv6
 #   --kernel          run against the Linux kernel (serialized, -j 1)
 #   --record FILE     with --kernel: write the names of the passing scripts
 #   --cc NAME         with --kernel: run each script with congestion control
@@ -52,6 +59,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd -P)
 cd "$repo"
 
 mode=ustack
+ipv=ipv4
 record=
 cc=
 select=all
@@ -63,6 +71,8 @@ args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --kernel) mode=kernel ;;
+        --ip-version) [ $# -ge 2 ] || die "--ip-version needs ipv4, ipv6 or ipv4-mapped-ipv6"; ipv=$2; shift ;;
+        --ip-version=*) ipv=${1#--ip-version=} ;;
         --record) [ $# -ge 2 ] || die "--record needs a file"; record=$2; shift ;;
         --record=*) record=${1#--record=} ;;
         --cc) [ $# -ge 2 ] || die "--cc needs a name"; cc=$2; shift ;;
@@ -84,6 +94,12 @@ done
 [ -z "$jobs" ] || [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "-j wants a positive number, not '$jobs'"
 [ -z "$cc" ] || [[ "$cc" =~ ^[a-z0-9_]{1,15}$ ]] || die "--cc wants a congestion control name, not '$cc'"
 [[ "$timeout_s" =~ ^[1-9][0-9]*$ ]] || die "-t wants a positive number of seconds, not '$timeout_s'"
+case "$ipv" in
+    ipv4) skip_suffix=v6.pkt expect_name=expectations.txt ;;
+    ipv4-mapped-ipv6) skip_suffix=v6.pkt expect_name=expectations-ipv4-mapped-ipv6.txt ;;
+    ipv6) skip_suffix=v4.pkt expect_name=expectations-ipv6.txt ;;
+    *) die "--ip-version wants ipv4, ipv6 or ipv4-mapped-ipv6, not '$ipv'" ;;
+esac
 if [ "$mode" = kernel ]; then
     [ "$update" = 0 ] || die "--update compares with ustack's expectations; it makes no sense with --kernel"
     jobs=1 # the kernel runs on the real clock: timing-sensitive scripts need the CPUs to themselves
@@ -102,7 +118,7 @@ pd_src=${PACKETDRILL_SRC:-"$repo/../shared/third_party/packetdrill"}
 pd_src=$(cd "$pd_src" && pwd -P)
 tcp_dir="$pd_src/gtests/net/tcp"      # the upstream scripts (read-only)
 own_dir="$repo/tests/packetdrill"
-expect_file=${EXPECTATIONS:-"$own_dir/expectations.txt"}
+expect_file=${EXPECTATIONS:-"$own_dir/$expect_name"}
 target_dir=${CARGO_TARGET_DIR:-"$repo/target"}
 mkdir -p "$target_dir"
 target_dir=$(cd "$target_dir" && pwd -P)
@@ -209,14 +225,14 @@ add_script() { # path
         *) kind=other; name=$path ;;
     esac
     case "$select:$kind" in upstream:own | upstream:other | own:upstream) return 0 ;; esac
-    if [ "$kind" = upstream ] && [[ "$name" == *v6.pkt ]]; then
-        echo "packetdrill.sh: skipping $name: an IPv6-only script (this runner runs the IPv4 variant)" >&2
+    if [ "$kind" = upstream ] && [[ "$name" == *"$skip_suffix" ]]; then
+        echo "packetdrill.sh: skipping $name: an IP${skip_suffix%.pkt}-only script (this is the $ipv run)" >&2
         return 0
     fi
     seen[$path]=1
     s_path+=("$path") s_kind+=("$kind") s_name+=("$name")
 }
-mapfile -t upstream_all < <(cd "$tcp_dir" && find . -name '*.pkt' ! -name '*v6.pkt' -type f | sed 's|^\./||' | LC_ALL=C sort)
+mapfile -t upstream_all < <(cd "$tcp_dir" && find . -name '*.pkt' ! -name "*$skip_suffix" -type f | sed 's|^\./||' | LC_ALL=C sort)
 own_all=()
 if [ -d "$own_dir" ]; then
     mapfile -t own_all < <(find "$own_dir" -name '*.pkt' -type f | LC_ALL=C sort)
@@ -297,19 +313,24 @@ if [ "$mode" = ustack ]; then
 fi
 
 # --- run ----------------------------------------------------------------------
-pd_args=(
-    --send_omit_free
-    # run_all.py's CmdTestIPv4, verbatim
-    --ip_version=ipv4
-    --local_ip=192.168.0.1
-    --gateway_ip=192.168.0.1
-    --netmask_ip=255.255.0.0
-    --remote_ip=192.0.2.1
-    -D TFO_COOKIE=3021b9d889017eeb
-    -D CODE=host_unreachable
-    -D CMSG_LEVEL_IP=SOL_IP
-    -D CMSG_TYPE_RECVERR=IP_RECVERR
-)
+pd_args=(--send_omit_free)
+case "$ipv" in
+    # run_all.py's CmdTestIPv4, CmdTestIPv6 and CmdTestIPv4Mappedv6, verbatim
+    ipv4) pd_args+=(--ip_version=ipv4 --local_ip=192.168.0.1 --gateway_ip=192.168.0.1
+        --netmask_ip=255.255.0.0 --remote_ip=192.0.2.1 -D TFO_COOKIE=3021b9d889017eeb
+        -D CODE=host_unreachable -D CMSG_LEVEL_IP=SOL_IP -D CMSG_TYPE_RECVERR=IP_RECVERR) ;;
+    ipv6) pd_args+=(--ip_version=ipv6 --mtu=1520 --local_ip=fd3d:0a0b:17d6::1
+        --gateway_ip=fd3d:0a0b:17d6:8888::1 --remote_ip=fd3d:fa7b:d17d::1
+        -D TFO_COOKIE=c1d1e9742a47a9bc -D CMSG_LEVEL_IP=SOL_IPV6 -D CMSG_TYPE_RECVERR=IPV6_RECVERR)
+        # The adapter's link: the local address with a prefix that holds
+        # the remote one (on-link, resolved by Neighbor Discovery), and
+        # the MTU of run_all.py's tun device.
+        [ "$mode" = kernel ] || pd_args+=("--so_flags=ip6=fd3d:a0b:17d6::1/16,mtu=1520") ;;
+    ipv4-mapped-ipv6) pd_args+=(--ip_version=ipv4-mapped-ipv6 --local_ip=192.168.0.1
+        --gateway_ip=192.168.0.1 --netmask_ip=255.255.0.0 --remote_ip=192.0.2.1
+        -D TFO_COOKIE=3021b9d889017eeb -D CODE=host_unreachable
+        -D CMSG_LEVEL_IP=SOL_IPV6 -D CMSG_TYPE_RECVERR=IPV6_RECVERR) ;;
+esac
 [ -z "$lib" ] || pd_args+=("--so_filename=$lib")
 # ustack mode also preloads the adapter: packetdrill reads TCP_INFO for its
 # `%{ python }%` blocks and closes every socket at the end with libc's
@@ -412,7 +433,7 @@ run_one() { # index
     say "$line"
 }
 
-echo "packetdrill.sh: $mode mode${cc:+ (congestion control $cc on every socket)}, ${#s_path[@]} scripts, -j $jobs, timeout ${timeout_s}s" >&2
+echo "packetdrill.sh: $mode mode, $ipv${cc:+ (congestion control $cc on every socket)}, ${#s_path[@]} scripts, -j $jobs, timeout ${timeout_s}s" >&2
 t0=${EPOCHREALTIME/./}
 running=0
 for i in "${!s_path[@]}"; do
@@ -466,7 +487,7 @@ if [ "$update" = 1 ]; then
             while IFS= read -r line || [ -n "$line" ]; do
                 if [[ "$line" =~ ^[[:space:]]*(#|$) ]]; then printf '%s\n' "$line"; continue; fi
                 read -r p st _ <<<"$line"
-                if [ ! -f "$tcp_dir/$p" ] || [[ "$p" == *v6.pkt ]] || [ -n "${written[$p]:-}" ]; then
+                if [ ! -f "$tcp_dir/$p" ] || [[ "$p" == *"$skip_suffix" ]] || [ -n "${written[$p]:-}" ]; then
                     echo "update: dropping '$line'" >&2
                     continue
                 fi

@@ -25,3 +25,6 @@ cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/ustack-test.log
 
 step "packetdrill (upstream scripts against ustack with expectations, and ours)"
 ./scripts/packetdrill.sh
+
+step "packetdrill over IPv6 (upstream scripts with expectations-ipv6.txt, and ours)"
+./scripts/packetdrill.sh --ip-version ipv6

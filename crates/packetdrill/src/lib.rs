@@ -38,7 +38,9 @@
 //! not in the interface): the preloaded adapter answers it for its own.
 //!
 //! `--so_flags` may give `ip=A.B.C.D/LEN` (default `192.168.0.1/16`, what
-//! packetdrill's IPv4 runs use as `--local_ip`) and `mtu=N` (1500).
+//! packetdrill's IPv4 runs use as `--local_ip`), `ip6=ADDR/LEN` (an IPv6
+//! address for `--ip_version=ipv6` runs, none by default; see [`ip6`])
+//! and `mtu=N` (1500).
 //!
 //! packetdrill's `%{ python }%` blocks read `TCP_INFO` with the libc
 //! `getsockopt` on the descriptor, outside the interface: when this library
@@ -62,6 +64,9 @@ use ustack_socket::sysctl::{self, Tunables};
 use ustack_socket::Host;
 use ustack_wire::ethernet::MacAddr;
 use ustack_wire::ipv4::Ipv4Cidr;
+use ustack_wire::ipv6::Ipv6Cidr;
+
+pub mod ip6;
 
 pub mod qdisc;
 
@@ -213,6 +218,7 @@ pub struct Flags {
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
     pub mtu: usize,
+    pub ip6: Option<Ipv6Cidr>,
 }
 
 impl Default for Flags {
@@ -221,6 +227,7 @@ impl Default for Flags {
             addr: Ipv4Addr::new(192, 168, 0, 1),
             prefix_len: 16,
             mtu: 1500,
+            ip6: None,
         }
     }
 }
@@ -240,6 +247,7 @@ pub fn parse_flags(s: &str) -> Result<Flags, String> {
                     .filter(|l| *l <= 32)
                     .ok_or_else(|| format!("bad prefix length in {w:?}"))?;
             }
+            Some(("ip6", v)) => f.ip6 = Some(ip6::parse_cidr6(v)?),
             Some(("mtu", v)) => {
                 f.mtu = v
                     .parse()
@@ -249,7 +257,7 @@ pub fn parse_flags(s: &str) -> Result<Flags, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown so_flags word {w:?} (known: ip=A.B.C.D/LEN, mtu=N)"
+                    "unknown so_flags word {w:?} (known: ip=A.B.C.D/LEN, ip6=ADDR/LEN, mtu=N)"
                 ))
             }
         }
@@ -301,6 +309,13 @@ pub fn new_host(flags: Flags) -> Host {
         seed: 0x7061_636b_6574,
     };
     let mut h = Host::new(cfg, Instant::from_micros(EPOCH_MICROS));
+    if let Some(c) = flags.ip6 {
+        // parse_cidr6 took only interface addresses, and a new host has
+        // room: this cannot fail.
+        if let Err(e) = h.add_ipv6_address(c) {
+            eprintln!("ustack-packetdrill: ip6={}: {e}", c.address);
+        }
+    }
     h.set_tunables(t);
     h.set_fd_base(FD_BASE);
     h
@@ -351,7 +366,7 @@ unsafe extern "C" fn pd_netdev_send(p: *mut c_void, buf: *const c_void, count: s
     // SAFETY: packetdrill passes `count` readable bytes.
     let ip = unsafe { std::slice::from_raw_parts(buf as *const u8, count) };
     let gso = GSO_SIZE.load(Ordering::Relaxed);
-    match gso_segments(ip, gso) {
+    match gso_segments(ip, gso).or_else(|| ip6::gso_segments(ip, gso)) {
         // A GSO packet (packetdrill's --mss): its wire segments, received
         // together, which the stack's GRO takes in as Linux takes the GSO
         // skb from its tun device, one segment of gso_size-sized pieces.
@@ -370,7 +385,11 @@ fn eth_frame(ip: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(ETH_HDR + ip.len());
     frame.extend_from_slice(&OUR_MAC);
     frame.extend_from_slice(&PEER_MAC);
-    frame.extend_from_slice(&0x0800u16.to_be_bytes());
+    let ethertype = match ip.first().map(|b| b >> 4) {
+        Some(6) => ip6::ETHERTYPE_IPV6,
+        _ => 0x0800,
+    };
+    frame.extend_from_slice(&ethertype.to_be_bytes());
     frame.extend_from_slice(ip);
     frame
 }
@@ -511,26 +530,37 @@ unsafe extern "C" fn pd_netdev_receive(
                 // The qdisc drops it.
                 continue;
             }
-            match frame.get(12..14) {
+            let deliver = match frame.get(12..14) {
                 Some([0x08, 0x06]) => {
                     if let Some(r) = arp_reply(&frame) {
                         h.link_input(&r);
                     }
+                    false
                 }
-                Some([0x08, 0x00]) => {
-                    let ip = &frame[ETH_HDR..];
-                    let n = ip.len().min(room);
-                    // SAFETY: buf holds `room` writable bytes; n <= room.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(ip.as_ptr(), buf as *mut u8, n);
-                        *count = n;
-                        *time = at.total_micros() as i64;
+                Some([0x08, 0x00]) => true,
+                // IPv6: Neighbor Solicitations answered here, link control
+                // kept from packetdrill (see ip6.rs).
+                Some([0x86, 0xdd]) => match ip6::neighbour_advert(&frame, PEER_MAC) {
+                    Some(r) => {
+                        h.link_input(&r);
+                        false
                     }
-                    drop(h);
-                    c.notify();
-                    return 0;
+                    None => !ip6::is_link_control(&frame[ETH_HDR..]),
+                },
+                _ => false,
+            };
+            if deliver {
+                let ip = &frame[ETH_HDR..];
+                let n = ip.len().min(room);
+                // SAFETY: buf holds `room` writable bytes; n <= room.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(ip.as_ptr(), buf as *mut u8, n);
+                    *count = n;
+                    *time = at.total_micros() as i64;
                 }
-                _ => {}
+                drop(h);
+                c.notify();
+                return 0;
             }
         }
         let next = h.next_timer();
@@ -844,6 +874,13 @@ mod tests {
         assert!(parse_flags("ip=10.1.2.300").is_err());
         assert!(parse_flags("mtu=10").is_err());
         assert!(parse_flags("bogus").is_err());
+        let f = parse_flags("ip6=fd3d:a0b:17d6::1/16,mtu=1520").unwrap();
+        assert_eq!(
+            f.ip6,
+            Some(ip6::parse_cidr6("fd3d:a0b:17d6::1/16").unwrap())
+        );
+        assert_eq!(f.mtu, 1520);
+        assert!(parse_flags("ip6=fd00::1/200").is_err());
     }
 
     /// An IPv4 TCP datagram from 192.0.2.1:8080 to 192.168.0.1:80.

@@ -39,7 +39,7 @@
 //! null required pointer is `EFAULT`, never a crash.
 
 use std::ffi::c_void;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
@@ -361,11 +361,44 @@ unsafe fn ctx<'a>(p: *mut c_void) -> SockResult<&'a Ctx> {
     unsafe { (p as *const Ctx).as_ref() }.ok_or(libc::EFAULT)
 }
 
+/// The smallest `sockaddr_in6` Linux takes (`SIN6_LEN_RFC2133`: without
+/// `sin6_scope_id`).
+const SIN6_LEN_RFC2133: usize = 24;
+
+/// The address a `bind`/`connect` on a socket of `family` passes, checked
+/// as Linux checks it: too short for the family's `sockaddr` is `EINVAL`,
+/// another family `EAFNOSUPPORT`.
+///
 /// # Safety
 /// `addr` points to `len` readable bytes (or is null).
-unsafe fn read_sockaddr(addr: *const sockaddr, len: socklen_t) -> SockResult<SocketAddrV4> {
+unsafe fn read_sockaddr(
+    addr: *const sockaddr,
+    len: socklen_t,
+    family: c_int,
+) -> SockResult<SocketAddr> {
     if addr.is_null() {
         return Err(libc::EFAULT);
+    }
+    if family == libc::AF_INET6 {
+        if (len as usize) < SIN6_LEN_RFC2133 {
+            return Err(libc::EINVAL);
+        }
+        let mut sin6 = zeroed_sin6();
+        let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_in6>());
+        // SAFETY: `addr` holds `len` >= n readable bytes; `sin6` has room
+        // for n (at most its size); the rest stays zero (the scope id).
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as *const u8, &mut sin6 as *mut _ as *mut u8, n)
+        };
+        if c_int::from(sin6.sin6_family) != libc::AF_INET6 {
+            return Err(libc::EAFNOSUPPORT);
+        }
+        return Ok(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+            u16::from_be(sin6.sin6_port),
+            u32::from_be(sin6.sin6_flowinfo),
+            sin6.sin6_scope_id,
+        )));
     }
     if (len as usize) < std::mem::size_of::<libc::sockaddr_in>() {
         return Err(libc::EINVAL);
@@ -375,33 +408,72 @@ unsafe fn read_sockaddr(addr: *const sockaddr, len: socklen_t) -> SockResult<Soc
     if c_int::from(sin.sin_family) != libc::AF_INET {
         return Err(libc::EAFNOSUPPORT);
     }
-    Ok(SocketAddrV4::new(
+    Ok(SocketAddr::V4(SocketAddrV4::new(
         Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
         u16::from_be(sin.sin_port),
-    ))
+    )))
+}
+
+/// An all-zero `sockaddr_in6`.
+fn zeroed_sin6() -> libc::sockaddr_in6 {
+    libc::sockaddr_in6 {
+        sin6_family: 0,
+        sin6_port: 0,
+        sin6_flowinfo: 0,
+        sin6_addr: libc::in6_addr { s6_addr: [0; 16] },
+        sin6_scope_id: 0,
+    }
+}
+
+/// Copy `sa` (`size` bytes) to the caller's buffer: at most `*len` bytes,
+/// and `*len` set to the full size, as the kernel does.
+///
+/// # Safety
+/// `addr`/`len` non-null and valid for writing (`*len` bytes at `addr`);
+/// `sa` points to `size` readable bytes.
+unsafe fn copy_out(sa: *const u8, size: usize, addr: *mut sockaddr, len: *mut socklen_t) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let n = (*len as usize).min(size);
+        std::ptr::copy_nonoverlapping(sa, addr as *mut u8, n);
+        *len = size as socklen_t;
+    }
 }
 
 /// # Safety
 /// `addr`/`len` null or valid for writing (`*len` bytes at `addr`).
-unsafe fn write_sockaddr(a: SocketAddrV4, addr: *mut sockaddr, len: *mut socklen_t) {
+unsafe fn write_sockaddr(a: SocketAddr, addr: *mut sockaddr, len: *mut socklen_t) {
     if addr.is_null() || len.is_null() {
         return;
     }
-    let sin = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let full = std::mem::size_of::<libc::sockaddr_in>();
-    // SAFETY: the caller's buffer holds *len bytes; we copy at most that and
-    // report the full length, as the kernel does.
-    unsafe {
-        let n = (*len as usize).min(full);
-        std::ptr::copy_nonoverlapping(&sin as *const _ as *const u8, addr as *mut u8, n);
-        *len = full as socklen_t;
+    match a {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let size = std::mem::size_of::<libc::sockaddr_in>();
+            // SAFETY: checked non-null above; the caller's buffer contract.
+            unsafe { copy_out(&sin as *const _ as *const u8, size, addr, len) };
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            let size = std::mem::size_of::<libc::sockaddr_in6>();
+            // SAFETY: checked non-null above; the caller's buffer contract.
+            unsafe { copy_out(&sin6 as *const _ as *const u8, size, addr, len) };
+        }
     }
 }
 
@@ -578,7 +650,7 @@ pub unsafe extern "C" fn ustack_bind(
             return Err(libc::EBADF);
         }
         // SAFETY: forwarded caller contract.
-        let a = unsafe { read_sockaddr(addr, len) }?;
+        let a = unsafe { read_sockaddr(addr, len, h.family(fd)?) }?;
         h.bind(fd, a).map(|()| 0)
     }))
 }
@@ -652,7 +724,7 @@ pub unsafe extern "C" fn ustack_connect(
                 return Err(libc::EBADF);
             }
             // SAFETY: forwarded caller contract.
-            let a = unsafe { read_sockaddr(addr, len) }?;
+            let a = unsafe { read_sockaddr(addr, len, h.family(fd)?) }?;
             let r = h.connect(fd, a);
             let blocking = h.is_blocking(fd);
             (r, blocking)
@@ -1438,7 +1510,7 @@ mod tests {
         let l = b
             .socket(libc::AF_INET, libc::SOCK_STREAM, 0)
             .expect("socket");
-        b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+        b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80).into())
             .expect("bind");
         b.listen(l, 5).expect("listen");
         let fd = c
@@ -1446,11 +1518,80 @@ mod tests {
             .socket(libc::AF_INET, libc::SOCK_STREAM, 0)
             .expect("socket");
         let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
-        assert_eq!(c.lock().connect(fd, peer), Err(libc::EINPROGRESS));
+        assert_eq!(c.lock().connect(fd, peer.into()), Err(libc::EINPROGRESS));
         pump(&c, &mut b);
         assert_eq!(c.lock().connect_done(fd), Ok(()));
         let (s, _) = b.accept(l, 0).expect("accept");
         (c, fd, b, s)
+    }
+
+    /// `bind`/`connect` check the address as Linux does for the socket's
+    /// family: too short for it is EINVAL, another family EAFNOSUPPORT;
+    /// a `sockaddr_in6` without its scope id (24 bytes) is taken.
+    #[test]
+    fn sockaddr_lengths_and_families_as_linux() {
+        let c = Ctx::new_virtual(host(1));
+        let p = &c as *const Ctx as *mut c_void;
+        let six = c
+            .lock()
+            .socket(libc::AF_INET6, libc::SOCK_STREAM, 0)
+            .expect("socket");
+        let four = c
+            .lock()
+            .socket(libc::AF_INET, libc::SOCK_STREAM, 0)
+            .expect("socket");
+        let mut sin6 = zeroed_sin6();
+        sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        sin6.sin6_port = 8080u16.to_be();
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 8080u16.to_be(),
+            sin_addr: libc::in_addr { s_addr: 0 },
+            sin_zero: [0; 8],
+        };
+        let a6 = &sin6 as *const _ as *const sockaddr;
+        let a4 = &sin as *const _ as *const sockaddr;
+        // SAFETY: __errno_location returns this thread's errno slot.
+        let errno = || unsafe { *libc::__errno_location() };
+        // SAFETY: the addresses point to live structs at least `len` long
+        // (sin6 is 28 bytes; 16 for sin).
+        unsafe {
+            assert_eq!(ustack_bind(p, six, a4, 16), -1);
+            assert_eq!(errno(), libc::EINVAL, "sockaddr_in on AF_INET6");
+            assert_eq!(ustack_bind(p, six, a6, 23), -1);
+            assert_eq!(errno(), libc::EINVAL, "shorter than SIN6_LEN_RFC2133");
+            let mut wrong = sin6;
+            wrong.sin6_family = libc::AF_INET as libc::sa_family_t;
+            assert_eq!(
+                ustack_bind(p, six, &wrong as *const _ as *const sockaddr, 28),
+                -1
+            );
+            assert_eq!(errno(), libc::EAFNOSUPPORT);
+            assert_eq!(ustack_bind(p, four, a6, 28), -1);
+            assert_eq!(errno(), libc::EAFNOSUPPORT, "sockaddr_in6 on AF_INET");
+            assert_eq!(ustack_connect(p, six, a4, 16), -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(ustack_bind(p, six, a6, 24), 0);
+            let mut out = zeroed_sin6();
+            let mut len = std::mem::size_of::<libc::sockaddr_in6>() as socklen_t;
+            let o = &mut out as *mut _ as *mut sockaddr;
+            assert_eq!(ustack_getsockname(p, six, o, &mut len), 0);
+            assert_eq!(len, 28);
+            assert_eq!(c_int::from(out.sin6_family), libc::AF_INET6);
+            assert_eq!(u16::from_be(out.sin6_port), 8080);
+            // A short buffer gets what fits and the full length.
+            let mut small = [0u8; 8];
+            let mut len = 8;
+            assert_eq!(
+                ustack_getsockname(p, six, small.as_mut_ptr() as *mut sockaddr, &mut len),
+                0
+            );
+            assert_eq!(len, 28);
+            assert_eq!(
+                u16::from_ne_bytes([small[0], small[1]]),
+                libc::AF_INET6 as u16
+            );
+        }
     }
 
     /// Wait until `c` has a blocked caller (spinning, not sleeping).

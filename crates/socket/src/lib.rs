@@ -20,8 +20,10 @@
 //!   The packetdrill adapter (`crates/packetdrill`) is built on it, and so
 //!   will be the `LD_PRELOAD` library.
 //!
-//! IPv4 TCP only for now: `socket(AF_INET6, ..)` is `EAFNOSUPPORT` and a
-//! datagram socket is `EPROTONOSUPPORT`.
+//! TCP over IPv4 (`AF_INET`) and IPv6 (`AF_INET6`, dual-stack as on Linux:
+//! an `AF_INET6` socket reaches IPv4 peers through IPv4-mapped addresses
+//! `::ffff:a.b.c.d` unless `IPV6_V6ONLY`); a datagram socket is
+//! `EPROTONOSUPPORT`.
 
 pub mod ffi;
 mod opts;
@@ -30,7 +32,7 @@ mod tcp_info;
 pub mod wmem;
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use ustack_core::tcp::{State, TcpConfig};
 
@@ -62,7 +64,7 @@ enum Entry {
 enum Tcp {
     /// Created, maybe bound; no engine object yet.
     Fresh {
-        bound: Option<SocketAddrV4>,
+        bound: Option<SocketAddr>,
     },
     Listen(TcpHandle),
     /// A connection, being opened (`connecting`) or open.
@@ -77,6 +79,11 @@ enum Tcp {
 
 struct Sock {
     tcp: Tcp,
+    /// An `AF_INET6` socket (addresses in and out are `sockaddr_in6`).
+    v6: bool,
+    /// `IPV6_V6ONLY` (an `AF_INET6` socket only; Linux's default
+    /// `net.ipv6.bindv6only` is 0).
+    v6only: bool,
     nonblock: bool,
     opts: SockOpts,
     /// `shutdown(SHUT_RD)`: reads return 0.
@@ -240,6 +247,17 @@ impl Host {
 
     pub fn stack(&self) -> &Stack {
         &self.stack
+    }
+
+    /// Give the host a static IPv6 address (and its on-link prefix), as
+    /// [`Stack::add_ipv6_address`].
+    pub fn add_ipv6_address(
+        &mut self,
+        cidr: ustack_wire::ipv6::Ipv6Cidr,
+    ) -> Result<(), ustack_core::Ipv6AddrError> {
+        let r = self.stack.add_ipv6_address(cidr);
+        self.flush();
+        r
     }
 
     pub fn now(&self) -> Instant {
@@ -438,7 +456,7 @@ impl Host {
 
     /// `socket(2)`.
     pub fn socket(&mut self, domain: i32, ty: i32, protocol: i32) -> SockResult<i32> {
-        if domain != libc::AF_INET {
+        if domain != libc::AF_INET && domain != libc::AF_INET6 {
             return Err(libc::EAFNOSUPPORT);
         }
         let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
@@ -454,6 +472,8 @@ impl Host {
         let sb = Box::new(SendBuf::new(opts.default_sndbuf, false));
         Ok(self.alloc(Entry::Sock(Sock {
             tcp: Tcp::Fresh { bound: None },
+            v6: domain == libc::AF_INET6,
+            v6only: false,
             nonblock: ty & libc::SOCK_NONBLOCK != 0,
             opts,
             rd_shut: false,
@@ -465,8 +485,16 @@ impl Host {
         })))
     }
 
-    /// Ports other descriptors hold (bound, listening or connected).
-    fn port_taken(&self, me: i32, port: u16, reuse: bool) -> bool {
+    /// Ports other descriptors hold (bound, listening or connected) that
+    /// a bind of `me` to `addr` would collide with: the same port in a
+    /// family both cover (see [`covers`]; Linux lets an IPv4 socket and a
+    /// v6only or IPv6-address-bound `AF_INET6` one share a port).
+    fn port_taken(&self, me: i32, addr: SocketAddr, reuse: bool) -> bool {
+        let Ok(my) = self.sock(me) else {
+            return false;
+        };
+        let mine = covers(my, addr);
+        let port = addr.port();
         self.fds.iter().enumerate().any(|(i, e)| {
             let fd = i as i32 + self.fd_base;
             let Some(Entry::Sock(s)) = e else {
@@ -475,36 +503,64 @@ impl Host {
             if fd == me {
                 return false;
             }
-            match s.tcp {
-                Tcp::Fresh { bound: Some(b) } => b.port() == port && !(reuse && s.opts.reuseaddr),
-                Tcp::Listen(h) => self
+            let local = match s.tcp {
+                Tcp::Fresh { bound: Some(b) } => Some(b),
+                Tcp::Listen(h) | Tcp::Conn { h, .. } => self
                     .stack
                     .tcp_status(h)
-                    .is_ok_and(|st| st.local.port() == port),
-                Tcp::Conn { h, .. } => {
-                    !(reuse && s.opts.reuseaddr)
-                        && self
-                            .stack
-                            .tcp_status(h)
-                            .is_ok_and(|st| st.local.port() == port)
-                }
-                _ => false,
-            }
+                    .ok()
+                    .map(|st| in_family(s.v6, st.local)),
+                _ => None,
+            };
+            let Some(local) = local else {
+                return false;
+            };
+            let theirs = covers(s, local);
+            let overlap = (mine.0 && theirs.0) || (mine.1 && theirs.1);
+            let reusable = reuse && s.opts.reuseaddr && !matches!(s.tcp, Tcp::Listen(_));
+            local.port() == port && overlap && !reusable
         })
     }
 
-    /// `bind(2)` to an IPv4 address.
-    pub fn bind(&mut self, fd: i32, addr: SocketAddrV4) -> SockResult<()> {
+    /// The socket's address family (`AF_INET` or `AF_INET6`).
+    pub fn family(&self, fd: i32) -> SockResult<i32> {
+        Ok(if self.sock(fd)?.v6 {
+            libc::AF_INET6
+        } else {
+            libc::AF_INET
+        })
+    }
+
+    /// `bind(2)`: an IPv4 address on an `AF_INET` socket, an IPv6 one
+    /// (maybe IPv4-mapped) on an `AF_INET6` socket (else `EAFNOSUPPORT`).
+    pub fn bind(&mut self, fd: i32, addr: SocketAddr) -> SockResult<()> {
         let me = self.stack.addr();
         let s = self.sock(fd)?;
         let reuse = s.opts.reuseaddr;
         let Tcp::Fresh { bound: None } = s.tcp else {
             return Err(libc::EINVAL);
         };
-        if !addr.ip().is_unspecified() && *addr.ip() != me {
+        let ours = match (s.v6, addr) {
+            (false, SocketAddr::V4(a)) => a.ip().is_unspecified() || *a.ip() == me,
+            (true, SocketAddr::V6(a)) => match a.ip().to_ipv4_mapped() {
+                // Linux: an IPv4-mapped address on a v6only socket is EINVAL.
+                Some(_) if s.v6only => return Err(libc::EINVAL),
+                Some(v4) => v4.is_unspecified() || v4 == me,
+                None => {
+                    a.ip().is_unspecified()
+                        || self
+                            .stack
+                            .ipv6_addresses()
+                            .iter()
+                            .any(|c| c.address == *a.ip())
+                }
+            },
+            _ => return Err(libc::EAFNOSUPPORT),
+        };
+        if !ours {
             return Err(libc::EADDRNOTAVAIL);
         }
-        if addr.port() != 0 && self.port_taken(fd, addr.port(), reuse) {
+        if addr.port() != 0 && self.port_taken(fd, addr, reuse) {
             return Err(libc::EADDRINUSE);
         }
         self.sock_mut(fd)?.tcp = Tcp::Fresh { bound: Some(addr) };
@@ -523,9 +579,14 @@ impl Host {
         match s.tcp {
             Tcp::Fresh { bound } => {
                 let cfg = self.conn_config(&s.opts);
-                let local = bound.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+                let (v6, v6only) = (s.v6, s.v6only);
                 self.stack.set_tcp_config(cfg);
-                let h = self.stack.tcp_listen(local, backlog).map_err(bind_errno)?;
+                let h = match bound.unwrap_or_else(|| unspecified(v6)) {
+                    SocketAddr::V4(l) => self.stack.tcp_listen(l, backlog),
+                    SocketAddr::V6(l) if v6only => self.stack.tcp_listen6_v6only(l, backlog),
+                    SocketAddr::V6(l) => self.stack.tcp_listen6(l, backlog),
+                }
+                .map_err(bind_errno)?;
                 self.by_handle.insert(h, fd);
                 self.sock_mut(fd)?.tcp = Tcp::Listen(h);
                 self.flush();
@@ -538,12 +599,13 @@ impl Host {
     }
 
     /// `accept(2)`: the new descriptor and the peer's address.
-    pub fn accept(&mut self, fd: i32, flags: i32) -> SockResult<(i32, SocketAddrV4)> {
+    pub fn accept(&mut self, fd: i32, flags: i32) -> SockResult<(i32, SocketAddr)> {
         let s = self.sock(fd)?;
         let Tcp::Listen(l) = s.tcp else {
             return Err(libc::EINVAL);
         };
         let opts = s.opts.clone();
+        let (v6, v6only) = (s.v6, s.v6only);
         // The child starts with the listener's buffer size and lock
         // (Linux copies `sk_sndbuf` and `sk_userlocks`).
         let sb = Box::new(SendBuf::new(s.sb.sndbuf, s.sb.locked));
@@ -553,13 +615,15 @@ impl Host {
         let peer = self
             .stack
             .tcp_status(h)
-            .map(|st| v4_of(st.remote))
+            .map(|st| in_family(v6, st.remote))
             .map_err(tcp_errno)?;
         let nfd = self.alloc(Entry::Sock(Sock {
             tcp: Tcp::Conn {
                 h,
                 connecting: false,
             },
+            v6,
+            v6only,
             nonblock: flags & libc::SOCK_NONBLOCK != 0,
             opts,
             rd_shut: false,
@@ -628,17 +692,39 @@ impl Host {
 
     /// `connect(2)`. `EINPROGRESS` when the handshake is under way (the
     /// caller of a blocking socket then waits with [`Host::connect_done`]).
-    pub fn connect(&mut self, fd: i32, remote: SocketAddrV4) -> SockResult<()> {
+    pub fn connect(&mut self, fd: i32, remote: SocketAddr) -> SockResult<()> {
         let s = self.sock(fd)?;
         match s.tcp {
             Tcp::Fresh { bound } => {
                 let cfg = self.conn_config(&s.opts);
-                self.stack.set_tcp_config(cfg);
+                let (v6, v6only) = (s.v6, s.v6only);
                 let now = self.now;
-                let h = self
-                    .stack
-                    .tcp_connect(now, remote, bound)
-                    .map_err(connect_errno)?;
+                let h = match (v6, remote, bound) {
+                    (false, SocketAddr::V4(r), None) => {
+                        self.stack.set_tcp_config(cfg);
+                        self.stack.tcp_connect(now, r, None)
+                    }
+                    (false, SocketAddr::V4(r), Some(SocketAddr::V4(b))) => {
+                        self.stack.set_tcp_config(cfg);
+                        self.stack.tcp_connect(now, r, Some(b))
+                    }
+                    (true, SocketAddr::V6(r), b) => {
+                        // Linux: an IPv4-mapped peer of a v6only socket
+                        // is unreachable.
+                        if v6only && r.ip().to_ipv4_mapped().is_some() {
+                            return Err(libc::ENETUNREACH);
+                        }
+                        let b = match b {
+                            None => None,
+                            Some(SocketAddr::V6(b)) => Some(b),
+                            Some(SocketAddr::V4(_)) => return Err(libc::EINVAL),
+                        };
+                        self.stack.set_tcp_config(cfg);
+                        self.stack.tcp_connect6(now, r, b)
+                    }
+                    _ => return Err(libc::EAFNOSUPPORT),
+                }
+                .map_err(connect_errno)?;
                 self.by_handle.insert(h, fd);
                 self.sock_mut(fd)?.tcp = Tcp::Conn {
                     h,
@@ -1090,27 +1176,29 @@ impl Host {
     }
 
     /// `getsockname(2)`.
-    pub fn local_addr(&self, fd: i32) -> SockResult<SocketAddrV4> {
-        match self.sock(fd)?.tcp {
-            Tcp::Fresh { bound } => {
-                Ok(bound.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))
-            }
+    pub fn local_addr(&self, fd: i32) -> SockResult<SocketAddr> {
+        let s = self.sock(fd)?;
+        let v6 = s.v6;
+        match s.tcp {
+            Tcp::Fresh { bound } => Ok(bound.unwrap_or_else(|| unspecified(v6))),
             Tcp::Listen(h) | Tcp::Conn { h, .. } => self
                 .stack
                 .tcp_status(h)
-                .map(|s| v4_of(s.local))
+                .map(|s| in_family(v6, s.local))
                 .map_err(tcp_errno),
-            Tcp::Failed => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            Tcp::Failed => Ok(unspecified(v6)),
         }
     }
 
     /// `getpeername(2)`.
-    pub fn peer_addr(&self, fd: i32) -> SockResult<SocketAddrV4> {
-        match self.sock(fd)?.tcp {
+    pub fn peer_addr(&self, fd: i32) -> SockResult<SocketAddr> {
+        let s = self.sock(fd)?;
+        let v6 = s.v6;
+        match s.tcp {
             Tcp::Conn { h, .. } => self
                 .stack
                 .tcp_status(h)
-                .map(|s| v4_of(s.remote))
+                .map(|s| in_family(v6, s.remote))
                 .map_err(tcp_errno),
             _ => Err(libc::ENOTCONN),
         }
@@ -1397,14 +1485,39 @@ impl Host {
 #[cfg(test)]
 mod tests;
 
-/// The IPv4 address of a socket this layer made (all IPv4): the engine
-/// reports addresses in either family.
-fn v4_of(a: std::net::SocketAddr) -> SocketAddrV4 {
-    match a {
-        std::net::SocketAddr::V4(a) => a,
-        std::net::SocketAddr::V6(a) => SocketAddrV4::new(
+/// An address as a socket of family `v6` (`AF_INET6`) or IPv4 sees it:
+/// the engine reports addresses in either family (an IPv4 peer of an
+/// IPv6 socket as IPv4-mapped).
+fn in_family(v6: bool, a: SocketAddr) -> SocketAddr {
+    match (v6, a) {
+        (false, SocketAddr::V4(_)) | (true, SocketAddr::V6(_)) => a,
+        (false, SocketAddr::V6(a)) => SocketAddr::V4(SocketAddrV4::new(
             a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
             a.port(),
-        ),
+        )),
+        (true, SocketAddr::V4(a)) => {
+            SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
+        }
+    }
+}
+
+/// Which families a socket bound to `local` takes traffic of: (IPv4,
+/// IPv6). An `AF_INET6` socket takes IPv4 too (IPv4-mapped) unless it is
+/// v6only or bound to an IPv6 address; bound to an IPv4-mapped address it
+/// takes IPv4 only.
+fn covers(s: &Sock, local: SocketAddr) -> (bool, bool) {
+    match local {
+        SocketAddr::V4(_) => (true, false),
+        SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_some() => (true, false),
+        SocketAddr::V6(a) => (!s.v6only && a.ip().is_unspecified(), true),
+    }
+}
+
+/// The unspecified address, port 0, of family `v6` or IPv4.
+fn unspecified(v6: bool) -> SocketAddr {
+    if v6 {
+        SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0))
+    } else {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
     }
 }

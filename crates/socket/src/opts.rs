@@ -174,8 +174,31 @@ pub(crate) fn setsockopt(
     val: &[u8],
 ) -> SockResult<()> {
     let s = host.sock_mut(fd)?;
+    // IPv6 options exist on `AF_INET6` sockets only (an `AF_INET` socket's
+    // `ip_setsockopt` knows no `SOL_IPV6`).
+    if level == libc::IPPROTO_IPV6 && !s.v6 {
+        return Err(libc::ENOPROTOOPT);
+    }
+    let fresh = matches!(s.tcp, Tcp::Fresh { bound: None });
     let o = &mut s.opts;
     match (level, name) {
+        (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => {
+            // Linux: an int, and only before the socket has a port.
+            let v = int(val)?;
+            if !fresh {
+                return Err(libc::EINVAL);
+            }
+            s.v6only = v != 0;
+        }
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_TCLASS
+            | libc::IPV6_UNICAST_HOPS
+            | libc::IPV6_RECVERR
+            | libc::IPV6_MTU_DISCOVER,
+        ) => {
+            int(val)?;
+        }
         (libc::SOL_SOCKET, libc::SO_REUSEADDR) => o.reuseaddr = int(val)? != 0,
         (libc::SOL_SOCKET, libc::SO_REUSEPORT) => {
             int(val)?;
@@ -312,7 +335,12 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
     let info = conn.and_then(|h| host.stack.tcp_info(h).ok());
     Ok(match (level, name) {
         (libc::SOL_SOCKET, libc::SO_TYPE) => int_bytes(libc::SOCK_STREAM.into()),
-        (libc::SOL_SOCKET, libc::SO_DOMAIN) => int_bytes(libc::AF_INET.into()),
+        (libc::SOL_SOCKET, libc::SO_DOMAIN) => {
+            int_bytes(if s.v6 { libc::AF_INET6 } else { libc::AF_INET }.into())
+        }
+        // An `AF_INET` socket's `ip_getsockopt` knows no `SOL_IPV6`.
+        (libc::IPPROTO_IPV6, _) if !s.v6 => return Err(libc::EOPNOTSUPP),
+        (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => int_bytes(s.v6only.into()),
         (libc::SOL_SOCKET, libc::SO_PROTOCOL) => int_bytes(libc::IPPROTO_TCP.into()),
         (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => {
             int_bytes(i64::from(matches!(s.tcp, Tcp::Listen(_))))

@@ -1,6 +1,6 @@
 //! Two hosts wired back to back: the socket calls against a real peer.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use ustack_core::time::{Duration, Instant};
 use ustack_core::{Config, Limits};
@@ -50,8 +50,8 @@ fn pump(a: &mut Host, b: &mut Host, ms: u64) {
     }
 }
 
-fn addr(n: u8, port: u16) -> SocketAddrV4 {
-    SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, n), port)
+fn addr(n: u8, port: u16) -> SocketAddr {
+    SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, n), port).into()
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn connect_accept_transfer_close() {
     let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
     assert_eq!(l, FIRST_FD);
     b.bind(l, addr(0, 80)).map_err(|_| ()).ok();
-    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80).into())
         .unwrap_or(());
     b.listen(l, 5).unwrap();
     assert_eq!(b.accept(l, 0).unwrap_err(), libc::EAGAIN);
@@ -85,7 +85,7 @@ fn connect_accept_transfer_close() {
         "listener readable with a connection queued"
     );
     let (s, peer) = b.accept(l, 0).unwrap();
-    assert_eq!(*peer.ip(), Ipv4Addr::new(10, 0, 0, 1));
+    assert_eq!(peer.ip(), Ipv4Addr::new(10, 0, 0, 1));
 
     assert_eq!(a.send(c, b"hello").unwrap(), 5);
     pump(&mut a, &mut b, 1);
@@ -161,7 +161,7 @@ fn options_round_trip_like_linux() {
     assert_eq!(info.len(), tcp_info::TCP_INFO_LEN);
     assert_eq!(info[0], 7, "TCP_CLOSE");
     assert_eq!(
-        a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0),
+        a.socket(libc::AF_PACKET, libc::SOCK_STREAM, 0),
         Err(libc::EAFNOSUPPORT)
     );
     assert_eq!(
@@ -178,7 +178,7 @@ fn options_round_trip_like_linux() {
 fn writes_follow_linux_send_buffer_accounting() {
     let (mut a, mut b) = (host(1), host(2));
     let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
-    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80).into())
         .unwrap();
     b.listen(l, 5).unwrap();
     let c = a
@@ -239,7 +239,7 @@ fn sendfile_sends_a_kernel_file() {
     let (a, mut b) = (host(1), host(2));
     let ctx = ffi::Ctx::new_virtual(a);
     let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
-    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80))
+    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80).into())
         .unwrap();
     b.listen(l, 5).unwrap();
     let c = {
@@ -313,4 +313,216 @@ fn sendfile_sends_a_kernel_file() {
     assert_eq!(unsafe { ffi::ustack_sendfile(p, c, -1, &mut off, 10) }, -1);
     // SAFETY: errno is thread-local.
     assert_eq!(unsafe { *libc::__errno_location() }, libc::EBADF);
+}
+
+fn v6(n: u16, port: u16) -> SocketAddr {
+    SocketAddrV6::new(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n), port, 0, 0).into()
+}
+
+fn mapped(n: u8, port: u16) -> SocketAddr {
+    SocketAddrV6::new(Ipv4Addr::new(10, 0, 0, n).to_ipv6_mapped(), port, 0, 0).into()
+}
+
+/// Two hosts with 10.0.0.n/24 and fd00::n/64.
+fn hosts6() -> (Host, Host) {
+    let (mut a, mut b) = (host(1), host(2));
+    for (h, n) in [(&mut a, 1), (&mut b, 2)] {
+        let cidr = ustack_wire::ipv6::Ipv6Cidr {
+            address: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n),
+            prefix_len: 64,
+        };
+        h.add_ipv6_address(cidr).unwrap();
+    }
+    (a, b)
+}
+
+/// A listener of `family` on port 80 of `b` (`v6only` set before bind).
+fn listener(b: &mut Host, family: i32, v6only: bool) -> i32 {
+    let l = b.socket(family, libc::SOCK_STREAM, 0).unwrap();
+    if v6only {
+        b.setsockopt(
+            l,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            &1i32.to_ne_bytes(),
+        )
+        .unwrap();
+    }
+    let any = if family == libc::AF_INET6 {
+        SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 80, 0, 0).into()
+    } else {
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80).into()
+    };
+    b.bind(l, any).unwrap();
+    b.listen(l, 5).unwrap();
+    l
+}
+
+#[test]
+fn ipv6_sockets_connect_accept_and_name_both_ends() {
+    let (mut a, mut b) = hosts6();
+    let l = listener(&mut b, libc::AF_INET6, false);
+    assert_eq!(
+        b.local_addr(l),
+        Ok(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 80, 0, 0).into())
+    );
+    let c = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.local_addr(c),
+        Ok(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0).into()),
+        "an unbound AF_INET6 socket names [::]:0"
+    );
+    assert_eq!(a.peer_addr(c), Err(libc::ENOTCONN));
+    assert_eq!(a.connect(c, v6(2, 80)), Err(libc::EINPROGRESS));
+    pump(&mut a, &mut b, 1);
+    assert_eq!(a.connect_done(c), Ok(()));
+    let (s, peer) = b.accept(l, 0).unwrap();
+    assert_eq!(peer.ip(), Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1));
+    assert_eq!(a.local_addr(c).unwrap().ip(), peer.ip());
+    assert_eq!(a.local_addr(c).unwrap().port(), peer.port());
+    assert_eq!(a.peer_addr(c), Ok(v6(2, 80)));
+    assert_eq!(b.local_addr(s), Ok(v6(2, 80)));
+    assert_eq!(b.peer_addr(s), Ok(peer));
+    assert_eq!(
+        b.getsockopt(s, libc::SOL_SOCKET, libc::SO_DOMAIN).unwrap(),
+        libc::AF_INET6.to_ne_bytes()
+    );
+    assert_eq!(a.send(c, b"six").unwrap(), 3);
+    pump(&mut a, &mut b, 1);
+    let mut buf = [0u8; 8];
+    assert_eq!(b.recv(s, &mut buf, false).unwrap(), 3);
+    assert_eq!(&buf[..3], b"six");
+    // An IPv4 address on an AF_INET6 socket, and the reverse.
+    let d = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.bind(d, addr(1, 0)), Err(libc::EAFNOSUPPORT));
+    let e = a.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.connect(e, v6(2, 80)), Err(libc::EAFNOSUPPORT));
+    // Not our address.
+    assert_eq!(a.bind(d, v6(7, 0)), Err(libc::EADDRNOTAVAIL));
+    assert_eq!(a.bind(d, v6(1, 0)), Ok(()));
+}
+
+#[test]
+fn ipv6_socket_reaches_ipv4_through_mapped_addresses() {
+    let (mut a, mut b) = hosts6();
+    // A dual-stack listener takes an IPv4 client, named IPv4-mapped.
+    let l = listener(&mut b, libc::AF_INET6, false);
+    let c = a.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.connect(c, addr(2, 80)), Err(libc::EINPROGRESS));
+    pump(&mut a, &mut b, 1);
+    assert_eq!(a.connect_done(c), Ok(()));
+    let (s, peer) = b.accept(l, 0).unwrap();
+    assert_eq!(peer.ip(), Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped());
+    assert_eq!(b.local_addr(s), Ok(mapped(2, 80)));
+    assert_eq!(a.local_addr(c).unwrap().port(), peer.port());
+
+    // An AF_INET6 client to an IPv4-mapped address runs over IPv4.
+    let l4 = {
+        let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+        b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 81).into())
+            .unwrap();
+        b.listen(l, 5).unwrap();
+        l
+    };
+    let d = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.connect(d, mapped(2, 81)), Err(libc::EINPROGRESS));
+    pump(&mut a, &mut b, 1);
+    assert_eq!(a.connect_done(d), Ok(()));
+    let (_, peer4) = b.accept(l4, 0).unwrap();
+    assert_eq!(peer4.ip(), Ipv4Addr::new(10, 0, 0, 1));
+    assert_eq!(a.peer_addr(d), Ok(mapped(2, 81)));
+    assert_eq!(a.local_addr(d), Ok(mapped(1, peer4.port())));
+}
+
+#[test]
+fn ipv6_v6only_as_linux() {
+    let (mut a, mut b) = hosts6();
+    let s = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    let get = |h: &mut Host, fd| h.getsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY);
+    assert_eq!(
+        get(&mut a, s),
+        Ok(0i32.to_ne_bytes().to_vec()),
+        "bindv6only=0"
+    );
+    let one = 1i32.to_ne_bytes();
+    assert_eq!(
+        a.setsockopt(s, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, &one[..2]),
+        Err(libc::EINVAL),
+        "an int"
+    );
+    a.setsockopt(s, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, &one)
+        .unwrap();
+    assert_eq!(get(&mut a, s), Ok(one.to_vec()));
+    assert_eq!(a.bind(s, mapped(1, 0)), Err(libc::EINVAL));
+    assert_eq!(a.connect(s, mapped(2, 80)), Err(libc::ENETUNREACH));
+    a.bind(s, v6(1, 0)).unwrap();
+    assert_eq!(
+        a.setsockopt(
+            s,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            &0i32.to_ne_bytes()
+        ),
+        Err(libc::EINVAL),
+        "not once bound"
+    );
+    // IPv6 options are not an AF_INET socket's.
+    let four = a.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.setsockopt(four, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, &one),
+        Err(libc::ENOPROTOOPT)
+    );
+    assert_eq!(get(&mut a, four), Err(libc::EOPNOTSUPP));
+    // The traffic class is taken (as Linux takes it) on an AF_INET6 one.
+    a.setsockopt(s, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &one)
+        .unwrap();
+
+    // A v6only listener refuses IPv4 clients.
+    let l = listener(&mut b, libc::AF_INET6, true);
+    let c = a.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.connect(c, addr(2, 80)), Err(libc::EINPROGRESS));
+    pump(&mut a, &mut b, 1);
+    assert_eq!(a.connect_done(c), Err(libc::ECONNREFUSED));
+    assert_eq!(b.accept(l, 0).unwrap_err(), libc::EAGAIN);
+}
+
+/// Port sharing across families as on Linux: `[::]:p` takes IPv4 too and
+/// so collides with `0.0.0.0:p`, unless it is v6only; an `AF_INET6`
+/// socket bound to an IPv6 address leaves IPv4 alone.
+#[test]
+fn ipv6_and_ipv4_share_a_port_only_when_linux_lets_them() {
+    let (mut a, _) = hosts6();
+    let any4 = SocketAddr::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80));
+    let any6 = SocketAddr::from(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 80, 0, 0));
+    let l6 = listener(&mut a, libc::AF_INET6, false);
+    let s4 = a.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.bind(s4, any4),
+        Err(libc::EADDRINUSE),
+        "dual-stack [::]:80"
+    );
+    a.close(l6).unwrap();
+    let l6 = listener(&mut a, libc::AF_INET6, true);
+    a.bind(s4, any4).unwrap();
+    a.listen(s4, 5).unwrap();
+    let t6 = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(a.bind(t6, any6), Err(libc::EADDRINUSE), "IPv6 against IPv6");
+    a.close(l6).unwrap();
+    assert_eq!(
+        a.bind(t6, any6),
+        Err(libc::EADDRINUSE),
+        "dual-stack against IPv4"
+    );
+    let u6 = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.bind(u6, v6(1, 80)),
+        Ok(()),
+        "an IPv6 address leaves IPv4 alone"
+    );
+    let m6 = a.socket(libc::AF_INET6, libc::SOCK_STREAM, 0).unwrap();
+    assert_eq!(
+        a.bind(m6, mapped(1, 80)),
+        Err(libc::EADDRINUSE),
+        "IPv4-mapped is IPv4"
+    );
 }
