@@ -3,7 +3,6 @@
 //! inputs (`ustack-relay`) and the IPC domains in shared memory
 //! (`ustack-ipc`).
 
-use std::net::Ipv4Addr;
 use std::os::unix::fs::FileExt;
 
 use ustack_ctl::proto::Request;
@@ -101,18 +100,19 @@ fn port_spec(s: &str) {
 
 /// `relay_config`: the relay's resolv.conf parser (`dns::first_nameserver`,
 /// which picks where guest DNS is forwarded) and its `-p` port-forward
-/// specs. The nameserver found is a non-zero IPv4 address written in the
-/// text, port 53; each of the first 8 lines that parses as a port spec round-trips.
+/// specs. The nameserver found is a usable IPv4 or IPv6 address written in
+/// the text, port 53; each of the first 8 lines that parses as a port spec round-trips.
 pub fn relay_config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     if let Some(ns) = first_nameserver(&text) {
         assert_eq!(ns.port(), 53);
-        assert_ne!(*ns.ip(), Ipv4Addr::UNSPECIFIED, "nameserver 0.0.0.0");
-        assert!(
-            text.contains(&ns.ip().to_string()),
-            "nameserver {} not in the text",
-            ns.ip()
-        );
+        assert!(!ns.ip().is_unspecified(), "nameserver {}", ns.ip());
+        assert!(!ns.ip().is_multicast(), "nameserver {}", ns.ip());
+        // Written in the text (IPv6 has several spellings of one address).
+        let written = text
+            .split(|c: char| c.is_whitespace() || c == '#' || c == ';')
+            .any(|w| w.parse::<std::net::IpAddr>().ok() == Some(ns.ip()));
+        assert!(written, "nameserver {} not in the text", ns.ip());
     }
     // A few lines: a refused spec costs a formatted error message (with
     // the spec escaped), most of an execution's time with 64 of them.
