@@ -12,22 +12,6 @@ use stack_util::*;
 use ustack_core::tcp::State;
 use ustack_core::time::Duration;
 use ustack_core::{BindError, TcpError, TcpHandle};
-use ustack_wire::ipv6::Ipv6Cidr;
-
-const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
-const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
-
-fn net6() -> Net {
-    let mut n = Net::new();
-    for (s, a) in [(&mut n.a, A6), (&mut n.b, B6)] {
-        s.add_ipv6_address(Ipv6Cidr {
-            address: a,
-            prefix_len: 64,
-        })
-        .unwrap();
-    }
-    n
-}
 
 fn any6(port: u16) -> SocketAddrV6 {
     SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)

@@ -30,9 +30,7 @@ const PEER_PORT: u16 = 40000;
 const PEER_ISS: u32 = 0xfff0_0000;
 /// Payload of a full segment with timestamps (MSS 1460 - 12).
 const FULL: usize = 1448;
-/// The peer's and B's IPv6 addresses (flows listed as IPv6 in a `Rig`).
-const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
-const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+// IPv6 flows in a `Rig` run between A6 (the peer) and B6 (stack_util).
 
 /// The byte at offset `i` of a flow's stream.
 fn byte(port: u16, i: usize) -> u8 {
@@ -1327,19 +1325,6 @@ proptest! {
 // ----------------------------------------------------------------------
 // IPv6 (the same rules, `ipv6_gro_receive`), and both versions together
 // ----------------------------------------------------------------------
-
-/// Two stacks with fd00::1/64 (A) and fd00::2/64 (B).
-fn net6() -> Net {
-    let mut n = Net::new();
-    for (s, a) in [(&mut n.a, A6), (&mut n.b, B6)] {
-        s.add_ipv6_address(Ipv6Cidr {
-            address: a,
-            prefix_len: 64,
-        })
-        .unwrap();
-    }
-    n
-}
 
 #[test]
 fn bulk_transfer_coalesces_and_delivers_every_byte_over_ipv6() {

@@ -17,30 +17,11 @@ use ustack_wire::icmpv6::{
     DstUnreachable, Icmpv6Packet, Icmpv6Repr, ParamProblem, TimeExceeded, ICMPV6_ERROR_MAX_LEN,
 };
 use ustack_wire::ip::IpProtocol;
-use ustack_wire::ipv6::{solicited_node, Ipv6Cidr, Ipv6Packet, Ipv6Repr};
+use ustack_wire::ipv6::{solicited_node, Ipv6Packet, Ipv6Repr};
 use ustack_wire::ipv6ext::Ipv6FragmentRepr;
 use ustack_wire::ndisc::{NdiscOption, NdiscOptions, NdiscRepr};
 use ustack_wire::tcp::TcpPacket;
 use ustack_wire::udp::{UdpPacket, UdpRepr};
-
-const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
-const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
-const PEER_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 9]);
-const PEER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 9);
-
-fn cidr(a: Ipv6Addr) -> Ipv6Cidr {
-    Ipv6Cidr {
-        address: a,
-        prefix_len: 64,
-    }
-}
-
-fn net6() -> Net {
-    let mut n = Net::new();
-    n.a.add_ipv6_address(cidr(A6)).unwrap();
-    n.b.add_ipv6_address(cidr(B6)).unwrap();
-    n
-}
 
 fn c(s: &Stack, group: &str, name: &str) -> u64 {
     counter(s, group, name)

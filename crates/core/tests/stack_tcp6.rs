@@ -16,30 +16,13 @@ use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::Ipv4Packet;
-use ustack_wire::ipv6::{Ipv6Cidr, Ipv6Packet, Ipv6Repr};
+use ustack_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use ustack_wire::tcp::{TcpPacket, TcpRepr};
 use ustack_wire::virtio_net::{Csum, Gso, VnetRepr};
-
-const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
-const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
-
-fn cidr(a: Ipv6Addr) -> Ipv6Cidr {
-    Ipv6Cidr {
-        address: a,
-        prefix_len: 64,
-    }
-}
 
 fn add6(n: &mut Net) {
     n.a.add_ipv6_address(cidr(A6)).unwrap();
     n.b.add_ipv6_address(cidr(B6)).unwrap();
-}
-
-/// Two stacks with fd00::1/64 (A) and fd00::2/64 (B).
-fn net6() -> Net {
-    let mut n = Net::new();
-    add6(&mut n);
-    n
 }
 
 fn any6(port: u16) -> SocketAddrV6 {

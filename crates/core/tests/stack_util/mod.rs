@@ -2,7 +2,7 @@
 //! `stack_*` integration tests).
 #![allow(dead_code)]
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ustack_core::tcp::TcpConfig;
 use ustack_core::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
 use ustack_wire::icmpv4::{DstUnreachable, Icmpv4Packet, Icmpv4Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv4::{Ipv4Cidr, Ipv4Packet, Ipv4Repr};
+use ustack_wire::ipv6::Ipv6Cidr;
 use ustack_wire::tcp::{TcpPacket, TcpRepr};
 
 pub const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -78,6 +79,30 @@ impl Router {
         let icmp = icmp_unreachable_to_a(&ip, DstUnreachable::FragRequired, mtu, quote);
         (false, Some(icmp))
     }
+}
+
+/// The IPv6 addresses of the two stacks of [`net6`] (fd00::/64), and a
+/// third host on that link that tests play by hand.
+pub const A6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+pub const B6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+pub const PEER6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 9);
+pub const PEER_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 9]);
+
+/// `a`/64.
+pub fn cidr(a: Ipv6Addr) -> Ipv6Cidr {
+    Ipv6Cidr {
+        address: a,
+        prefix_len: 64,
+    }
+}
+
+/// [`Net::new`] with fd00::1/64 on A and fd00::2/64 on B as well.
+pub fn net6() -> Net {
+    let mut n = Net::new();
+    for (s, a) in [(&mut n.a, A6), (&mut n.b, B6)] {
+        s.add_ipv6_address(cidr(a)).expect("add an IPv6 address");
+    }
+    n
 }
 
 pub struct Net {
