@@ -130,8 +130,9 @@ impl RouterConfig {
         Ok(())
     }
 
-    /// The prefix with its host bits cleared.
-    fn network(&self) -> Ipv6Addr {
+    /// The prefix with its host bits cleared (what the advertisement
+    /// carries).
+    pub fn network(&self) -> Ipv6Addr {
         let bits = u128::from(self.prefix);
         let mask = match self.prefix_len {
             0 => 0,

@@ -71,12 +71,9 @@ pub fn guest_services(
     mtu: usize,
 ) -> AddressServices {
     let router = on.ra.then(|| {
-        let bits = match v6.prefix_len.min(128) {
-            0 => 0,
-            n => u128::MAX << (128 - u32::from(n)),
-        };
-        let mut r = RouterConfig::new(Ipv6Addr::from(u128::from(v6.addr) & bits));
+        let mut r = RouterConfig::new(v6.addr);
         r.prefix_len = v6.prefix_len;
+        r.prefix = r.network();
         r.rdnss = vec![v6.dns];
         r.mtu = u32::try_from(mtu).ok().filter(|m| *m >= 1280);
         // Other configuration (DNS) by DHCPv6 too, for guests that ignore
