@@ -346,8 +346,18 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
             bail!("network namespace '{ns}' does not exist (create it with `ip netns add {ns}`)");
         }
     }
-    let mut tap = Tap::create_with(&name, !args.no_offload)
-        .with_context(|| format!("cannot create TAP device {name}"))?;
+    // A kernel that refuses the virtio-net header or the offloads: a plain
+    // TAP (segments cut and checksummed in software), as `attach` does.
+    let mut tap = match Tap::create_with(&name, !args.no_offload) {
+        Ok(tap) => tap,
+        Err(e) if !args.no_offload && e.kind() != io::ErrorKind::PermissionDenied => {
+            let tap = Tap::create_with(&name, false)
+                .with_context(|| format!("cannot create TAP device {name}"))?;
+            tracing::warn!("TAP {name}: {e}; running without offloads");
+            tap
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot create TAP device {name}")),
+    };
     let name = tap.name().to_string();
     tap.set_mtu(usize::from(args.mtu))
         .with_context(|| format!("cannot set the MTU of {name}"))?;

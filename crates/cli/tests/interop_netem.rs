@@ -174,6 +174,18 @@ fn hundred_megabytes_both_ways_impaired_with_and_without_offloads() {
             .join()
             .expect("echo client");
         eprintln!("light impairment {flags:?}: echo 100 MiB each way in {secs:.1} s");
+        // Offloads on: the impaired frames were 64 KB super-frames both
+        // ways; off: never.
+        let page = status_page(&ns);
+        let gso = (
+            counter_on(&page, "LinkOutGsoFrames"),
+            counter_on(&page, "LinkInGsoFrames"),
+        );
+        if flags.is_empty() {
+            assert!(gso.0 > 0 && gso.1 > 0, "no GSO frames: {page}");
+        } else {
+            assert_eq!(gso, (0, 0), "GSO frames with --no-offload: {page}");
+        }
         let err = srv.stop_clean();
         for dir in ["rx", "tx"] {
             let c = impair_counters(&err, dir);

@@ -159,20 +159,6 @@ fn echo_100mb_random_data() {
     srv.stop_clean();
 }
 
-/// The status page's counters (`curl http://ustack/`).
-fn status_page(ns: &NetNs) -> String {
-    let out = ns.sh(&format!("curl -s http://{USTACK_IP}/"));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A counter from the status page (only non-zero ones are listed: 0 if absent).
-fn counter_on(page: &str, name: &str) -> u64 {
-    page.lines()
-        .filter_map(|l| l.trim().strip_prefix(name))
-        .find_map(|rest| rest.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The same 100 MB transfers with the TAP opened without the virtio-net
 /// header: every frame one MTU, checksums computed in software both ways.
 #[test]

@@ -516,6 +516,12 @@ fn run_report_inner<G: GuestStack>(
     let tap = sandbox
         .take_tap()
         .ok_or_else(|| anyhow!("sandbox passed no TAP"))?;
+    if !args.relay.no_offload && !tap.offloads().vnet_hdr {
+        tracing::warn!(
+            "ustack run: the kernel refused the TAP's virtio-net header or offloads; \
+             running without them (segments cut and checksummed in software)"
+        );
+    }
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, args.mtu).context("ustack run: guest-side engine")?;
     // The control endpoint's file, made by the present user (root, or the

@@ -346,8 +346,15 @@ fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
         if let Err(e) = netif::set_up(ctl, &lo) {
             child_fail(sock, Stage::Loopback, &e);
         }
-        let tap = match netif::open_tap(&plan.tap_name, plan.offload) {
-            Ok(fd) => fd,
+        // With offloads, the virtio-net header; a kernel that refuses the
+        // header or the offloads gets a plain TAP instead ("r" tells ustack
+        // so: it then segments and checksums in software).
+        let (tap, hello): (RawFd, &[u8]) = match netif::open_tap(&plan.tap_name, plan.offload) {
+            Ok(fd) => (fd, if plan.offload { b"R" } else { b"r" }),
+            Err(_) if plan.offload => match netif::open_tap(&plan.tap_name, false) {
+                Ok(fd) => (fd, b"r"),
+                Err(e) => child_fail(sock, Stage::Tap, &e),
+            },
             Err(e) => child_fail(sock, Stage::Tap, &e),
         };
         if let Err(e) = netif::configure(ctl, &plan.tap_name, plan.addr, plan.netmask, plan.mtu)
@@ -383,7 +390,7 @@ fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
                 let _ = netif::wait_address6_usable(addr6, 300, 10);
             }
         }
-        if let Err(e) = sys::send_msg_fd(sock, b"R", Some(tap)) {
+        if let Err(e) = sys::send_msg_fd(sock, hello, Some(tap)) {
             child_fail(sock, Stage::Send, &e);
         }
         // The command must not hold the TAP: only ustack does.
@@ -746,6 +753,11 @@ impl Sandbox {
         match (buf.get(..n), fd) {
             (Some(b"R"), Some(fd)) => {
                 sb.tap = Some(TapFd::new(fd, &cfg.tap_name, cfg.mtu, cfg.offload)?);
+            }
+            // The kernel refused the header or the offloads (or none were
+            // asked for): the TAP's `offloads()` say so.
+            (Some(b"r"), Some(fd)) => {
+                sb.tap = Some(TapFd::new(fd, &cfg.tap_name, cfg.mtu, false)?);
             }
             (Some(msg), _) => return Err(decode_failure(msg)),
             (None, _) => return Err(io::Error::other("short message from sandbox child")),

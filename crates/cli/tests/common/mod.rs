@@ -454,3 +454,17 @@ pub fn assert_impaired(stderr: &str) {
         "nothing duplicated: {rx:?} {tx:?}"
     );
 }
+
+/// `serve`'s status page with its counters (`curl http://ustack/`).
+pub fn status_page(ns: &NetNs) -> String {
+    let out = ns.sh(&format!("curl -s --max-time 30 http://{USTACK_IP}/"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A counter from the status page (only non-zero ones are listed: 0 if absent).
+pub fn counter_on(page: &str, name: &str) -> u64 {
+    page.lines()
+        .filter_map(|l| l.trim().strip_prefix(name))
+        .find_map(|rest| rest.trim().parse().ok())
+        .unwrap_or(0)
+}
