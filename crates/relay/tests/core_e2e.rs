@@ -76,7 +76,10 @@ fn download(len: usize, flags: &[&str]) -> RunReport {
 /// segment fits a frame anyway.
 #[test]
 fn hundred_megabytes_both_ways_with_and_without_offloads() {
-    for flags in [&["--mtu", "1500"][..], &["--mtu", "1500", "--no-offload"][..]] {
+    for flags in [
+        &["--mtu", "1500"][..],
+        &["--mtu", "1500", "--no-offload"][..],
+    ] {
         let down = download(100 << 20, flags);
         let up = upload(100 << 20, flags);
         // With offloads the data crosses the TAP in 64 KB super-frames both

@@ -912,6 +912,10 @@ const HOSTILE_CLASSES: &[&str] = &[
     "udp6",
     "held6_zero_window",
     "held6_mss",
+    "dhcp_bad",
+    "dhcp_discarded",
+    "dhcp6_bad",
+    "dhcp6_discarded",
 ];
 
 /// Relay counters the hostile guest must move.
@@ -979,9 +983,19 @@ const ENGINE_MUST_MOVE: &[&str] = &[
     "Icmp6InRedirects",
     "Udp6InErrors",
     "Udp6InCsumErrors",
+    // Datagrams to the gateway's own address on a port it does not serve.
+    "Udp6NoPorts",
     // Neighbor Discovery with hop limit below 255, a group as target, a
     // DAD probe with a link-layer option, an unknown code, Solicited to a
     // group; an advertisement of the gateway's own address.
     "NdiscInvalid",
     "NdiscConflicts",
+    // The address services: unparseable DHCP messages and DHCPv6 ones
+    // (short, an option past the end, a relay message), and parsed ones
+    // not served (a BOOTREPLY, a relayed request, no message type; a
+    // Solicit from port 0).
+    "DhcpInErrors",
+    "DhcpInDiscards",
+    "Dhcp6InErrors",
+    "Dhcp6InDiscards",
 ];

@@ -421,6 +421,41 @@ def ndp(n):
     send_frame(eth6(ipv6(NH_ICMP6, rd, src=ll, hlim=255)), "ndp_forged")
 
 
+# --- DHCP garbage for the relay's DHCPv4 and DHCPv6 servers -----------------
+DHCP_MAGIC = bytes.fromhex("63825363")
+DHCP6_GROUP = socket.inet_pton(socket.AF_INET6, "ff02::1:2")
+BCAST = socket.inet_aton("255.255.255.255")
+
+
+def bootp(op, msg_type, giaddr=b"\0\0\0\0"):
+    """A BOOTP message from this guest's MAC with a DHCP message type."""
+    h = struct.pack("!BBBBIHH4s4s4s4s16s64s128s", op, 1, 6, 0, rnd.getrandbits(32), 0,
+                    0x8000, b"\0" * 4, b"\0" * 4, b"\0" * 4, giaddr,
+                    MY_MAC + bytes(10), bytes(64), bytes(128))
+    return h + DHCP_MAGIC + bytes([53, 1, msg_type, 255])
+
+
+def dhcp_garbage():
+    r = rnd.randrange
+    bc = lambda data: eth(ipv4(17, udp_seg(68, 67, data, dst=BCAST), dst=BCAST), dst=b"\xff" * 6)
+    # Unparseable: random bytes shorter than a BOOTP header, or a header
+    # whose options run past the datagram.
+    send_frame(bc(rnd.randbytes(r(1, 236))), "dhcp_bad")
+    send_frame(bc(bootp(1, 1)[:-1] + bytes([12, 40])), "dhcp_bad")
+    # Parsed but not served: a BOOTREPLY, a relayed request, an unknown type.
+    send_frame(bc(bootp(2, 2)), "dhcp_discarded")
+    send_frame(bc(bootp(1, 1, giaddr=socket.inet_aton("10.9.9.9"))), "dhcp_discarded")
+    send_frame(bc(bootp(1, 0)), "dhcp_discarded")
+    d6 = lambda sport, data: eth6(ipv6(NH_UDP, udp6_seg(sport, 547, data, dst=DHCP6_GROUP), dst=DHCP6_GROUP),
+                                  dst=mcast_mac(DHCP6_GROUP))
+    # DHCPv6: shorter than the header, an option past the end, a relay
+    # message (not served); then a well-formed Solicit from port 0.
+    send_frame(d6(546, rnd.randbytes(r(1, 4))), "dhcp6_bad")
+    send_frame(d6(546, bytes([1]) + rnd.randbytes(3) + struct.pack("!HH", 1, 200)), "dhcp6_bad")
+    send_frame(d6(546, bytes([12, 0]) + rnd.randbytes(32)), "dhcp6_bad")
+    send_frame(d6(0, bytes([1]) + rnd.randbytes(3)), "dhcp6_discarded")
+
+
 def icmp6_errors(n):
     """ICMPv6 errors quoting flows that do not exist (or garbage), and
     malformed ones."""
@@ -558,6 +593,7 @@ while True:
         syn_to(rnd.choice(closed + [tarpit, blaster]), opts=MSS1)
     udp_flood(64)
     icmp_flood(16)
+    dhcp_garbage()
     garbage6()
     ext_chains()
     fragments6()
