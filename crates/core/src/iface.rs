@@ -214,6 +214,10 @@ pub(crate) struct Iface {
     pub onlink6: Vec<(Ipv6Cidr, Option<Instant>)>,
     /// The link MTU a Router Advertisement set for IPv6 (RFC 4861 4.6.4).
     pub ra_mtu6: Option<usize>,
+    /// Destinations that valid Redirects sent to a better first hop (RFC
+    /// 4861 8.3: the Destination Cache's redirected entries); bounded,
+    /// kept by `ip6_host.rs`.
+    pub redirects6: Vec<Redirect6>,
     /// Transparent mode (see `transparent.rs`): every unicast destination
     /// is on-link.
     pub transparent: bool,
@@ -231,6 +235,19 @@ pub(crate) struct Iface {
     pub(crate) frag6_key: KeyedState,
     /// Datagrams fragmented so far (hashed with the addresses).
     frag6_seq: u64,
+}
+
+/// A destination a Redirect sent elsewhere (RFC 4861 8.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Redirect6 {
+    /// The ICMP Destination Address.
+    pub dst: Ipv6Addr,
+    /// The ICMP Target Address: the new first hop.
+    pub next_hop: Ipv6Addr,
+    /// The router that sent the Redirect: the entry goes with it.
+    pub router: Ipv6Addr,
+    /// When the entry expires unless a new Redirect renews it.
+    pub until: Instant,
 }
 
 impl Iface {
@@ -261,6 +278,7 @@ impl Iface {
             routers6: Vec::new(),
             onlink6: Vec::new(),
             ra_mtu6: None,
+            redirects6: Vec::new(),
             transparent: false,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             frame_len: 0,
@@ -875,6 +893,11 @@ impl Iface {
         }
         if self.onlink6.iter().any(|(p, _)| p.contains(dst)) {
             return Some(NextHop6::Neighbour(dst));
+        }
+        // RFC 4861 8.3: a redirected destination goes to the first hop the
+        // Redirect named (a better router, or the destination itself).
+        if let Some(r) = self.redirects6.iter().find(|r| r.dst == dst) {
+            return Some(NextHop6::Neighbour(r.next_hop));
         }
         self.routers6.first().map(|&(r, _)| NextHop6::Neighbour(r))
     }

@@ -477,8 +477,10 @@ impl Stack {
                 self.receive_ra(now, ip, nd);
                 return;
             }
-            // Redirects are not acted on (no route is ever taken from one).
-            NdiscRepr::Redirect { .. } => return,
+            NdiscRepr::Redirect { .. } => {
+                self.receive_redirect(now, ip, nd);
+                return;
+            }
             _ => {}
         }
         let ndc = &mut self.counters.nd;

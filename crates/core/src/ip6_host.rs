@@ -24,7 +24,7 @@ use ustack_wire::ipv6::{solicited_node, Ipv6Cidr, Ipv6Repr};
 use ustack_wire::mld::{max_resp_delay_ms, record_type, MldRepr, ALL_MLDV2_ROUTERS};
 use ustack_wire::ndisc::{NdiscOption, NdiscOptions, NdiscRepr, PrefixInfo};
 
-use crate::iface::{ipv6_multicast_mac, is_link_local6, link_local, Ip6Out};
+use crate::iface::{ipv6_multicast_mac, is_link_local6, link_local, Ip6Out, NextHop6, Redirect6};
 use crate::ip6::MAX_IPV6_ADDRESSES;
 use crate::stack::Stack;
 use crate::time::{Duration, Instant};
@@ -39,6 +39,15 @@ const RTR_SOLICITATION_INTERVAL: Duration = Duration::from_secs(4);
 const TWO_HOURS: u64 = 2 * 3600;
 /// Default routers and on-link prefixes kept from advertisements.
 const MAX_ROUTERS: usize = 8;
+/// Redirected destinations kept at most (a router that redirects every
+/// destination it sees cannot grow the cache without bound); the entry
+/// nearest its end makes room.
+const MAX_REDIRECTS: usize = 64;
+/// How long a redirected destination is kept unless renewed (Linux keeps a
+/// redirect's cached route until it goes unused for `gc_timeout`; a fixed
+/// life is simpler and as safe: an expired entry only means the default
+/// router again, which redirects again).
+const REDIRECT_LIFETIME: Duration = Duration::from_secs(600);
 const MAX_PREFIXES: usize = 16;
 
 /// How the stack behaves as an IPv6 host (see the module text). The
@@ -470,6 +479,11 @@ impl Stack {
             }
         }
         self.iface.routers6.retain(|&(_, until)| until > now);
+        // A redirected destination goes with the router that redirected it.
+        let routers = &self.iface.routers6;
+        self.iface
+            .redirects6
+            .retain(|r| r.until > now && routers.iter().any(|&(x, _)| x == r.router));
         self.iface
             .onlink6
             .retain(|&(_, until)| until.is_none_or(|u| u > now));
@@ -521,6 +535,7 @@ impl Stack {
             .rs_next
             .filter(|_| h.cfg.accept_ra && !h.ra_seen && !ll_tentative);
         let routers = self.iface.routers6.iter().map(|&(_, u)| u).min();
+        let redirects = self.iface.redirects6.iter().map(|r| r.until).min();
         let prefixes = self.iface.onlink6.iter().filter_map(|&(_, u)| u).min();
         let slaac = h.slaac.iter().filter_map(|s| s.valid_until).min();
         let deprecate = h
@@ -534,6 +549,7 @@ impl Stack {
             dad,
             rs,
             routers,
+            redirects,
             prefixes,
             slaac,
             deprecate,
@@ -624,6 +640,94 @@ impl Stack {
                 self.ra_slaac(now, &p);
             }
         }
+    }
+
+    /// RFC 4861 8.1 and 8.3: a valid Redirect from the router we use for a
+    /// destination sends that destination's packets to the Target Address
+    /// instead (a better router, or the destination itself, on-link). Only
+    /// a host acts on one: a router (Linux with `forwarding`, ustack as the
+    /// gateway of `run`) never has a first-hop router for the destination,
+    /// so no Redirect passes the check below. The caller checked the hop
+    /// limit (255) and that the packet was not fragmented.
+    pub(crate) fn receive_redirect(&mut self, now: Instant, ip: &Ipv6Repr, nd: &NdiscRepr<'_>) {
+        let NdiscRepr::Redirect {
+            target,
+            dest,
+            options,
+        } = *nd
+        else {
+            return;
+        };
+        // 8.1: "IP Source Address is a link-local address", "The ICMP
+        // Destination Address field in the redirect message does not contain
+        // a multicast address", "The ICMP Target Address is either a
+        // link-local address (when redirected to a router) or the same as
+        // the ICMP Destination Address (when redirected to the on-link
+        // destination)".
+        if !is_link_local6(ip.src)
+            || dest.is_multicast()
+            || dest.is_unspecified()
+            || !(is_link_local6(target) || target == dest)
+            || target.is_multicast()
+        {
+            self.counters.nd.ArpInvalid += 1;
+            return;
+        }
+        // "The IP source address of the Redirect is the same as the current
+        // first-hop router for the specified ICMP Destination Address": the
+        // default router, or the router an earlier Redirect named.
+        let first_hop = match self.iface.route6(dest) {
+            Some(NextHop6::Neighbour(h)) if h != dest => Some(h),
+            _ => None,
+        };
+        if first_hop != Some(ip.src) || self.iface.has_addr6(target) {
+            return;
+        }
+        // 8.3: "If the redirect contains a Target Link-Layer Address option,
+        // the host either creates or updates the Neighbor Cache entry for the
+        // target ... its reachability state MUST be set to STALE".
+        if let Some(mac) = options
+            .target_ll_addr()
+            .and_then(NdiscOption::mac)
+            .filter(|m| m.is_unicast())
+        {
+            let ndc = &mut self.counters.nd;
+            if let Some(q) = self
+                .iface
+                .nd
+                .learn_nd(now, target, mac, true, false, true, ndc)
+            {
+                let txq = &mut self.txq;
+                self.iface
+                    .flush_queue(q, mac, &mut self.counters.link, &mut |f| txq.push(now, f));
+            }
+        }
+        // The entry goes with the default router behind it: the one that
+        // sent this Redirect, or the one behind the entry it replaces.
+        let router = self
+            .iface
+            .redirects6
+            .iter()
+            .find(|r| r.dst == dest)
+            .map_or(ip.src, |r| r.router);
+        let entry = Redirect6 {
+            dst: dest,
+            next_hop: target,
+            router,
+            until: now + REDIRECT_LIFETIME,
+        };
+        let cache = &mut self.iface.redirects6;
+        if let Some(e) = cache.iter_mut().find(|r| r.dst == dest) {
+            *e = entry;
+            return;
+        }
+        if cache.len() >= MAX_REDIRECTS {
+            // (The first of equals: the oldest, as the order is kept.)
+            if let Some(i) = (0..cache.len()).min_by_key(|&i| cache[i].until) {
+                cache.remove(i);
+            }
+        }
+        cache.push(entry);
     }
 
     /// RFC 4861 6.3.4: an on-link prefix is added, refreshed, or removed

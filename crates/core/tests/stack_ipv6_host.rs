@@ -730,3 +730,182 @@ fn a_deprecated_slaac_address_is_no_longer_chosen_as_source() {
     assert!(s.ipv6_address_deprecated(t, SLAAC_B));
     assert!(s.ipv6_addresses().iter().any(|c| c.address == SLAAC_B));
 }
+
+/// A Redirect from `src` (hop limit `hop_limit`) to B's SLAAC address:
+/// packets for `dest` should go to `target`, whose MAC is `tll`.
+fn redirect_from(
+    src: Ipv6Addr,
+    hop_limit: u8,
+    target: Ipv6Addr,
+    dest: Ipv6Addr,
+    tll: Option<MacAddr>,
+) -> Vec<u8> {
+    let mut opts = vec![0u8; 8];
+    let n = match tll {
+        Some(m) => NdiscOption::TargetLinkLayerAddr(&m.0)
+            .emit(&mut opts)
+            .unwrap(),
+        None => 0,
+    };
+    let repr = Icmpv6Repr::Ndisc(NdiscRepr::Redirect {
+        target,
+        dest,
+        options: NdiscOptions::new_checked(&opts[..n]).unwrap(),
+    });
+    let mut b = vec![0u8; repr.buffer_len()];
+    repr.emit(&src, &SLAAC_B, &mut Icmpv6Packet::new_unchecked(&mut b[..]));
+    frame_from(ROUTER_MAC, src, SLAAC_B, IpProtocol::ICMPV6, hop_limit, &b)
+}
+
+/// Where B's datagram to `dst` goes: (Ethernet destination, IP
+/// destination), or the neighbour solicitation's target.
+fn first_hop(s: &mut Stack, now: Instant, dst: Ipv6Addr) -> (MacAddr, Ipv6Addr) {
+    let h = s
+        .udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0))
+        .unwrap();
+    s.udp6_send_to(now, h, b"x", SocketAddrV6::new(dst, 9, 0, 0))
+        .unwrap();
+    let out = poll(s, now);
+    s.udp6_close(h);
+    let (mac, ip, p) = out.first().expect("a frame").clone();
+    match icmp_of(&ip, &p) {
+        Some(Icmpv6Repr::Ndisc(NdiscRepr::NeighborSolicit { target, .. })) => (mac, target),
+        _ => (mac, ip.dst),
+    }
+}
+
+const FAR: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 1);
+const FAR2: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 2);
+const ROUTER2_LL: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2);
+const ROUTER2_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xfd]);
+const FAR2_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xfc]);
+
+#[test]
+fn a_redirect_from_the_first_hop_router_sends_the_destination_elsewhere() {
+    let (mut s, now) = configured_b();
+    assert_eq!(first_hop(&mut s, now, FAR), (ROUTER_MAC, FAR));
+    // RFC 4861 8.3: to a better router (a link-local target), whose MAC the
+    // Redirect carries; other destinations keep the default router.
+    let _ = receive(
+        &mut s,
+        now,
+        &redirect_from(ROUTER_LL, 255, ROUTER2_LL, FAR, Some(ROUTER2_MAC)),
+    );
+    assert_eq!(c(&s, "Icmp6", "InRedirects"), 1);
+    assert_eq!(first_hop(&mut s, now, FAR), (ROUTER2_MAC, FAR));
+    assert_eq!(first_hop(&mut s, now, FAR2), (ROUTER_MAC, FAR2));
+    // To the destination itself (target = destination: on-link).
+    let _ = receive(
+        &mut s,
+        now,
+        &redirect_from(ROUTER_LL, 255, FAR2, FAR2, Some(FAR2_MAC)),
+    );
+    assert_eq!(first_hop(&mut s, now, FAR2), (FAR2_MAC, FAR2));
+    // Without a target link-layer address: the target is solicited first.
+    let far3 = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 3);
+    let _ = receive(
+        &mut s,
+        now,
+        &redirect_from(ROUTER_LL, 255, far3, far3, None),
+    );
+    let (mac, target) = first_hop(&mut s, now, far3);
+    assert_eq!(target, far3, "a solicitation for the redirected target");
+    assert_eq!(mac, MacAddr([0x33, 0x33, 0xff, 0, 0, 3]));
+    assert_eq!(c(&s, "Ndisc", "Invalid"), 0);
+    // The entries last 10 minutes (FAR2's had no renewal), then the default
+    // router is the first hop again.
+    let before = now + Duration::from_secs(599);
+    let _ = run_to(&mut s, before);
+    let (mac, hop) = first_hop(&mut s, before, FAR);
+    assert!(
+        mac == ROUTER2_MAC || hop == ROUTER2_LL,
+        "still redirected at 599 s: {mac:?} {hop}"
+    );
+    let later = now + Duration::from_secs(600);
+    let _ = run_to(&mut s, later);
+    // (A new advertisement refreshes the router's neighbour entry, stale by
+    // now, so that the frames below go out at once.)
+    let _ = receive(&mut s, later, &ra(1800, 3600, 1800, None));
+    assert_eq!(first_hop(&mut s, later, FAR), (ROUTER_MAC, FAR));
+    assert_eq!(first_hop(&mut s, later, FAR2), (ROUTER_MAC, FAR2));
+}
+
+#[test]
+fn redirects_go_with_their_router_and_the_cache_is_bounded() {
+    let (mut s, now) = configured_b();
+    // 100 destinations redirected: at most 64 kept, the oldest go first.
+    let dest = |i: u16| Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, i + 1);
+    for i in 0..100 {
+        let _ = receive(
+            &mut s,
+            now,
+            &redirect_from(ROUTER_LL, 255, ROUTER2_LL, dest(i), Some(ROUTER2_MAC)),
+        );
+    }
+    assert_eq!(first_hop(&mut s, now, dest(99)), (ROUTER2_MAC, dest(99)));
+    assert_eq!(first_hop(&mut s, now, dest(36)), (ROUTER2_MAC, dest(36)));
+    assert_eq!(first_hop(&mut s, now, dest(35)), (ROUTER_MAC, dest(35)));
+    assert_eq!(first_hop(&mut s, now, dest(0)), (ROUTER_MAC, dest(0)));
+    // The router withdraws: its redirects go with it.
+    let _ = receive(&mut s, now, &ra(0, 3600, 1800, None));
+    let _ = poll(&mut s, now);
+    let h = s
+        .udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0))
+        .unwrap();
+    assert_eq!(
+        s.udp6_send_to(now, h, b"x", SocketAddrV6::new(dest(99), 9, 0, 0)),
+        Err(UdpError::NoRoute)
+    );
+}
+
+#[test]
+fn invalid_or_foreign_redirects_change_nothing() {
+    let (mut s, now) = configured_b();
+    let tll = Some(ROUTER2_MAC);
+    let global = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+    let group = Ipv6Addr::new(0xff0e, 0, 0, 0, 0, 0, 0, 1);
+    // RFC 4861 8.1, each counted invalid: not from a link-local source; a
+    // hop limit below 255 (forwarded: from off the link); a multicast
+    // destination; a global target that is not the destination.
+    for f in [
+        redirect_from(global, 255, ROUTER2_LL, FAR, tll),
+        redirect_from(ROUTER_LL, 64, ROUTER2_LL, FAR, tll),
+        redirect_from(ROUTER_LL, 255, ROUTER2_LL, group, tll),
+        redirect_from(ROUTER_LL, 255, FAR2, FAR, tll),
+    ] {
+        let _ = receive(&mut s, now, &f);
+    }
+    assert_eq!(c(&s, "Ndisc", "Invalid"), 4);
+    // Valid, but not from our first hop for the destination: ignored.
+    let _ = receive(
+        &mut s,
+        now,
+        &redirect_from(ROUTER2_LL, 255, ROUTER2_LL, FAR, tll),
+    );
+    // For an on-link destination (its first hop is itself).
+    let near = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x42);
+    let _ = receive(
+        &mut s,
+        now,
+        &redirect_from(ROUTER_LL, 255, ROUTER2_LL, near, tll),
+    );
+    assert_eq!(c(&s, "Icmp6", "InRedirects"), 6);
+    assert_eq!(first_hop(&mut s, now, FAR), (ROUTER_MAC, FAR));
+    assert_eq!(first_hop(&mut s, now, near).1, near);
+    // A stack that is no host (the default: a router, as `run`'s gateway)
+    // has no first-hop router: a Redirect changes nothing.
+    let mut r = new_b(now);
+    let _ = poll(&mut r, now);
+    let _ = receive(
+        &mut r,
+        now,
+        &redirect_from(ROUTER_LL, 255, ROUTER2_LL, FAR, tll),
+    );
+    let h = r
+        .udp6_bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0))
+        .unwrap();
+    assert_eq!(
+        r.udp6_send_to(now, h, b"x", SocketAddrV6::new(FAR, 9, 0, 0)),
+        Err(UdpError::NoRoute)
+    );
+}
