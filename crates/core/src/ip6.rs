@@ -164,8 +164,15 @@ impl Stack {
             c.InMcastPkts += 1;
         }
         if !self.iface.accepts6(ip.dst) && !crate::addr_services::accepts6(&self.services, ip.dst) {
-            // RFC 8200 / RFC 4291: not ours and we do not forward.
-            c.InAddrErrors += 1;
+            // RFC 8200 / RFC 4291: not ours and we do not forward. A group
+            // we have not joined is dropped silently, as Linux does
+            // (`ip6_mc_input`: counted in InMcastPkts only): on a TAP every
+            // neighbour's MLD reports, solicitations and the like reach us,
+            // which a NIC's multicast filter would have kept away, and are
+            // no error.
+            if !ip.dst.is_multicast() {
+                c.InAddrErrors += 1;
+            }
             return;
         }
         // RFC 4291 2.7: "Multicast addresses must not be used as source

@@ -961,7 +961,8 @@ const ENGINE_MUST_MOVE: &[&str] = &[
     "Ip6InHdrErrors",
     // Payload length past the frame; an extension header past the packet.
     "Ip6InTruncatedPkts",
-    // A group we are not in as destination; a group or ::1 as source.
+    // A group or ::1 as source (a group we are not in as destination is
+    // dropped silently, as Linux does).
     "Ip6InAddrErrors",
     "Ip6InUnknownProtos",
     // Overlapping fragments, too many per datagram, the memory limit.
