@@ -657,8 +657,9 @@ pub struct CaptureArgs {
     #[arg(short = 'B', value_name = "KIB", default_value_t = 8192,
           value_parser = clap::value_parser!(u64).range(64..=262_144))]
     pub buffer_kib: u64,
-    /// Filter: `host ADDR`, `port N`, `tcp`, `udp`, `icmp`, `arp`, joined by
-    /// `and` (all must hold).
+    /// Filter, as tcpdump's words: `host ADDR` (IPv4 or IPv6), `port N`,
+    /// `tcp`, `udp`, `icmp` (ICMPv4), `icmp6`, `arp`, `ip` (IPv4 only),
+    /// `ip6` (IPv6 only), joined by `and` (all must hold).
     #[arg(value_name = "FILTER", trailing_var_arg = true)]
     pub filter: Vec<String>,
 }
@@ -669,21 +670,38 @@ fn parse_capture_filter(words: &[String]) -> Result<ustack_ctl::CaptureSpec> {
     while let Some(w) = it.next() {
         match w {
             "and" | "&&" => {}
-            "tcp" | "udp" | "icmp" | "arp" => {
+            "tcp" | "udp" | "icmp" | "icmp6" | "arp" => {
                 if f.proto.replace(w.to_string()).is_some() {
                     bail!("capture filter: one protocol at most");
                 }
             }
+            "ip" | "ip6" => {
+                if f.family.replace(w.to_string()).is_some() {
+                    bail!("capture filter: ip or ip6, not both");
+                }
+            }
             "host" => {
-                let v = it.next().ok_or_else(|| anyhow!("capture filter: host needs an address"))?;
-                f.host = Some(v.parse().map_err(|_| anyhow!("capture filter: bad address {v:?}"))?);
+                let v = it
+                    .next()
+                    .ok_or_else(|| anyhow!("capture filter: host needs an address"))?;
+                let a = v.trim_start_matches('[').trim_end_matches(']');
+                f.host = Some(
+                    a.parse()
+                        .map_err(|_| anyhow!("capture filter: bad address {v:?}"))?,
+                );
             }
             "port" => {
-                let v = it.next().ok_or_else(|| anyhow!("capture filter: port needs a number"))?;
-                f.port = Some(v.parse().map_err(|_| anyhow!("capture filter: bad port {v:?}"))?);
+                let v = it
+                    .next()
+                    .ok_or_else(|| anyhow!("capture filter: port needs a number"))?;
+                f.port = Some(
+                    v.parse()
+                        .map_err(|_| anyhow!("capture filter: bad port {v:?}"))?,
+                );
             }
             _ => bail!(
-                "capture filter: unknown word {w:?} (use host ADDR, port N, tcp, udp, icmp, arp, and)"
+                "capture filter: unknown word {w:?} \
+                 (use host ADDR, port N, tcp, udp, icmp, icmp6, arp, ip, ip6, and)"
             ),
         }
     }
@@ -722,6 +740,37 @@ fn frame_line(ts_s: u32, ts_us: u32, frame: &[u8], len: u32) -> String {
                 }
                 (1, _) => format!("{t} IP {src} > {dst}: ICMP, ip length {total}"),
                 (p, _) => format!("{t} IP {src} > {dst}: proto {p}, ip length {total}"),
+            }
+        }
+        Some(0x86dd) if ip.len() >= 40 => {
+            let addr = |o: usize| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&ip[o..o + 16]);
+                std::net::Ipv6Addr::from(a)
+            };
+            let (src, dst) = (addr(8), addr(24));
+            let plen = u16::from_be_bytes([ip[4], ip[5]]);
+            // The upper layer when no extension header comes first.
+            let ports = ip.get(40..44).map(|p| {
+                (
+                    u16::from_be_bytes([p[0], p[1]]),
+                    u16::from_be_bytes([p[2], p[3]]),
+                )
+            });
+            match (ip[6], ports) {
+                (6, Some((a, b))) => {
+                    format!("{t} IP6 {src}.{a} > {dst}.{b}: tcp, payload length {plen}")
+                }
+                (17, Some((a, b))) => {
+                    format!("{t} IP6 {src}.{a} > {dst}.{b}: udp, payload length {plen}")
+                }
+                (58, _) => {
+                    let kind = ip.get(40).map_or(0, |k| *k);
+                    format!("{t} IP6 {src} > {dst}: ICMP6 type {kind}, payload length {plen}")
+                }
+                (nh, _) => {
+                    format!("{t} IP6 {src} > {dst}: next header {nh}, payload length {plen}")
+                }
             }
         }
         _ => format!("{t} ethertype {:#06x}, length {len}", et.unwrap_or(0)),
@@ -971,12 +1020,33 @@ mod tests {
         let f = parse_capture_filter(&w("tcp and port 80 and host 10.0.0.1")).expect("ok");
         assert_eq!(f.proto.as_deref(), Some("tcp"));
         assert_eq!(f.port, Some(80));
-        assert_eq!(f.host, Some(std::net::Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(f.host, Some(std::net::Ipv4Addr::new(10, 0, 0, 1).into()));
+        let f = parse_capture_filter(&w("ip6 and host [fd77::2] and icmp6")).expect("ok");
+        assert_eq!(f.family.as_deref(), Some("ip6"));
+        assert_eq!(f.proto.as_deref(), Some("icmp6"));
+        assert_eq!(f.host, Some("fd77::2".parse().expect("addr")));
+        assert!(parse_capture_filter(&w("ip ip6")).is_err());
         assert!(parse_capture_filter(&w("port")).is_err());
         assert!(parse_capture_filter(&w("host nonsense")).is_err());
         assert!(parse_capture_filter(&w("tcp udp")).is_err());
         assert!(parse_capture_filter(&w("vlan 3")).is_err());
         assert!(frame_line(0, 0, &[0u8; 3], 3).contains("ethertype"));
+        let mut f6 = vec![0u8; 14 + 40 + 20];
+        f6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f6[14] = 0x60;
+        f6[18..20].copy_from_slice(&20u16.to_be_bytes());
+        f6[20] = 6;
+        f6[37] = 1;
+        f6[53] = 2;
+        f6[54..56].copy_from_slice(&40000u16.to_be_bytes());
+        f6[56..58].copy_from_slice(&80u16.to_be_bytes());
+        assert_eq!(
+            frame_line(0, 0, &f6, 74),
+            "00:00:00.000000 IP6 ::1.40000 > ::2.80: tcp, payload length 20"
+        );
+        for n in 0..f6.len() {
+            let _ = frame_line(0, 0, &f6[..n], n as u32);
+        }
     }
 
     #[test]

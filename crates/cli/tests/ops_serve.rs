@@ -744,6 +744,49 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     );
     assert!(!text.contains("ICMP"), "{text}");
 
+    // The same over IPv6 (tcpdump's `ip6`): the filter sees TCP behind an
+    // IPv6 header, and IPv4 traffic does not pass.
+    let file6 = dir.join("c6.pcap").to_string_lossy().to_string();
+    let mut cap6 = ChildGuard {
+        child: Command::new(BIN)
+            .args(["capture", "--stack", &name, "-c", "6", "-w", &file6])
+            .args(["ip6", "and", "tcp", "and", "port", "80"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack capture"),
+    };
+    let mut err6 = cap6.child.stderr.take().expect("stderr");
+    err6.read_exact(&mut banner).expect("capture banner");
+    assert_eq!(&banner, b"ustack capture: listen");
+    fetch(&ns, 1000);
+    let out = ns.sh("curl -6 -g -s -o /dev/null --max-time 20 'http://[fd77::2]/bytes/100000'");
+    assert!(out.status.success(), "curl -6");
+    let t0 = std::time::Instant::now();
+    while cap6.child.try_wait().expect("wait").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the IPv6 capture did not stop after -c 6"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let td = Command::new("tcpdump")
+        .args(["-nr", &file6])
+        .output()
+        .expect("run tcpdump");
+    let text = String::from_utf8_lossy(&td.stdout);
+    assert_eq!(text.lines().count(), 6, "{text}");
+    assert!(
+        text.lines().all(|l| l.contains(" IP6 ")),
+        "an IPv4 frame passed `ip6`: {text}"
+    );
+    assert!(
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .contains("> fd77::2.80: Flags [S]"),
+        "the first frame is not the SYN to [fd77::2]:80: {text}"
+    );
+
     // A reader that stops reading (its stdout pipe is full and nobody reads
     // it) with a small buffer: the stack drops frames and a transfer runs on.
     let mut stalled = ChildGuard {

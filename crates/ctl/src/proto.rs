@@ -51,10 +51,14 @@ pub enum Request {
 /// Which frames to capture (all given conditions hold).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CaptureSpec {
-    pub host: Option<std::net::Ipv4Addr>,
+    /// An IPv4 or IPv6 address.
+    pub host: Option<std::net::IpAddr>,
     pub port: Option<u16>,
-    /// `tcp`, `udp`, `icmp` or `arp`.
+    /// `tcp`, `udp`, `icmp`, `icmp6` or `arp`.
     pub proto: Option<String>,
+    /// `ip` or `ip6`.
+    #[serde(default)]
+    pub family: Option<String>,
 }
 
 /// A stack's answer.

@@ -20,7 +20,9 @@ use ustack_ipc::{Domain, DomainConfig, Error as IpcError, Message, MsgKind, ANY}
 
 use crate::proto::{CounterEntry, Request, Response, StackInfo};
 use crate::{sysctl, Provider, DOMAIN_PREFIX};
-use ustack_net::dev::live::{CaptureFilter, CaptureProto, RingMemory, MIN_RING, RING_HEADER};
+use ustack_net::dev::live::{
+    CaptureFamily, CaptureFilter, CaptureProto, RingMemory, MIN_RING, RING_HEADER,
+};
 
 pub(crate) const MT_REQUEST: u16 = 1;
 pub(crate) const MT_OK: u16 = 2;
@@ -398,13 +400,25 @@ fn capture(
                 Some("tcp") => Some(CaptureProto::Tcp),
                 Some("udp") => Some(CaptureProto::Udp),
                 Some("icmp") => Some(CaptureProto::Icmp),
+                Some("icmp6") => Some(CaptureProto::Icmp6),
                 Some("arp") => Some(CaptureProto::Arp),
-                Some(o) => return err(format!("unknown protocol {o:?} (tcp, udp, icmp, arp)")),
+                Some(o) => {
+                    return err(format!(
+                        "unknown protocol {o:?} (tcp, udp, icmp, icmp6, arp)"
+                    ))
+                }
+            };
+            let family = match filter.family.as_deref() {
+                None => None,
+                Some("ip") => Some(CaptureFamily::Ip),
+                Some("ip6") => Some(CaptureFamily::Ip6),
+                Some(o) => return err(format!("unknown address family {o:?} (ip, ip6)")),
             };
             let f = CaptureFilter {
                 host: filter.host,
                 port: filter.port,
                 proto,
+                family,
             };
             let q = (*queue_bytes).clamp(MIN_RING as u64, MAX_RING) as usize;
             let buf = match dom.alloc(RING_HEADER + q) {

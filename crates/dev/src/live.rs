@@ -10,31 +10,49 @@
 
 use std::cell::UnsafeCell;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::{Device, FrameBatch, VNET_HDR_LEN};
 
-/// Which frames a capture keeps (all given conditions must hold).
+/// Which frames a capture keeps (all given conditions must hold), with
+/// tcpdump's meaning of each word.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CaptureFilter {
-    /// Source or destination IPv4 address (ARP: sender or target).
-    pub host: Option<Ipv4Addr>,
-    /// TCP or UDP source or destination port.
+    /// Source or destination address, IPv4 or IPv6 (ARP: sender or target
+    /// IPv4 address).
+    pub host: Option<IpAddr>,
+    /// TCP or UDP source or destination port (over either IP version).
     pub port: Option<u16>,
-    /// `tcp`, `udp`, `icmp` or `arp`.
+    /// `tcp`, `udp`, `icmp`, `icmp6` or `arp`.
     pub proto: Option<CaptureProto>,
+    /// `ip` (IPv4 only) or `ip6` (IPv6 only).
+    pub family: Option<CaptureFamily>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureProto {
     Tcp,
     Udp,
+    /// ICMP over IPv4 (tcpdump's `icmp`).
     Icmp,
+    /// ICMPv6 (tcpdump's `icmp6`).
+    Icmp6,
     Arp,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureFamily {
+    /// tcpdump's `ip`: IPv4 frames.
+    Ip,
+    /// tcpdump's `ip6`: IPv6 frames.
+    Ip6,
+}
+
+/// Extension headers walked at most to find an IPv6 packet's upper layer.
+const MAX_EXT_HEADERS: usize = 8;
 
 impl CaptureFilter {
     /// Does the Ethernet frame `f` pass?
@@ -47,17 +65,23 @@ impl CaptureFilter {
         };
         match et {
             0x0806 => {
-                if matches!(self.proto, Some(p) if p != CaptureProto::Arp) || self.port.is_some() {
+                if matches!(self.proto, Some(p) if p != CaptureProto::Arp)
+                    || self.port.is_some()
+                    || self.family.is_some()
+                {
                     return false;
                 }
                 let ip = |o: usize| {
                     f.get(o..o + 4)
-                        .map(|b| Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+                        .map(|b| IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])))
                 };
                 self.host
                     .is_none_or(|h| ip(14 + 14) == Some(h) || ip(14 + 24) == Some(h))
             }
             0x0800 => {
+                if self.family == Some(CaptureFamily::Ip6) {
+                    return false;
+                }
                 let Some(ip) = f.get(14..) else {
                     return false;
                 };
@@ -65,40 +89,101 @@ impl CaptureFilter {
                     return false;
                 }
                 let ihl = usize::from(ip[0] & 0x0f) * 4;
-                let proto = ip[9];
-                let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-                let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-                if self.host.is_some_and(|h| h != src && h != dst) {
+                let src = IpAddr::V4(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]));
+                let dst = IpAddr::V4(Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
+                // Ports only in a first (or only) fragment.
+                let first = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
+                self.upper(src, dst, ip[9], first.then_some(ihl), ip, 1)
+            }
+            0x86dd => {
+                if self.family == Some(CaptureFamily::Ip) {
                     return false;
                 }
-                let want = match self.proto {
-                    Some(CaptureProto::Tcp) => Some(6),
-                    Some(CaptureProto::Udp) => Some(17),
-                    Some(CaptureProto::Icmp) => Some(1),
-                    Some(CaptureProto::Arp) => return false,
-                    None => None,
+                let Some(ip) = f.get(14..) else {
+                    return false;
                 };
-                if want.is_some_and(|w| w != proto) {
+                if ip.len() < 40 {
                     return false;
                 }
-                match self.port {
-                    None => true,
-                    Some(p) => {
-                        // Ports only in a first (or only) fragment of TCP or UDP.
-                        let frag_off = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff;
-                        if !(proto == 6 || proto == 17) || frag_off != 0 {
-                            return false;
+                let addr = |o: usize| {
+                    let mut a = [0u8; 16];
+                    a.copy_from_slice(&ip[o..o + 16]);
+                    IpAddr::V6(Ipv6Addr::from(a))
+                };
+                let (src, dst) = (addr(8), addr(24));
+                // The upper layer behind the extension headers (RFC 8200
+                // 4.1's order), if it is within reach: Hop-by-Hop, Routing,
+                // Destination Options, and a Fragment header whose offset
+                // is 0 (a later fragment has no ports).
+                let (mut nh, mut at, mut first) = (ip[6], 40usize, true);
+                for _ in 0..MAX_EXT_HEADERS {
+                    match nh {
+                        0 | 43 | 60 => {
+                            let Some(h) = ip.get(at..at + 2) else {
+                                return false;
+                            };
+                            nh = h[0];
+                            at += (usize::from(h[1]) + 1) * 8;
                         }
-                        let port = |o: usize| {
-                            ip.get(ihl + o..ihl + o + 2)
-                                .map(|b| u16::from_be_bytes([b[0], b[1]]))
-                        };
-                        port(0) == Some(p) || port(2) == Some(p)
+                        44 => {
+                            let Some(h) = ip.get(at..at + 4) else {
+                                return false;
+                            };
+                            nh = h[0];
+                            first &= u16::from_be_bytes([h[2], h[3]]) & 0xfff8 == 0;
+                            at += 8;
+                        }
+                        _ => break,
                     }
                 }
+                self.upper(src, dst, nh, first.then_some(at), ip, 6)
             }
-            _ => self.host.is_none() && self.port.is_none() && self.proto.is_none(),
+            _ => {
+                self.host.is_none()
+                    && self.port.is_none()
+                    && self.proto.is_none()
+                    && self.family.is_none()
+            }
         }
+    }
+
+    /// The address, protocol and port conditions for an IP packet `ip`
+    /// (version `v`) from `src` to `dst` whose upper layer is `proto`,
+    /// starting at `l4` (None: not in this packet, a later fragment).
+    fn upper(
+        &self,
+        src: IpAddr,
+        dst: IpAddr,
+        proto: u8,
+        l4: Option<usize>,
+        ip: &[u8],
+        v: u8,
+    ) -> bool {
+        if self.host.is_some_and(|h| h != src && h != dst) {
+            return false;
+        }
+        let want = match (self.proto, v) {
+            (Some(CaptureProto::Tcp), _) => Some(6),
+            (Some(CaptureProto::Udp), _) => Some(17),
+            (Some(CaptureProto::Icmp), 1) => Some(1),
+            (Some(CaptureProto::Icmp6), 6) => Some(58),
+            (Some(_), _) => return false,
+            (None, _) => None,
+        };
+        if want.is_some_and(|w| w != proto) {
+            return false;
+        }
+        let Some(p) = self.port else {
+            return true;
+        };
+        let Some(at) = l4.filter(|_| proto == 6 || proto == 17) else {
+            return false;
+        };
+        let port = |o: usize| {
+            ip.get(at + o..at + o + 2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]))
+        };
+        port(0) == Some(p) || port(2) == Some(p)
     }
 }
 
@@ -758,7 +843,7 @@ mod tests {
         };
         assert!(!other.matches(&f));
         let host = CaptureFilter {
-            host: Some(Ipv4Addr::new(10, 0, 0, 2)),
+            host: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))),
             proto: Some(CaptureProto::Tcp),
             ..Default::default()
         };
@@ -773,6 +858,88 @@ mod tests {
             let _ = port.matches(&f[..n]);
             assert!(!host.matches(&f[..n.min(33)]));
         }
+    }
+
+    /// A TCP/IPv6 frame, behind `ext` (extension headers, the first
+    /// byte of each its next header, already chained to TCP).
+    fn tcp6_frame(src: Ipv6Addr, dst: Ipv6Addr, first_nh: u8, ext: &[u8], dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 40];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        f[20] = first_nh;
+        f[22..38].copy_from_slice(&src.octets());
+        f[38..54].copy_from_slice(&dst.octets());
+        f.extend_from_slice(ext);
+        let mut tcp = [0u8; 20];
+        tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&tcp);
+        f
+    }
+
+    #[test]
+    fn filters_see_ipv6_through_its_extension_headers() {
+        let (a, b) = ("fd77::1".parse().unwrap(), "fd77::2".parse().unwrap());
+        // Hop-by-Hop (8 bytes) then a Fragment header at offset 0, then TCP.
+        let mut ext = vec![44, 0, 1, 4, 0, 0, 0, 0];
+        ext.extend_from_slice(&[6, 0, 0, 0, 0, 0, 0, 7]);
+        let plain = tcp6_frame(a, b, 6, &[], 80);
+        let behind = tcp6_frame(a, b, 0, &ext, 80);
+        let port = CaptureFilter {
+            port: Some(80),
+            ..Default::default()
+        };
+        let host6 = CaptureFilter {
+            host: Some(IpAddr::V6(b)),
+            proto: Some(CaptureProto::Tcp),
+            family: Some(CaptureFamily::Ip6),
+            ..Default::default()
+        };
+        for f in [&plain, &behind] {
+            assert!(port.matches(f));
+            assert!(host6.matches(f));
+        }
+        // A later fragment carries no ports.
+        let mut later = ext.clone();
+        later[10..12].copy_from_slice(&0x0100u16.to_be_bytes());
+        assert!(!port.matches(&tcp6_frame(a, b, 0, &later, 80)));
+        // tcpdump's words: `ip` is IPv4 only, `icmp` ICMPv4 only, an IPv4
+        // host never matches IPv6 and the reverse.
+        let ip4 = CaptureFilter {
+            family: Some(CaptureFamily::Ip),
+            ..Default::default()
+        };
+        let icmp = CaptureFilter {
+            proto: Some(CaptureProto::Icmp),
+            ..Default::default()
+        };
+        let host4 = CaptureFilter {
+            host: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))),
+            ..Default::default()
+        };
+        for f in [&ip4, &icmp, &host4] {
+            assert!(!f.matches(&plain), "{f:?}");
+        }
+        let v4 = tcp_frame([10, 0, 0, 1], [10, 0, 0, 2], 40000, 80);
+        assert!(ip4.matches(&v4) && host4.matches(&v4) && !host6.matches(&v4));
+        let icmp6 = CaptureFilter {
+            proto: Some(CaptureProto::Icmp6),
+            ..Default::default()
+        };
+        let mut echo6 = tcp6_frame(a, b, 58, &[], 0);
+        echo6.truncate(14 + 40 + 8);
+        assert!(icmp6.matches(&echo6) && !icmp6.matches(&plain) && !icmp6.matches(&v4));
+        // Truncated frames and a chain of more headers than walked: no
+        // match for a port filter, never a panic.
+        for n in 0..behind.len() {
+            let _ = port.matches(&behind[..n]);
+            let _ = host6.matches(&behind[..n]);
+        }
+        let mut long = Vec::new();
+        for _ in 0..20 {
+            long.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]);
+        }
+        assert!(!port.matches(&tcp6_frame(a, b, 60, &long, 80)));
     }
 
     /// A reader of `hub`'s ring in `mem` (capture `id`).
