@@ -60,31 +60,71 @@ pub fn ps(a: PsArgs) -> Result<i32> {
     if a.json {
         print_json(&infos)?;
     } else {
-        println!(
-            "{:<20} {:>8} {:<7} {:<24} {:>6} {:>6}  DEVICES",
-            "NAME", "PID", "MODE", "ADDRESSES", "ESTAB", "TCP"
-        );
-        for i in &infos {
-            let addrs: Vec<&str> = i
-                .devices
-                .iter()
-                .flat_map(|d| d.addrs.iter().map(String::as_str))
-                .collect();
-            let devs: Vec<String> = i
-                .devices
-                .iter()
-                .map(|d| format!("{} ({}, mtu {})", d.name, d.mac, d.mtu))
-                .collect();
-            println!(
-                "{:<20} {:>8} {:<7} {:<24} {:>6} {:>6}  {}",
-                i.name,
-                i.pid,
-                i.mode,
-                addrs.join(","),
-                i.established,
-                i.tcp_sockets,
-                devs.join(", ")
-            );
+        // Columns as wide as their widest entry (a dual-stack stack has
+        // three addresses), as ps and ss align theirs.
+        let rows: Vec<[String; 7]> = infos
+            .iter()
+            .map(|i| {
+                let addrs: Vec<&str> = i
+                    .devices
+                    .iter()
+                    .flat_map(|d| d.addrs.iter().map(String::as_str))
+                    .collect();
+                let devs: Vec<String> = i
+                    .devices
+                    .iter()
+                    .map(|d| format!("{} ({}, mtu {})", d.name, d.mac, d.mtu))
+                    .collect();
+                [
+                    i.name.clone(),
+                    i.pid.to_string(),
+                    i.mode.clone(),
+                    addrs.join(","),
+                    i.established.to_string(),
+                    i.tcp_sockets.to_string(),
+                    devs.join(", "),
+                ]
+            })
+            .collect();
+        let head = [
+            "NAME",
+            "PID",
+            "MODE",
+            "ADDRESSES",
+            "ESTAB",
+            "TCP",
+            "DEVICES",
+        ];
+        let w: Vec<usize> = (0..head.len())
+            .map(|c| {
+                rows.iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([head[c].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |r: [&str; 7]| {
+            format!(
+                "{:<w0$}  {:>w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {:>w5$}  {}",
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                w0 = w[0],
+                w1 = w[1],
+                w2 = w[2],
+                w3 = w[3],
+                w4 = w[4],
+                w5 = w[5],
+            )
+        };
+        println!("{}", line(head));
+        for r in &rows {
+            println!("{}", line(r.each_ref().map(String::as_str)));
         }
     }
     for e in errors {
