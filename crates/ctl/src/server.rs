@@ -495,8 +495,10 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
                         .iter()
                         .map(|(k, _)| (sysctl::full(k), sysctl::get(&n, k).unwrap_or_default()))
                         .collect();
-                    p.set_tunables(n);
-                    Response::Sysctl { values }
+                    match p.set_tunables(n) {
+                        Ok(()) => Response::Sysctl { values },
+                        Err(message) => Response::Error { message },
+                    }
                 }
                 Err(message) => Response::Error { message },
             }
