@@ -1,6 +1,6 @@
 //! Operate a running ustack from another process.
 //!
-//! Every running stack (`ustack serve`, `run`, `attach`, or a program that
+//! Every running stack (`ustack serve`, `run`, `attach`, `bench`, or a program that
 //! calls [`Control::start`]) can open a **control endpoint**: an IPC domain of
 //! its own (crates/ipc), named `ctl.NAME`, with one server thread answering
 //! requests ([`Request`]) from clients such as `ustack ps`, `ss`, `nstat` and

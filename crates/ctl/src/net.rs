@@ -1,5 +1,6 @@
 //! The control endpoint of a stack run by `ustack_net` (the Rust library,
-//! `ustack serve`, `ustack bench`).
+//! `ustack serve`, `ustack bench`: each stack of its comparison while it is
+//! measured; not `bench --scale` or `--cc`).
 
 use std::sync::{Arc, Mutex};
 
