@@ -66,6 +66,12 @@ pub struct BenchArgs {
     /// ratio of ustack and kernel measured in the same run far less.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub runs: u32,
+    /// The name under which each ustack the comparison runs registers its
+    /// control endpoint while it is measured (`ustack ps`, `ss`, `nstat`,
+    /// `capture --stack NAME`); default `bench-PID`. Not for `--scale` or
+    /// `--cc`, whose stacks have none.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     #[command(flatten)]
     pub scale: crate::scale::ScaleArgs,
     #[command(flatten)]
@@ -327,9 +333,22 @@ fn measure_packet(
     let up = setup::start_stack(&args, dev_s.clone(), Box::new(ring), Limits::default())?;
     crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
     eprintln!("ustack over an AF_PACKET {version:?} ring on veth {dev_s} (peer in netns {ns_k}):");
+    let ctl = control(a, &up)?;
     let m = measure(exe, &ns_k, args.addr.addr, a);
+    drop(ctl);
     up.finish();
     m
+}
+
+/// The control endpoint of the stack `up` while it is measured, under
+/// `--name` (set by `run`). Dropped before the stack stops (it holds a
+/// handle of it); the next stack registers under the same name.
+fn control(a: &BenchArgs, up: &setup::Up) -> Result<ustack_ctl::Control> {
+    let name = a.name.as_deref().unwrap_or("bench");
+    let provider = Arc::new(
+        ustack_ctl::NetProvider::new(up.net.clone(), &up.tap).with_capture(up.hub.clone()),
+    );
+    ustack_ctl::Control::start(name, "bench", provider).map_err(anyhow::Error::msg)
 }
 
 /// ustack's IPv6 address in the bench (the kernel's end: fd00:78::1).
@@ -386,7 +405,10 @@ fn kserve(exe: &Path, ns: &str, bind: &str) -> Result<Helper> {
     }
 }
 
-pub fn run(a: BenchArgs) -> Result<i32> {
+pub fn run(mut a: BenchArgs) -> Result<i32> {
+    if let Some(n) = &a.name {
+        ustack_ctl::check_name(n).map_err(anyhow::Error::msg)?;
+    }
     if a.scale.scale {
         return crate::scale::run(&a.scale, a.json);
     }
@@ -405,6 +427,12 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     if !(1..=50).contains(&a.runs) {
         bail!("--runs must be between 1 and 50");
     }
+    // One name for every stack of every run (one at a time).
+    a.name = Some(
+        a.name
+            .take()
+            .unwrap_or_else(|| ustack_ctl::default_name("bench")),
+    );
     let exe = std::env::current_exe().context("cannot find the ustack executable")?;
     let pid = std::process::id() % 100_000;
     let mut runs = Vec::new();
@@ -467,8 +495,11 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
     let up = setup::bring_up(&args, "")?;
     crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
-    let u = measure(exe, &ns_u, args.addr.addr, a)?;
+    let ctl = control(a, &up)?;
+    let u = measure(exe, &ns_u, args.addr.addr, a);
+    drop(ctl);
     up.finish();
+    let u = u?;
     // The same bulk transfers over IPv6, on a ustack of their own with the
     // same options (its TAP's kernel end gets fd00:78::1/64 from the setup;
     // discard and chargen on fd00:78::2).
@@ -508,7 +539,9 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         }
         start_bulk_services6(&up.net, USTACK6)?;
         eprintln!("ustack over TAP {tap} over IPv6:");
+        let ctl = control(a, &up)?;
         let m = measure_bulk(exe, &ns_6, USTACK6.into(), a);
+        drop(ctl);
         up.finish();
         m?
     };
@@ -528,9 +561,11 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         let up = setup::bring_up(&args, "")?;
         crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
         eprintln!("ustack over TAP {} without offloads:", up.tap);
-        let p = measure_bulk(exe, &ns_p, args.addr.addr.into(), a)?;
+        let ctl = control(a, &up)?;
+        let p = measure_bulk(exe, &ns_p, args.addr.addr.into(), a);
+        drop(ctl);
         up.finish();
-        Some(p)
+        Some(p?)
     };
 
     // The AF_PACKET rings, right after the TAP.

@@ -80,3 +80,76 @@ fn repeated_bench_reports_medians_and_every_runs_ratio() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--runs must be between 1 and 50"), "{err}");
 }
+
+#[test]
+fn the_bench_serves_a_control_endpoint_while_it_measures() {
+    let name = format!("bench-ctl-{}", common::unique());
+    let mut bench = common::ChildGuard {
+        child: Command::new(BIN)
+            .args([
+                "bench",
+                "--name",
+                &name,
+                "--json",
+                "--seconds",
+                "0.5",
+                "--round-trips",
+                "200",
+                "--pings",
+                "3",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cannot start ustack bench"),
+    };
+    // Poll until a stack of the bench answers under its name, as a bench
+    // stack, with counters (the bench must not end first).
+    let t0 = std::time::Instant::now();
+    let counters = loop {
+        if let Ok(Some(st)) = bench.child.try_wait() {
+            panic!("the bench ended ({st}) before its control endpoint answered");
+        }
+        let ps = Command::new(BIN)
+            .args(["ps", "--json"])
+            .output()
+            .expect("ps");
+        let listed = serde_json::from_slice::<serde_json::Value>(&ps.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .any(|s| s["name"] == name.as_str() && s["mode"] == "bench");
+        if listed {
+            let n = Command::new(BIN)
+                .args(["nstat", "-a", "--json", "--stack", &name])
+                .output()
+                .expect("nstat");
+            if n.status.success() {
+                break serde_json::from_slice::<serde_json::Value>(&n.stdout).expect("JSON");
+            }
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(120),
+            "no control endpoint named {name}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(
+        counters["IpInReceives"].as_u64().is_some_and(|v| v > 0),
+        "{counters}"
+    );
+    let mut err = String::new();
+    if let Some(mut e) = bench.child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    let st = bench.child.wait().expect("wait");
+    assert!(st.success(), "{err}");
+    // Gone once the bench ended.
+    let ps = Command::new(BIN).args(["ps"]).output().expect("ps");
+    assert!(
+        !String::from_utf8_lossy(&ps.stdout).contains(&name),
+        "{name} still listed"
+    );
+}

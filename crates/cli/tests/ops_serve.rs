@@ -1029,3 +1029,290 @@ fn the_relay_lets_go_of_inherited_descriptors_the_command_keeps() {
     assert!(st.success(), "{out}");
     assert!(out.contains("has-7") && out.contains("bye"), "{out}");
 }
+
+/// Accept a connection on `l` within 30 s (polled: `l` is nonblocking).
+fn accept_within(l: &std::net::TcpListener) -> std::net::TcpStream {
+    l.set_nonblocking(true).expect("nonblocking");
+    let t0 = std::time::Instant::now();
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).expect("blocking");
+                s.set_read_timeout(Some(Duration::from_secs(30)))
+                    .expect("timeout");
+                return s;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "the sandbox never connected"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+/// Lines of a child's output, read on a thread of their own.
+fn lines_of(r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(r).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Wait (at most 30 s) for a line of `rx` for which `f` holds; the lines
+/// seen on the way are added to `seen`.
+fn line_where(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>, f: impl Fn(&str) -> bool) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let left = Duration::from_secs(30).saturating_sub(t0.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(l) => {
+                let hit = f(&l);
+                seen.push(l);
+                if hit {
+                    return;
+                }
+            }
+            Err(_) => panic!("no such line; saw {seen:?}"),
+        }
+    }
+}
+
+fn read_line(s: &mut std::net::TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut b = [0u8; 1];
+    while s.read(&mut b).expect("read a line") == 1 && b[0] != b'\n' {
+        out.push(b[0]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn sysctl_nstat_watch_and_a_killed_client_on_a_live_run() {
+    use std::net::{Ipv4Addr, TcpListener};
+    let host = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = host.local_addr().expect("addr").port();
+    let name = format!("opsctl-{}", unique());
+    // Connection A, a ping of the gateway (answered by the engine: its TTL
+    // is ip_default_ttl's), then, when the host says so, connection B and
+    // another ping.
+    let script = format!(
+        "exec 3<>/dev/tcp/10.0.2.2/{port}; echo a >&3; \
+         ping -c 1 -W 5 10.0.2.2 | grep -o 'ttl=[0-9]*'; read -r x <&3; \
+         exec 4<>/dev/tcp/10.0.2.2/{port}; echo b >&4; \
+         ping -c 1 -W 5 10.0.2.2 | grep -o 'ttl=[0-9]*'; read -r y <&4; echo end"
+    );
+    let mut run = ChildGuard {
+        child: Command::new(BIN)
+            .args(["run", "--name", &name, "--", "bash", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack run"),
+    };
+    let out = lines_of(run.child.stdout.take().expect("stdout"));
+    let err = lines_of(run.child.stderr.take().expect("stderr"));
+    let mut seen = Vec::new();
+    let mut a = accept_within(&host);
+    assert_eq!(read_line(&mut a), "a");
+    line_where(&out, &mut seen, |l| l == "ttl=64");
+
+    // nstat --watch prints increments each period: take the history, start
+    // it, see an empty period, open a connection, see it counted once, then
+    // a period without it again.
+    json(&["nstat", "--json", "--stack", &name]);
+    let mut watch = ChildGuard {
+        child: Command::new(BIN)
+            .args([
+                "nstat",
+                "--watch",
+                "0.1",
+                "-z",
+                "--stack",
+                &name,
+                "RelayTcpOpened",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn nstat --watch"),
+    };
+    let wout = lines_of(watch.child.stdout.take().expect("stdout"));
+    let opened = |v: &'static str| {
+        move |l: &str| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w == ["RelayTcpOpened", v]
+        }
+    };
+    let mut wseen = Vec::new();
+    line_where(&wout, &mut wseen, opened("0"));
+
+    // sysctl: tcp_wmem and ip_default_ttl change live; a bad value, or a
+    // tunable the relay cannot apply, is refused and changes nothing.
+    let before = json(&[
+        "sysctl",
+        "--json",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_wmem",
+        "net.ipv4.ip_default_ttl",
+    ]);
+    assert_eq!(before["net.ipv4.ip_default_ttl"], "64", "{before}");
+    let set = ustack_ok(&[
+        "sysctl",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_wmem=4096 4096 4096",
+        "net.ipv4.ip_default_ttl=33",
+    ]);
+    let set = String::from_utf8_lossy(&set.stdout).to_string();
+    assert!(set.contains("net.ipv4.ip_default_ttl = 33"), "{set}");
+    let refused = |args: &[&str], why: &str| {
+        let mut a = vec!["sysctl", "--stack", &name];
+        a.extend_from_slice(args);
+        let o = ustack(&a);
+        let e = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "{args:?} accepted");
+        assert!(e.contains(why), "{args:?}: {e}");
+    };
+    refused(
+        &["net.ipv4.tcp_sack=0", "net.ipv4.tcp_wmem=lots"],
+        "tcp_wmem",
+    );
+    refused(&["net.ipv4.ip_default_ttl=0"], "ip_default_ttl");
+    refused(&["net.ipv4.ip_default_ttl=256"], "ip_default_ttl");
+    refused(
+        &[
+            "net.ipv4.ip_default_ttl=20",
+            "net.ipv4.tcp_notsent_lowat=16384",
+        ],
+        "tcp_notsent_lowat",
+    );
+    let after = json(&[
+        "sysctl",
+        "--json",
+        "--stack",
+        &name,
+        "net.ipv4.tcp_wmem",
+        "net.ipv4.ip_default_ttl",
+        "net.ipv4.tcp_sack",
+        "net.ipv4.tcp_notsent_lowat",
+    ]);
+    assert_eq!(after["net.ipv4.tcp_wmem"], "4096\t4096\t4096", "{after}");
+    assert_eq!(after["net.ipv4.ip_default_ttl"], "33", "{after}");
+    assert_eq!(after["net.ipv4.tcp_sack"], "1", "{after}");
+    assert_eq!(after["net.ipv4.tcp_notsent_lowat"], "4294967295", "{after}");
+
+    // Connection B takes the new send buffer, A keeps its own; the
+    // engine's next packets carry the new TTL.
+    a.write_all(b"go\n").expect("release the command");
+    let mut b = accept_within(&host);
+    assert_eq!(read_line(&mut b), "b");
+    line_where(&out, &mut seen, |l| l == "ttl=33");
+    let ss = json(&["ss", "-tie", "--json", "--stack", &name]);
+    let sndbuf = |s: &std::net::TcpStream| {
+        let want = format!("{}->", s.peer_addr().expect("peer"));
+        let row = ss
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|r| r["host"].as_str().is_some_and(|h| h.starts_with(&want)))
+            .unwrap_or_else(|| panic!("no flow with host socket {want} in {ss}"));
+        row["info"]["send_buffer"].as_u64().expect("send_buffer")
+    };
+    let (sa, sb) = (sndbuf(&a), sndbuf(&b));
+    assert!(sb <= 4096, "B's send buffer {sb} above the new tcp_wmem");
+    assert!(sa > 4096, "A's send buffer {sa}: the old tcp_wmem's");
+    line_where(&wout, &mut wseen, opened("1"));
+    line_where(&wout, &mut wseen, opened("0"));
+    drop(watch);
+
+    // A capture client killed (-9) leaves the stack serving: other requests,
+    // and a new capture at once (the stack lets a dead client's go).
+    let capture = || {
+        let mut c = ChildGuard {
+            child: Command::new(BIN)
+                .args(["capture", "--stack", &name, "-w", "/dev/null"])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn ustack capture"),
+        };
+        let mut e = c.child.stderr.take().expect("stderr");
+        let mut banner = [0u8; 22];
+        let started = e.read_exact(&mut banner).is_ok() && &banner == b"ustack capture: listen";
+        let mut rest = String::new();
+        if !started {
+            let _ = e.read_to_string(&mut rest);
+            rest.insert_str(0, &String::from_utf8_lossy(&banner));
+        }
+        (c, started, rest)
+    };
+    let (mut first, started, why) = capture();
+    assert!(started, "{why}");
+    first.child.kill().expect("kill -9");
+    first.child.wait().expect("reap");
+    json(&["nstat", "--json", "--stack", &name]);
+    json(&["ss", "-t", "--json", "--stack", &name]);
+    let (second, started, why) = capture();
+    assert!(started, "no new capture after a killed one: {why}");
+    drop(second);
+
+    b.write_all(b"done\n").expect("release the command");
+    line_where(&out, &mut seen, |l| l == "end");
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = run.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "run did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let errs: Vec<String> = err.try_iter().collect();
+    assert!(status.success(), "{errs:?}");
+}
+
+#[test]
+fn the_only_running_stack_is_chosen_by_default() {
+    // Other tests' stacks run beside this one on the host. Inside `ustack
+    // run` only the stacks started there are seen (the sandbox has a
+    // /dev/shm of its own): there a `serve` is the only one, and `nstat`
+    // and `ss` without --stack choose it.
+    let outer = format!("selo-{}", unique());
+    let inner = format!("seli-{}", unique());
+    let script = format!(
+        "{BIN} serve --tap sel0 --name {inner} >/dev/null 2>&1 & S=$!; \
+         for i in $(seq 400); do {BIN} ps 2>/dev/null | grep -q {inner} && break; sleep 0.05; done; \
+         echo ps: $({BIN} ps --json); {BIN} nstat -a -z IpInReceives; \
+         {BIN} ss -l -n sport = :7; kill $S; wait $S"
+    );
+    let out = ustack(&["run", "--name", &outer, "--", "sh", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ps: "))
+        .unwrap_or_else(|| panic!("no ps output: {text}"));
+    let ps: Value = serde_json::from_str(ps).unwrap_or_else(|e| panic!("{e}: {ps}"));
+    let listed: Vec<&str> = ps
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(listed, [inner.as_str()], "{text}");
+    assert!(text.contains(&format!("#ustack {inner}\n")), "{text}");
+    assert!(text.contains("IpInReceives"), "{text}");
+    assert!(text.contains("LISTEN") && text.contains(":7 "), "{text}");
+}

@@ -501,3 +501,69 @@ fn ctrl_c_on_a_terminal_reaches_the_command_once() {
     let got = seen.iter().filter(|l| l.contains("got-int")).count();
     assert_eq!(got, 1, "{seen:?}");
 }
+
+/// A free TCP port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn the_sandboxed_command_cannot_reach_its_own_stacks_control_endpoint() {
+    // The command runs as root (ustack was started by root): the control
+    // endpoint's file in the host's /dev/shm (root's, 0600) would be open to
+    // it. The sandbox has a /dev/shm of its own, so the command finds
+    // neither the file nor the stack, cannot list the port forwards, and
+    // cannot add one (which would open a host port); the host still
+    // operates the stack while the command runs.
+    let name = format!("guest-ctl-{}", unique());
+    let port = free_port();
+    let spec = format!("127.0.0.1:{port}:80");
+    // A command that gives up root (the recipe the threat model gives for
+    // commands that must not operate the stack) is refused the file even
+    // through the init's view of the host's /dev/shm.
+    let (u, g) = nobody();
+    let script = format!(
+        "if [ -e /dev/shm/ustack-ipc-ctl.{name} ]; then echo file=visible; \
+         else echo file=hidden; fi; \
+         if {BIN} ps 2>/dev/null | grep -q -F {name}; then echo ps=listed; \
+         else echo ps=unlisted; fi; \
+         if {BIN} ss -a --stack {name} >/dev/null 2>&1; then echo ss=ok; \
+         else echo ss=refused; fi; \
+         if {BIN} ports --stack {name} add {spec} >/dev/null 2>&1; then echo ports=ok; \
+         else echo ports=refused; fi; \
+         P=$PPID; if setpriv --reuid={u} --regid={g} --clear-groups -- \
+           head -c 1 /proc/$P/root/dev/shm/ustack-ipc-ctl.{name} >/dev/null 2>&1; \
+         then echo nobody=opened; else echo nobody=refused; fi; \
+         echo tried; read x"
+    );
+    let mut run = Run::start(&["--name", &name, "--", "sh", "-c", &script], &[]);
+    run.expect_line("tried");
+    for want in [
+        "file=hidden",
+        "ps=unlisted",
+        "ss=refused",
+        "ports=refused",
+        "nobody=refused",
+    ] {
+        assert!(
+            run.seen.iter().any(|l| l == want),
+            "the command reached the control endpoint: want {want}, saw {:?}",
+            run.seen
+        );
+    }
+    // The host still sees and operates the stack, and no forward was added.
+    assert!(domain_file(&name).exists());
+    assert!(ok(&ustack_as(None, &["ps"])).contains(&name));
+    ok(&ustack_as(None, &["ss", "-a", "--stack", &name]));
+    let forwards = ok(&ustack_as(None, &["ports", "--stack", &name]));
+    assert!(
+        !forwards.contains(&port.to_string()),
+        "a forward was added from inside: {forwards}"
+    );
+    run.send("x");
+    let (status, seen, err) = run.finish();
+    assert!(status.success(), "{seen:?} {err}");
+}

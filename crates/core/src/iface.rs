@@ -221,6 +221,9 @@ pub(crate) struct Iface {
     /// Transparent mode (see `transparent.rs`): every unicast destination
     /// is on-link.
     pub transparent: bool,
+    /// The TTL of the IPv4 packets we originate (Linux `ip_default_ttl`;
+    /// [`DEFAULT_TTL`] until changed).
+    pub ttl: u8,
     /// Scratch buffer for the frame being built; only grows. The frame is
     /// `frame[..frame_len]` (behind its virtio-net header, if the link has
     /// one).
@@ -280,6 +283,7 @@ impl Iface {
             ra_mtu6: None,
             redirects6: Vec::new(),
             transparent: false,
+            ttl: DEFAULT_TTL,
             frame: Vec::with_capacity(ETHERNET_HEADER_LEN + mtu),
             frame_len: 0,
             ident,
@@ -486,7 +490,7 @@ impl Iface {
             dst: out.dst,
             protocol: out.protocol,
             payload_len: payload.len(),
-            ttl: DEFAULT_TTL,
+            ttl: self.ttl,
             dscp_ecn: 0,
             ident: self.next_ident(),
             dont_frag: out.dont_frag,
@@ -581,7 +585,7 @@ impl Iface {
             dst,
             protocol: IpProtocol::Tcp,
             payload_len: tcp_len,
-            ttl: DEFAULT_TTL,
+            ttl: self.ttl,
             // RFC 3168: the ECN codepoint the connection chose (ECT(0) on
             // its new data once ECN is on).
             dscp_ecn: seg.ip_ecn & 3,

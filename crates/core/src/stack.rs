@@ -269,6 +269,23 @@ impl Stack {
         }
     }
 
+    /// The TTL of the IPv4 packets the stack originates (Linux's
+    /// `net.ipv4.ip_default_ttl`; 64 until changed).
+    pub fn ip_default_ttl(&self) -> u8 {
+        self.iface.ttl
+    }
+
+    /// Change the TTL of the IPv4 packets the stack originates from now on
+    /// (every protocol; Linux's `net.ipv4.ip_default_ttl`). 0 is refused
+    /// (Linux allows 1..=255) and changes nothing.
+    pub fn set_ip_default_ttl(&mut self, ttl: u8) -> Result<(), u8> {
+        if ttl == 0 {
+            return Err(ttl);
+        }
+        self.iface.ttl = ttl;
+        Ok(())
+    }
+
     /// Change the TCP configuration (Linux: the `net.ipv4.tcp_*` sysctls).
     /// New connections and listeners' new children take it; connections
     /// already open keep the one they started with.

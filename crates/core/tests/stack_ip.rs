@@ -468,3 +468,47 @@ fn unsolicited_arp_reply_creates_no_entry_but_updates_one() {
         Some(MacAddr([2, 0, 0, 0, 0, 9]))
     );
 }
+
+#[test]
+fn ip_default_ttl_sets_the_ttl_of_new_packets_of_every_protocol() {
+    let mut n = Net::new();
+    n.pump();
+    assert_eq!(n.a.ip_default_ttl(), 64, "Linux's default");
+    assert_eq!(n.a.set_ip_default_ttl(0), Err(0), "0 is refused");
+    assert_eq!(n.a.ip_default_ttl(), 64, "and changes nothing");
+    n.a.set_ip_default_ttl(99).expect("99");
+    n.log_ab.clear();
+    n.log_ba.clear();
+    // ICMP, UDP and TCP from A: TTL 99; B's answers keep 64.
+    n.a.icmp_echo_send(n.now, B_IP, 3, 1, b"ttl").expect("echo");
+    let srv =
+        n.b.udp_bind(std::net::SocketAddrV4::new(B_IP, 7))
+            .expect("bind");
+    let cli =
+        n.a.udp_bind(std::net::SocketAddrV4::new(0.into(), 0))
+            .expect("bind");
+    n.a.udp_send_to(n.now, cli, b"x", std::net::SocketAddrV4::new(B_IP, 7))
+        .expect("udp");
+    let l =
+        n.b.tcp_listen(std::net::SocketAddrV4::new(0.into(), 80), 8)
+            .expect("listen");
+    n.a.tcp_connect(n.now, std::net::SocketAddrV4::new(B_IP, 80), None)
+        .expect("connect");
+    assert!(n.run_until(Duration::from_secs(5), |n| {
+        n.b.counters().icmp.OutEchoReps == 1 && n.b.counters().tcp.PassiveOpens == 1
+    }));
+    let _ = (srv, l);
+    let protos = |log: &[Vec<u8>]| -> Vec<(IpProtocol, u8)> {
+        log.iter()
+            .filter_map(|f| parse_ip(f))
+            .map(|(r, _)| (r.protocol, r.ttl))
+            .collect()
+    };
+    let ab = protos(&n.log_ab);
+    for p in [IpProtocol::Icmp, IpProtocol::Udp, IpProtocol::Tcp] {
+        assert!(ab.iter().any(|&(q, _)| q == p), "no {p:?} from A: {ab:?}");
+    }
+    assert!(ab.iter().all(|&(_, t)| t == 99), "{ab:?}");
+    let ba = protos(&n.log_ba);
+    assert!(!ba.is_empty() && ba.iter().all(|&(_, t)| t == 64), "{ba:?}");
+}

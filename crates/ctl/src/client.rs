@@ -42,44 +42,54 @@ impl StackRef {
     /// The stack `sel` names (its name, or its PID), or, without `sel`, the
     /// only one running. Errors say what to do.
     pub fn select(sel: Option<&str>) -> Result<StackRef, String> {
-        let names = list();
-        match sel {
-            Some(s) => {
-                if names.iter().any(|n| n == s) {
-                    return Ok(StackRef { name: s.into() });
-                }
-                if let Ok(pid) = s.parse::<u32>() {
-                    for n in &names {
-                        if let Ok(Response::Info(i)) =
-                            Client::connect(n).and_then(|mut c| c.call(&Request::Info))
-                        {
-                            if i.pid == pid {
-                                return Ok(StackRef { name: n.clone() });
-                            }
-                        }
-                    }
-                }
-                Err(format!(
-                    "no running stack is named {s:?} or has PID {s} (running: {})",
-                    if names.is_empty() {
-                        "none".to_string()
-                    } else {
-                        names.join(", ")
-                    }
-                ))
+        choose(&list(), sel, |n| {
+            match Client::connect(n).and_then(|mut c| c.call(&Request::Info)) {
+                Ok(Response::Info(i)) => Some(i.pid),
+                _ => None,
             }
-            None => match names.as_slice() {
-                [one] => Ok(StackRef { name: one.clone() }),
-                [] => Err("no ustack is running (or none you may operate: a stack's \
-                           control endpoint is open to its owner and root only)"
-                    .into()),
-                many => Err(format!(
-                    "{} stacks are running ({}): choose one with --stack NAME|PID",
-                    many.len(),
-                    many.join(", ")
-                )),
-            },
+        })
+    }
+}
+
+/// The stack `sel` names among the running `names` (its name, or the PID
+/// `pid_of` gives for it), or, without `sel`, the only one.
+fn choose(
+    names: &[String],
+    sel: Option<&str>,
+    pid_of: impl Fn(&str) -> Option<u32>,
+) -> Result<StackRef, String> {
+    match sel {
+        Some(s) => {
+            if names.iter().any(|n| n == s) {
+                return Ok(StackRef { name: s.into() });
+            }
+            if let Ok(pid) = s.parse::<u32>() {
+                for n in names {
+                    if pid_of(n) == Some(pid) {
+                        return Ok(StackRef { name: n.clone() });
+                    }
+                }
+            }
+            Err(format!(
+                "no running stack is named {s:?} or has PID {s} (running: {})",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))
         }
+        None => match names {
+            [one] => Ok(StackRef { name: one.clone() }),
+            [] => Err("no ustack is running (or none you may operate: a stack's \
+                       control endpoint is open to its owner and root only)"
+                .into()),
+            many => Err(format!(
+                "{} stacks are running ({}): choose one with --stack NAME|PID",
+                many.len(),
+                many.join(", ")
+            )),
+        },
     }
 }
 
@@ -208,5 +218,55 @@ impl Client {
             Response::Error { message } => Err(message),
             _ => Err("unexpected answer".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::choose;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Stack `serve-N` runs as PID N.
+    fn pid_of(n: &str) -> Option<u32> {
+        n.strip_prefix("serve-")?.parse().ok()
+    }
+
+    #[test]
+    fn the_only_running_stack_is_chosen_by_default() {
+        let one = names(&["run-7"]);
+        assert_eq!(
+            choose(&one, None, pid_of).map(|s| s.name),
+            Ok("run-7".into())
+        );
+        // None running: a clear error, which says why one may be missing.
+        let e = choose(&[], None, pid_of).expect_err("none");
+        assert!(e.contains("no ustack is running"), "{e}");
+        // Several: none is guessed; the error lists them and the flag.
+        let two = names(&["serve-12", "serve-34"]);
+        let e = choose(&two, None, pid_of).expect_err("two");
+        assert!(
+            e.contains("2 stacks are running (serve-12, serve-34)"),
+            "{e}"
+        );
+        assert!(e.contains("--stack NAME|PID"), "{e}");
+    }
+
+    #[test]
+    fn a_stack_is_selected_by_name_or_pid() {
+        let two = names(&["serve-12", "serve-34", "77"]);
+        let pick = |s| choose(&two, Some(s), pid_of).map(|r| r.name);
+        assert_eq!(pick("serve-34"), Ok("serve-34".into()));
+        assert_eq!(pick("12"), Ok("serve-12".into()));
+        // A name made of digits is a name first.
+        assert_eq!(pick("77"), Ok("77".into()));
+        let e = pick("99").expect_err("no such stack");
+        assert!(
+            e.contains("no running stack is named \"99\" or has PID 99"),
+            "{e}"
+        );
+        assert!(e.contains("serve-12, serve-34, 77"), "{e}");
     }
 }

@@ -1,6 +1,6 @@
 //! Operate a running ustack from another process.
 //!
-//! Every running stack (`ustack serve`, `run`, `attach`, or a program that
+//! Every running stack (`ustack serve`, `run`, `attach`, `bench`, or a program that
 //! calls [`Control::start`]) can open a **control endpoint**: an IPC domain of
 //! its own (crates/ipc), named `ctl.NAME`, with one server thread answering
 //! requests ([`Request`]) from clients such as `ustack ps`, `ss`, `nstat` and
@@ -52,8 +52,11 @@ pub trait Provider: Send + Sync + 'static {
     fn counters(&self) -> Vec<(String, u64)>;
     /// The tunables in force.
     fn tunables(&self) -> Tunables;
-    /// Put new tunables in force (for new connections, as Linux's sysctls).
-    fn set_tunables(&self, t: Tunables);
+    /// Put new tunables in force (for new connections, as Linux's sysctls;
+    /// `ip_default_ttl` for every new packet). A tunable the stack cannot
+    /// apply is refused (the error says which and why) and nothing
+    /// changes: nothing is accepted and then ignored.
+    fn set_tunables(&self, t: Tunables) -> Result<(), String>;
     /// Where the stack's device puts frames for a live capture (None: this
     /// stack cannot be captured from).
     fn capture_hub(&self) -> Option<std::sync::Arc<ustack_net::dev::live::CaptureHub>> {

@@ -1,5 +1,6 @@
 //! The control endpoint of a stack run by `ustack_net` (the Rust library,
-//! `ustack serve`, `ustack bench`).
+//! `ustack serve`, `ustack bench`: each stack of its comparison while it is
+//! measured; not `bench --scale` or `--cc`).
 
 use std::sync::{Arc, Mutex};
 
@@ -20,8 +21,6 @@ pub struct NetProvider {
     /// Keep-alive tunables (what a socket uses once it turns keep-alive on
     /// without its own values).
     keepalive: Mutex<KeepAlive>,
-    /// `tcp_notsent_lowat` (what the socket layer applies; kept for reads).
-    notsent_lowat: Mutex<Option<u32>>,
     hub: Option<Arc<CaptureHub>>,
 }
 
@@ -32,7 +31,6 @@ impl NetProvider {
             net,
             device: device.to_string(),
             keepalive: Mutex::new(KeepAlive::default()),
-            notsent_lowat: Mutex::new(None),
             hub: None,
         }
     }
@@ -83,14 +81,19 @@ impl Provider for NetProvider {
     }
 
     fn tunables(&self) -> Tunables {
-        let tcp = self.net.with_stack(|s| s.config().tcp.clone());
+        let (tcp, ttl) = self
+            .net
+            .with_stack(|s| (s.config().tcp.clone(), s.ip_default_ttl()));
         let keepalive = tcp
             .keepalive
             .unwrap_or_else(|| *self.keepalive.lock().unwrap_or_else(|e| e.into_inner()));
         Tunables {
             tcp,
             keepalive,
-            notsent_lowat: *self.notsent_lowat.lock().unwrap_or_else(|e| e.into_inner()),
+            // ustack_net's sockets have no send-queue low-water mark: no
+            // limit, as Linux's default (a change is refused).
+            notsent_lowat: None,
+            ip_default_ttl: ttl,
         }
     }
 
@@ -98,13 +101,18 @@ impl Provider for NetProvider {
         self.hub.clone()
     }
 
-    fn set_tunables(&self, t: Tunables) {
+    fn set_tunables(&self, t: Tunables) -> Result<(), String> {
+        crate::sysctl::check_applicable(&t)?;
         *self.keepalive.lock().unwrap_or_else(|e| e.into_inner()) = t.keepalive;
-        *self.notsent_lowat.lock().unwrap_or_else(|e| e.into_inner()) = t.notsent_lowat;
         let mut tcp = t.tcp;
         if tcp.keepalive.is_some() {
             tcp.keepalive = Some(t.keepalive);
         }
-        self.net.with_stack(|s| s.set_tcp_config(tcp));
+        self.net.with_stack(|s| {
+            s.set_tcp_config(tcp);
+            // Checked above: 1..=255.
+            let _ = s.set_ip_default_ttl(t.ip_default_ttl);
+        });
+        Ok(())
     }
 }

@@ -131,7 +131,7 @@ impl PendingControl {
                         return;
                     }
                     Err(_) => {
-                        reap_capture(&provider, &state);
+                        reap_capture(&d2, &provider, &state);
                         continue;
                     }
                 };
@@ -254,13 +254,16 @@ fn retire(st: &mut State, mem: Option<Box<dyn RingMemory>>) {
     st.retired = mem.map(|m| (Instant::now(), m));
 }
 
-fn reap_capture(p: &Arc<dyn Provider>, state: &Mutex<State>) {
+/// Stop a capture whose client is gone: dead (its endpoint has no live
+/// owner: at once) or silent for [`CAPTURE_ABANDONED`].
+fn reap_capture(dom: &Domain, p: &Arc<dyn Provider>, state: &Mutex<State>) {
     let stale = {
         let mut st = lock(state);
         if matches!(st.retired, Some((t, _)) if t.elapsed() >= RING_KEPT) {
             st.retired = None;
         }
-        matches!(st.capture, Some((_, t)) if t.elapsed() >= CAPTURE_ABANDONED)
+        matches!(st.capture, Some((owner, t))
+            if t.elapsed() >= CAPTURE_ABANDONED || !dom.endpoint_alive(owner))
     };
     if stale {
         stop_capture(p, state);
@@ -384,7 +387,7 @@ fn capture(
     let Some(hub) = p.capture_hub() else {
         return err("this stack cannot be captured from".into());
     };
-    reap_capture(p, state);
+    reap_capture(dom, p, state);
     let mut st = lock(state);
     match r {
         Request::CaptureStart {
@@ -509,8 +512,10 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
                         .iter()
                         .map(|(k, _)| (sysctl::full(k), sysctl::get(&n, k).unwrap_or_default()))
                         .collect();
-                    p.set_tunables(n);
-                    Response::Sysctl { values }
+                    match p.set_tunables(n) {
+                        Ok(()) => Response::Sysctl { values },
+                        Err(message) => Response::Error { message },
+                    }
                 }
                 Err(message) => Response::Error { message },
             }

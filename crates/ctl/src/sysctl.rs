@@ -9,6 +9,11 @@ use ustack_socket::sysctl::{apply, SysctlError, Tunables, NAMES};
 
 const PREFIX: &str = "net.ipv4.";
 
+/// The refusal of a `tcp_notsent_lowat` other than "no limit" by stacks
+/// whose sockets have no send-queue low-water mark (`serve`'s, `run`'s).
+const NOTSENT_LOWAT_UNSUPPORTED: &str = "net.ipv4.tcp_notsent_lowat: this stack's sockets \
+    have no send-queue low-water mark; only 4294967295 (no limit, Linux's default) is accepted";
+
 /// Every tunable a stack has, by full name.
 pub fn names() -> impl Iterator<Item = String> {
     NAMES.iter().map(|n| format!("{PREFIX}{n}"))
@@ -28,6 +33,20 @@ pub fn full(name: &str) -> String {
     } else {
         format!("{PREFIX}{s}")
     }
+}
+
+/// Whether a stack whose sockets have no send-queue low-water mark (every
+/// stack with a control endpoint: `serve`'s, `run`'s, `attach`'s) can put
+/// `t` in force: the error names the tunable it would have to ignore (or
+/// a TTL of 0, which `set` never makes).
+pub fn check_applicable(t: &Tunables) -> Result<(), String> {
+    if t.notsent_lowat.is_some() {
+        return Err(NOTSENT_LOWAT_UNSUPPORTED.into());
+    }
+    if t.ip_default_ttl == 0 {
+        return Err(format!("bad value \"0\" for {PREFIX}ip_default_ttl"));
+    }
+    Ok(())
 }
 
 /// The value of tunable `name` as `sysctl` prints it; None if unknown.
@@ -77,6 +96,7 @@ pub fn get(t: &Tunables, name: &str) -> Option<String> {
         "tcp_min_tso_segs" => c.min_tso_segs.to_string(),
         // Linux shows "no limit" as 4294967295.
         "tcp_notsent_lowat" => t.notsent_lowat.unwrap_or(u32::MAX).to_string(),
+        "ip_default_ttl" => t.ip_default_ttl.to_string(),
         _ => return None,
     })
 }
@@ -115,6 +135,21 @@ mod tests {
             let t2 = set(&t, &[(n.clone(), v.clone())]).unwrap_or_else(|e| panic!("{n}: {e}"));
             assert_eq!(get(&t2, &n), Some(v), "{n}");
         }
+    }
+
+    #[test]
+    fn what_a_stack_cannot_apply_is_named() {
+        let t = Tunables::default();
+        assert_eq!(check_applicable(&t), Ok(()));
+        let lowat = set(&t, &[("tcp_notsent_lowat".into(), "16384".into())]).expect("parses");
+        let e = check_applicable(&lowat).expect_err("no low-water mark");
+        assert!(e.contains("net.ipv4.tcp_notsent_lowat"), "{e}");
+        // "No limit" is what the stacks do: accepted.
+        let none = set(&t, &[("tcp_notsent_lowat".into(), "4294967295".into())]).expect("parses");
+        assert_eq!(check_applicable(&none), Ok(()));
+        let ttl = set(&t, &[("net.ipv4.ip_default_ttl".into(), "33".into())]).expect("1..=255");
+        assert_eq!(get(&ttl, "ip_default_ttl").as_deref(), Some("33"));
+        assert!(set(&t, &[("ip_default_ttl".into(), "0".into())]).is_err());
     }
 
     #[test]

@@ -677,6 +677,24 @@ impl Domain {
         Ok(slot)
     }
 
+    /// Is endpoint `ep` of this domain bound by a live owner (false for a
+    /// number that names no slot)? A server uses it to let go at once of
+    /// what a client that died held. The slot may have been taken again by
+    /// another live owner since; callers that must tell them apart keep a
+    /// deadline as well.
+    pub fn endpoint_alive(&self, ep: i32) -> bool {
+        let Ok(i) = self.resolve(ep) else {
+            return false;
+        };
+        let s = self.slot(i);
+        (s.alloc.load(Ordering::Acquire) & 0xff) == A_ACTIVE
+            && sys::owner_alive(
+                s.pid.load(Ordering::Relaxed),
+                s.tid.load(Ordering::Relaxed),
+                s.start.load(Ordering::Relaxed),
+            )
+    }
+
     /// Is any slot bound by a live owner?
     pub fn has_live_endpoints(&self) -> bool {
         (0..self.m.max).any(|i| {

@@ -41,7 +41,7 @@ pub(crate) enum Answer {
     Counters(Vec<(String, u64)>),
     Tunables(Option<Box<Tunables>>),
     Ports(Result<Vec<String>, String>),
-    Done,
+    Set(Result<(), String>),
 }
 
 /// The relay's end: where queries arrive.
@@ -123,8 +123,11 @@ impl Provider for RelayProvider {
         }
     }
 
-    fn set_tunables(&self, t: Tunables) {
-        let _ = self.ask(Query::SetTunables(Box::new(t)));
+    fn set_tunables(&self, t: Tunables) -> Result<(), String> {
+        match self.ask(Query::SetTunables(Box::new(t))) {
+            Some(Answer::Set(r)) => r,
+            _ => Err("the relay did not answer".into()),
+        }
     }
 
     fn ports(&self, add: Option<&str>, remove: Option<&str>) -> Result<Vec<String>, String> {

@@ -120,6 +120,9 @@ pub struct CoreGuest {
     rx: FrameBatch,
     /// Frames the device refused (full or failing).
     pub tx_drops: u64,
+    /// The keep-alive tunables (`ustack sysctl`), kept for reads while the
+    /// TCP configuration turns keep-alive off.
+    keepalive: ustack_core::tcp::KeepAlive,
 }
 
 fn random_bytes(buf: &mut [u8]) {
@@ -207,6 +210,7 @@ impl CoreGuest {
             next_id: 1,
             rx,
             tx_drops: 0,
+            keepalive: ustack_core::tcp::KeepAlive::default(),
         })
     }
 
@@ -291,20 +295,31 @@ impl GuestStack for CoreGuest {
 
     fn ctl_tunables(&self) -> Option<ustack_socket::sysctl::Tunables> {
         let tcp = self.stack.config().tcp.clone();
-        let keepalive = tcp.keepalive.unwrap_or_default();
+        let keepalive = tcp.keepalive.unwrap_or(self.keepalive);
         Some(ustack_socket::sysctl::Tunables {
             tcp,
             keepalive,
+            // The relay's guest-side sockets have no send-queue low-water
+            // mark (a change is refused): no limit.
             notsent_lowat: None,
+            ip_default_ttl: self.stack.ip_default_ttl(),
         })
     }
 
-    fn ctl_set_tunables(&mut self, t: ustack_socket::sysctl::Tunables) {
+    fn ctl_set_tunables(&mut self, t: ustack_socket::sysctl::Tunables) -> Result<(), String> {
+        ustack_ctl::sysctl::check_applicable(&t)?;
+        // Kept for reads: the relay's connections use no keep-alive, so
+        // they are what one would use (as Linux's for sockets without
+        // SO_KEEPALIVE).
+        self.keepalive = t.keepalive;
         let mut tcp = t.tcp;
         if tcp.keepalive.is_some() {
             tcp.keepalive = Some(t.keepalive);
         }
         self.stack.set_tcp_config(tcp);
+        // Checked above: 1..=255.
+        let _ = self.stack.set_ip_default_ttl(t.ip_default_ttl);
+        Ok(())
     }
 
     fn raw_fd(&self) -> Option<RawFd> {

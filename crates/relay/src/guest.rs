@@ -111,9 +111,11 @@ pub trait GuestStack {
     fn ctl_tunables(&self) -> Option<ustack_socket::sysctl::Tunables> {
         None
     }
-    /// For `ustack sysctl NAME=VALUE`: new tunables for new connections.
-    fn ctl_set_tunables(&mut self, t: ustack_socket::sysctl::Tunables) {
+    /// For `ustack sysctl NAME=VALUE`: new tunables for new connections;
+    /// an error (nothing changed) for tunables the engine cannot apply.
+    fn ctl_set_tunables(&mut self, t: ustack_socket::sysctl::Tunables) -> Result<(), String> {
         let _ = t;
+        Err("this relay's engine has no tunables".into())
     }
     /// Receive what the guest sent, run timers and transmit what is queued.
     fn poll(&mut self, now: Instant) -> io::Result<()>;

@@ -372,10 +372,7 @@ impl<G: GuestStack> Relay<G> {
                     Answer::Counters(c)
                 }
                 Query::Tunables => Answer::Tunables(self.guest.ctl_tunables().map(Box::new)),
-                Query::SetTunables(t) => {
-                    self.guest.ctl_set_tunables(*t);
-                    Answer::Done
-                }
+                Query::SetTunables(t) => Answer::Set(self.guest.ctl_set_tunables(*t)),
                 Query::Ports { add, remove } => Answer::Ports(self.ctl_ports(add, remove)),
             };
             // The asker may have given up (timed out): its answer is dropped.

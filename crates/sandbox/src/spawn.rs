@@ -7,6 +7,9 @@
 //! socket with `SCM_RIGHTS` and waits for the go-ahead. It then becomes the
 //! sandbox's init: it forks and `exec`s the command, delivers the signals
 //! ustack forwards over the same socket, and exits with the command's status.
+//! The command gets a mount namespace of its own on top, with an empty
+//! tmpfs on `/dev/shm`: the control endpoints of running stacks (IPC
+//! domains in the host's `/dev/shm`) are out of its sight.
 //! So ustack need not be able to signal the command itself (its relay may
 //! run as another user than the command).
 //! ustack itself never leaves the host namespace.
@@ -119,6 +122,7 @@ enum Stage {
     Send,
     Exec,
     Ipv6,
+    DevShm,
 }
 
 impl Stage {
@@ -135,6 +139,7 @@ impl Stage {
             9 => Stage::Send,
             10 => Stage::Exec,
             11 => Stage::Ipv6,
+            12 => Stage::DevShm,
             _ => return None,
         })
     }
@@ -152,6 +157,7 @@ impl Stage {
                 "configuring the TAP's IPv6 address and route (--no-ipv6 turns IPv6 off)"
             }
             Stage::Send => "passing the TAP descriptor to ustack",
+            Stage::DevShm => "mounting the command's private /dev/shm",
             Stage::Exec => "executing the command",
         }
     }
@@ -312,19 +318,20 @@ fn child_main(plan: &ChildPlan, sock: RawFd) -> ! {
                 child_fail(sock, Stage::UserMap, &e);
             }
         }
+        // Keep our mounts (resolv.conf here, the command's /dev/shm in
+        // `init_main`) out of the host's mount namespace.
+        let root = b"/\0";
+        if libc::mount(
+            std::ptr::null(),
+            root.as_ptr().cast(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) < 0
+        {
+            child_fail(sock, Stage::MountPrivate, &io::Error::last_os_error());
+        }
         if let Some(src) = &plan.resolv_src {
-            // Keep our bind mount out of the host's mount namespace.
-            let root = b"/\0";
-            if libc::mount(
-                std::ptr::null(),
-                root.as_ptr().cast(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) < 0
-            {
-                child_fail(sock, Stage::MountPrivate, &io::Error::last_os_error());
-            }
             let dst = b"/etc/resolv.conf\0";
             if libc::mount(
                 src.as_ptr(),
@@ -489,13 +496,20 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
             if libc::getppid() != me {
                 libc::_exit(127);
             }
+            if let Err(errno) = private_dev_shm() {
+                let e = errno.to_ne_bytes();
+                let msg = [Stage::DevShm as u8, e[0], e[1], e[2], e[3]];
+                libc::write(ep[1], msg.as_ptr().cast(), msg.len());
+                libc::_exit(127);
+            }
             let mut ptrs: [*const libc::c_char; 256] = [std::ptr::null(); 256];
             for (slot, arg) in ptrs.iter_mut().zip(plan.argv.iter()).take(255) {
                 *slot = arg.as_ptr();
             }
             libc::execvp(ptrs[0], ptrs.as_ptr());
             let e = (*libc::__errno_location()).to_ne_bytes();
-            libc::write(ep[1], e.as_ptr().cast(), e.len());
+            let msg = [Stage::Exec as u8, e[0], e[1], e[2], e[3]];
+            libc::write(ep[1], msg.as_ptr().cast(), msg.len());
             libc::_exit(127);
         }
         libc::close(ep[1]);
@@ -503,7 +517,8 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
         // (another sandbox's TAP or socket when one process runs several)
         // would otherwise live as long as this command.
         close_all_but(sock, ep[0]);
-        let mut e = [0u8; 4];
+        // The stage that failed and its errno (one write, so one read).
+        let mut e = [0u8; 5];
         let n = loop {
             let n = libc::read(ep[0], e.as_mut_ptr().cast(), e.len());
             if n < 0 && *libc::__errno_location() == libc::EINTR {
@@ -512,13 +527,14 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
             break n;
         };
         libc::close(ep[0]);
-        if n == 4 {
+        if n == 5 {
             reap(cmd);
             remove_file(remove);
+            let stage = Stage::from_u8(e[0]).unwrap_or(Stage::Exec);
             child_fail(
                 sock,
-                Stage::Exec,
-                &io::Error::from_raw_os_error(i32::from_ne_bytes(e)),
+                stage,
+                &io::Error::from_raw_os_error(i32::from_ne_bytes([e[1], e[2], e[3], e[4]])),
             );
         }
         let started = b"X";
@@ -571,6 +587,40 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
         remove_file(remove);
         libc::_exit(code);
     }
+}
+
+/// Give the calling process (the command, between `fork` and `exec`) a
+/// mount namespace of its own whose `/dev/shm` is an empty tmpfs: the
+/// shared-memory files of the host's `/dev/shm` (the control endpoints of
+/// running stacks, this sandbox's own among them: `ustack ps/ss/ports`) are
+/// out of its sight. The sandbox's init keeps the namespace in which
+/// `/dev/shm` is the host's, to remove a file there when the command ends
+/// ([`Sandbox::remove_at_exit`]). The namespace it leaves was made private
+/// in `child_main`, so nothing mounted here reaches the host.
+/// Allocation-free; the error is an errno.
+fn private_dev_shm() -> Result<(), i32> {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    // SAFETY: plain system calls with NUL-terminated literals.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) < 0 {
+            return Err(errno());
+        }
+        if libc::mount(
+            c"ustack-shm".as_ptr(),
+            c"/dev/shm".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            c"mode=1777".as_ptr().cast(),
+        ) < 0
+        {
+            return Err(errno());
+        }
+    }
+    Ok(())
 }
 
 /// Close every descriptor above stdio but `a` and `b`. Allocation-free.

@@ -205,7 +205,7 @@ impl Host {
         let base = Tunables {
             tcp: config.tcp.clone(),
             keepalive: config.tcp.keepalive.unwrap_or_default(),
-            notsent_lowat: None,
+            ..Tunables::default()
         };
         Host {
             stack: Stack::new(config, now),
@@ -270,7 +270,11 @@ impl Host {
     }
 
     /// The configuration new sockets take (Linux: the sysctls).
-    pub fn set_tunables(&mut self, t: Tunables) {
+    pub fn set_tunables(&mut self, mut t: Tunables) {
+        // The stack refuses a TTL of 0 (which `sysctl::apply` never
+        // makes): it keeps the one it has, and so do the tunables.
+        let _ = self.stack.set_ip_default_ttl(t.ip_default_ttl);
+        t.ip_default_ttl = self.stack.ip_default_ttl();
         self.base = t;
     }
 

@@ -34,6 +34,7 @@ pub const NAMES: &[&str] = &[
     "tcp_notsent_lowat",
     "tcp_min_tso_segs",
     "tcp_ecn",
+    "ip_default_ttl",
 ];
 
 /// Why a value was refused.
@@ -60,9 +61,10 @@ fn nums(v: &str) -> Option<Vec<u64>> {
     v.split_whitespace().map(|w| w.parse().ok()).collect()
 }
 
-/// What the tunables set: the engine's TCP configuration, and the
-/// keep-alive parameters a socket uses once it turns `SO_KEEPALIVE` on.
-#[derive(Debug, Clone, Default)]
+/// What the tunables set: the engine's TCP configuration, the keep-alive
+/// parameters a socket uses once it turns `SO_KEEPALIVE` on, and the TTL
+/// of the IPv4 packets the stack originates.
+#[derive(Debug, Clone)]
 pub struct Tunables {
     pub tcp: TcpConfig,
     pub keepalive: KeepAlive,
@@ -70,6 +72,20 @@ pub struct Tunables {
     /// `TCP_NOTSENT_LOWAT` is not writable (None: Linux's default,
     /// `UINT_MAX`, no limit).
     pub notsent_lowat: Option<u32>,
+    /// `ip_default_ttl` (1..=255; Linux's default 64):
+    /// [`Stack::set_ip_default_ttl`](ustack_core::Stack::set_ip_default_ttl).
+    pub ip_default_ttl: u8,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            tcp: TcpConfig::default(),
+            keepalive: KeepAlive::default(),
+            notsent_lowat: None,
+            ip_default_ttl: 64,
+        }
+    }
 }
 
 /// Set one tunable (`name` without the `net.ipv4.` prefix).
@@ -169,6 +185,13 @@ pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlErro
                 _ => return Err(bad()),
             }
         }
+        // Linux: 1..=255.
+        "ip_default_ttl" => {
+            t.ip_default_ttl = match one()? {
+                v @ 1..=255 => u8::try_from(v).map_err(|_| bad())?,
+                _ => return Err(bad()),
+            }
+        }
         "tcp_min_tso_segs" => {
             cfg.min_tso_segs = match one()? {
                 v @ 1..=255 => u8::try_from(v).map_err(|_| bad())?,
@@ -214,5 +237,19 @@ mod tests {
         assert_eq!(t.tcp.min_tso_segs, 10);
         assert!(apply(&mut t, "tcp_min_tso_segs", "0").is_err());
         assert!(NAMES.contains(&"tcp_ecn") && NAMES.contains(&"tcp_min_tso_segs"));
+    }
+
+    #[test]
+    fn ip_default_ttl_takes_1_to_255() {
+        let mut t = Tunables::default();
+        assert_eq!(t.ip_default_ttl, 64, "Linux's default");
+        apply(&mut t, "ip_default_ttl", "1").unwrap();
+        apply(&mut t, "ip_default_ttl", "255").unwrap();
+        assert_eq!(t.ip_default_ttl, 255);
+        for bad in ["0", "256", "-1", "ttl", "64 64", ""] {
+            assert!(apply(&mut t, "ip_default_ttl", bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(t.ip_default_ttl, 255, "unchanged on an error");
+        assert!(NAMES.contains(&"ip_default_ttl"));
     }
 }
