@@ -1316,3 +1316,68 @@ fn the_only_running_stack_is_chosen_by_default() {
     assert!(text.contains("IpInReceives"), "{text}");
     assert!(text.contains("LISTEN") && text.contains(":7 "), "{text}");
 }
+
+/// SYN cookies against Linux's TCP (RFC 4987, Linux's encoding: the MSS
+/// index in the ISN; window scale, SACK and ECN in the low bits of TSval).
+/// With `tcp_syncookies=2` every SYN is answered with a cookie and nothing
+/// is kept, so the kernel's client completes its handshake through the
+/// cookie alone; the connection must come out with the same options as
+/// one opened the usual way (window scale, SACK, timestamps, MSS) and move
+/// data byte-exact both ways.
+#[test]
+fn syn_cookies_carry_linux_clients_options_through_the_handshake() {
+    let ns = NetNs::new();
+    let name = format!("cookie-{}", unique());
+    let srv = Serve::start(&ns, &["--name", &name]);
+    let n = 4 << 20;
+    let opened = |hold: &mpsc::Receiver<u16>| -> Value {
+        let port = hold
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the echo finished");
+        let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
+        row_where(&ss, "peer", &format!("{KERNEL_MAPPED}:{port}"))["info"].clone()
+    };
+    let options = |i: &Value| {
+        (
+            i["wscale_snd"].as_u64(),
+            i["wscale_rcv"].as_u64(),
+            i["sack"].as_bool(),
+            i["timestamps"].as_bool(),
+            i["mss"].as_u64(),
+        )
+    };
+    // The usual way (no queue pressure: no cookie).
+    json(&["nstat", "--json", "--stack", &name]);
+    let (release, hold) = mpsc::channel();
+    let (done, ports) = mpsc::channel();
+    let h = echo_and_hold(&ns, n, hold, done);
+    let plain = opened(&ports);
+    drop(release);
+    h.join().expect("echo");
+    let d = json(&["nstat", "--json", "--stack", &name]);
+    assert_eq!(counter(&d, "TcpExtSyncookiesSent"), 0, "{d}");
+    // Every SYN gets a cookie.
+    ustack_ok(&["sysctl", "--stack", &name, "net.ipv4.tcp_syncookies=2"]);
+    let (release, hold) = mpsc::channel();
+    let (done, ports) = mpsc::channel();
+    let h = echo_and_hold(&ns, n, hold, done);
+    let cookie = opened(&ports);
+    drop(release);
+    h.join().expect("echo through a cookie connection");
+    let d = json(&["nstat", "--json", "--stack", &name]);
+    assert_eq!(counter(&d, "TcpExtSyncookiesSent"), 1, "{d}");
+    assert_eq!(counter(&d, "TcpExtSyncookiesRecv"), 1, "{d}");
+    assert_eq!(counter(&d, "TcpExtSyncookiesFailed"), 0, "{d}");
+    assert_eq!(options(&cookie), options(&plain), "{cookie} vs {plain}");
+    let (wscale, _, sack, ts, _) = options(&cookie);
+    assert!(
+        wscale.is_some_and(|w| w > 0) && sack == Some(true) && ts == Some(true),
+        "Linux offers window scaling, SACK and timestamps: {cookie}"
+    );
+    // And a page over HTTP, byte-exact, through another cookie.
+    let secs = curl_bytes(&ns, 1 << 20, 30);
+    assert!(secs > 0.0);
+    let d = json(&["nstat", "--json", "--stack", &name]);
+    assert_eq!(counter(&d, "TcpExtSyncookiesRecv"), 1, "{d}");
+    srv.stop_clean();
+}
