@@ -1,7 +1,8 @@
 //! Operate a running ustack from another process.
 //!
-//! Every running stack (`ustack serve`, `run`, `attach`, `bench`, or a program that
-//! calls [`Control::start`]) can open a **control endpoint**: an IPC domain of
+//! Every running stack (`ustack serve`, `run`, `attach`, `bench`, or a program
+//! built on `ustack_net` that calls [`Control::for_net`], one line) can open a
+//! **control endpoint**: an IPC domain of
 //! its own (crates/ipc), named `ctl.NAME`, with one server thread answering
 //! requests ([`Request`]) from clients such as `ustack ps`, `ss`, `nstat` and
 //! `sysctl`. The domain's shared-memory file is created with mode 0600, so only

@@ -11,7 +11,26 @@ use ustack_net::Net;
 use ustack_socket::sysctl::Tunables;
 
 use crate::proto::{DeviceInfo, SocketEntry};
-use crate::{counter_names, socket_entry, udp_entry, Provider};
+use crate::{counter_names, socket_entry, udp_entry, Control, Provider};
+
+impl Control {
+    /// The one call a program built on `ustack_net` makes to be operated
+    /// like `ustack serve`: register its stack `net` (whose device is called
+    /// `device`) as `name` in mode `net`, so that `ustack ps`, `ss`, `nstat`
+    /// and `sysctl --stack NAME` see and tune it from another process while
+    /// it runs. Keep the returned [`Control`] alive as long as the stack
+    /// should be reachable; dropping it unregisters the name.
+    ///
+    /// ```no_run
+    /// # fn demo(net: &ustack_net::Net) -> Result<(), String> {
+    /// let _ctl = ustack_ctl::Control::for_net("my-app", net, "tap0")?;
+    /// // ... the program's work; meanwhile: `ustack ss --stack my-app`
+    /// # Ok(()) }
+    /// ```
+    pub fn for_net(name: &str, net: &Net, device: &str) -> Result<Control, String> {
+        Control::start(name, "net", Arc::new(NetProvider::new(net.clone(), device)))
+    }
+}
 
 /// [`Provider`] for a [`Net`]. It holds a handle of the stack: drop the
 /// [`Control`](crate::Control) that uses it before expecting the stack to stop.

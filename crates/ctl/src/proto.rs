@@ -101,7 +101,8 @@ pub struct StackInfo {
     /// The name it registered under (`--name`).
     pub name: String,
     pub pid: u32,
-    /// `serve`, `run`, `attach`, `bench`, or `library`.
+    /// `serve`, `run`, `attach`, `bench`, or `net` (a program built on
+    /// `ustack_net`, registered with `Control::for_net`).
     pub mode: String,
     /// Its command line.
     pub command: String,
