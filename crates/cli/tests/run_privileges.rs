@@ -567,3 +567,154 @@ fn the_sandboxed_command_cannot_reach_its_own_stacks_control_endpoint() {
     let (status, seen, err) = run.finish();
     assert!(status.success(), "{seen:?} {err}");
 }
+
+/// Wait (at most `STEP`) until `ss -H -ln` inside `ns` shows `what`.
+fn wait_listening(ns: &NetNs, proto: &str, what: &str) {
+    let t0 = Instant::now();
+    loop {
+        let out = ns
+            .cmd("ss")
+            .args(["-H", "-ln", proto])
+            .output()
+            .expect("ss");
+        if String::from_utf8_lossy(&out.stdout).contains(what) {
+            return;
+        }
+        assert!(t0.elapsed() < STEP, "nothing listens on {what} ({proto})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn every_relay_path_works_through_the_hardened_relay() {
+    // The relay gives up its user and runs under a seccomp allow-list: a
+    // system call a relay path needs and the list lacks would kill it.
+    // Each path once, TCP, UDP and ICMP echo over both IP versions, with
+    // `ustack run` started as root (so the relay becomes nobody) inside a
+    // namespace of the test's that stands for the host; a veth joins it to
+    // a second one standing for a remote host, so that echo requests to a
+    // non-gateway address leave through the relay's ping sockets.
+    let (host, remote) = (NetNs::new(), NetNs::new());
+    let u = unique();
+    let (va, vb) = (format!("uh{u}"), format!("ur{u}"));
+    must(Command::new("ip").args([
+        "link",
+        "add",
+        &va,
+        "netns",
+        &host.name,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &vb,
+        "netns",
+        &remote.name,
+    ]));
+    for (ns, dev, a4, a6) in [
+        (&host, &va, "192.0.2.2/24", "2001:db8:77::2/64"),
+        (&remote, &vb, "192.0.2.1/24", "2001:db8:77::1/64"),
+    ] {
+        must(Command::new("ip").args(["-n", &ns.name, "addr", "add", a4, "dev", dev]));
+        must(
+            Command::new("ip").args(["-n", &ns.name, "-6", "addr", "add", a6, "dev", dev, "nodad"]),
+        );
+        must(Command::new("ip").args(["-n", &ns.name, "link", "set", dev, "up"]));
+    }
+    // Ping sockets for every group, the relay's (nogroup) included.
+    must(
+        host.cmd("sysctl")
+            .args(["-qw", "net.ipv4.ping_group_range=0 2147483647"]),
+    );
+    // The host's services on its loopback, both families.
+    let mut servers = Vec::new();
+    for (listen, reply) in [
+        (
+            "TCP4-LISTEN:8081,bind=127.0.0.1,fork,reuseaddr",
+            "SYSTEM:echo hello-tcp4",
+        ),
+        (
+            "TCP6-LISTEN:8081,bind=[::1],fork,reuseaddr",
+            "SYSTEM:echo hello-tcp6",
+        ),
+        (
+            "UDP4-RECVFROM:9091,bind=127.0.0.1,fork",
+            "SYSTEM:sed s/^/udp4-/",
+        ),
+        (
+            "UDP6-RECVFROM:9091,bind=[::1],fork",
+            "SYSTEM:sed s/^/udp6-/",
+        ),
+    ] {
+        servers.push(ChildGuard {
+            child: host
+                .cmd("socat")
+                .args([listen, reply])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("socat (scripts/deps.sh installs it)"),
+        });
+    }
+    wait_listening(&host, "-t", "127.0.0.1:8081");
+    wait_listening(&host, "-t", "[::1]:8081");
+    wait_listening(&host, "-u", "127.0.0.1:9091");
+    wait_listening(&host, "-u", "[::1]:9091");
+    let script = "\
+        echo $(socat -T 5 - TCP4:10.0.2.2:8081 </dev/null); \
+        echo $(socat -T 5 - 'TCP6:[fd00::2]:8081' </dev/null); \
+        echo $(echo x | socat -T 2 - UDP4:10.0.2.2:9091); \
+        echo $(echo x | socat -T 2 - 'UDP6:[fd00::2]:9091'); \
+        ping -c 1 -W 5 192.0.2.1 >/dev/null && echo icmp4-relayed; \
+        ping -6 -c 1 -W 5 2001:db8:77::1 >/dev/null && echo icmp6-relayed; \
+        ping -c 1 -W 5 10.0.2.2 >/dev/null && echo icmp4-gateway; \
+        ping -6 -c 1 -W 5 fd00::2 >/dev/null && echo icmp6-gateway";
+    let mut run = ChildGuard {
+        child: host
+            .cmd(BIN)
+            .args(["run", "--stats", "--", "sh", "-c", script])
+            .env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ustack run"),
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    let mut so = run.child.stdout.take().expect("stdout");
+    let mut se = run.child.stderr.take().expect("stderr");
+    let errs = std::thread::spawn(move || {
+        let _ = se.read_to_string(&mut err);
+        err
+    });
+    let _ = so.read_to_string(&mut out);
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = run.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(t0.elapsed() < STEP, "ustack run did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = errs.join().unwrap_or_default();
+    assert!(status.success(), "{status}: {out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "hello-tcp4",
+            "hello-tcp6",
+            "udp4-x",
+            "udp6-x",
+            "icmp4-relayed",
+            "icmp6-relayed",
+            "icmp4-gateway",
+            "icmp6-gateway"
+        ],
+        "{err}"
+    );
+    assert!(!err.contains("seccomp"), "{err}");
+    drop(servers);
+}

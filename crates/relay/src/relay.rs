@@ -196,6 +196,8 @@ pub struct Relay<G: GuestStack> {
     half_open: usize,
     next_id: u64,
     scratch: Vec<u8>,
+    /// An echo request on its way to a ping socket (header and data).
+    echo_out: Vec<u8>,
     ping_allowed: Option<bool>,
     events: Vec<libc::epoll_event>,
     ready: Vec<(u64, u32)>,
@@ -322,6 +324,7 @@ impl<G: GuestStack> Relay<G> {
             half_open: 0,
             next_id: FIRST_FLOW,
             scratch: vec![0; SCRATCH],
+            echo_out: Vec::new(),
             ping_allowed: None,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
             ready: Vec::with_capacity(256),
@@ -1817,15 +1820,13 @@ impl<G: GuestStack> Relay<G> {
         };
         // ICMP echo header (type 8, ICMPv6 128; code 0, checksum and
         // identifier filled by the kernel for ping sockets), then the data.
+        // (Built in a buffer of its own: `data` lies in `scratch`, which the
+        // caller holds while the guest's requests are read.)
         let ty = if req.dst.is_ipv6() { 128 } else { 8 };
-        let mut pkt = std::mem::take(&mut self.scratch);
-        let n = (8 + data.len()).min(pkt.len());
-        if let Some(h) = pkt.get_mut(..8) {
-            h.copy_from_slice(&[ty, 0, 0, 0, 0, 0, (req.seq >> 8) as u8, req.seq as u8]);
-        }
-        if let Some(d) = pkt.get_mut(8..n) {
-            d.copy_from_slice(data.get(..n - 8).unwrap_or(&[]));
-        }
+        let mut pkt = std::mem::take(&mut self.echo_out);
+        pkt.clear();
+        pkt.extend_from_slice(&[ty, 0, 0, 0, 0, 0, (req.seq >> 8) as u8, req.seq as u8]);
+        pkt.extend_from_slice(data);
         let ok = self
             .flows
             .get_mut(&id)
@@ -1833,9 +1834,9 @@ impl<G: GuestStack> Relay<G> {
                 f.last_active = now;
                 f.sock.as_ref()
             })
-            .map(|s| sys::send(s, pkt.get(..n).unwrap_or(&[])).is_ok())
+            .map(|s| sys::send(s, &pkt).is_ok())
             .unwrap_or(false);
-        self.scratch = pkt;
+        self.echo_out = pkt;
         if ok {
             self.stats.icmp_echo_relayed += 1;
         } else {
