@@ -1396,6 +1396,7 @@ impl Host {
     fn event_count(&self, fd: i32) -> u64 {
         match self.entry(fd) {
             Some(Entry::Sock(s)) => s.events,
+            Some(Entry::Pipe(p)) => self.pipes.get(&p.id).map_or(0, |q| q.events),
             _ => 0,
         }
     }

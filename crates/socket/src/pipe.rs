@@ -33,6 +33,10 @@ pub(crate) struct Pipe {
     buf: VecDeque<u8>,
     reader: bool,
     writer: bool,
+    /// Changes so far (bytes in or out, an end closed): what an
+    /// edge-triggered epoll reports, as Linux's pipe wakes its waiters on
+    /// each.
+    pub(crate) events: u64,
 }
 
 impl Host {
@@ -53,6 +57,7 @@ impl Host {
                 buf: VecDeque::new(),
                 reader: true,
                 writer: true,
+                events: 0,
             },
         );
         let r = self.alloc(Entry::Pipe(PipeEnd {
@@ -81,6 +86,7 @@ impl Host {
             } else {
                 q.reader = false;
             }
+            q.events += 1;
             if !q.reader && !q.writer {
                 self.pipes.remove(&p.id);
             }
@@ -102,6 +108,7 @@ impl Host {
         for (o, b) in out.iter_mut().zip(q.buf.drain(..n)) {
             *o = b;
         }
+        q.events += 1;
         Ok(n)
     }
 
@@ -121,6 +128,7 @@ impl Host {
             return Err(libc::EAGAIN);
         }
         q.buf.extend(&data[..n]);
+        q.events += u64::from(n > 0);
         Ok(n)
     }
 
@@ -183,6 +191,7 @@ impl Host {
             Ok(n) => {
                 if let Some(q) = self.pipes.get_mut(&p.id) {
                     q.buf.extend(&chunk[..n.min(chunk.len())]);
+                    q.events += u64::from(n > 0);
                 }
                 Ok(n)
             }

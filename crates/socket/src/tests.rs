@@ -566,3 +566,21 @@ fn splice_socket_into_pipe() {
     assert_eq!(b.pipe_write(w2, b"x"), Err(libc::EPIPE));
     assert_eq!(b.recv(r, &mut buf, false), Err(libc::ENOTSOCK));
 }
+
+/// Edge-triggered epoll on a pipe's read end: each write is an event, as
+/// Linux's pipe wakes its readers on each.
+#[test]
+fn edge_triggered_epoll_on_a_pipe() {
+    let mut h = host(1);
+    let (r, w) = h.pipe();
+    let ep = h.epoll_create();
+    let et = libc::EPOLLET as u32;
+    h.epoll_ctl(ep, libc::EPOLL_CTL_ADD, r, POLLIN | et, 7)
+        .unwrap();
+    assert!(h.epoll_ready(ep, 4).unwrap().is_empty());
+    assert_eq!(h.pipe_write(w, b"ab"), Ok(2));
+    assert_eq!(h.epoll_ready(ep, 4).unwrap(), vec![(POLLIN, 7)]);
+    assert!(h.epoll_ready(ep, 4).unwrap().is_empty(), "reported once");
+    assert_eq!(h.pipe_write(w, b"c"), Ok(1));
+    assert_eq!(h.epoll_ready(ep, 4).unwrap(), vec![(POLLIN, 7)]);
+}
