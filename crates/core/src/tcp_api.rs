@@ -534,6 +534,43 @@ impl Stack {
         self.tcp.with_conn(h, |c| c.recv_with(f))?
     }
 
+    /// Copy readable data without consuming it (`MSG_PEEK`); stops at the
+    /// urgent mark (see [`crate::tcp::Connection::peek`]). `Ok(0)` = end of
+    /// stream, `WouldBlock` = nothing yet.
+    pub fn tcp_peek(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, TcpError> {
+        self.tcp.with_conn(h, |c| c.peek(buf))?
+    }
+
+    /// As [`Stack::tcp_recv_with`], but stopping at the urgent mark without
+    /// skipping the out-of-band octet (Linux `tcp_read_sock`, which
+    /// `splice` uses): `Ok(0)` there while data waits behind it.
+    pub fn tcp_read_to_mark_with(
+        &mut self,
+        h: TcpHandle,
+        f: impl FnOnce(&[u8], &[u8]) -> usize,
+    ) -> Result<usize, TcpError> {
+        self.tcp.with_conn(h, |c| c.read_to_mark_with(f))?
+    }
+
+    /// `recv(MSG_OOB)`: the out-of-band octet of urgent data.
+    pub fn tcp_recv_oob(
+        &mut self,
+        h: TcpHandle,
+        peek: bool,
+    ) -> Result<Result<u8, crate::tcp::OobError>, TcpError> {
+        self.tcp.with_conn(h, |c| c.recv_oob(peek))
+    }
+
+    /// `SO_OOBINLINE`: urgent data's out-of-band octet stays in the stream.
+    pub fn tcp_set_oob_inline(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
+        self.tcp.with_conn(h, |c| c.set_oob_inline(on))
+    }
+
+    /// `SIOCATMARK`: the next octet to read is the out-of-band one.
+    pub fn tcp_at_urgent_mark(&mut self, h: TcpHandle) -> Result<bool, TcpError> {
+        self.tcp.with_conn(h, |c| c.at_urgent_mark())
+    }
+
     /// Bytes held in the buffers of every TCP connection (listeners'
     /// children and released connections still finishing included): data
     /// queued and not yet acknowledged plus data received in order and not

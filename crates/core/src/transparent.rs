@@ -312,6 +312,7 @@ fn owned_syn(s: &TcpRepr) -> TcpRepr<'static> {
         sack_permitted: s.sack_permitted,
         sack_ranges: s.sack_ranges,
         timestamp: s.timestamp,
+        urgent: None,
         payload: &[],
         ip_ecn: s.ip_ecn,
     }

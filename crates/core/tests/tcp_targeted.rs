@@ -743,3 +743,64 @@ fn rtt_sampled_on_every_ack_without_timestamps() {
         "y's ACK not timed: {srtt:?}"
     );
 }
+
+/// Urgent data (RFC 9293 3.8.5, Linux semantics): the octet before the
+/// urgent pointer is out of band; reads stop at it and skip it, `splice`'s
+/// read stops there for good, `MSG_OOB` reads it once.
+#[test]
+fn urgent_octet_is_out_of_band() {
+    use ustack_core::tcp::OobError;
+    let mut n = net_with(cfg(), cfg(), 5);
+    n.establish();
+    let (rcv_nxt, snd_nxt) = a_next(&mut n);
+    assert_eq!(n.a.conn().recv_oob(false), Err(OobError::None));
+    let mut r = b_seg(&mut n);
+    r.seq = rcv_nxt;
+    r.ack = Some(snd_nxt);
+    r.urgent = Some(10);
+    r.payload = b"0123456789";
+    inject_to_a(&mut n, &r);
+    let c = n.a.conn();
+    let mut buf = [0u8; 100];
+    assert_eq!(c.peek(&mut buf), Ok(9));
+    // splice's read: up to the mark, then 0 while the octet waits.
+    assert_eq!(c.read_to_mark_with(|a, _| a.len().min(4)), Ok(4));
+    assert_eq!(c.recv(&mut buf), Ok(5));
+    assert_eq!(&buf[..5], b"45678");
+    assert!(c.at_urgent_mark());
+    assert_eq!(c.read_to_mark_with(|a, _| a.len()), Ok(0));
+    assert_eq!(c.recv_oob(true), Ok(b'9'));
+    assert_eq!(c.recv_oob(false), Ok(b'9'));
+    assert_eq!(c.recv_oob(false), Err(OobError::None));
+    // The octet is not part of the stream.
+    assert_eq!(c.recv(&mut buf), Err(TcpError::WouldBlock));
+    assert!(!c.at_urgent_mark());
+
+    // A pointer ahead of the data: the octet is not there yet.
+    let mut r = b_seg(&mut n);
+    r.seq = rcv_nxt + 10usize;
+    r.ack = Some(snd_nxt);
+    r.urgent = Some(8);
+    r.payload = b"abcd";
+    inject_to_a(&mut n, &r);
+    let c = n.a.conn();
+    assert_eq!(c.recv_oob(false), Err(OobError::NotYet));
+    assert_eq!(c.recv(&mut buf), Ok(4));
+    let mut r = b_seg(&mut n);
+    r.seq = rcv_nxt + 14usize;
+    r.ack = Some(snd_nxt);
+    r.payload = b"efghij";
+    inject_to_a(&mut n, &r);
+    let c = n.a.conn();
+    assert_eq!(c.peek(&mut buf), Ok(3));
+    assert_eq!(&buf[..3], b"efg");
+    assert_eq!(c.recv(&mut buf), Ok(3));
+    // A peek at the mark skips the octet without consuming it.
+    assert_eq!(c.peek(&mut buf), Ok(2));
+    assert_eq!(&buf[..2], b"ij");
+    assert_eq!(c.recv_oob(true), Ok(b'h'));
+    assert_eq!(c.recv(&mut buf), Ok(2), "the octet 'h' skipped");
+    assert_eq!(&buf[..2], b"ij");
+    // Passed unread: gone.
+    assert_eq!(c.recv_oob(false), Err(OobError::None));
+}

@@ -626,24 +626,27 @@ unsafe extern "C" fn pd_gettimeofday(
     0
 }
 
-unsafe extern "C" fn pd_pipe(_p: *mut c_void, _fds: *mut c_int) -> c_int {
-    // SAFETY: errno is thread-local.
-    unsafe { *libc::__errno_location() = libc::ENOSYS };
-    -1
-}
-
+/// `splice`: packetdrill's interface passes each offset as a pointer to
+/// the script's value, a `NULL` there as a pointer to 0
+/// (`run_system_call.c`), where the kernel gets the `NULL` itself; the
+/// call goes on with `NULL` for those, as the kernel sees it.
 unsafe extern "C" fn pd_splice(
-    _p: *mut c_void,
-    _a: c_int,
-    _b: *mut libc::loff_t,
-    _c: c_int,
-    _d: *mut libc::loff_t,
-    _e: size_t,
-    _f: libc::c_uint,
+    p: *mut c_void,
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    flags: libc::c_uint,
 ) -> ssize_t {
-    // SAFETY: errno is thread-local.
-    unsafe { *libc::__errno_location() = libc::ENOSYS };
-    -1
+    // SAFETY: packetdrill passes null or a pointer to its s64.
+    let null_if_zero = |o: *mut libc::loff_t| match unsafe { o.as_ref() } {
+        Some(0) | None => std::ptr::null_mut(),
+        Some(_) => o,
+    };
+    let (off_in, off_out) = (null_if_zero(off_in), null_if_zero(off_out));
+    // SAFETY: forwarded.
+    unsafe { ffi::ustack_splice(p, fd_in, off_in, fd_out, off_out, len, flags) }
 }
 
 /// packetdrill's entry point.
@@ -721,7 +724,7 @@ pub unsafe extern "C" fn packetdrill_interface_init(
             epoll_create: Some(ffi::ustack_epoll_create),
             epoll_ctl: Some(ffi::ustack_epoll_ctl),
             epoll_wait: Some(ffi::ustack_epoll_wait),
-            pipe: Some(pd_pipe),
+            pipe: Some(ffi::ustack_pipe),
             splice: Some(pd_splice),
         };
     }

@@ -502,6 +502,21 @@ unsafe fn iovecs<'a>(iov: *const iovec, n: c_int) -> SockResult<&'a [iovec]> {
 fn do_recv(c: &Ctx, fd: i32, bufs: &[iovec], flags: c_int) -> SockResult<usize> {
     let total: usize = bufs.iter().map(|v| v.iov_len).sum();
     let peek = flags & libc::MSG_PEEK != 0;
+    if flags & libc::MSG_OOB != 0 {
+        // The out-of-band octet (Linux `tcp_recv_urg`), which never waits.
+        let Some(b) = c.lock().recv_oob(fd, peek)? else {
+            return Ok(0);
+        };
+        let Some(v) = bufs.iter().find(|v| v.iov_len > 0) else {
+            return Ok(0);
+        };
+        if v.iov_base.is_null() {
+            return Err(libc::EFAULT);
+        }
+        // SAFETY: iov_base holds iov_len >= 1 writable bytes (caller's contract).
+        unsafe { *(v.iov_base as *mut u8) = b };
+        return Ok(1);
+    }
     let nonblock = flags & libc::MSG_DONTWAIT != 0;
     let waitall = flags & libc::MSG_WAITALL != 0 && !peek;
     let timeout = c.lock().timeout(fd, false);
@@ -758,7 +773,47 @@ pub unsafe extern "C" fn ustack_read(
     count: size_t,
 ) -> ssize_t {
     // SAFETY: forwarded caller contract.
+    if let Some(r) = unsafe { pipe_io(ctx, fd, buf as *mut u8, count, false) } {
+        return r;
+    }
+    // SAFETY: forwarded caller contract.
     unsafe { ustack_recv(ctx, fd, buf, count, 0) }
+}
+
+/// `read(2)`/`write(2)` on a pipe end of [`ustack_pipe`]; None if `fd` is
+/// not one.
+///
+/// # Safety
+/// See the module docs; `buf` holds `count` bytes (writable for a read).
+unsafe fn pipe_io(
+    ctx: *mut c_void,
+    fd: c_int,
+    buf: *mut u8,
+    count: size_t,
+    write: bool,
+) -> Option<ssize_t> {
+    // SAFETY: forwarded caller contract.
+    let c = unsafe { self::ctx(ctx) }.ok()?;
+    let mut h = c.lock();
+    if !h.is_pipe(fd) {
+        return None;
+    }
+    if buf.is_null() && count > 0 {
+        return Some(ret_size(Err(libc::EFAULT)));
+    }
+    let count = count.min(crate::pipe::PIPE_SIZE);
+    let r = if count == 0 {
+        Ok(0)
+    } else if write {
+        // SAFETY: buf holds count readable bytes (caller's contract).
+        let data = unsafe { std::slice::from_raw_parts(buf as *const u8, count) };
+        h.pipe_write(fd, data)
+    } else {
+        // SAFETY: buf holds count writable bytes (caller's contract).
+        let out = unsafe { std::slice::from_raw_parts_mut(buf, count) };
+        h.pipe_read(fd, out)
+    };
+    Some(ret_size(r))
 }
 
 /// `readv(2)`.
@@ -894,6 +949,10 @@ pub unsafe extern "C" fn ustack_write(
     buf: *const c_void,
     count: size_t,
 ) -> ssize_t {
+    // SAFETY: forwarded caller contract.
+    if let Some(r) = unsafe { pipe_io(ctx, fd, buf as *mut u8, count, true) } {
+        return r;
+    }
     // SAFETY: forwarded caller contract.
     unsafe { ustack_send(ctx, fd, buf, count, 0) }
 }
@@ -1124,7 +1183,8 @@ pub unsafe extern "C" fn ustack_fcntl(
     }))
 }
 
-/// `ioctl(2)`: `FIONREAD`/`SIOCINQ`, `SIOCOUTQ`, `SIOCOUTQNSD`, `FIONBIO`.
+/// `ioctl(2)`: `FIONREAD`/`SIOCINQ`, `SIOCOUTQ`, `SIOCOUTQNSD`, `SIOCATMARK`,
+/// `FIONBIO`.
 ///
 /// # Safety
 /// See the module docs; `arg` points to an `int`.
@@ -1146,6 +1206,7 @@ pub unsafe extern "C" fn ustack_ioctl(
             libc::FIONREAD => h.queued(fd, false)?,
             libc::TIOCOUTQ => h.queued(fd, true)?,
             0x894B /* SIOCOUTQNSD */ => h.notsent(fd),
+            0x8905 /* SIOCATMARK */ => usize::from(h.at_mark(fd)?),
             libc::FIONBIO => {
                 // SAFETY: arg points to an int (caller's contract).
                 let on = unsafe { *p } != 0;
@@ -1158,6 +1219,69 @@ pub unsafe extern "C" fn ustack_ioctl(
         // SAFETY: arg points to an int (caller's contract).
         unsafe { *p = c_int::try_from(v).unwrap_or(c_int::MAX) };
         Ok(0)
+    }))
+}
+
+/// `pipe(2)`: a pipe between two descriptors of this layer (see
+/// [`crate::pipe`]).
+///
+/// # Safety
+/// See the module docs; `fds` points to two `int`s.
+#[no_mangle]
+pub unsafe extern "C" fn ustack_pipe(ctx: *mut c_void, fds: *mut c_int) -> c_int {
+    // SAFETY: forwarded caller contract.
+    ret_int(unsafe { self::ctx(ctx) }.and_then(|c| {
+        if fds.is_null() {
+            return Err(libc::EFAULT);
+        }
+        let (r, w) = c.lock().pipe();
+        // SAFETY: fds points to two ints (caller's contract).
+        unsafe {
+            *fds = r;
+            *fds.add(1) = w;
+        }
+        Ok(0)
+    }))
+}
+
+/// `splice(2)` from a socket into a pipe of [`ustack_pipe`] (Linux
+/// `tcp_splice_read`): what is readable in front of the urgent mark, at
+/// most `len` bytes; a blocking socket waits until there is some (or the
+/// mark, or the end of the stream), unless `SPLICE_F_NONBLOCK`. Other
+/// directions: `EINVAL`; offsets (meaningless for both): `ESPIPE`.
+///
+/// # Safety
+/// See the module docs.
+#[no_mangle]
+pub unsafe extern "C" fn ustack_splice(
+    ctx: *mut c_void,
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    flags: libc::c_uint,
+) -> ssize_t {
+    // SAFETY: forwarded caller contract.
+    ret_size(unsafe { self::ctx(ctx) }.and_then(|c| {
+        {
+            let h = c.lock();
+            if !h.is_fd(fd_in) || !h.is_fd(fd_out) {
+                return Err(libc::EBADF);
+            }
+            if h.is_pipe(fd_in) || !h.is_pipe(fd_out) {
+                return Err(libc::EINVAL);
+            }
+        }
+        if !off_in.is_null() || !off_out.is_null() {
+            return Err(libc::ESPIPE);
+        }
+        let len = len.min(0x7fff_f000);
+        let nonblock = flags & libc::SPLICE_F_NONBLOCK != 0;
+        let timeout = c.lock().timeout(fd_in, false);
+        c.blocking(fd_in, nonblock, timeout, |h| {
+            h.splice_to_pipe(fd_in, fd_out, len)
+        })
     }))
 }
 

@@ -27,6 +27,7 @@
 
 pub mod ffi;
 mod opts;
+pub mod pipe;
 pub mod sysctl;
 mod tcp_info;
 pub mod wmem;
@@ -34,7 +35,7 @@ pub mod wmem;
 use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-use ustack_core::tcp::{State, TcpConfig};
+use ustack_core::tcp::{OobError, State, TcpConfig};
 
 use sysctl::Tunables;
 use ustack_core::time::{Duration, Instant};
@@ -57,6 +58,7 @@ pub const FIRST_FD: i32 = 3;
 enum Entry {
     Sock(Sock),
     Epoll(EpollSet),
+    Pipe(pipe::PipeEnd),
 }
 
 /// A socket's connection state as the descriptor sees it.
@@ -139,6 +141,9 @@ pub struct Host {
     next_waiter: u64,
     /// Scratch for `flush`'s readiness events.
     scratch_events: Vec<TcpHandle>,
+    /// The pipes of `pipe(2)`, by id ([`pipe`]).
+    pipes: HashMap<u64, pipe::Pipe>,
+    next_pipe: u64,
 }
 
 /// Linux's `TCP_*` state numbers (`tcpi_state`).
@@ -212,6 +217,8 @@ impl Host {
             now,
             base,
             fds: Vec::new(),
+            pipes: HashMap::new(),
+            next_pipe: 0,
             by_handle: HashMap::new(),
             out: VecDeque::new(),
             generation: 0,
@@ -416,7 +423,7 @@ impl Host {
     fn sock(&self, fd: i32) -> SockResult<&Sock> {
         match self.entry(fd) {
             Some(Entry::Sock(s)) => Ok(s),
-            Some(Entry::Epoll(_)) => Err(libc::ENOTSOCK),
+            Some(Entry::Epoll(_) | Entry::Pipe(_)) => Err(libc::ENOTSOCK),
             None => Err(libc::EBADF),
         }
     }
@@ -424,7 +431,7 @@ impl Host {
     fn sock_mut(&mut self, fd: i32) -> SockResult<&mut Sock> {
         match self.entry_mut(fd) {
             Some(Entry::Sock(s)) => Ok(s),
-            Some(Entry::Epoll(_)) => Err(libc::ENOTSOCK),
+            Some(Entry::Epoll(_) | Entry::Pipe(_)) => Err(libc::ENOTSOCK),
             None => Err(libc::EBADF),
         }
     }
@@ -677,6 +684,9 @@ impl Host {
         if is(libc::SOL_SOCKET, libc::SO_LINGER) {
             let _ = st.tcp_set_linger_zero(h, o.linger == Some(0));
         }
+        if is(libc::SOL_SOCKET, libc::SO_OOBINLINE) {
+            let _ = st.tcp_set_oob_inline(h, o.oobinline);
+        }
         if is(libc::IPPROTO_TCP, libc::TCP_CORK) {
             let _ = st.tcp_set_cork(h, o.cork);
         }
@@ -828,18 +838,7 @@ impl Host {
             return Ok(0);
         }
         let r = if peek {
-            self.stack
-                .tcp_recv_with(h, |a, b| {
-                    let n = a.len().min(buf.len());
-                    buf[..n].copy_from_slice(&a[..n]);
-                    let m = b.len().min(buf.len() - n);
-                    buf[n..n + m].copy_from_slice(&b[..m]);
-                    0
-                })
-                .map(|_| {
-                    let st = self.stack.tcp_status(h).map(|s| s.recv_queue).unwrap_or(0);
-                    st.min(buf.len())
-                })
+            self.stack.tcp_peek(h, buf)
         } else {
             self.stack.tcp_recv(h, buf)
         };
@@ -855,6 +854,30 @@ impl Host {
                 None => Ok(0),
                 Some(e) => Err(e),
             },
+        }
+    }
+
+    /// `recv(2)` with `MSG_OOB` (Linux `tcp_recv_urg`): the out-of-band
+    /// octet of urgent data (`Some`), or end of stream (`None`). `EINVAL`
+    /// when there is none or it was read; `EAGAIN` while its pointer came
+    /// ahead of it (such a read never blocks).
+    pub fn recv_oob(&mut self, fd: i32, peek: bool) -> SockResult<Option<u8>> {
+        let h = self.conn(fd)?;
+        let r = self.stack.tcp_recv_oob(h, peek).map_err(tcp_errno)?;
+        self.flush();
+        match r {
+            Ok(b) => Ok(Some(b)),
+            Err(OobError::None) => Err(libc::EINVAL),
+            Err(OobError::NotYet) => Err(libc::EAGAIN),
+            Err(OobError::Eof) => Ok(None),
+        }
+    }
+
+    /// `ioctl(SIOCATMARK)`: the next byte to read is the out-of-band one.
+    pub fn at_mark(&mut self, fd: i32) -> SockResult<bool> {
+        match self.sock(fd)?.tcp {
+            Tcp::Conn { h, .. } => self.stack.tcp_at_urgent_mark(h).map_err(tcp_errno),
+            _ => Ok(false),
         }
     }
 
@@ -1153,6 +1176,9 @@ impl Host {
             .get_mut(slot)
             .and_then(Option::take)
             .ok_or(libc::EBADF)?;
+        if let Entry::Pipe(p) = e {
+            self.close_pipe_end(p);
+        }
         if let Entry::Sock(s) = e {
             match s.tcp {
                 Tcp::Conn { h, .. } => {
@@ -1215,6 +1241,11 @@ impl Host {
                 Ok(libc::O_RDWR | if s.nonblock { libc::O_NONBLOCK } else { 0 })
             }
             Some(Entry::Epoll(_)) => Ok(libc::O_RDWR),
+            Some(Entry::Pipe(p)) => Ok(if p.write {
+                libc::O_WRONLY
+            } else {
+                libc::O_RDONLY
+            } | if p.nonblock { libc::O_NONBLOCK } else { 0 }),
             None => Err(libc::EBADF),
         }
     }
@@ -1227,6 +1258,10 @@ impl Host {
                 Ok(())
             }
             Some(Entry::Epoll(_)) => Ok(()),
+            Some(Entry::Pipe(p)) => {
+                p.nonblock = flags & libc::O_NONBLOCK != 0;
+                Ok(())
+            }
             None => Err(libc::EBADF),
         }
     }
@@ -1278,6 +1313,7 @@ impl Host {
         };
         let s = match e {
             Entry::Sock(s) => s,
+            Entry::Pipe(p) => return self.pipe_readiness(*p),
             Entry::Epoll(set) => {
                 return if set
                     .interest
@@ -1364,6 +1400,7 @@ impl Host {
     fn event_count(&self, fd: i32) -> u64 {
         match self.entry(fd) {
             Some(Entry::Sock(s)) => s.events,
+            Some(Entry::Pipe(p)) => self.pipes.get(&p.id).map_or(0, |q| q.events),
             _ => 0,
         }
     }

@@ -18,6 +18,8 @@ pub struct SockOpts {
     pub sndbuf: Option<usize>,
     /// `SO_LINGER` on, with its timeout in seconds.
     pub linger: Option<u32>,
+    /// `SO_OOBINLINE`: urgent data's out-of-band octet stays in the stream.
+    pub oobinline: bool,
     pub nodelay: bool,
     /// `TCP_MAXSEG` before the connection.
     pub maxseg: Option<u16>,
@@ -52,6 +54,7 @@ impl SockOpts {
             rcvbuf: None,
             sndbuf: None,
             linger: None,
+            oobinline: false,
             nodelay: base.nodelay,
             maxseg: None,
             cork: false,
@@ -225,7 +228,8 @@ pub(crate) fn setsockopt(
         (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => o.rcvtimeo = timeval(val)?,
         (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => o.sndtimeo = timeval(val)?,
         (libc::SOL_SOCKET, libc::SO_RCVLOWAT) => o.rcvlowat = int(val)?.max(1),
-        (libc::SOL_SOCKET, libc::SO_OOBINLINE | libc::SO_PRIORITY | libc::SO_MARK) => {
+        (libc::SOL_SOCKET, libc::SO_OOBINLINE) => o.oobinline = int(val)? != 0,
+        (libc::SOL_SOCKET, libc::SO_PRIORITY | libc::SO_MARK) => {
             int(val)?;
         }
         (libc::SOL_SOCKET, _) => return Err(libc::ENOPROTOOPT),
@@ -363,6 +367,7 @@ pub(crate) fn getsockopt(host: &mut Host, fd: i32, level: i32, name: i32) -> Soc
             int_bytes(e.into())
         }
         (libc::SOL_SOCKET, libc::SO_REUSEADDR) => int_bytes(o.reuseaddr.into()),
+        (libc::SOL_SOCKET, libc::SO_OOBINLINE) => int_bytes(o.oobinline.into()),
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => int_bytes(o.keepalive.into()),
         (libc::SOL_SOCKET, libc::SO_SNDBUF) => int_bytes(s.sb.sndbuf as i64),
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => {

@@ -526,3 +526,61 @@ fn ipv6_and_ipv4_share_a_port_only_when_linux_lets_them() {
         "IPv4-mapped is IPv4"
     );
 }
+
+/// `pipe` and `splice` from a socket: data moves into the pipe and reads
+/// out of it; the pipe's ends close as Linux's do.
+#[test]
+fn splice_socket_into_pipe() {
+    let (mut a, mut b) = (host(1), host(2));
+    let l = b.socket(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
+    b.bind(l, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80).into())
+        .unwrap();
+    b.listen(l, 5).unwrap();
+    let c = a
+        .socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0)
+        .unwrap();
+    assert_eq!(a.connect(c, addr(2, 80)), Err(libc::EINPROGRESS));
+    pump(&mut a, &mut b, 1);
+    let (s, _) = b.accept(l, 0).unwrap();
+    let (r, w) = b.pipe();
+    assert!(b.is_pipe(r) && b.is_pipe(w));
+    assert_eq!(b.splice_to_pipe(s, w, 100), Err(libc::EAGAIN));
+    assert_eq!(b.splice_to_pipe(s, r, 100), Err(libc::EBADF), "read end");
+    assert_eq!(a.send(c, b"hello world").unwrap(), 11);
+    pump(&mut a, &mut b, 1);
+    assert_eq!(b.readiness(r) & POLLIN, 0, "pipe empty");
+    assert_eq!(b.splice_to_pipe(s, w, 5), Ok(5));
+    assert_ne!(b.readiness(r) & POLLIN, 0);
+    assert_eq!(b.splice_to_pipe(s, w, 100), Ok(6));
+    let mut buf = [0u8; 32];
+    assert_eq!(b.pipe_read(r, &mut buf), Ok(11));
+    assert_eq!(&buf[..11], b"hello world");
+    assert_eq!(b.pipe_read(r, &mut buf), Err(libc::EAGAIN));
+    assert_eq!(b.pipe_write(w, b"xy"), Ok(2));
+    b.close(w).unwrap();
+    assert_eq!(b.pipe_read(r, &mut buf), Ok(2));
+    assert_eq!(b.pipe_read(r, &mut buf), Ok(0), "writer gone: end of file");
+    assert_ne!(b.readiness(r) & POLLHUP, 0);
+    let (r2, w2) = b.pipe();
+    b.close(r2).unwrap();
+    assert_eq!(b.pipe_write(w2, b"x"), Err(libc::EPIPE));
+    assert_eq!(b.recv(r, &mut buf, false), Err(libc::ENOTSOCK));
+}
+
+/// Edge-triggered epoll on a pipe's read end: each write is an event, as
+/// Linux's pipe wakes its readers on each.
+#[test]
+fn edge_triggered_epoll_on_a_pipe() {
+    let mut h = host(1);
+    let (r, w) = h.pipe();
+    let ep = h.epoll_create();
+    let et = libc::EPOLLET as u32;
+    h.epoll_ctl(ep, libc::EPOLL_CTL_ADD, r, POLLIN | et, 7)
+        .unwrap();
+    assert!(h.epoll_ready(ep, 4).unwrap().is_empty());
+    assert_eq!(h.pipe_write(w, b"ab"), Ok(2));
+    assert_eq!(h.epoll_ready(ep, 4).unwrap(), vec![(POLLIN, 7)]);
+    assert!(h.epoll_ready(ep, 4).unwrap().is_empty(), "reported once");
+    assert_eq!(h.pipe_write(w, b"c"), Ok(1));
+    assert_eq!(h.epoll_ready(ep, 4).unwrap(), vec![(POLLIN, 7)]);
+}

@@ -371,6 +371,9 @@ pub struct TcpRepr<'a> {
     pub sack_ranges: [Option<(SeqNum, SeqNum)>; 4],
     /// `(TSval, TSecr)` (RFC 7323 3).
     pub timestamp: Option<(u32, u32)>,
+    /// The urgent pointer, present iff the URG flag is set: an offset from
+    /// SEG.SEQ to the octet following the urgent data (RFC 9293 3.1, 3.8.5).
+    pub urgent: Option<u16>,
     pub payload: &'a [u8],
     /// The ECN codepoint of the IP datagram carrying the segment (RFC 3168
     /// 5: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE). Not part of the TCP
@@ -422,6 +425,7 @@ impl<'a> TcpRepr<'a> {
             sack_permitted: false,
             sack_ranges: [None; 4],
             timestamp: None,
+            urgent: (f & flags::URG != 0).then(|| packet.urgent_at()),
             payload: &[],
             ip_ecn: 0,
         };
@@ -510,6 +514,7 @@ impl<'a> TcpRepr<'a> {
             (self.ack.is_some(), flags::ACK),
             (self.ece, flags::ECE),
             (self.cwr, flags::CWR),
+            (self.urgent.is_some(), flags::URG),
         ] {
             if on {
                 f |= bit;
@@ -518,7 +523,7 @@ impl<'a> TcpRepr<'a> {
         p.set_flags(f);
         p.set_window_len(self.window);
         p.set_checksum(0);
-        p.set_urgent_at(0);
+        p.set_urgent_at(self.urgent.unwrap_or(0));
         {
             let o = p.options_mut();
             let mut w = OptWriter { buf: o, pos: 0 };
@@ -873,12 +878,16 @@ mod tests {
             sack_permitted: true,
             sack_ranges: [None; 4],
             timestamp: None,
+            urgent: Some(0x1234),
             payload: &[],
             ip_ecn: 0,
         };
         let mut buf = vec![0u8; r.buffer_len()];
         r.emit(&mut TcpPacket::new_unchecked(&mut buf[..]), LO, LO, true);
-        let q = TcpRepr::parse(&TcpPacket::new_checked(&buf[..]).unwrap(), LO, LO, true).unwrap();
+        let p = TcpPacket::new_checked(&buf[..]).unwrap();
+        assert_eq!(p.flags() & flags::URG, flags::URG);
+        assert_eq!(p.urgent_at(), 0x1234);
+        let q = TcpRepr::parse(&p, LO, LO, true).unwrap();
         assert_eq!(q, r);
         assert_eq!(q.seq_len(), 2);
     }

@@ -583,6 +583,8 @@ impl Connection {
                 queue: RecvQueue::new(cfg.rcv_buf.max(1)),
                 fin: None,
                 fin_received: false,
+                urg: None,
+                urg_inline: false,
             },
             opt: Negotiated {
                 adv_mss,
@@ -1295,13 +1297,28 @@ impl Connection {
     /// as after [`Connection::recv`]. Returns what `f` consumed (it may be
     /// 0). Without readable data `f` is not called: `Ok(0)` at end of
     /// stream, else `WouldBlock` or the connection's error, as `recv`.
+    ///
+    /// A read stops in front of the urgent mark, and one that starts at it
+    /// skips the out-of-band octet (see `urgent.rs`).
     pub fn recv_with(&mut self, f: impl FnOnce(&[u8], &[u8]) -> usize) -> Result<usize, TcpError> {
+        let limit = self.urgent_read_limit();
         if !self.rcv.queue.ring.is_empty() {
             let before = self.rcv_wnd_available();
-            let n = self.rcv.queue.ring.read_with(f);
+            let n = self
+                .rcv
+                .queue
+                .ring
+                .read_with(|a, b| super::urgent::lend_limited(a, b, limit, f));
             self.maybe_window_update(before);
+            self.forget_passed_urgent();
             return Ok(n);
         }
+        self.read_end()
+    }
+
+    /// The result of a read that found nothing readable: `Ok(0)` at end of
+    /// stream, else `WouldBlock` or the connection's error.
+    pub(super) fn read_end(&self) -> Result<usize, TcpError> {
         if self.rcv.fin_received {
             return Ok(0);
         }

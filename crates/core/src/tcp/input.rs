@@ -43,6 +43,10 @@ pub(super) struct Rcv {
     /// The peer's FIN, received ahead of missing data.
     pub(super) fin: Option<SeqNum>,
     pub(super) fin_received: bool,
+    /// Pending urgent data (`urgent.rs`).
+    pub(super) urg: Option<super::urgent::Urgent>,
+    /// `SO_OOBINLINE`: the out-of-band octet stays in the stream.
+    pub(super) urg_inline: bool,
 }
 
 /// ACK generation.
@@ -300,6 +304,11 @@ impl Connection {
         }
         if self.state() == State::Closed {
             return;
+        }
+        // Sixth: check the URG bit (a zero window still lets it through:
+        // "special allowance should be made to accept valid ACKs, URGs").
+        if seg.urgent.is_some() || self.rcv.urg.is_some() {
+            self.check_urgent(seg.seq, seg.urgent, seg.payload);
         }
         if ack_only {
             self.ack.now = true;

@@ -65,6 +65,7 @@ mod send;
 mod shared;
 mod syncookie;
 mod timers;
+mod urgent;
 
 use core::fmt;
 use std::io::ErrorKind;
@@ -83,6 +84,7 @@ pub use rtt::RttEstimator;
 pub use shared::TcpShared;
 pub use syncookie::SynCookies;
 pub(crate) use syncookie::{restore as restore_cookie, CookieJar, SYNCOOKIE_VALID};
+pub use urgent::OobError;
 
 /// TCP states (RFC 9293 3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
