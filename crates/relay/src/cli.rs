@@ -268,10 +268,11 @@ pub struct RunArgs {
     /// filter forbids, to show the relay is stopped and the call named.
     #[arg(long, hide = true)]
     pub seccomp_selftest: bool,
-    /// Interface MTU. The default, 65520 (as pasta uses), lets the guest's kernel hand
-    /// ustack 64 KB segments as single TAP frames: per-packet costs fall ~40x for bulk
-    /// transfers. Checksums are then computed in software on both sides (no
-    /// virtio-net header offloads yet). Use 1500 to mimic an Ethernet link.
+    /// The guest's interface MTU (default 65520, as pasta uses). With the TAP's
+    /// virtio-net offloads (the default; see --no-offload) the guest's kernel hands
+    /// ustack 64 KB TCP segments whatever the MTU, and ustack sends it 64 KB
+    /// super-frames with checksums left to the kernel; 1500 mimics an Ethernet
+    /// link (what a VM or container usually has) at almost no cost.
     #[arg(long, default_value_t = 65520, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(576..=65520), usize::from))]
     pub mtu: usize,
     /// Leave the host's /etc/resolv.conf visible to the command.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ustack_relay::cli::{run_report, RunReport};
 
 mod common;
-use common::{args, body_byte, dns_server_with, Helper, TempFile, DNS_AAAA};
+use common::{args, body_byte, dns_server_with, http_server_on, Helper, TempFile, DNS_AAAA};
 
 fn ustack_run(v: &[&str]) -> RunReport {
     match run_report(args(v)) {
@@ -96,6 +96,43 @@ fn tcp_to_host_ipv6_loopback_through_the_gateway_both_ways_byte_exact() {
         "{up_len} + {down_len} bytes over IPv6 through the relay in {:?}",
         t0.elapsed()
     );
+}
+
+#[test]
+fn curl_g_downloads_from_the_hosts_ipv6_loopback_byte_exact() {
+    // What a user types: curl's -g for the bracketed literal, the gateway
+    // fd00::2 standing for the host's ::1, at the default MTU and at 1500
+    // (where the guest's TSO and ustack's super-frames matter).
+    let len = 16 << 20;
+    let (port, _srv) = http_server_on("::1", len);
+    for mtu in ["65520", "1500"] {
+        let out = TempFile::new(&format!("e2e-curl6-{mtu}.bin"));
+        let path = out.path();
+        let url = format!("http://[fd00::2]:{port}/file");
+        let r = ustack_run(&[
+            "--mtu",
+            mtu,
+            "--",
+            "curl",
+            "-g",
+            "-s",
+            "--max-time",
+            "60",
+            "-o",
+            &path,
+            &url,
+        ]);
+        assert_eq!(r.code, 0, "curl -g exit status (MTU {mtu})");
+        let got = std::fs::read(out.as_path()).expect("curl output");
+        assert_eq!(got.len(), len, "MTU {mtu}");
+        if let Some(i) = (0..len).find(|&i| got[i] != body_byte(i)) {
+            panic!("byte {i} differs (MTU {mtu})");
+        }
+        assert!(r.engine_counter("Ip6InReceives") > 0, "not over IPv6");
+        if mtu == "1500" {
+            assert!(r.engine_counter("LinkOutGsoFrames") > 0, "no super-frames");
+        }
+    }
 }
 
 #[test]

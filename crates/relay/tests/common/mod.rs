@@ -101,7 +101,12 @@ pub fn body_byte(i: usize) -> u8 {
 /// HTTP/1.0 server on 127.0.0.1 answering every request with `len` bytes of
 /// the [`body_byte`] pattern.
 pub fn http_server(len: usize) -> (u16, Helper) {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    http_server_on("127.0.0.1", len)
+}
+
+/// [`http_server`] listening on `ip` (`"::1"` for the host's IPv6 loopback).
+pub fn http_server_on(ip: &str, len: usize) -> (u16, Helper) {
+    let l = TcpListener::bind((ip, 0)).expect("bind");
     l.set_nonblocking(true).expect("nonblocking");
     let port = l.local_addr().expect("addr").port();
     let helper = Helper::spawn(move |stop| {
