@@ -7,10 +7,10 @@
 
 use std::net::Ipv4Addr;
 
-use ustack_relay::cli::{guest_config, run};
+use ustack_relay::cli::{guest_config, run, run_report};
 
 mod common;
-use common::args;
+use common::{args, TempFile};
 
 fn ustack_run(v: &[&str]) -> i32 {
     match run(args(v)) {
@@ -44,6 +44,150 @@ fn a_dhcp_client_gets_a_lease_unless_dhcp_is_off() {
         ustack_run(&["--no-dhcp", "--", "sh", "-c", udhcpc]),
         0,
         "no lease with --no-dhcp"
+    );
+}
+
+#[test]
+fn the_dhcp_lease_carries_the_address_router_dns_and_mask() {
+    // udhcpc hands its lease to the script in the environment.
+    let script = TempFile::new("udhcpc-hook.sh");
+    let env = TempFile::new("udhcpc-lease.env");
+    std::fs::write(
+        script.as_path(),
+        format!(
+            "#!/bin/sh\n[ \"$1\" = bound ] && echo \"ip=$ip router=$router dns=$dns subnet=$subnet\" > {}\nexit 0\n",
+            env.path()
+        ),
+    )
+    .expect("write hook");
+    let chmod = std::process::Command::new("chmod")
+        .args(["755", &script.path()])
+        .status()
+        .expect("chmod");
+    assert!(chmod.success());
+    let udhcpc = format!(
+        "busybox udhcpc -i eth0 -f -q -n -t 3 -T 1 -s {}",
+        script.path()
+    );
+    assert_eq!(ustack_run(&["--", "sh", "-c", &udhcpc]), 0, "lease");
+    let got = std::fs::read_to_string(env.as_path()).expect("the hook ran");
+    assert_eq!(
+        got.trim(),
+        "ip=10.0.2.15 router=10.0.2.2 dns=10.0.2.3 subnet=255.255.255.0"
+    );
+    // --addr and --dns move them.
+    let _ = std::fs::remove_file(env.as_path());
+    let code = ustack_run(&[
+        "--addr",
+        "10.0.2.20/24",
+        "--dns",
+        "10.0.2.4",
+        "--",
+        "sh",
+        "-c",
+        &udhcpc,
+    ]);
+    assert_eq!(code, 0, "lease");
+    let got = std::fs::read_to_string(env.as_path()).expect("the hook ran");
+    assert_eq!(
+        got.trim(),
+        "ip=10.0.2.20 router=10.0.2.2 dns=10.0.2.4 subnet=255.255.255.0"
+    );
+}
+
+/// What dhcpcd leaves on the host for interface `ifname` (its files live on
+/// the host's file system, which the sandbox shares), removed on drop.
+struct DhcpcdFiles(Vec<std::path::PathBuf>);
+
+impl DhcpcdFiles {
+    fn new(ifname: &str) -> DhcpcdFiles {
+        let mut v: Vec<std::path::PathBuf> = [
+            format!("/var/lib/dhcpcd/{ifname}.lease6"),
+            format!("/run/dhcpcd/{ifname}-6.sock"),
+            format!("/run/dhcpcd/{ifname}-6.unpriv.sock"),
+            format!("/run/dhcpcd/{ifname}-6.pid"),
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+        let duid = std::path::PathBuf::from("/var/lib/dhcpcd/duid");
+        if !duid.exists() {
+            v.push(duid);
+        }
+        DhcpcdFiles(v)
+    }
+}
+
+impl Drop for DhcpcdFiles {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[test]
+fn dhcpcd_in_the_sandbox_takes_its_ipv6_address_and_dns_by_dhcpv6() {
+    // A guest whose init runs a DHCPv6 client (a VM, a container image):
+    // dhcpcd, on an interface named for this test so that its files never
+    // meet the host's, asks ustack's DHCPv6 server for an address (IA_NA).
+    let ifname = format!("ud6{}", std::process::id() % 1_000_000);
+    let _files = DhcpcdFiles::new(&ifname);
+    let hook = TempFile::new("dhcpcd-hook.sh");
+    let env = TempFile::new("dhcpcd-lease.env");
+    let conf = TempFile::new("dhcpcd.conf");
+    std::fs::write(
+        hook.as_path(),
+        format!(
+            "#!/bin/sh\ncase \"$reason\" in BOUND6|REBOOT6|RENEW6) env | sort > {0}.tmp && mv {0}.tmp {0} ;; esac\nexit 0\n",
+            env.path()
+        ),
+    )
+    .expect("write hook");
+    let chmod = std::process::Command::new("chmod")
+        .args(["755", &hook.path()])
+        .status()
+        .expect("chmod");
+    assert!(chmod.success());
+    std::fs::write(
+        conf.as_path(),
+        format!(
+            "ipv6only\nnoipv4ll\nnohook resolv.conf\nscript {}\nia_na 1\n",
+            hook.path()
+        ),
+    )
+    .expect("write conf");
+    // In the foreground (-B), stopped once the hook wrote the lease
+    // (bounded: 300 x 0.1 s).
+    let cmd = format!(
+        "dhcpcd -f {conf} -B -t 20 {ifname} >/dev/null 2>&1 & pid=$!; \
+         for i in $(seq 300); do [ -s {env} ] && break; sleep 0.1; done; \
+         kill $pid; wait $pid; [ -s {env} ]",
+        conf = conf.path(),
+        env = env.path()
+    );
+    let r = match run_report(args(&["--tap", &ifname, "--", "sh", "-c", &cmd])) {
+        Ok(r) => r,
+        Err(e) => panic!("ustack run: {e:#}"),
+    };
+    let lease = std::fs::read_to_string(env.as_path()).unwrap_or_default();
+    assert_eq!(r.code, 0, "no lease from dhcpcd:\n{lease}");
+    let d6 = guest_config(&args(&["--", "true"]).relay, 1500)
+        .services
+        .dhcpv6
+        .expect("DHCPv6 on by default");
+    assert!(
+        lease.contains(&format!("new_dhcp6_ia_na1_ia_addr1={}", d6.first)),
+        "{lease}"
+    );
+    assert!(
+        lease.contains(&format!("new_dhcp6_name_servers={}", d6.dns[0])),
+        "{lease}"
+    );
+    assert!(r.engine_counter("Dhcp6OutReplies") >= 1);
+    assert_eq!(
+        r.engine_counter("Dhcp6InErrors") + r.engine_counter("Dhcp6InDiscards"),
+        0
     );
 }
 
