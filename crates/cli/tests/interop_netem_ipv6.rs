@@ -3,15 +3,17 @@
 //! way, applied by `ustack serve --impair` at the TAP boundary since this
 //! kernel has no netem qdisc) between serve's default fd77::2/64 and the
 //! kernel's fd77::1/64 in a private namespace: `curl -6` and random data
-//! through the echo port byte-exact at the IPv4 test's sizes, UDP echo with
-//! socat, and 200 concurrent connections. Seeds are fixed so a failure can
-//! be replayed with the same decisions per frame.
+//! through the echo port byte-exact at the IPv4 test's sizes, `ping -6`
+//! with fragments, UDP echo with socat, 200 concurrent connections, `ustack
+//! get` as the IPv6 client, and 100 MB each way with and without the TAP's
+//! offloads. Seeds are fixed so a failure can be replayed with the same
+//! decisions per frame.
 
 mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,35 @@ fn transfers_under_impairment_over_ipv6() {
     let ns = NetNs::new();
     let srv = Serve::start(&ns, &["--impair", &impair_arg(62)]);
     wait_ipv6_up(&ns);
+
+    // ping -6 with 3000-byte payloads (3 fragments each way): with 5% loss
+    // per frame and direction about a quarter go missing, most come back,
+    // whole, and most RTTs show the 10 ms delay each way.
+    let out = ns
+        .cmd("ping")
+        .args(["-6", "-c", "20", "-i", "0.05", "-W", "2", "-s", "3000"])
+        .arg(USTACK_IP6.to_string())
+        .output()
+        .expect("ping -6");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let received: u32 = text
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" received"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {text}"));
+    assert!(received >= 8, "only {received} of 20 replies: {text}");
+    assert!(!text.contains("wrong data"), "{text}");
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split(" time=").nth(1))
+        .filter_map(|t| t.trim_end_matches(" ms").parse().ok())
+        .collect();
+    let slow = rtts.iter().filter(|&&t| t >= 19.0).count();
+    assert!(
+        slow * 2 >= rtts.len(),
+        "most RTTs should include the 2 x 10 ms delay: {text}"
+    );
 
     // The IPv4 test's sizes: 4 MiB by HTTP, 2 MiB through the echo port.
     let n = 4 << 20;
@@ -152,4 +183,104 @@ fn two_hundred_concurrent_ipv6_connections_under_impairment() {
         "impaired IPv6: {N} concurrent connections took {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+#[test]
+fn ustack_get_under_impairment_over_ipv6() {
+    // ustack as the IPv6 client: `ustack get` from a kernel HTTP server on
+    // [::]:8080, through the same impairments, without offloads (every
+    // frame one MTU, so the impairments hit segments one by one).
+    let t0 = Instant::now();
+    let ns = NetNs::new();
+    let dir = std::env::temp_dir().join(format!("ustack-netem6-{}", unique()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let data = random_block(19, 3 << 20);
+    std::fs::write(dir.join("f.bin"), &data).expect("write file");
+    let server = ns
+        .cmd("python3")
+        .args(["-m", "http.server", "8080", "--bind", "::", "--directory"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 http.server");
+    let _server = ChildGuard { child: server };
+    // `ustack get` does not retry: wait until the server listens.
+    while !ns
+        .sh("ss -ltn 'sport = :8080' | grep -q LISTEN")
+        .status
+        .success()
+    {
+        assert!(t0.elapsed().as_secs() < 15, "http.server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let tap = format!("ut{}", unique());
+    let outfile = dir.join("out.bin");
+    let out = Command::new(BIN)
+        .args(["get", "--tap", &tap, "--netns", &ns.name])
+        .args(["--no-offload", "--impair", &impair_arg(65)])
+        .arg("-o")
+        .arg(&outfile)
+        .arg(format!("http://[{KERNEL_IP6}]:8080/f.bin"))
+        .output()
+        .expect("ustack get");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let got = std::fs::read(&outfile).expect("download");
+    assert_eq!(got.len(), data.len(), "download length differs");
+    assert!(got == data, "download differs");
+    assert_impaired(&err);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "impaired IPv6: get test took {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// 100 MB each way over IPv6 through a lightly impaired link, with the
+/// TAP's offloads (64 KB TSO super-frames over IPv6, each lost, reordered or
+/// duplicated whole) and without (one MTU per frame): byte-exact in both.
+#[test]
+fn hundred_megabytes_both_ways_impaired_over_ipv6_with_and_without_offloads() {
+    const LIGHT: &str = "loss=0.5%,delay=1ms,reorder=5%,duplicate=0.5%";
+    for (i, flags) in [&[][..], &["--no-offload"][..]].iter().enumerate() {
+        let t0 = Instant::now();
+        let ns = NetNs::new();
+        let spec = format!("{LIGHT},seed={}", 70 + i);
+        let mut args = flags.to_vec();
+        args.extend(["--impair", &spec]);
+        let srv = Serve::start(&ns, &args);
+        wait_ipv6_up(&ns);
+        let secs = curl6_bytes(&ns, 100 << 20, 300);
+        eprintln!("light impairment IPv6 {flags:?}: curl -6 100 MiB in {secs:.1} s");
+        let secs = ns
+            .spawn(move || echo_transfer(v6(7), 100 << 20, 71))
+            .join()
+            .expect("echo client");
+        eprintln!("light impairment IPv6 {flags:?}: echo 100 MiB each way in {secs:.1} s");
+        let page = status_page(&ns);
+        let gso = (
+            counter_on(&page, "LinkOutGsoFrames"),
+            counter_on(&page, "LinkInGsoFrames"),
+        );
+        if flags.is_empty() {
+            assert!(gso.0 > 0 && gso.1 > 0, "no GSO frames: {page}");
+        } else {
+            assert_eq!(gso, (0, 0), "GSO frames with --no-offload: {page}");
+        }
+        let err = srv.stop_clean();
+        for dir in ["rx", "tx"] {
+            let c = impair_counters(&err, dir);
+            let get = |k: &str| c.get(k).copied().unwrap_or(0);
+            assert!(get("lost") > 0, "{flags:?} {dir}: nothing lost: {c:?}");
+            assert!(
+                get("reordered") > 0,
+                "{flags:?} {dir}: nothing reordered: {c:?}"
+            );
+        }
+        eprintln!(
+            "light impairment IPv6 {flags:?}: took {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
 }
