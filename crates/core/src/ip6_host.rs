@@ -18,6 +18,7 @@
 
 use std::net::Ipv6Addr;
 
+use ustack_wire::ethernet::MacAddr;
 use ustack_wire::icmpv6::{Icmpv6Message, Icmpv6Packet, Icmpv6Repr};
 use ustack_wire::ip::IpProtocol;
 use ustack_wire::ipv6::{solicited_node, Ipv6Cidr, Ipv6Repr};
@@ -600,23 +601,8 @@ impl Stack {
         }
         // The source link-layer address updates the router's entry
         // (RFC 4861 6.3.4, as for a solicitation).
-        if let Some(mac) = options
-            .source_ll_addr()
-            .and_then(NdiscOption::mac)
-            .filter(|m| m.is_unicast())
-        {
-            let ndc = &mut self.counters.nd;
-            if let Some(q) = self
-                .iface
-                .nd
-                .learn_nd(now, ip.src, mac, true, false, true, ndc)
-            {
-                // Packets waiting for the router go now (without `tx` here:
-                // on the next poll through the queue).
-                let txq = &mut self.txq;
-                self.iface
-                    .flush_queue(q, mac, &mut self.counters.link, &mut |f| txq.push(now, f));
-            }
+        if let Some(mac) = options.source_ll_addr().and_then(NdiscOption::mac) {
+            self.learn_unsolicited(now, ip.src, mac);
         }
         // MTU option: "If the MTU option is present, hosts SHOULD copy the
         // option's value ... if the value is ... [not above] the link
@@ -686,21 +672,8 @@ impl Stack {
         // 8.3: "If the redirect contains a Target Link-Layer Address option,
         // the host either creates or updates the Neighbor Cache entry for the
         // target ... its reachability state MUST be set to STALE".
-        if let Some(mac) = options
-            .target_ll_addr()
-            .and_then(NdiscOption::mac)
-            .filter(|m| m.is_unicast())
-        {
-            let ndc = &mut self.counters.nd;
-            if let Some(q) = self
-                .iface
-                .nd
-                .learn_nd(now, target, mac, true, false, true, ndc)
-            {
-                let txq = &mut self.txq;
-                self.iface
-                    .flush_queue(q, mac, &mut self.counters.link, &mut |f| txq.push(now, f));
-            }
+        if let Some(mac) = options.target_ll_addr().and_then(NdiscOption::mac) {
+            self.learn_unsolicited(now, target, mac);
         }
         // The entry goes with the default router behind it: the one that
         // sent this Redirect, or the one behind the entry it replaces.
@@ -728,6 +701,22 @@ impl Stack {
             }
         }
         cache.push(entry);
+    }
+
+    /// A link-layer address an advertisement or a Redirect carried for
+    /// `ip` (not solicited: created or updated STALE, overriding); packets
+    /// waiting for it go now (without `tx` here: on the next poll through
+    /// the queue). A multicast or broadcast address is ignored.
+    fn learn_unsolicited(&mut self, now: Instant, ip: Ipv6Addr, mac: MacAddr) {
+        if !mac.is_unicast() {
+            return;
+        }
+        let ndc = &mut self.counters.nd;
+        if let Some(q) = self.iface.nd.learn_nd(now, ip, mac, true, false, true, ndc) {
+            let txq = &mut self.txq;
+            self.iface
+                .flush_queue(q, mac, &mut self.counters.link, &mut |f| txq.push(now, f));
+        }
     }
 
     /// RFC 4861 6.3.4: an on-link prefix is added, refreshed, or removed
