@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -337,27 +337,7 @@ fn ustack_ping_and_get_over_ipv6() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let data = random_block(6, 8 << 20);
     std::fs::write(dir.join("big.bin"), &data).expect("write file");
-    let child = ns
-        .cmd("python3")
-        .args(["-m", "http.server", "8080", "--bind", "::", "--directory"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn python3 http.server");
-    let _srv = ChildGuard { child };
-    let t0 = Instant::now();
-    while !ns
-        .sh("ss -ltn 'sport = :8080' | grep -q LISTEN")
-        .status
-        .success()
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "http.server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let _srv = kernel_http_server(&ns, &dir, "::");
     let outfile = dir.join("out.bin");
     let out = ustack_on_tap(
         &ns,

@@ -196,24 +196,7 @@ fn ustack_get_under_impairment_over_ipv6() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let data = random_block(19, 3 << 20);
     std::fs::write(dir.join("f.bin"), &data).expect("write file");
-    let server = ns
-        .cmd("python3")
-        .args(["-m", "http.server", "8080", "--bind", "::", "--directory"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 http.server");
-    let _server = ChildGuard { child: server };
-    // `ustack get` does not retry: wait until the server listens.
-    while !ns
-        .sh("ss -ltn 'sport = :8080' | grep -q LISTEN")
-        .status
-        .success()
-    {
-        assert!(t0.elapsed().as_secs() < 15, "http.server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let _server = kernel_http_server(&ns, &dir, "::");
     let tap = format!("ut{}", unique());
     let outfile = dir.join("out.bin");
     let out = Command::new(BIN)
@@ -242,45 +225,5 @@ fn ustack_get_under_impairment_over_ipv6() {
 /// duplicated whole) and without (one MTU per frame): byte-exact in both.
 #[test]
 fn hundred_megabytes_both_ways_impaired_over_ipv6_with_and_without_offloads() {
-    const LIGHT: &str = "loss=0.5%,delay=1ms,reorder=5%,duplicate=0.5%";
-    for (i, flags) in [&[][..], &["--no-offload"][..]].iter().enumerate() {
-        let t0 = Instant::now();
-        let ns = NetNs::new();
-        let spec = format!("{LIGHT},seed={}", 70 + i);
-        let mut args = flags.to_vec();
-        args.extend(["--impair", &spec]);
-        let srv = Serve::start(&ns, &args);
-        wait_ipv6_up(&ns);
-        let secs = curl6_bytes(&ns, 100 << 20, 300);
-        eprintln!("light impairment IPv6 {flags:?}: curl -6 100 MiB in {secs:.1} s");
-        let secs = ns
-            .spawn(move || echo_transfer(v6(7), 100 << 20, 71))
-            .join()
-            .expect("echo client");
-        eprintln!("light impairment IPv6 {flags:?}: echo 100 MiB each way in {secs:.1} s");
-        let page = status_page(&ns);
-        let gso = (
-            counter_on(&page, "LinkOutGsoFrames"),
-            counter_on(&page, "LinkInGsoFrames"),
-        );
-        if flags.is_empty() {
-            assert!(gso.0 > 0 && gso.1 > 0, "no GSO frames: {page}");
-        } else {
-            assert_eq!(gso, (0, 0), "GSO frames with --no-offload: {page}");
-        }
-        let err = srv.stop_clean();
-        for dir in ["rx", "tx"] {
-            let c = impair_counters(&err, dir);
-            let get = |k: &str| c.get(k).copied().unwrap_or(0);
-            assert!(get("lost") > 0, "{flags:?} {dir}: nothing lost: {c:?}");
-            assert!(
-                get("reordered") > 0,
-                "{flags:?} {dir}: nothing reordered: {c:?}"
-            );
-        }
-        eprintln!(
-            "light impairment IPv6 {flags:?}: took {:.1} s",
-            t0.elapsed().as_secs_f64()
-        );
-    }
+    hundred_megabytes_impaired_with_and_without_offloads(true, 70);
 }

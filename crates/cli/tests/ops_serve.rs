@@ -1330,12 +1330,19 @@ fn syn_cookies_carry_linux_clients_options_through_the_handshake() {
     let name = format!("cookie-{}", unique());
     let srv = Serve::start(&ns, &["--name", &name]);
     let n = 4 << 20;
-    let opened = |hold: &mpsc::Receiver<u16>| -> Value {
-        let port = hold
+    // One echo connection: its `ss -ti` fields while open, then closed.
+    let echo_once = || -> Value {
+        let (release, hold) = mpsc::channel();
+        let (done, ports) = mpsc::channel();
+        let h = echo_and_hold(&ns, n, hold, done);
+        let port = ports
             .recv_timeout(Duration::from_secs(60))
             .expect("the echo finished");
         let ss = json(&["ss", "-ti", "--json", "--stack", &name]);
-        row_where(&ss, "peer", &format!("{KERNEL_MAPPED}:{port}"))["info"].clone()
+        let info = row_where(&ss, "peer", &format!("{KERNEL_MAPPED}:{port}"))["info"].clone();
+        drop(release);
+        h.join().expect("echo");
+        info
     };
     let options = |i: &Value| {
         (
@@ -1348,22 +1355,12 @@ fn syn_cookies_carry_linux_clients_options_through_the_handshake() {
     };
     // The usual way (no queue pressure: no cookie).
     json(&["nstat", "--json", "--stack", &name]);
-    let (release, hold) = mpsc::channel();
-    let (done, ports) = mpsc::channel();
-    let h = echo_and_hold(&ns, n, hold, done);
-    let plain = opened(&ports);
-    drop(release);
-    h.join().expect("echo");
+    let plain = echo_once();
     let d = json(&["nstat", "--json", "--stack", &name]);
     assert_eq!(counter(&d, "TcpExtSyncookiesSent"), 0, "{d}");
     // Every SYN gets a cookie.
     ustack_ok(&["sysctl", "--stack", &name, "net.ipv4.tcp_syncookies=2"]);
-    let (release, hold) = mpsc::channel();
-    let (done, ports) = mpsc::channel();
-    let h = echo_and_hold(&ns, n, hold, done);
-    let cookie = opened(&ports);
-    drop(release);
-    h.join().expect("echo through a cookie connection");
+    let cookie = echo_once();
     let d = json(&["nstat", "--json", "--stack", &name]);
     assert_eq!(counter(&d, "TcpExtSyncookiesSent"), 1, "{d}");
     assert_eq!(counter(&d, "TcpExtSyncookiesRecv"), 1, "{d}");

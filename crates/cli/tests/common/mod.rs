@@ -468,3 +468,88 @@ pub fn counter_on(page: &str, name: &str) -> u64 {
         .find_map(|rest| rest.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// 100 MB each way (curl, then the echo port) through a lightly impaired
+/// link, with the TAP's offloads (64 KB GSO/TSO super-frames, each lost,
+/// reordered or duplicated whole) and without them (one MTU per frame),
+/// over IPv4 or IPv6: byte-exact, GSO frames both ways with the offloads
+/// and none without, and loss and reordering both ways. `seed` picks the
+/// impairment's decisions (seed, seed + 1) and the echo data.
+pub fn hundred_megabytes_impaired_with_and_without_offloads(ipv6: bool, seed: u64) {
+    const LIGHT: &str = "loss=0.5%,delay=1ms,reorder=5%,duplicate=0.5%";
+    let family = if ipv6 { "IPv6" } else { "IPv4" };
+    for (i, flags) in [&[][..], &["--no-offload"][..]].iter().enumerate() {
+        let t0 = Instant::now();
+        let ns = NetNs::new();
+        let spec = format!("{LIGHT},seed={}", seed + i as u64);
+        let mut args = flags.to_vec();
+        args.extend(["--impair", &spec]);
+        let srv = Serve::start(&ns, &args);
+        let (secs, echo) = if ipv6 {
+            wait_ipv6_up(&ns);
+            (curl6_bytes(&ns, 100 << 20, 300), v6(7))
+        } else {
+            (
+                curl_bytes(&ns, 100 << 20, 300),
+                SocketAddr::from((USTACK_IP, 7)),
+            )
+        };
+        eprintln!("light impairment {family} {flags:?}: curl 100 MiB in {secs:.1} s");
+        let secs = ns
+            .spawn(move || echo_transfer(echo, 100 << 20, seed))
+            .join()
+            .expect("echo client");
+        eprintln!("light impairment {family} {flags:?}: echo 100 MiB each way in {secs:.1} s");
+        let page = status_page(&ns);
+        let gso = (
+            counter_on(&page, "LinkOutGsoFrames"),
+            counter_on(&page, "LinkInGsoFrames"),
+        );
+        if flags.is_empty() {
+            assert!(gso.0 > 0 && gso.1 > 0, "no GSO frames: {page}");
+        } else {
+            assert_eq!(gso, (0, 0), "GSO frames with --no-offload: {page}");
+        }
+        let err = srv.stop_clean();
+        for dir in ["rx", "tx"] {
+            let c = impair_counters(&err, dir);
+            let get = |k: &str| c.get(k).copied().unwrap_or(0);
+            assert!(get("lost") > 0, "{flags:?} {dir}: nothing lost: {c:?}");
+            assert!(
+                get("reordered") > 0,
+                "{flags:?} {dir}: nothing reordered: {c:?}"
+            );
+        }
+        eprintln!(
+            "light impairment {family} {flags:?}: took {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// Python's http.server in `ns` on port 8080, bound to `bind` (`0.0.0.0`
+/// or `::`), serving `dir`; returned once it listens (at most 15 s).
+pub fn kernel_http_server(ns: &NetNs, dir: &std::path::Path, bind: &str) -> ChildGuard {
+    let child = ns
+        .cmd("python3")
+        .args(["-m", "http.server", "8080", "--bind", bind, "--directory"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 http.server");
+    let guard = ChildGuard { child };
+    let t0 = Instant::now();
+    while !ns
+        .sh("ss -ltn 'sport = :8080' | grep -q LISTEN")
+        .status
+        .success()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "http.server did not start"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    guard
+}
