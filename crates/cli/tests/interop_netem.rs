@@ -30,35 +30,7 @@ fn transfers_under_impairment() {
     let ns = NetNs::new();
     let srv = Serve::start(&ns, &["--impair", &impair_arg(2)]);
 
-    // ping with 3000-byte payloads (3 fragments each way): with 5% loss per
-    // frame and direction about a quarter go missing, but most come back,
-    // and the RTT includes the 10 ms delay in each direction.
-    let out = ns
-        .cmd("ping")
-        .args(["-c", "20", "-i", "0.05", "-W", "2", "-s", "3000"])
-        .arg(USTACK_IP.to_string())
-        .output()
-        .expect("ping");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    let received: u32 = text
-        .split(", ")
-        .find_map(|p| p.strip_suffix(" received"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no summary: {text}"));
-    assert!(received >= 8, "only {received} of 20 replies: {text}");
-    // Frames that jump the queue skip the delay, so a reply can be early;
-    // most must show the 10 ms each way (all 3 fragments rarely all jump).
-    let rtts: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.split(" time=").nth(1))
-        .filter_map(|t| t.trim_end_matches(" ms").parse().ok())
-        .collect();
-    let slow = rtts.iter().filter(|&&t| t >= 19.0).count();
-    assert!(
-        slow * 2 >= rtts.len(),
-        "most RTTs should include the 2 x 10 ms delay: {text}"
-    );
+    ping_fragments_impaired(&ns, USTACK_IP.into());
 
     let n = 4 << 20;
     let secs = curl_bytes(&ns, n, 120);

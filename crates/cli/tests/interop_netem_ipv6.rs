@@ -26,34 +26,7 @@ fn transfers_under_impairment_over_ipv6() {
     let srv = Serve::start(&ns, &["--impair", &impair_arg(62)]);
     wait_ipv6_up(&ns);
 
-    // ping -6 with 3000-byte payloads (3 fragments each way): with 5% loss
-    // per frame and direction about a quarter go missing, most come back,
-    // whole, and most RTTs show the 10 ms delay each way.
-    let out = ns
-        .cmd("ping")
-        .args(["-6", "-c", "20", "-i", "0.05", "-W", "2", "-s", "3000"])
-        .arg(USTACK_IP6.to_string())
-        .output()
-        .expect("ping -6");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    let received: u32 = text
-        .split(", ")
-        .find_map(|p| p.strip_suffix(" received"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no summary: {text}"));
-    assert!(received >= 8, "only {received} of 20 replies: {text}");
-    assert!(!text.contains("wrong data"), "{text}");
-    let rtts: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.split(" time=").nth(1))
-        .filter_map(|t| t.trim_end_matches(" ms").parse().ok())
-        .collect();
-    let slow = rtts.iter().filter(|&&t| t >= 19.0).count();
-    assert!(
-        slow * 2 >= rtts.len(),
-        "most RTTs should include the 2 x 10 ms delay: {text}"
-    );
+    ping_fragments_impaired(&ns, USTACK_IP6.into());
 
     // The IPv4 test's sizes: 4 MiB by HTTP, 2 MiB through the echo port.
     let n = 4 << 20;

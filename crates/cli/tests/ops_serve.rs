@@ -685,6 +685,71 @@ fn fetch(ns: &NetNs, n: u64) -> f64 {
     curl_bytes(ns, n, 120)
 }
 
+/// `ustack capture --stack STACK -c COUNT -w FILE FILTER...`, returned once
+/// its banner says it listens, with its stderr.
+fn start_capture(
+    stack: &str,
+    file: &str,
+    count: u32,
+    filter: &[&str],
+) -> (ChildGuard, std::process::ChildStderr) {
+    let mut cap = ChildGuard {
+        child: Command::new(BIN)
+            .args([
+                "capture",
+                "--stack",
+                stack,
+                "-c",
+                &count.to_string(),
+                "-w",
+                file,
+            ])
+            .args(filter)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ustack capture"),
+    };
+    let mut err = cap.child.stderr.take().expect("stderr");
+    let mut banner = [0u8; 22];
+    err.read_exact(&mut banner).expect("capture banner");
+    assert_eq!(&banner, b"ustack capture: listen");
+    (cap, err)
+}
+
+/// Wait (at most 20 s) for a capture started with `-c count` to stop,
+/// check its summary, and read its file with `tcpdump -nr`: one line per
+/// frame, `count` of them.
+fn finish_capture(
+    mut cap: ChildGuard,
+    mut err: std::process::ChildStderr,
+    file: &str,
+    count: u32,
+) -> String {
+    let t0 = std::time::Instant::now();
+    while cap.child.try_wait().expect("wait").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "capture did not stop after -c {count}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    assert!(rest.contains(&format!("{count} frames captured")), "{rest}");
+    let td = Command::new("tcpdump")
+        .args(["-nr", file])
+        .output()
+        .expect("run tcpdump (install it: scripts/deps.sh)");
+    assert!(
+        td.status.success(),
+        "tcpdump: {}",
+        String::from_utf8_lossy(&td.stderr)
+    );
+    let text = String::from_utf8_lossy(&td.stdout).into_owned();
+    assert_eq!(text.lines().count(), count as usize, "{text}");
+    text
+}
+
 #[test]
 fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed() {
     let ns = NetNs::new();
@@ -696,47 +761,14 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     let file_s = file.to_string_lossy().to_string();
 
     // A capture of port 80 into a file, while curl fetches a page.
-    let mut cap = ChildGuard {
-        child: Command::new(BIN)
-            .args(["capture", "--stack", &name, "-c", "6", "-w", &file_s])
-            .args(["tcp", "and", "port", "80"])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn ustack capture"),
-    };
-    // Synchronise on the capture being on: its banner on stderr.
-    let mut err = cap.child.stderr.take().expect("stderr");
-    let mut banner = [0u8; 22];
-    err.read_exact(&mut banner).expect("capture banner");
-    assert_eq!(&banner, b"ustack capture: listen");
+    let (cap, err) = start_capture(&name, &file_s, 6, &["tcp", "and", "port", "80"]);
     // ICMP does not pass the filter; the HTTP exchange does.
     let _ = ns
         .cmd("ping")
         .args(["-c", "1", "-W", "2", "10.77.0.2"])
         .output();
     fetch(&ns, 100_000);
-    let t0 = std::time::Instant::now();
-    while cap.child.try_wait().expect("wait").is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "capture did not stop after -c 6"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut rest = String::new();
-    let _ = err.read_to_string(&mut rest);
-    assert!(rest.contains("6 frames captured"), "{rest}");
-    let td = Command::new("tcpdump")
-        .args(["-nr", &file_s])
-        .output()
-        .expect("run tcpdump (install it: scripts/deps.sh)");
-    let text = String::from_utf8_lossy(&td.stdout);
-    assert!(
-        td.status.success(),
-        "tcpdump: {}",
-        String::from_utf8_lossy(&td.stderr)
-    );
-    assert_eq!(text.lines().count(), 6, "{text}");
+    let text = finish_capture(cap, err, &file_s, 6);
     let first = text.lines().next().unwrap_or_default();
     assert!(
         first.contains("> 10.77.0.2.80: Flags [S]"),
@@ -747,34 +779,16 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     // The same over IPv6 (tcpdump's `ip6`): the filter sees TCP behind an
     // IPv6 header, and IPv4 traffic does not pass.
     let file6 = dir.join("c6.pcap").to_string_lossy().to_string();
-    let mut cap6 = ChildGuard {
-        child: Command::new(BIN)
-            .args(["capture", "--stack", &name, "-c", "6", "-w", &file6])
-            .args(["ip6", "and", "tcp", "and", "port", "80"])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn ustack capture"),
-    };
-    let mut err6 = cap6.child.stderr.take().expect("stderr");
-    err6.read_exact(&mut banner).expect("capture banner");
-    assert_eq!(&banner, b"ustack capture: listen");
+    let (cap6, err6) = start_capture(
+        &name,
+        &file6,
+        6,
+        &["ip6", "and", "tcp", "and", "port", "80"],
+    );
     fetch(&ns, 1000);
     let out = ns.sh("curl -6 -g -s -o /dev/null --max-time 20 'http://[fd77::2]/bytes/100000'");
     assert!(out.status.success(), "curl -6");
-    let t0 = std::time::Instant::now();
-    while cap6.child.try_wait().expect("wait").is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the IPv6 capture did not stop after -c 6"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let td = Command::new("tcpdump")
-        .args(["-nr", &file6])
-        .output()
-        .expect("run tcpdump");
-    let text = String::from_utf8_lossy(&td.stdout);
-    assert_eq!(text.lines().count(), 6, "{text}");
+    let text = finish_capture(cap6, err6, &file6, 6);
     assert!(
         text.lines().all(|l| l.contains(" IP6 ")),
         "an IPv4 frame passed `ip6`: {text}"
@@ -798,6 +812,7 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
             .expect("spawn a stalled capture"),
     };
     let mut serr = stalled.child.stderr.take().expect("stderr");
+    let mut banner = [0u8; 22];
     serr.read_exact(&mut banner)
         .expect("stalled capture banner");
     fetch(&ns, 50_000_000);
@@ -861,18 +876,8 @@ fn capture_from_a_live_hardened_run_reads_the_ring() {
         assert!(run.child.try_wait().expect("wait").is_none(), "run exited");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut cap = ChildGuard {
-        child: Command::new(BIN)
-            .args(["capture", "--stack", &name, "-c", "20", "-w", &file_s])
-            .args(["tcp", "and", "port", &port.to_string()])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn ustack capture"),
-    };
-    let mut err = cap.child.stderr.take().expect("stderr");
-    let mut banner = [0u8; 22];
-    err.read_exact(&mut banner).expect("capture banner");
-    assert_eq!(&banner, b"ustack capture: listen");
+    let port_s = port.to_string();
+    let (cap, err) = start_capture(&name, &file_s, 20, &["tcp", "and", "port", &port_s]);
     std::fs::OpenOptions::new()
         .write(true)
         .open(&fifo)
@@ -884,28 +889,7 @@ fn capture_from_a_live_hardened_run_reads_the_ring() {
     let mut got = Vec::new();
     s.read_to_end(&mut got).expect("the sandbox's bytes");
     assert_eq!(got.len(), 2_000_000);
-    let t0 = std::time::Instant::now();
-    while cap.child.try_wait().expect("wait").is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "capture did not stop after -c 20"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut rest = String::new();
-    let _ = err.read_to_string(&mut rest);
-    assert!(rest.contains("20 frames captured"), "{rest}");
-    let td = Command::new("tcpdump")
-        .args(["-nr", &file_s])
-        .output()
-        .expect("run tcpdump");
-    let text = String::from_utf8_lossy(&td.stdout);
-    assert!(
-        td.status.success(),
-        "{}",
-        String::from_utf8_lossy(&td.stderr)
-    );
-    assert_eq!(text.lines().count(), 20, "{text}");
+    let text = finish_capture(cap, err, &file_s, 20);
     assert!(
         text.lines()
             .next()

@@ -683,9 +683,16 @@ impl Domain {
     /// another live owner since; callers that must tell them apart keep a
     /// deadline as well.
     pub fn endpoint_alive(&self, ep: i32) -> bool {
-        let Ok(i) = self.resolve(ep) else {
-            return false;
-        };
+        self.resolve(ep).is_ok_and(|i| self.slot_alive(i))
+    }
+
+    /// Is any slot bound by a live owner?
+    pub fn has_live_endpoints(&self) -> bool {
+        (0..self.m.max).any(|i| self.slot_alive(i))
+    }
+
+    /// Is slot `i` bound (active) by an owner that still runs?
+    fn slot_alive(&self, i: u32) -> bool {
         let s = self.slot(i);
         (s.alloc.load(Ordering::Acquire) & 0xff) == A_ACTIVE
             && sys::owner_alive(
@@ -693,19 +700,6 @@ impl Domain {
                 s.tid.load(Ordering::Relaxed),
                 s.start.load(Ordering::Relaxed),
             )
-    }
-
-    /// Is any slot bound by a live owner?
-    pub fn has_live_endpoints(&self) -> bool {
-        (0..self.m.max).any(|i| {
-            let s = self.slot(i);
-            (s.alloc.load(Ordering::Acquire) & 0xff) == A_ACTIVE
-                && sys::owner_alive(
-                    s.pid.load(Ordering::Relaxed),
-                    s.tid.load(Ordering::Relaxed),
-                    s.start.load(Ordering::Relaxed),
-                )
-        })
     }
 
     /// Free the slots whose owner died without unbinding (and slots stuck half-claimed by a

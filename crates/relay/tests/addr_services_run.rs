@@ -47,24 +47,28 @@ fn a_dhcp_client_gets_a_lease_unless_dhcp_is_off() {
     );
 }
 
+/// An executable `sh` script in the temporary directory running `body`
+/// (then `exit 0`), for a DHCP client to call with its lease.
+fn hook_script(tag: &str, body: &str) -> TempFile {
+    use std::os::unix::fs::PermissionsExt;
+    let f = TempFile::new(tag);
+    std::fs::write(f.as_path(), format!("#!/bin/sh\n{body}\nexit 0\n")).expect("write hook");
+    std::fs::set_permissions(f.as_path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod hook");
+    f
+}
+
 #[test]
 fn the_dhcp_lease_carries_the_address_router_dns_and_mask() {
     // udhcpc hands its lease to the script in the environment.
-    let script = TempFile::new("udhcpc-hook.sh");
     let env = TempFile::new("udhcpc-lease.env");
-    std::fs::write(
-        script.as_path(),
-        format!(
-            "#!/bin/sh\n[ \"$1\" = bound ] && echo \"ip=$ip router=$router dns=$dns subnet=$subnet\" > {}\nexit 0\n",
+    let script = hook_script(
+        "udhcpc-hook.sh",
+        &format!(
+            "[ \"$1\" = bound ] && echo \"ip=$ip router=$router dns=$dns subnet=$subnet\" > {}",
             env.path()
         ),
-    )
-    .expect("write hook");
-    let chmod = std::process::Command::new("chmod")
-        .args(["755", &script.path()])
-        .status()
-        .expect("chmod");
-    assert!(chmod.success());
+    );
     let udhcpc = format!(
         "busybox udhcpc -i eth0 -f -q -n -t 3 -T 1 -s {}",
         script.path()
@@ -133,22 +137,15 @@ fn dhcpcd_in_the_sandbox_takes_its_ipv6_address_and_dns_by_dhcpv6() {
     // meet the host's, asks ustack's DHCPv6 server for an address (IA_NA).
     let ifname = format!("ud6{}", std::process::id() % 1_000_000);
     let _files = DhcpcdFiles::new(&ifname);
-    let hook = TempFile::new("dhcpcd-hook.sh");
     let env = TempFile::new("dhcpcd-lease.env");
     let conf = TempFile::new("dhcpcd.conf");
-    std::fs::write(
-        hook.as_path(),
-        format!(
-            "#!/bin/sh\ncase \"$reason\" in BOUND6|REBOOT6|RENEW6) env | sort > {0}.tmp && mv {0}.tmp {0} ;; esac\nexit 0\n",
+    let hook = hook_script(
+        "dhcpcd-hook.sh",
+        &format!(
+            "case \"$reason\" in BOUND6|REBOOT6|RENEW6) env | sort > {0}.tmp && mv {0}.tmp {0} ;; esac",
             env.path()
         ),
-    )
-    .expect("write hook");
-    let chmod = std::process::Command::new("chmod")
-        .args(["755", &hook.path()])
-        .status()
-        .expect("chmod");
-    assert!(chmod.success());
+    );
     std::fs::write(
         conf.as_path(),
         format!(

@@ -553,3 +553,40 @@ pub fn kernel_http_server(ns: &NetNs, dir: &std::path::Path, bind: &str) -> Chil
     }
     guard
 }
+
+/// ping (`-6` for an IPv6 `addr`) serve 20 times with 3000-byte payloads
+/// (3 fragments each way) through `impair_arg`'s link: with 5% loss per
+/// frame and direction about a quarter go missing, but at least 8 come
+/// back, none with wrong data, and most RTTs show the 10 ms delay in each
+/// direction (frames that jump the queue skip it, but all 3 fragments of
+/// a datagram rarely do).
+pub fn ping_fragments_impaired(ns: &NetNs, addr: std::net::IpAddr) {
+    let mut ping = ns.cmd("ping");
+    if addr.is_ipv6() {
+        ping.arg("-6");
+    }
+    let out = ping
+        .args(["-c", "20", "-i", "0.05", "-W", "2", "-s", "3000"])
+        .arg(addr.to_string())
+        .output()
+        .expect("ping");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let received: u32 = text
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" received"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {text}"));
+    assert!(received >= 8, "only {received} of 20 replies: {text}");
+    assert!(!text.contains("wrong data"), "{text}");
+    let rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split(" time=").nth(1))
+        .filter_map(|t| t.trim_end_matches(" ms").parse().ok())
+        .collect();
+    let slow = rtts.iter().filter(|&&t| t >= 19.0).count();
+    assert!(
+        slow * 2 >= rtts.len(),
+        "most RTTs should include the 2 x 10 ms delay: {text}"
+    );
+}
