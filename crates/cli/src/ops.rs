@@ -879,10 +879,14 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
     let mut idle = Duration::from_millis(1);
     loop {
         let want = a.count.map_or(u64::MAX, |n| n.saturating_sub(got));
-        if ring.closed() {
+        // What the stack recorded before it stopped the capture (or exited)
+        // is still in the ring, which it keeps as it is for a while: read it
+        // before ending. A ring no longer ours (its memory reused) is not read.
+        if !ring.is_ours() {
             eprintln!("ustack capture: the stack stopped the capture");
             break;
         }
+        let closed = ring.closed();
         dropped = ring.dropped();
         let p = ring
             .pending(want)
@@ -925,6 +929,10 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
                 break;
             }
             alive = Instant::now();
+        }
+        if closed && p.frames == 0 {
+            eprintln!("ustack capture: the stack stopped the capture");
+            break;
         }
         if p.frames == 0 {
             // Poll every millisecond while frames come, less often (up to

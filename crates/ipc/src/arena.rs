@@ -290,7 +290,13 @@ impl Domain {
             return;
         }
         // Give the memory back to the system; the next user gets zeroed pages.
-        self.release_pages(first * ARENA_CHUNK, chunks * ARENA_CHUNK);
+        // Not once the domain has ended: nobody allocates any more, its file's
+        // pages go when the last process unmaps them, and a peer may still be
+        // reading this buffer (a capture reader draining the ring of a stack
+        // that is exiting would copy zeros).
+        if !self.is_ended() {
+            self.release_pages(first * ARENA_CHUNK, chunks * ARENA_CHUNK);
+        }
         for e in t[first..first + chunks].iter().rev() {
             let _ = e.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
                 (entry_pid(v) == pid).then_some(0)
