@@ -103,6 +103,13 @@ struct TcpFlow {
     conn: Option<ConnId>,
     readable: bool,
     writable: bool,
+    /// The host socket reported the peer's FIN, a hang-up or an error
+    /// (EPOLLRDHUP, EPOLLHUP, EPOLLERR): read it until it says so itself.
+    /// Before that, a read that leaves room means the socket is empty, and
+    /// the next data or FIN comes with a new edge (EPOLLET), which saves
+    /// the read that would find nothing (one system call per exchange of a
+    /// request/response flow).
+    host_hup: bool,
     guest_eof: bool,
     host_eof: bool,
     host_wr_shut: bool,
@@ -121,6 +128,7 @@ impl TcpFlow {
             conn,
             readable: host_ready,
             writable: host_ready,
+            host_hup: false,
             guest_eof: false,
             host_eof: false,
             host_wr_shut: false,
@@ -1165,6 +1173,9 @@ impl<G: GuestStack> Relay<G> {
                 if ev & (EV_IN | EV_RDHUP | EV_ERR) != 0 {
                     t.readable = true;
                 }
+                if ev & (EV_RDHUP | EV_ERR) != 0 {
+                    t.host_hup = true;
+                }
                 if ev & (EV_OUT | EV_ERR) != 0 {
                     t.writable = true;
                 }
@@ -1284,6 +1295,7 @@ impl<G: GuestStack> Relay<G> {
                 let writable = t.writable;
                 let mut called = false;
                 let mut err = None;
+                let mut offered = 0;
                 let r = self.guest.tcp_recv_with(conn, &mut |a, b| {
                     called = true;
                     // Not writable: take nothing (no system call), but the
@@ -1291,6 +1303,7 @@ impl<G: GuestStack> Relay<G> {
                     if !writable {
                         return 0;
                     }
+                    offered = a.len() + b.len();
                     match sys::send2(sock, a, b) {
                         Ok(n) => n,
                         Err(e) => {
@@ -1312,6 +1325,12 @@ impl<G: GuestStack> Relay<G> {
                             progress = true;
                         }
                         match err.map(|e| e.kind()) {
+                            // A short write fills the socket's buffer: its
+                            // room comes back with an EPOLLOUT edge.
+                            None if n > 0 && n < offered => {
+                                t.writable = false;
+                                break;
+                            }
                             None if n > 0 => {}
                             // Not writable.
                             None => break,
@@ -1358,8 +1377,10 @@ impl<G: GuestStack> Relay<G> {
                 let mut called = false;
                 let mut eof = false;
                 let mut err = None;
+                let mut offered = 0;
                 let r = self.guest.tcp_send_with(conn, room, &mut |a, b| {
                     called = true;
+                    offered = a.len() + b.len();
                     match sys::recv2(sock, a, b) {
                         Ok(0) => {
                             eof = true;
@@ -1386,6 +1407,11 @@ impl<G: GuestStack> Relay<G> {
                             progress = true;
                         }
                         match err.map(|e| e.kind()) {
+                            // A short read empties the socket (TCP's recvmsg
+                            // takes all it has): wait for the next edge.
+                            None if n > 0 && n < offered && !t.host_hup => {
+                                t.readable = false;
+                            }
                             None | Some(io::ErrorKind::Interrupted) => {}
                             Some(io::ErrorKind::WouldBlock) => t.readable = false,
                             Some(_) => host_reset = true,
