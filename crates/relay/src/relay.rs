@@ -12,7 +12,7 @@ use crate::guest::{ConnError, ConnId, EchoRequest, GuestStack, Refusal, SynId, U
 use crate::limits::{Limits, Timeouts, TokenBucket};
 use crate::portfwd::{PortForward, Proto};
 use crate::stats::Stats;
-use crate::sys::{self, Epoll, EV_ERR, EV_ET, EV_IN, EV_OUT, EV_RDHUP};
+use crate::sys::{self, Epoll, EV_ERR, EV_ET, EV_IN, EV_OUT, EV_PRI, EV_RDHUP};
 
 /// How the relay maps the guest's view of the world onto the host.
 #[derive(Debug, Clone)]
@@ -103,8 +103,9 @@ struct TcpFlow {
     conn: Option<ConnId>,
     readable: bool,
     writable: bool,
-    /// The host socket reported the peer's FIN, a hang-up or an error
-    /// (EPOLLRDHUP, EPOLLHUP, EPOLLERR): read it until it says so itself.
+    /// The host socket reported the peer's FIN, a hang-up, an error or
+    /// urgent data (EPOLLRDHUP, EPOLLHUP, EPOLLERR, EPOLLPRI): read it until
+    /// it says so itself.
     /// Before that, a read that leaves room means the socket is empty, and
     /// the next data or FIN comes with a new edge (EPOLLET), which saves
     /// the read that would find nothing (one system call per exchange of a
@@ -1043,7 +1044,11 @@ impl<G: GuestStack> Relay<G> {
         let id = self.alloc_id();
         if self
             .epoll
-            .add(sock.as_raw_fd(), EV_IN | EV_OUT | EV_RDHUP | EV_ET, id)
+            .add(
+                sock.as_raw_fd(),
+                EV_IN | EV_OUT | EV_RDHUP | EV_PRI | EV_ET,
+                id,
+            )
             .is_err()
         {
             self.refuse(now, syn.id, Refusal::Reset);
@@ -1137,7 +1142,11 @@ impl<G: GuestStack> Relay<G> {
         let id = self.alloc_id();
         if self
             .epoll
-            .add(sock.as_raw_fd(), EV_IN | EV_OUT | EV_RDHUP | EV_ET, id)
+            .add(
+                sock.as_raw_fd(),
+                EV_IN | EV_OUT | EV_RDHUP | EV_PRI | EV_ET,
+                id,
+            )
             .is_err()
         {
             self.guest.tcp_abort(conn);
@@ -1170,10 +1179,12 @@ impl<G: GuestStack> Relay<G> {
         };
         match &mut flow.kind {
             Kind::Tcp(t) => {
-                if ev & (EV_IN | EV_RDHUP | EV_ERR) != 0 {
+                if ev & (EV_IN | EV_RDHUP | EV_ERR | EV_PRI) != 0 {
                     t.readable = true;
                 }
-                if ev & (EV_RDHUP | EV_ERR) != 0 {
+                // Urgent data too: recv(2) stops short at its mark while
+                // more data waits behind it, with no new edge.
+                if ev & (EV_RDHUP | EV_ERR | EV_PRI) != 0 {
                     t.host_hup = true;
                 }
                 if ev & (EV_OUT | EV_ERR) != 0 {

@@ -33,6 +33,8 @@ pub const EV_IN: u32 = libc::EPOLLIN as u32;
 pub const EV_OUT: u32 = libc::EPOLLOUT as u32;
 pub const EV_ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
 pub const EV_RDHUP: u32 = libc::EPOLLRDHUP as u32;
+/// Urgent data (TCP's out-of-band mark) is waiting.
+pub const EV_PRI: u32 = libc::EPOLLPRI as u32;
 pub const EV_ET: u32 = libc::EPOLLET as u32;
 
 impl Epoll {
