@@ -5,7 +5,8 @@
 # one after another on one core. The budget is divided by weight:
 # stack_receive counts 3, tcp_conn 2, every other target 1 (with the 12
 # targets of today, `fuzz.sh 1800` gives stack_receive 5 min, tcp_conn 3:20
-# and the others 1:40 each). Needs a nightly toolchain and cargo-fuzz.
+# and the others 1:40 each). Needs a nightly toolchain; installs cargo-fuzz
+# if it is missing.
 #
 # Builds (fuzz/target/<flavour>/):
 #   deep    stack_receive, tcp_conn, dhcpv4: no sanitizer, no trace-compares
@@ -38,6 +39,11 @@ fi
 budget=$1
 shift
 export CARGO_INCREMENTAL=0
+# cargo-fuzz is not part of the toolchain: install it on first use.
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz (cargo install cargo-fuzz --locked)" >&2
+    cargo install cargo-fuzz --locked >&2
+fi
 scratch=${FUZZ_SCRATCH:-/tmp/ustack-fuzz}
 triple=x86_64-unknown-linux-gnu
 

@@ -187,6 +187,15 @@ impl Stack {
             counters,
             ..
         } = self;
+        // A connection request from a source we have no route back to
+        // (the unspecified address, or off-link with no router) is
+        // dropped, as Linux's `tcp_conn_request` drops a SYN whose
+        // `route_req` fails (ListenDrops): its SYN-ACK could never leave,
+        // and the embryo would hold a backlog slot for ever.
+        if iface.route6(ip.src).is_none() && tcp.is_conn_request(&t, seg) {
+            counters.tcp_ext.ListenDrops += 1;
+            return;
+        }
         let ctr = &mut counters.tcp;
         let ext = &mut counters.tcp_ext;
         let demux = tcp.input_any(now, t, seg, gso_size, ctr, ext, &iface.pmtu);

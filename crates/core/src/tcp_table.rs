@@ -690,6 +690,16 @@ impl TcpTable {
         self.cfg = cfg;
     }
 
+    /// Whether `seg` on `t` asks a listener for a new connection: a SYN
+    /// (no ACK, no RST) on no connection, to a port with a listener.
+    pub(crate) fn is_conn_request(&self, t: &Tuple, seg: &TcpRepr) -> bool {
+        seg.syn
+            && seg.ack.is_none()
+            && !seg.rst
+            && self.lookup(t).is_none()
+            && self.listener_for(t.local_port(), t.is_v6()).is_some()
+    }
+
     /// The connection on `t`, if any.
     fn lookup(&self, t: &Tuple) -> Option<u32> {
         match t {

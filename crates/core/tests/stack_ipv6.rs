@@ -1004,6 +1004,49 @@ fn tcp_to_a_multicast_group_is_dropped_without_an_answer() {
 }
 
 #[test]
+fn syn_from_a_source_with_no_route_back_is_dropped() {
+    // Found by stack_receive (its inputs spent most of their time on it): a
+    // SYN from `::`, or from an off-link address while no router is known,
+    // made a SYN-RECEIVED child whose SYN-ACK could never leave; it retried
+    // every 10 ms for ever and held a backlog slot. Linux's
+    // `tcp_conn_request` drops such a SYN when `route_req` finds no route
+    // (ListenDrops).
+    let (mut s, now) = stack_b();
+    introduce_peer(&mut s, now);
+    let _l = s
+        .tcp_listen6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 80, 0, 0), 4)
+        .unwrap();
+    let before = s.tcp_socket_count();
+    let off_link: Ipv6Addr = "2001:db8:77::1".parse().unwrap();
+    for src in [Ipv6Addr::UNSPECIFIED, off_link] {
+        let seg = TcpRepr {
+            src_port: 40000,
+            dst_port: 80,
+            seq: SeqNum(1000),
+            syn: true,
+            window: 65535,
+            ..TcpRepr::default()
+        };
+        let mut b = vec![0u8; seg.buffer_len()];
+        seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), src, B6, true);
+        let f = frame6(B_MAC, src, B6, IpProtocol::Tcp, 64, &b);
+        assert!(
+            receive(&mut s, now, &f).is_empty(),
+            "answered a SYN from {src}"
+        );
+        assert_eq!(s.tcp_socket_count(), before, "a child for a SYN from {src}");
+    }
+    assert_eq!(c(&s, "TcpExt", "ListenDrops"), 2);
+    // Nothing left to do: no retry timer runs.
+    assert!(s.poll_at().is_none_or(|t| t > now + Duration::from_secs(1)));
+    // A SYN from the on-link peer still gets its SYN-ACK.
+    let f = frame6(B_MAC, PEER6, B6, IpProtocol::Tcp, 64, &syn_bytes(None));
+    let out = receive(&mut s, now, &f);
+    assert_eq!(out.len(), 1);
+    assert_eq!(s.tcp_socket_count(), before + 1);
+}
+
+#[test]
 fn tcp_over_ipv6_is_refused_with_a_reset() {
     let (mut s, now) = stack_b();
     introduce_peer(&mut s, now);
