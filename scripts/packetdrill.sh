@@ -314,6 +314,13 @@ fi
 
 # --- run ----------------------------------------------------------------------
 pd_args=(--send_omit_free)
+# tun0 as packetdrill's local mode sets it up (netdev.c: the local address
+# with its prefix, and a route to the remote address through the gateway;
+# run_all.py's addresses), for the scripts' `ip route` lines to act on.
+case "$ipv" in
+    ipv6) tun_ip=(-6 fd3d:0a0b:17d6::1/16 nodad) tun_route=(-6 fd3d:fa7b:d17d::1 via fd3d:0a0b:17d6:8888::1) ;;
+    *) tun_ip=(-4 192.168.0.1/16) tun_route=(-4 192.0.2.1 via 192.168.0.1) ;;
+esac
 case "$ipv" in
     # run_all.py's CmdTestIPv4, CmdTestIPv6 and CmdTestIPv4Mappedv6, verbatim
     ipv4) pd_args+=(--ip_version=ipv4 --local_ip=192.168.0.1 --gateway_ip=192.168.0.1
@@ -388,8 +395,12 @@ run_one() { # index
                 # Upstream's common/defaults.sh ends with `tc qdisc add dev tun0`;
                 # with --so_filename packetdrill opens no TUN device, so give the
                 # namespace an idle one of that name (a persistent TUN device
-                # nobody reads: the kernel here has no dummy/CONFIG_DUMMY driver).
-                ip -n "$ns" tuntap add dev tun0 mode tun && ip -n "$ns" link set tun0 up
+                # nobody reads: the kernel here has no dummy/CONFIG_DUMMY driver),
+                # addressed and routed as packetdrill's own tun0 (above): the
+                # adapter reads the route to the remote address (route.rs).
+                ip -n "$ns" tuntap add dev tun0 mode tun && ip -n "$ns" link set tun0 up &&
+                    ip -n "$ns" "${tun_ip[0]}" addr add "${tun_ip[@]:1}" dev tun0 &&
+                    ip -n "$ns" "${tun_route[0]}" route add "${tun_route[1]}" dev tun0 "${tun_route[@]:2}"
             fi
     } >"$log" 2>&1; then
         ip netns del "$ns" 2>/dev/null || true

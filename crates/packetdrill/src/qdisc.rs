@@ -36,6 +36,11 @@ pub struct Watch {
 impl Watch {
     /// Subscribe; None if rtnetlink refuses.
     pub fn new() -> Option<Watch> {
+        Watch::groups(RTMGRP_TC)
+    }
+
+    /// Subscribe to the rtnetlink multicast `groups` (`RTMGRP_*` bits).
+    pub fn groups(groups: u32) -> Option<Watch> {
         // SAFETY: plain socket(2); the descriptor lives as long as the
         // process (the adapter's one instance keeps it).
         let fd = unsafe {
@@ -51,7 +56,7 @@ impl Watch {
         // SAFETY: a zeroed sockaddr_nl, then filled in.
         let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         sa.nl_family = libc::AF_NETLINK as u16;
-        sa.nl_groups = RTMGRP_TC;
+        sa.nl_groups = groups;
         // SAFETY: sa lives across the call.
         let r = unsafe {
             libc::bind(
@@ -97,7 +102,7 @@ impl Watch {
 /// `close(2)` as the raw system call: this library's own `close`
 /// (interposed when preloaded) would look for the descriptor among the
 /// engine's, whose lock the caller may hold.
-fn close(fd: i32) {
+pub(crate) fn close(fd: i32) {
     // SAFETY: our descriptor, closed once.
     unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) };
 }
@@ -242,7 +247,7 @@ fn root_of(m: &[u8], ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((kind, opts))
 }
 
-fn align4(n: usize) -> usize {
+pub(crate) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
