@@ -345,6 +345,38 @@ esac
 # the preloaded adapter answers those for its own descriptors.
 pd_env=()
 [ -z "$lib" ] || pd_env=("LD_PRELOAD=$lib")
+# ustack mode also puts a `tc` first in the scripts' PATH: the real one,
+# except that a root `fq` qdisc for tun0, which this kernel cannot hold (no
+# sch_fq), is recorded in a file the adapter reads (qdisc.rs), so that the
+# engine paces every flow as Linux does behind fq; any other root qdisc the
+# real tc installs on tun0 (or its deletion) clears the record. On a kernel
+# with sch_fq the real tc succeeds and the adapter sees fq over rtnetlink.
+if [ "$mode" = ustack ]; then
+    real_tc=$(command -v tc)
+    mkdir -p "$tmp/bin" "$tmp/qdisc"
+    cat >"$tmp/bin/tc" <<EOF_TC
+#!/usr/bin/env bash
+# packetdrill.sh's tc (see there).
+rec=\${USTACK_PACKETDRILL_QDISC:-}
+root_of_tun0() { [[ " \$* " =~ ^\ (-[^\ ]+\ )*qdisc\ (add|replace|change|del|delete)\ dev\ tun0\ root[\ ] ]]; }
+fq_for_tun0() { [[ " \$* " =~ ^\ (-[^\ ]+\ )*qdisc\ (add|replace)\ dev\ tun0\ root\ fq[\ ] ]]; }
+rc=0
+out=\$("$real_tc" "\$@" 2>&1) || rc=\$?
+if [ "\$rc" = 0 ]; then
+    [ -z "\$out" ] || printf '%s\\n' "\$out"
+    if [ -n "\$rec" ] && root_of_tun0 "\$@"; then rm -f "\$rec"; fi
+    exit 0
+fi
+if [ -n "\$rec" ] && fq_for_tun0 "\$@" && [[ "\$out" == *"qdisc kind is unknown"* ]]; then
+    echo "packetdrill.sh's tc: this kernel has no sch_fq: the adapter models fq on tun0" >&2
+    echo fq >"\$rec"
+    exit 0
+fi
+[ -z "\$out" ] || printf '%s\\n' "\$out" >&2
+exit "\$rc"
+EOF_TC
+    chmod +x "$tmp/bin/tc"
+fi
 if [ -n "${PACKETDRILL_ARGS:-}" ]; then
     read -r -a extra <<<"$PACKETDRILL_ARGS"
     pd_args+=("${extra[@]}")
@@ -409,7 +441,9 @@ run_one() { # index
         return 0
     fi
     (cd "$(dirname "$path")" &&
-        exec timeout -k 5 "$timeout_s" ip netns exec "$ns" env "${pd_env[@]}" "$pd_bin" "${pd_args[@]}" "$(basename "$path")") \
+        exec timeout -k 5 "$timeout_s" ip netns exec "$ns" env "${pd_env[@]}" \
+            ${lib:+"PATH=$tmp/bin:$PATH" "USTACK_PACKETDRILL_QDISC=$tmp/qdisc/$i"} \
+            "$pd_bin" "${pd_args[@]}" "$(basename "$path")") \
         >>"$log" 2>&1 </dev/null &
     echo $! >"$tmp/pid/$i"
     wait $! || rc=$?

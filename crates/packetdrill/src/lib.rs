@@ -294,8 +294,8 @@ pub fn parse_flags(s: &str) -> Result<Flags, String> {
 /// scripts assume beyond the tunables they set.
 pub fn linux_tcp_defaults() -> TcpConfig {
     TcpConfig {
-        // Linux paces only for BBR or with the fq qdisc; the scripts run
-        // without either.
+        // Linux paces only for BBR or with the fq qdisc; a script that
+        // installs fq gets it (`tunables`).
         pacing: false,
         ..TcpConfig::default()
     }
@@ -306,7 +306,11 @@ fn tunables() -> Tunables {
         tcp: linux_tcp_defaults(),
         ..Default::default()
     };
-    sysctl::read_dir(Path::new("/proc/sys/net/ipv4"), base)
+    let mut t = sysctl::read_dir(Path::new("/proc/sys/net/ipv4"), base);
+    // With fq as tun0's root qdisc Linux paces every flow at its
+    // sk_pacing_rate (`SK_PACING_FQ`), which the engine's pacing models.
+    t.tcp.pacing = qdisc::fq_installed();
+    t
 }
 
 /// A host configured for packetdrill's IPv4 runs.

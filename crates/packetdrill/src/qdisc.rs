@@ -107,6 +107,33 @@ pub(crate) fn close(fd: i32) {
     unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) };
 }
 
+/// The environment variable naming the file where `scripts/packetdrill.sh`'s
+/// `tc` records a root qdisc for `tun0` that this kernel cannot hold
+/// (`fq`: no sch_fq here), which the engine then models.
+pub const MODELLED_QDISC_ENV: &str = "USTACK_PACKETDRILL_QDISC";
+
+/// Whether `fq` is `tun0`'s root qdisc, as recorded in the file
+/// [`MODELLED_QDISC_ENV`] names (or, on a kernel with sch_fq, as the
+/// kernel holds it).
+pub fn fq_installed() -> bool {
+    let modelled = std::env::var_os(MODELLED_QDISC_ENV)
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|s| s.split_whitespace().next() == Some("fq"));
+    modelled || tun0_root_kind().is_some_and(|k| k == b"fq")
+}
+
+/// The kind of `tun0`'s root qdisc, if there is a `tun0` and the query
+/// works.
+fn tun0_root_kind() -> Option<Vec<u8>> {
+    let name: &CStr = c"tun0";
+    // SAFETY: a valid C string.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return None;
+    }
+    root_qdisc(ifindex as i32).map(|(kind, _)| kind)
+}
+
 /// Whether `tun0`'s root qdisc is a FIFO with a limit of 0 (drops every
 /// datagram). False when there is no `tun0` or the query fails.
 pub fn tun0_drops_all() -> bool {
