@@ -297,6 +297,9 @@ pub fn linux_tcp_defaults() -> TcpConfig {
         // Linux paces only for BBR or with the fq qdisc; a script that
         // installs fq gets it (`tunables`).
         pacing: false,
+        // Linux's Nagle (Minshall's) and its ACK on a read that empties
+        // the buffer after a short segment.
+        nagle_minshall: true,
         ..TcpConfig::default()
     }
 }

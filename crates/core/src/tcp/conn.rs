@@ -391,6 +391,8 @@ pub(super) struct Params {
     pub(super) snd_buf_max: usize,
     pub(super) congestion_control: CcAlgorithm,
     pub(super) pacing: bool,
+    /// `TcpConfig::nagle_minshall`.
+    pub(super) nagle_minshall: bool,
     pub(super) max_retries: u32,
     pub(super) syn_retries: u32,
     pub(super) synack_retries: u32,
@@ -421,6 +423,7 @@ impl Params {
             snd_buf_max: cfg.snd_buf.max(1),
             congestion_control: cfg.congestion_control,
             pacing: cfg.pacing,
+            nagle_minshall: cfg.nagle_minshall,
             max_retries: cfg.max_retries,
             syn_retries: cfg.syn_retries,
             synack_retries: cfg.synack_retries,

@@ -660,7 +660,7 @@ impl Connection {
         // Linux's rcv_mss does) to recognise "full-sized" segments; for a
         // super-segment, from the size of the wire segments it stands for.
         let wire_seg = gso_size.clamp(1, seg.payload.len().max(1));
-        if wire_seg < self.ack.rcv_mss {
+        if self.cfg.nagle_minshall && wire_seg < self.ack.rcv_mss {
             // Linux `tcp_measure_rcv_mss`: a short segment.
             self.ack.pushed = (self.ack.pushed + 1).min(2);
         }

@@ -496,7 +496,11 @@ impl Connection {
                 avail,
                 max_payload: maxp,
                 idle: idle_packet || self.snd.max == self.snd.una,
-                small_in_flight: self.snd.sml.gt(self.snd.una) && self.snd.sml.le(self.snd.max),
+                // RFC 896 (the default) holds a short segment whenever
+                // data is in flight, Minshall's variant only behind a
+                // short one.
+                small_in_flight: !self.cfg.nagle_minshall
+                    || (self.snd.sml.gt(self.snd.una) && self.snd.sml.le(self.snd.max)),
                 // Linux applies Nagle to the last skb only: a record
                 // (MSG_EOR) with data queued behind it goes out whole.
                 nodelay: self.app.nodelay || avail < qlen - off,

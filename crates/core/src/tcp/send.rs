@@ -157,10 +157,11 @@ pub(crate) struct SendCheck {
 /// window can be sent, i.e., if: [SND.NXT = SND.UNA and] min(D,U) >= Fs *
 /// Max(SND.WND); (4) or if data is PUSHed and the override timeout occurs."
 /// Every write is treated as pushed (as sockets do); (4) is the persist
-/// timer's `force` in the caller. The bracketed condition is Minshall's
-/// variant, as Linux's (`tcp_nagle_check`): a short segment waits only
-/// while an earlier short segment is unacknowledged, not whenever
-/// anything is.
+/// timer's `force` in the caller. With `TcpConfig::nagle_minshall` the
+/// bracketed condition is Minshall's variant, as Linux's
+/// (`tcp_nagle_check`): a short segment waits only while an earlier short
+/// segment is unacknowledged (`small_in_flight`), not whenever anything
+/// is.
 pub(crate) fn sws_allows(c: &SendCheck) -> bool {
     if c.len == 0 {
         return false;
