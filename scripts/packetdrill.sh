@@ -314,6 +314,13 @@ fi
 
 # --- run ----------------------------------------------------------------------
 pd_args=(--send_omit_free)
+# tun0 as packetdrill's local mode sets it up (netdev.c: the local address
+# with its prefix, and a route to the remote address through the gateway;
+# run_all.py's addresses), for the scripts' `ip route` lines to act on.
+case "$ipv" in
+    ipv6) tun_ip=(-6 fd3d:0a0b:17d6::1/16 nodad) tun_route=(-6 fd3d:fa7b:d17d::1 via fd3d:0a0b:17d6:8888::1) ;;
+    *) tun_ip=(-4 192.168.0.1/16) tun_route=(-4 192.0.2.1 via 192.168.0.1) ;;
+esac
 case "$ipv" in
     # run_all.py's CmdTestIPv4, CmdTestIPv6 and CmdTestIPv4Mappedv6, verbatim
     ipv4) pd_args+=(--ip_version=ipv4 --local_ip=192.168.0.1 --gateway_ip=192.168.0.1
@@ -338,6 +345,38 @@ esac
 # the preloaded adapter answers those for its own descriptors.
 pd_env=()
 [ -z "$lib" ] || pd_env=("LD_PRELOAD=$lib")
+# ustack mode also puts a `tc` first in the scripts' PATH: the real one,
+# except that a root `fq` qdisc for tun0, which this kernel cannot hold (no
+# sch_fq), is recorded in a file the adapter reads (qdisc.rs), so that the
+# engine paces every flow as Linux does behind fq; any other root qdisc the
+# real tc installs on tun0 (or its deletion) clears the record. On a kernel
+# with sch_fq the real tc succeeds and the adapter sees fq over rtnetlink.
+if [ "$mode" = ustack ]; then
+    real_tc=$(command -v tc)
+    mkdir -p "$tmp/bin" "$tmp/qdisc"
+    cat >"$tmp/bin/tc" <<EOF_TC
+#!/usr/bin/env bash
+# packetdrill.sh's tc (see there).
+rec=\${USTACK_PACKETDRILL_QDISC:-}
+root_of_tun0() { [[ " \$* " =~ ^\ (-[^\ ]+\ )*qdisc\ (add|replace|change|del|delete)\ dev\ tun0\ root[\ ] ]]; }
+fq_for_tun0() { [[ " \$* " =~ ^\ (-[^\ ]+\ )*qdisc\ (add|replace)\ dev\ tun0\ root\ fq[\ ] ]]; }
+rc=0
+out=\$("$real_tc" "\$@" 2>&1) || rc=\$?
+if [ "\$rc" = 0 ]; then
+    [ -z "\$out" ] || printf '%s\\n' "\$out"
+    if [ -n "\$rec" ] && root_of_tun0 "\$@"; then rm -f "\$rec"; fi
+    exit 0
+fi
+if [ -n "\$rec" ] && fq_for_tun0 "\$@" && [[ "\$out" == *"qdisc kind is unknown"* ]]; then
+    echo "packetdrill.sh's tc: this kernel has no sch_fq: the adapter models fq on tun0" >&2
+    echo fq >"\$rec"
+    exit 0
+fi
+[ -z "\$out" ] || printf '%s\\n' "\$out" >&2
+exit "\$rc"
+EOF_TC
+    chmod +x "$tmp/bin/tc"
+fi
 if [ -n "${PACKETDRILL_ARGS:-}" ]; then
     read -r -a extra <<<"$PACKETDRILL_ARGS"
     pd_args+=("${extra[@]}")
@@ -388,8 +427,12 @@ run_one() { # index
                 # Upstream's common/defaults.sh ends with `tc qdisc add dev tun0`;
                 # with --so_filename packetdrill opens no TUN device, so give the
                 # namespace an idle one of that name (a persistent TUN device
-                # nobody reads: the kernel here has no dummy/CONFIG_DUMMY driver).
-                ip -n "$ns" tuntap add dev tun0 mode tun && ip -n "$ns" link set tun0 up
+                # nobody reads: the kernel here has no dummy/CONFIG_DUMMY driver),
+                # addressed and routed as packetdrill's own tun0 (above): the
+                # adapter reads the route to the remote address (route.rs).
+                ip -n "$ns" tuntap add dev tun0 mode tun && ip -n "$ns" link set tun0 up &&
+                    ip -n "$ns" "${tun_ip[0]}" addr add "${tun_ip[@]:1}" dev tun0 &&
+                    ip -n "$ns" "${tun_route[0]}" route add "${tun_route[1]}" dev tun0 "${tun_route[@]:2}"
             fi
     } >"$log" 2>&1; then
         ip netns del "$ns" 2>/dev/null || true
@@ -398,7 +441,9 @@ run_one() { # index
         return 0
     fi
     (cd "$(dirname "$path")" &&
-        exec timeout -k 5 "$timeout_s" ip netns exec "$ns" env "${pd_env[@]}" "$pd_bin" "${pd_args[@]}" "$(basename "$path")") \
+        exec timeout -k 5 "$timeout_s" ip netns exec "$ns" env "${pd_env[@]}" \
+            ${lib:+"PATH=$tmp/bin:$PATH" "USTACK_PACKETDRILL_QDISC=$tmp/qdisc/$i"} \
+            "$pd_bin" "${pd_args[@]}" "$(basename "$path")") \
         >>"$log" 2>&1 </dev/null &
     echo $! >"$tmp/pid/$i"
     wait $! || rc=$?

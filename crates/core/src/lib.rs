@@ -57,6 +57,7 @@ pub use frag::ReasmLimits;
 pub use iface::{link_local, LinkOffload};
 pub use ip6::{Ipv6AddrError, ALL_NODES, MAX_IPV6_ADDRESSES};
 pub use ip6_host::Ipv6HostConfig;
+pub use pmtu::RouteMetrics;
 pub use router6::{RouterConfig, ALL_ROUTERS};
 pub use stack::{Config, EchoReply, Limits, Stack};
 pub use tcp::{CcAlgorithm, TcpError};

@@ -23,6 +23,14 @@
 //! minimum link MTU" — a smaller report is taken as 1280 (as Linux's
 //! `rt6_do_update_pmtu`), never locked (IPv6 routers do not fragment and
 //! RFC 8021 deprecates atomic fragments).
+//!
+//! Beside what was learned, the cache holds what was configured: per
+//! destination [`RouteMetrics`] (Linux's route metrics, `ip route ...
+//! mtu [lock] N advmss N initcwnd N`, read through the socket's `dst`).
+//! A configured MTU replaces the link's for that destination; a *locked*
+//! one is final (reports do not lower it, as Linux's `__ip_rt_update_pmtu`
+//! ignores them when `RTAX_MTU` is locked) and its datagrams go without
+//! DF (`ip_dont_fragment`).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
@@ -44,6 +52,24 @@ struct Entry {
     until: Instant,
 }
 
+/// What a route says about the path to one destination (Linux's route
+/// metrics, `RTAX_*`), set with [`crate::Stack::set_route_metrics`].
+/// `None` fields leave the stack's own value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RouteMetrics {
+    /// The path MTU (Linux `mtu`, `RTAX_MTU`): IP datagram size.
+    pub mtu: Option<u16>,
+    /// The MTU is locked (Linux `mtu lock`): ICMP reports do not change
+    /// it and datagrams go without DF, so routers fragment them.
+    pub mtu_locked: bool,
+    /// The MSS to announce in our SYN or SYN-ACK (Linux `advmss`,
+    /// `RTAX_ADVMSS`; default: the path MTU less headers).
+    pub advmss: Option<u16>,
+    /// The initial congestion window in segments (Linux `initcwnd`,
+    /// `RTAX_INITCWND`; default `TcpConfig::initial_cwnd`).
+    pub initcwnd: Option<u32>,
+}
+
 #[derive(Clone)]
 pub(crate) struct PmtuCache {
     map: HashMap<IpAddr, Entry, KeyedState>,
@@ -56,6 +82,8 @@ pub(crate) struct PmtuCache {
     /// Locked entries in the map (expired ones included): when zero,
     /// nothing needs looking up to decide DF.
     locked: usize,
+    /// Configured metrics per destination (few: set by the operator).
+    routes: HashMap<IpAddr, RouteMetrics, KeyedState>,
 }
 
 impl PmtuCache {
@@ -66,6 +94,7 @@ impl PmtuCache {
             max,
             expires,
             locked: 0,
+            routes: HashMap::with_hasher(hasher),
         }
     }
 
@@ -73,14 +102,53 @@ impl PmtuCache {
         self.map.get(&dst).copied().filter(|e| e.until > now)
     }
 
-    /// The path MTU to `dst` if a report about it is still valid.
-    pub(crate) fn get(&self, now: Instant, dst: impl Into<IpAddr>) -> Option<usize> {
-        self.live(now, dst.into()).map(|e| e.mtu)
+    /// The configured metrics of the route to `dst`, if any.
+    pub(crate) fn metrics(&self, dst: impl Into<IpAddr>) -> Option<RouteMetrics> {
+        if self.routes.is_empty() {
+            return None;
+        }
+        self.routes.get(&dst.into()).copied()
     }
 
-    /// Whether datagrams to `dst` must go without DF (a path below 552).
+    /// Configure (`Some`) or forget (`None`) the metrics of the route to
+    /// `dst`. Returns whether anything changed. What was learned about a
+    /// destination whose MTU is now configured is forgotten (Linux: a
+    /// route change flushes the cached routes and their exceptions).
+    pub(crate) fn set_metrics(&mut self, dst: IpAddr, m: Option<RouteMetrics>) -> bool {
+        let old = self.routes.get(&dst).copied();
+        if old == m {
+            return false;
+        }
+        match m {
+            Some(m) => {
+                self.routes.insert(dst, m);
+            }
+            None => {
+                self.routes.remove(&dst);
+            }
+        }
+        self.remove(dst);
+        true
+    }
+
+    /// The path MTU to `dst` if a report about it is still valid, or the
+    /// route's configured one.
+    pub(crate) fn get(&self, now: Instant, dst: impl Into<IpAddr>) -> Option<usize> {
+        let dst = dst.into();
+        let route = self.metrics(dst).and_then(|m| m.mtu).map(usize::from);
+        match self.live(now, dst) {
+            Some(e) => Some(route.map_or(e.mtu, |r| r.min(e.mtu))),
+            None => route,
+        }
+    }
+
+    /// Whether datagrams to `dst` must go without DF (a path below 552,
+    /// or a route whose MTU is locked).
     pub(crate) fn locked(&self, now: Instant, dst: Ipv4Addr) -> bool {
-        self.locked > 0 && self.live(now, dst.into()).is_some_and(|e| e.locked)
+        (self.locked > 0 && self.live(now, dst.into()).is_some_and(|e| e.locked))
+            || self
+                .metrics(dst)
+                .is_some_and(|m| m.mtu_locked && m.mtu.is_some())
     }
 
     /// The MSS for a connection to `dst` on a link whose MSS is `link_mss`
@@ -88,9 +156,14 @@ impl PmtuCache {
     pub(crate) fn mss(&self, now: Instant, dst: impl Into<IpAddr>, link_mss: u16) -> u16 {
         let dst = dst.into();
         let hdrs = if dst.is_ipv6() { 60 } else { 40 };
-        match self.get(now, dst) {
-            Some(mtu) => link_mss.min(u16::try_from(mtu.saturating_sub(hdrs)).unwrap_or(u16::MAX)),
-            None => link_mss,
+        let route = self.metrics(dst).and_then(|m| m.mtu);
+        let learned = self.live(now, dst).map(|e| e.mtu);
+        let of = |mtu: usize| u16::try_from(mtu.saturating_sub(hdrs)).unwrap_or(u16::MAX);
+        match (route, learned) {
+            // Linux `ipv4_mtu`: the route's MTU replaces the device's.
+            (Some(r), l) => of(l.map_or(usize::from(r), |l| l.min(usize::from(r)))),
+            (None, Some(l)) => link_mss.min(of(l)),
+            (None, None) => link_mss,
         }
     }
 
@@ -118,6 +191,11 @@ impl PmtuCache {
         if let Some(e) = old.filter(|e| e.locked) {
             return e.mtu;
         }
+        let route = self.metrics(dst).filter(|m| m.mtu.is_some());
+        if let Some(m) = route.filter(|m| m.mtu_locked) {
+            return usize::from(m.mtu.unwrap_or_default());
+        }
+        let link_mtu = route.and_then(|m| m.mtu).map_or(link_mtu, usize::from);
         let current = old.map_or(link_mtu, |e| e.mtu);
         let mut mtu = usize::try_from(reported).unwrap_or(usize::MAX);
         if current < mtu {
@@ -266,5 +344,38 @@ mod tests {
         // The same bits as an IPv4 destination are another entry.
         assert_eq!(c.get(t, Ipv4Addr::new(32, 1, 13, 184)), None);
         assert_eq!(c.locked, 0);
+    }
+
+    #[test]
+    fn route_metrics_set_the_mtu_and_a_lock_holds_it() {
+        let mut c = cache(16);
+        let t = Instant::from_secs(10);
+        let m = RouteMetrics {
+            mtu: Some(640),
+            mtu_locked: true,
+            ..RouteMetrics::default()
+        };
+        assert!(c.set_metrics(D.into(), Some(m)));
+        assert!(!c.set_metrics(D.into(), Some(m)), "no change");
+        assert_eq!(c.mss(t, D, 1460), 600);
+        assert!(c.locked(t, D));
+        // Locked: a report changes nothing.
+        assert_eq!(c.update(t, D, 576, 1500), 640);
+        assert_eq!(c.get(t, D), Some(640));
+        // Unlocked: reports lower it below the route's; the route's MTU
+        // may be above the link's.
+        let m = RouteMetrics {
+            mtu: Some(9000),
+            ..RouteMetrics::default()
+        };
+        assert!(c.set_metrics(D.into(), Some(m)));
+        assert!(!c.locked(t, D));
+        assert_eq!(c.mss(t, D, 1460), 8960);
+        assert_eq!(c.update(t, D, 4000, 1500), 4000);
+        assert_eq!(c.mss(t, D, 1460), 3960);
+        // Forgetting the route forgets what was learned under it.
+        assert!(c.set_metrics(D.into(), None));
+        assert_eq!(c.mss(t, D, 1460), 1460);
+        assert_eq!(c.metrics(D), None);
     }
 }

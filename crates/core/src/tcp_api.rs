@@ -427,7 +427,42 @@ impl Stack {
             .unwrap_or(u16::MAX)
             .max(64);
         let t = Tuple::V6(SocketAddrV6::new(src, port, 0, 0), remote);
-        self.tcp.connect_any(now, t, route_mss)
+        let h = self.tcp.connect_any(now, t, route_mss)?;
+        self.apply_route(h, r.into());
+        Ok(h)
+    }
+
+    /// A new connection takes what the route to `remote` configures
+    /// (`Stack::set_route_metrics`): its advertised MSS and initial cwnd.
+    fn apply_route(&mut self, h: TcpHandle, remote: std::net::IpAddr) {
+        let m = self.iface.pmtu.metrics(remote);
+        if m.is_some() {
+            if let Ok(c) = self.tcp.conn_mut(h) {
+                c.apply_route(m);
+            }
+        }
+    }
+
+    /// Configure (`Some`) or remove (`None`) the metrics of the route to
+    /// `dst` (Linux: `ip route ... mtu [lock] N advmss N initcwnd N`).
+    /// New connections to `dst` take them; existing ones take the route's
+    /// new MTU as Linux's do when their cached route becomes obsolete:
+    /// the segment size follows after their next transmission (see
+    /// `RouteMetrics`).
+    pub fn set_route_metrics(
+        &mut self,
+        now: Instant,
+        dst: std::net::IpAddr,
+        m: Option<crate::RouteMetrics>,
+    ) {
+        if self.iface.pmtu.set_metrics(dst, m) {
+            self.tcp.route_changed(now, dst, &self.iface.pmtu);
+        }
+    }
+
+    /// The configured metrics of the route to `dst`, if any.
+    pub fn route_metrics(&self, dst: std::net::IpAddr) -> Option<crate::RouteMetrics> {
+        self.iface.pmtu.metrics(dst)
     }
 
     /// Start an active open in either family.
@@ -487,7 +522,9 @@ impl Stack {
         };
         self.last_now = self.last_now.max(now);
         let route_mss = self.iface.route_mss_to(now, r);
-        self.tcp.connect(now, local, remote, route_mss)
+        let h = self.tcp.connect(now, local, remote, route_mss)?;
+        self.apply_route(h, r.into());
+        Ok(h)
     }
 
     /// Queue data; returns how much was taken (0 = send buffer full).

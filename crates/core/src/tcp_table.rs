@@ -33,7 +33,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use ustack_wire::tcp::TcpRepr;
 
@@ -444,6 +444,14 @@ impl Tuple {
 
     /// The pair `Connection` takes (it uses only the ports): the tuple
     /// itself for IPv4; for IPv6 the ports with unspecified addresses.
+    /// The remote address.
+    fn remote_ip(&self) -> IpAddr {
+        match self {
+            Tuple::V4(_, r) => IpAddr::V4(*r.ip()),
+            Tuple::V6(_, r) => IpAddr::V6(*r.ip()),
+        }
+    }
+
     fn ports_view(&self) -> (SocketAddrV4, SocketAddrV4) {
         match self {
             Tuple::V4(l, r) => (*l, *r),
@@ -1303,7 +1311,8 @@ impl TcpTable {
         }
         let iss = reuse_iss.unwrap_or_else(|| self.isn.generate(kl, kr, now));
         let (local, remote) = t.ports_view();
-        let conn = Connection::accept(&self.cfg, local, remote, seg, iss, route_mss, now);
+        let mut conn = Connection::accept(&self.cfg, local, remote, seg, iss, route_mss, now);
+        conn.apply_route(pmtu.metrics(t.remote_ip()));
         let owner = Owner::Listener {
             listener: lh,
             queued: false,
@@ -1485,6 +1494,34 @@ impl TcpTable {
             let idx = idx as usize;
             if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
                 c.conn.path_mtu_reduced(mtu4);
+            }
+            self.touched(idx);
+        }
+    }
+
+    /// The route to `remote` changed (`Stack::set_route_metrics`): every
+    /// connection to it takes the route's MSS (Linux: the socket's cached
+    /// `dst` is obsolete; see `Connection::route_changed`).
+    pub(crate) fn route_changed(&mut self, now: Instant, remote: IpAddr, pmtu: &PmtuCache) {
+        let idxs: Vec<(u32, Tuple)> = match remote {
+            IpAddr::V4(r) => self
+                .conns
+                .iter()
+                .filter(|((_, rem), _)| *rem.ip() == r)
+                .map(|(&(l, rem), &i)| (i, Tuple::V4(l, rem)))
+                .collect(),
+            IpAddr::V6(r) => self
+                .conns6
+                .iter()
+                .filter(|((_, rem), _)| *rem.ip() == r)
+                .map(|(&(l, rem), &i)| (i, Tuple::V6(l, rem)))
+                .collect(),
+        };
+        for (idx, t) in idxs {
+            let mss = self.route_mss_for(now, &t, pmtu);
+            let idx = idx as usize;
+            if let Some(Some(Sock::Conn(c))) = self.slots.get_mut(idx).map(|s| s.sock.as_mut()) {
+                c.conn.route_changed(mss);
             }
             self.touched(idx);
         }

@@ -379,3 +379,75 @@ fn finished_search_probes_again_after_the_interval() {
     assert!(smss > 1450, "climbed back: {smss}");
     assert!(a_counter(&n, "TCPMTUPSuccess") > successes);
 }
+
+/// A route's metrics (Linux `ip route ... advmss 600 mtu lock 640 initcwnd
+/// 11`): the SYN announces the route's advmss, the MSS follows its MTU,
+/// the initial window its initcwnd, and a locked MTU sends without DF and
+/// ignores reports. A route change reaches the connection as Linux's
+/// obsolete `dst` does: after its next transmission.
+#[test]
+fn route_metrics_set_mss_window_and_df() {
+    use ustack_core::RouteMetrics;
+    let mut n = Net::new();
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let m = RouteMetrics {
+        mtu: Some(640),
+        mtu_locked: true,
+        advmss: Some(600),
+        initcwnd: Some(11),
+    };
+    n.a.set_route_metrics(n.now, B_IP.into(), Some(m));
+    assert_eq!(n.a.route_metrics(B_IP.into()), Some(m));
+    assert_eq!(n.a.path_mtu(n.now, B_IP), Some(640));
+    n.log_ab.clear();
+    let (c, s) = connect(&mut n, l);
+    let i = n.a.tcp_info(c).unwrap();
+    assert_eq!(i.smss, 600, "the route's MTU less 40");
+    let first_cwnd = i.cwnd;
+    assert_eq!(n.b.tcp_info(s).unwrap().smss, 600, "A announced advmss");
+    assert!(send_intact(&mut n, c, s, 20_000, Duration::from_secs(5)));
+    let sent = tcp_from_a(&n);
+    assert!(!sent.is_empty());
+    assert!(sent.iter().all(|&(len, df)| len <= 640 && !df), "{sent:?}");
+    // The initial window is 11 segments: the same connection without the
+    // route's initcwnd starts with 10.
+    n.a.set_route_metrics(
+        n.now,
+        B_IP.into(),
+        Some(RouteMetrics {
+            initcwnd: None,
+            ..m
+        }),
+    );
+    let (c2, _) = connect(&mut n, l);
+    let ten = n.a.tcp_info(c2).unwrap().cwnd;
+    assert_eq!(first_cwnd * 10, ten * 11, "{first_cwnd} vs {ten}");
+
+    // A locked MTU ignores a report.
+    n.a.set_route_metrics(n.now, B_IP.into(), Some(m));
+    n.router_ab = Some(Router::new(576, true));
+    assert!(send_intact(&mut n, c, s, 20_000, Duration::from_secs(5)));
+    assert_eq!(n.a.path_mtu(n.now, B_IP), Some(640));
+    n.router_ab = None;
+
+    // The route's MTU rises (not locked): the connection's MSS follows
+    // once it has sent on the new route, and DF is back.
+    let up = RouteMetrics {
+        mtu: Some(1500),
+        mtu_locked: false,
+        advmss: None,
+        initcwnd: None,
+    };
+    n.a.set_route_metrics(n.now, B_IP.into(), Some(up));
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 600, "not before a send");
+    n.log_ab.clear();
+    assert!(send_intact(&mut n, c, s, 50_000, Duration::from_secs(5)));
+    assert_eq!(n.a.tcp_info(c).unwrap().smss, 1460);
+    let sent = tcp_from_a(&n);
+    assert!(sent.iter().any(|&(len, _)| len > 640), "{sent:?}");
+    assert!(sent.iter().all(|&(_, df)| df));
+    // Forgetting the route: back to the link's.
+    n.a.set_route_metrics(n.now, B_IP.into(), None);
+    assert_eq!(n.a.route_metrics(B_IP.into()), None);
+    assert_eq!(n.a.path_mtu(n.now, B_IP), None);
+}

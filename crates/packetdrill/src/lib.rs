@@ -48,7 +48,7 @@
 //! answers for our descriptors and passes every other call to libc.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -69,6 +69,8 @@ use ustack_wire::ipv6::Ipv6Cidr;
 pub mod ip6;
 
 pub mod qdisc;
+
+pub mod route;
 
 /// The engine's MAC address and the one it sees for every peer.
 const OUR_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];
@@ -208,6 +210,29 @@ fn sync_local_drop(h: &mut Host) {
     }
 }
 
+/// The script's remote address (packetdrill's `--remote_ip`), whose
+/// route's metrics the engine follows (see [`route`]).
+static REMOTE: OnceLock<Option<IpAddr>> = OnceLock::new();
+
+/// Look at the namespace's route to the remote address (a script's `ip
+/// route` line may have changed it since the last event) and give the
+/// engine its metrics, as a kernel socket's route would carry them.
+fn sync_route(h: &mut Host) {
+    static WATCH: OnceLock<Option<qdisc::Watch>> = OnceLock::new();
+    let Some(remote) = *REMOTE.get_or_init(|| None) else {
+        return;
+    };
+    let mut first = false;
+    let watch = WATCH.get_or_init(|| {
+        first = true;
+        qdisc::Watch::groups(route::RTMGRP_IPV4_ROUTE | route::RTMGRP_IPV6_ROUTE)
+    });
+    let look = first || watch.as_ref().is_none_or(|w| w.changed());
+    if look {
+        h.set_route_metrics(remote, route::metrics_to(remote));
+    }
+}
+
 /// packetdrill's `--mss` (0: none): the `gso_size` with which it cooks its
 /// inbound TCP packets as GSO packets (netdev.c, `local_netdev_send`).
 static GSO_SIZE: AtomicUsize = AtomicUsize::new(0);
@@ -269,9 +294,12 @@ pub fn parse_flags(s: &str) -> Result<Flags, String> {
 /// scripts assume beyond the tunables they set.
 pub fn linux_tcp_defaults() -> TcpConfig {
     TcpConfig {
-        // Linux paces only for BBR or with the fq qdisc; the scripts run
-        // without either.
+        // Linux paces only for BBR or with the fq qdisc; a script that
+        // installs fq gets it (`tunables`).
         pacing: false,
+        // Linux's Nagle (Minshall's) and its ACK on a read that empties
+        // the buffer after a short segment.
+        nagle_minshall: true,
         ..TcpConfig::default()
     }
 }
@@ -281,7 +309,11 @@ fn tunables() -> Tunables {
         tcp: linux_tcp_defaults(),
         ..Default::default()
     };
-    sysctl::read_dir(Path::new("/proc/sys/net/ipv4"), base)
+    let mut t = sysctl::read_dir(Path::new("/proc/sys/net/ipv4"), base);
+    // With fq as tun0's root qdisc Linux paces every flow at its
+    // sk_pacing_rate (`SK_PACING_FQ`), which the engine's pacing models.
+    t.tcp.pacing = qdisc::fq_installed();
+    t
 }
 
 /// A host configured for packetdrill's IPv4 runs.
@@ -348,7 +380,9 @@ unsafe extern "C" fn pd_socket(p: *mut c_void, domain: c_int, ty: c_int, proto: 
         // The script's sysctl lines have run by now: take them. (Read
         // before locking: reading files calls `close`, which we interpose.)
         let t = tunables();
-        c.lock().set_tunables(t);
+        let mut h = c.lock();
+        h.set_tunables(t);
+        sync_route(&mut h);
     }
     // SAFETY: forwarded.
     unsafe { ffi::ustack_socket(p, domain, ty, proto) }
@@ -366,6 +400,7 @@ unsafe extern "C" fn pd_netdev_send(p: *mut c_void, buf: *const c_void, count: s
     // SAFETY: packetdrill passes `count` readable bytes.
     let ip = unsafe { std::slice::from_raw_parts(buf as *const u8, count) };
     let gso = GSO_SIZE.load(Ordering::Relaxed);
+    sync_route(&mut c.lock());
     match gso_segments(ip, gso).or_else(|| ip6::gso_segments(ip, gso)) {
         // A GSO packet (packetdrill's --mss): its wire segments, received
         // together, which the stack's GRO takes in as Linux takes the GSO
@@ -394,22 +429,20 @@ fn eth_frame(ip: &[u8]) -> Vec<u8> {
     frame
 }
 
-/// packetdrill's `--mss` for this run: from its command line, or from the
-/// option lines of the script it runs (`--mss=N`), else 0.
-fn packetdrill_mss() -> usize {
+/// packetdrill's options for this run: its command line, then the option
+/// lines of the script it runs (the script's leading `--` lines; comments
+/// and blank lines may come between), which take precedence.
+fn packetdrill_args() -> Vec<String> {
     let Ok(cmdline) = std::fs::read("/proc/self/cmdline") else {
-        return 0;
+        return Vec::new();
     };
-    let args: Vec<String> = cmdline
+    let mut args: Vec<String> = cmdline
         .split(|&b| b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let mss_of = |a: &str| a.strip_prefix("--mss=").and_then(|v| v.trim().parse().ok());
-    let mut mss = args.iter().find_map(|a| mss_of(a));
     if let Some(script) = args.iter().rev().find(|a| a.ends_with(".pkt")) {
         if let Ok(text) = std::fs::read_to_string(script) {
-            // Option lines are the script's leading `--` lines (comments
-            // and blank lines may come between).
+            let mut lines = Vec::new();
             for l in text.lines().map(str::trim) {
                 if l.is_empty() || l.starts_with("//") {
                     continue;
@@ -417,11 +450,40 @@ fn packetdrill_mss() -> usize {
                 if !l.starts_with("--") {
                     break;
                 }
-                mss = mss_of(l).or(mss);
+                lines.push(l.to_string());
             }
+            args.extend(lines);
         }
     }
-    mss.filter(|m| (1..=65535).contains(m)).unwrap_or(0)
+    args
+}
+
+/// The last value of packetdrill option `name` (`--name=VALUE`) in `args`.
+fn option_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .rev()
+        .find_map(|a| a.strip_prefix("--")?.strip_prefix(name)?.strip_prefix('='))
+        .map(str::trim)
+}
+
+/// packetdrill's `--mss` for this run, else 0.
+fn packetdrill_mss(args: &[String]) -> usize {
+    option_value(args, "mss")
+        .and_then(|v| v.parse().ok())
+        .filter(|m| (1..=65535).contains(m))
+        .unwrap_or(0)
+}
+
+/// packetdrill's `--remote_ip` for this run (without a prefix length), or
+/// its default for the IP version (config.c: 192.0.2.1, 2001:DB8::1).
+fn packetdrill_remote(args: &[String]) -> Option<IpAddr> {
+    match option_value(args, "remote_ip") {
+        Some(v) => v.split('/').next()?.parse().ok(),
+        None if option_value(args, "ip_version") == Some("ipv6") => {
+            Some(IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1u16]))
+        }
+        None => Some(IpAddr::from([192, 0, 2, 1])),
+    }
 }
 
 /// The wire segments of an IPv4 TCP datagram carrying more than `gso`
@@ -523,6 +585,7 @@ unsafe extern "C" fn pd_netdev_receive(
     let room = unsafe { *count };
     let mut h = c.settle(c.lock());
     sync_local_drop(&mut h);
+    sync_route(&mut h);
     let mut timers = 0;
     loop {
         while let Some((at, frame)) = h.link_output() {
@@ -594,6 +657,7 @@ unsafe extern "C" fn pd_usleep(p: *mut c_void, usec: libc::useconds_t) -> c_int 
     {
         let mut h = c.settle(c.lock());
         sync_local_drop(&mut h);
+        sync_route(&mut h);
         let t = h.now() + Duration::from_micros(u64::from(usec));
         h.advance_to(t);
     }
@@ -613,6 +677,7 @@ unsafe extern "C" fn pd_gettimeofday(
     let us = {
         let mut h = c.settle(c.lock());
         sync_local_drop(&mut h);
+        sync_route(&mut h);
         let now = h.now();
         h.advance_to(now + Duration::from_micros(1));
         now.total_micros()
@@ -678,7 +743,9 @@ pub unsafe extern "C" fn packetdrill_interface_init(
             std::process::exit(2);
         }
     };
-    GSO_SIZE.store(packetdrill_mss(), Ordering::Relaxed);
+    let args = packetdrill_args();
+    GSO_SIZE.store(packetdrill_mss(&args), Ordering::Relaxed);
+    let _ = REMOTE.set(packetdrill_remote(&args));
     let ctx = Box::into_raw(Box::new(Ctx::new_virtual(new_host(f))));
     CURRENT.store(ctx, Ordering::Release);
     // SAFETY: the ffi functions have exactly packetdrill's signatures except

@@ -36,6 +36,11 @@ pub struct Watch {
 impl Watch {
     /// Subscribe; None if rtnetlink refuses.
     pub fn new() -> Option<Watch> {
+        Watch::groups(RTMGRP_TC)
+    }
+
+    /// Subscribe to the rtnetlink multicast `groups` (`RTMGRP_*` bits).
+    pub fn groups(groups: u32) -> Option<Watch> {
         // SAFETY: plain socket(2); the descriptor lives as long as the
         // process (the adapter's one instance keeps it).
         let fd = unsafe {
@@ -51,7 +56,7 @@ impl Watch {
         // SAFETY: a zeroed sockaddr_nl, then filled in.
         let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         sa.nl_family = libc::AF_NETLINK as u16;
-        sa.nl_groups = RTMGRP_TC;
+        sa.nl_groups = groups;
         // SAFETY: sa lives across the call.
         let r = unsafe {
             libc::bind(
@@ -97,9 +102,36 @@ impl Watch {
 /// `close(2)` as the raw system call: this library's own `close`
 /// (interposed when preloaded) would look for the descriptor among the
 /// engine's, whose lock the caller may hold.
-fn close(fd: i32) {
+pub(crate) fn close(fd: i32) {
     // SAFETY: our descriptor, closed once.
     unsafe { libc::syscall(libc::SYS_close, libc::c_long::from(fd)) };
+}
+
+/// The environment variable naming the file where `scripts/packetdrill.sh`'s
+/// `tc` records a root qdisc for `tun0` that this kernel cannot hold
+/// (`fq`: no sch_fq here), which the engine then models.
+pub const MODELLED_QDISC_ENV: &str = "USTACK_PACKETDRILL_QDISC";
+
+/// Whether `fq` is `tun0`'s root qdisc, as recorded in the file
+/// [`MODELLED_QDISC_ENV`] names (or, on a kernel with sch_fq, as the
+/// kernel holds it).
+pub fn fq_installed() -> bool {
+    let modelled = std::env::var_os(MODELLED_QDISC_ENV)
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|s| s.split_whitespace().next() == Some("fq"));
+    modelled || tun0_root_kind().is_some_and(|k| k == b"fq")
+}
+
+/// The kind of `tun0`'s root qdisc, if there is a `tun0` and the query
+/// works.
+fn tun0_root_kind() -> Option<Vec<u8>> {
+    let name: &CStr = c"tun0";
+    // SAFETY: a valid C string.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return None;
+    }
+    root_qdisc(ifindex as i32).map(|(kind, _)| kind)
 }
 
 /// Whether `tun0`'s root qdisc is a FIFO with a limit of 0 (drops every
@@ -242,7 +274,7 @@ fn root_of(m: &[u8], ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((kind, opts))
 }
 
-fn align4(n: usize) -> usize {
+pub(crate) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 

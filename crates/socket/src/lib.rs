@@ -315,6 +315,17 @@ impl Host {
         self.stack.set_local_drop(on);
     }
 
+    /// Configure (`Some`) or remove (`None`) the metrics of the route to
+    /// `dst` (see [`ustack_core::Stack::set_route_metrics`]).
+    pub fn set_route_metrics(
+        &mut self,
+        dst: std::net::IpAddr,
+        m: Option<ustack_core::RouteMetrics>,
+    ) {
+        let now = self.now;
+        self.stack.set_route_metrics(now, dst, m);
+    }
+
     /// When the engine next wants to run (a timer), if ever.
     pub fn next_timer(&self) -> Option<Instant> {
         self.stack.poll_at()

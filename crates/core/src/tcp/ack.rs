@@ -28,6 +28,9 @@ pub(super) struct Snd {
     pub(super) wnd: usize,
     pub(super) wl1: SeqNum,
     pub(super) wl2: SeqNum,
+    /// The end of the last segment of new data sent shorter than the MSS
+    /// (Linux `snd_sml`, for Minshall's variant of Nagle: `send.rs`).
+    pub(super) sml: SeqNum,
     pub(super) max_wnd: usize,
     pub(super) queue: SendQueue,
 }

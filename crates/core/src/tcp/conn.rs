@@ -391,6 +391,8 @@ pub(super) struct Params {
     pub(super) snd_buf_max: usize,
     pub(super) congestion_control: CcAlgorithm,
     pub(super) pacing: bool,
+    /// `TcpConfig::nagle_minshall`.
+    pub(super) nagle_minshall: bool,
     pub(super) max_retries: u32,
     pub(super) syn_retries: u32,
     pub(super) synack_retries: u32,
@@ -421,6 +423,7 @@ impl Params {
             snd_buf_max: cfg.snd_buf.max(1),
             congestion_control: cfg.congestion_control,
             pacing: cfg.pacing,
+            nagle_minshall: cfg.nagle_minshall,
             max_retries: cfg.max_retries,
             syn_retries: cfg.syn_retries,
             synack_retries: cfg.synack_retries,
@@ -448,6 +451,8 @@ pub(super) struct Negotiated {
     /// The effective send MSS: the smaller of the two (and of the probing
     /// search's floor, `mtu.rs`). Payload = this less TCP options.
     pub(super) smss: u16,
+    /// Where a route change stands (see `RouteSync`).
+    pub(super) route_sync: super::mtu::RouteSync,
     pub(super) ws: bool,
     pub(super) snd_wscale: u8,
     pub(super) rcv_wscale: u8,
@@ -574,6 +579,7 @@ impl Connection {
                 wnd: 0,
                 wl1: SeqNum(0),
                 wl2: iss,
+                sml: iss,
                 max_wnd: 0,
                 queue: SendQueue::new(cfg.snd_buf_initial.clamp(1, cfg.snd_buf.max(1)), iss + 1u32),
             },
@@ -591,6 +597,7 @@ impl Connection {
                 route_mss,
                 peer_mss: DEFAULT_MSS as u16,
                 smss,
+                route_sync: super::mtu::RouteSync::Current,
                 ws: false,
                 snd_wscale: 0,
                 rcv_wscale: 0,
@@ -612,6 +619,7 @@ impl Connection {
                 last_challenge_at: None,
                 quick: 0,
                 pingpong: false,
+                pushed: 0,
             },
             rtx: Rtx {
                 rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
@@ -724,7 +732,15 @@ impl Connection {
         let peer = syn.max_seg_size.unwrap_or(DEFAULT_MSS as u16).max(64);
         // Linux `mss_clamp`: TCP_MAXSEG bounds what we send as well.
         self.opt.peer_mss = peer.min(self.cfg.user_mss.unwrap_or(u16::MAX).max(64));
-        if self.cfg.mtu_probing == super::MtuProbing::Always {
+        // Linux `tcp_mtup_init` with `tcp_mtu_probing` 2: an active open
+        // starts probing before it syncs the MSS (`tcp_connect_init`), so
+        // its MSS starts at the search floor; a passive one syncs first
+        // (`tcp_v4_syn_recv_sock`), so its MSS is the path's until the
+        // next sync. Both then search up to the peer's MSS
+        // (`tcp_init_transfer`: `mss_clamp` + 40), which the path's MTU
+        // caps at the next sync.
+        let probing = self.cfg.mtu_probing == super::MtuProbing::Always;
+        if probing && !self.passive {
             self.mtup = Some(Box::new(Mtup::new(
                 self.cfg.base_mss,
                 self.path_ceiling(),
@@ -732,6 +748,10 @@ impl Connection {
             )));
         }
         self.sync_mss();
+        if probing {
+            let ceiling = usize::from(self.opt.peer_mss) + super::mtu::HEADERS;
+            self.mtup = Some(Box::new(Mtup::new(self.cfg.base_mss, ceiling, now)));
+        }
         // RFC 7323 2.2: "If a TCP receives a <SYN> segment containing a
         // Window Scale option, it SHOULD send its own Window Scale option
         // in the <SYN,ACK> segment"; scaling is on only if both sent one.

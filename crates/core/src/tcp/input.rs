@@ -72,6 +72,11 @@ pub(super) struct AckState {
     /// Interactive (Linux pingpong mode): we answered data within the
     /// delayed-ACK time, so ACKs wait to ride on our replies.
     pub(super) pingpong: bool,
+    /// Segments shorter than the peer's full size arrived since our last
+    /// ACK: 1 one, 2 more (Linux `ICSK_ACK_PUSHED`, `ICSK_ACK_PUSHED2`).
+    /// A read that empties the receive buffer then sends the delayed ACK
+    /// at once (`tcp_cleanup_rbuf`).
+    pub(super) pushed: u8,
 }
 
 /// Linux `TCP_MAX_QUICKACKS`.
@@ -655,6 +660,10 @@ impl Connection {
         // Linux's rcv_mss does) to recognise "full-sized" segments; for a
         // super-segment, from the size of the wire segments it stands for.
         let wire_seg = gso_size.clamp(1, seg.payload.len().max(1));
+        if self.cfg.nagle_minshall && wire_seg < self.ack.rcv_mss {
+            // Linux `tcp_measure_rcv_mss`: a short segment.
+            self.ack.pushed = (self.ack.pushed + 1).min(2);
+        }
         self.ack.rcv_mss = self
             .ack
             .rcv_mss
@@ -801,6 +810,15 @@ impl Connection {
     pub(super) fn maybe_window_update(&mut self, _before: usize) {
         if !self.is_synchronized() || self.rcv.fin_received {
             return;
+        }
+        // Linux `tcp_cleanup_rbuf`: "If this read emptied read buffer, we
+        // send ACK, if connection is not bidirectional, user drained
+        // receive buffer and there was a small segment in queue."
+        if self.ack.delay_at.is_some()
+            && self.rcv.queue.ring.is_empty()
+            && (self.ack.pushed >= 2 || (self.ack.pushed == 1 && !self.ack.pingpong))
+        {
+            self.ack.now = true;
         }
         let cur = self.rcv_wnd();
         let now_avail = self.rcv_wnd_available();

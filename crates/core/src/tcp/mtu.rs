@@ -51,7 +51,24 @@ use crate::pmtu::MIN_PMTU;
 use crate::time::Instant;
 
 /// IPv4 and TCP headers without options: MSS = MTU - 40.
-const HEADERS: usize = 40;
+pub(super) const HEADERS: usize = 40;
+
+/// A route change as a Linux socket meets it: the change makes the
+/// socket's cached route obsolete; the next transmission looks the route
+/// up again (`__sk_dst_check` in `ip_queue_xmit`), and the next
+/// `tcp_current_mss` after that finds the route's MTU differs from the one
+/// the MSS was computed for (`icsk_pmtu_cookie`) and syncs the MSS. So
+/// what is sent in the pass that first uses the new route still has the
+/// old segment size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RouteSync {
+    /// The MSS follows the route.
+    Current,
+    /// The route changed; nothing has been sent on the new one yet.
+    Changed,
+    /// Sent on the new route; the MSS syncs at the next send pass.
+    Attached,
+}
 
 /// Linux `tcp_min_snd_mss`.
 const MIN_SND_MSS: usize = 48;
@@ -128,6 +145,55 @@ impl Connection {
     /// route's lowered MTU (`dst_mtu` in `tcp_current_mss`).
     pub(crate) fn path_mtu_reduced(&mut self, mtu: u16) {
         self.on_frag_needed(mtu);
+    }
+
+    /// The route to the peer changed (`Stack::set_route_metrics`): its
+    /// path now carries `mss` + 40 bytes. See [`RouteSync`].
+    pub(crate) fn route_changed(&mut self, mss: u16) {
+        let mss = mss.max(64);
+        if mss == self.opt.route_mss {
+            return;
+        }
+        self.opt.route_mss = mss;
+        if self.opt.route_sync == RouteSync::Current {
+            self.opt.route_sync = RouteSync::Changed;
+        }
+    }
+
+    /// A new connection takes what its route configures: the MSS to
+    /// announce (Linux `tcp_mss_clamp(tp, dst_metric_advmss(dst))`) and the
+    /// initial congestion window (`tcp_init_cwnd`).
+    pub(crate) fn apply_route(&mut self, m: Option<crate::RouteMetrics>) {
+        let Some(m) = m else {
+            return;
+        };
+        if let Some(a) = m.advmss {
+            self.opt.adv_mss = a.min(self.cfg.user_mss.unwrap_or(u16::MAX)).max(64);
+            self.ack.rcv_mss = super::conn::DEFAULT_MSS.min(usize::from(self.opt.adv_mss));
+        }
+        if let Some(n) = m.initcwnd.filter(|&n| n > 0) {
+            self.cfg.initial_cwnd = n;
+            self.cong.cc =
+                self.cfg
+                    .congestion_control
+                    .build(n, self.max_payload_base(), self.cfg.pacing);
+        }
+    }
+
+    /// At the start of a send pass (Linux `tcp_current_mss`): a route
+    /// that changed and has carried a segment since sets the MSS now.
+    pub(super) fn route_sync_before_pass(&mut self) {
+        if self.opt.route_sync == RouteSync::Attached {
+            self.opt.route_sync = RouteSync::Current;
+            self.sync_mss();
+        }
+    }
+
+    /// After a send pass that sent `sent` segments.
+    pub(super) fn route_sync_after_pass(&mut self, sent: bool) {
+        if sent && self.opt.route_sync == RouteSync::Changed {
+            self.opt.route_sync = RouteSync::Attached;
+        }
     }
 
     /// A validated ICMP "fragmentation needed" reports a next-hop MTU of

@@ -45,6 +45,19 @@ impl Connection {
         shared: &mut TcpShared,
         emit: &mut dyn FnMut(&TcpRepr) -> bool,
     ) {
+        self.route_sync_before_pass();
+        let before = self.stats.segs_out;
+        self.dispatch_pass(now, ctr, shared, emit);
+        self.route_sync_after_pass(self.stats.segs_out != before);
+    }
+
+    fn dispatch_pass(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        shared: &mut TcpShared,
+        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+    ) {
         let probe = shared.probe;
         let mut out = Sink {
             emit,
@@ -483,6 +496,11 @@ impl Connection {
                 avail,
                 max_payload: maxp,
                 idle: idle_packet || self.snd.max == self.snd.una,
+                // RFC 896 (the default) holds a short segment whenever
+                // data is in flight, Minshall's variant only behind a
+                // short one.
+                small_in_flight: !self.cfg.nagle_minshall
+                    || (self.snd.sml.gt(self.snd.una) && self.snd.sml.le(self.snd.max)),
                 // Linux applies Nagle to the last skb only: a record
                 // (MSG_EOR) with data queued behind it goes out whole.
                 nodelay: self.app.nodelay || avail < qlen - off,
@@ -683,6 +701,10 @@ impl Connection {
             && (self.snd.queue.is_record_end(seq + n) || self.snd.queue.is_push_mark(seq + n));
         let tail = tail || marked;
         r.psh = n > 0 && (psh || tail);
+        if n > 0 && !seq.lt(self.snd.max) && n < self.max_payload() {
+            // Linux `tcp_minshall_update`: new data shorter than the MSS.
+            self.snd.sml = seq + n;
+        }
         // RFC 3168 6.1.2: ECT(0) on new data (not on retransmissions), and
         // CWR on the first after a window reduction.
         let (ip_ecn, cwr) = self.ecn_data(seq, n);
@@ -855,6 +877,7 @@ impl Connection {
         self.ack.dsack = None;
         self.ack.delay_at = None;
         self.ack.unacked = 0;
+        self.ack.pushed = 0;
         self.ack.last_sent = self.rcv.nxt;
         self.timers.last_send_at = now;
         ctr.OutSegs += 1;

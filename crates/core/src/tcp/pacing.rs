@@ -15,8 +15,10 @@
 //! must carry at least a millisecond's data, or a fast sender (above ~500
 //! Mbit/s) would be held to 64 KB per timer tick. Where a millisecond's
 //! data exceeds cwnd (RTTs below ~1.2 ms: a LAN, a TAP) pacing never holds
-//! anything back. The first ten
-//! segments go unpaced (as `sch_fq` does not pace a flow's first ten), and
+//! anything back. The first nine
+//! segments go unpaced (as `sch_fq` does not pace a flow's first ten, and
+//! Linux's EDT pacing, `tcp_update_skb_after_send`, paces from the
+//! packet that brings `data_segs_out` to ten), and
 //! with no RTT measured yet, or an RTT of zero, nothing is paced.
 
 use crate::time::{Duration, Instant};
@@ -152,14 +154,18 @@ impl Pacer {
         if segs == 0 {
             return;
         }
-        let was_active = self.active();
         self.segs_out = self.segs_out.saturating_add(segs);
-        let Some(rate) = rate.filter(|_| was_active) else {
+        // Linux paces a packet once `data_segs_out`, counting it, reaches
+        // ten: the burst that ends the unpaced start is paced for its
+        // segments from the tenth on.
+        let paced_segs = self.segs_out.saturating_sub(UNPACED_SEGS - 1).min(segs);
+        let Some(rate) = rate.filter(|_| self.enabled && paced_segs > 0) else {
             self.set_next_at(None);
             return;
         };
+        let bytes = u64::from(bytes) * u64::from(paced_segs) / u64::from(segs);
         let len_us =
-            u64::try_from(bytes as u128 * 1_000_000 / u128::from(rate)).unwrap_or(u64::MAX);
+            u64::try_from(u128::from(bytes) * 1_000_000 / u128::from(rate)).unwrap_or(u64::MAX);
         let prior = self.next_at().unwrap_or(now);
         let start = prior.max(now);
         let credit = start.saturating_duration_since(prior).as_micros();
@@ -209,22 +215,33 @@ mod tests {
         let rate = Some(12_500_000); // 100 Mbit/s
         let t0 = Instant::from_secs(1);
         assert_eq!(p.budget(t0, rate, MSS), usize::MAX, "the first ten");
+        // A burst within the first nine sets no gate.
+        let mut q = Pacer::new(true);
+        for _ in 0..9 {
+            q.on_sent(MSS);
+        }
+        q.end_burst(t0, rate);
+        assert_eq!(q.gate(), None, "nine unpaced segments");
         for _ in 0..10 {
             p.on_sent(MSS);
         }
         p.end_burst(t0, rate);
-        assert_eq!(p.gate(), None, "the unpaced start sets no gate");
-        let b = p.budget(t0, rate, MSS);
+        // Linux paces the packet that brings `data_segs_out` to ten: the
+        // tenth segment's 1448 bytes at 12.5 MB/s, 115 us.
+        let t1 = t0 + Duration::from_micros(115);
+        assert_eq!(p.gate(), Some(t1), "the tenth segment is paced");
+        assert_eq!(p.budget(t1 - Duration::from_micros(1), rate, MSS), 0);
+        let b = p.budget(t1, rate, MSS);
         assert_eq!(b, 12_500);
         for _ in 0..8 {
             p.on_sent(MSS);
         }
-        assert_eq!(p.budget(t0, rate, MSS), 12_500 - 8 * MSS);
+        assert_eq!(p.budget(t1, rate, MSS), 12_500 - 8 * MSS);
         p.on_sent(MSS);
-        assert_eq!(p.budget(t0, rate, MSS), 0, "a segment may overshoot");
-        p.end_burst(t0, rate);
+        assert_eq!(p.budget(t1, rate, MSS), 0, "a segment may overshoot");
+        p.end_burst(t1, rate);
         // 9 * 1448 bytes at 12.5 MB/s: 1042 us.
-        let next = t0 + Duration::from_micros(1042);
+        let next = t1 + Duration::from_micros(1042);
         assert_eq!(p.gate(), Some(next));
         assert_eq!(p.budget(next - Duration::from_micros(1), rate, MSS), 0);
         assert_eq!(p.budget(next, rate, MSS), 12_500);

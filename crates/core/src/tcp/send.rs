@@ -137,6 +137,9 @@ pub(crate) struct SendCheck {
     pub(crate) max_payload: usize,
     /// Nothing unacknowledged is in flight.
     pub(crate) idle: bool,
+    /// A segment shorter than the MSS is in flight (Linux
+    /// `tcp_minshall_check`).
+    pub(crate) small_in_flight: bool,
     pub(crate) nodelay: bool,
     /// A FIN follows the data (the application closed: push everything).
     pub(crate) fin_queued: bool,
@@ -154,7 +157,11 @@ pub(crate) struct SendCheck {
 /// window can be sent, i.e., if: [SND.NXT = SND.UNA and] min(D,U) >= Fs *
 /// Max(SND.WND); (4) or if data is PUSHed and the override timeout occurs."
 /// Every write is treated as pushed (as sockets do); (4) is the persist
-/// timer's `force` in the caller.
+/// timer's `force` in the caller. With `TcpConfig::nagle_minshall` the
+/// bracketed condition is Minshall's variant, as Linux's
+/// (`tcp_nagle_check`): a short segment waits only while an earlier short
+/// segment is unacknowledged (`small_in_flight`), not whenever anything
+/// is.
 pub(crate) fn sws_allows(c: &SendCheck) -> bool {
     if c.len == 0 {
         return false;
@@ -162,7 +169,7 @@ pub(crate) fn sws_allows(c: &SendCheck) -> bool {
     if c.corked && !c.fin_queued {
         return c.len >= c.max_payload;
     }
-    let nagle_ok = c.nodelay || c.idle || c.fin_queued;
+    let nagle_ok = c.nodelay || c.idle || c.fin_queued || !c.small_in_flight;
     c.len >= c.max_payload
         || (c.len == c.avail && nagle_ok)
         || (c.len >= c.max_snd_wnd / 2 && c.max_snd_wnd > 0 && nagle_ok)
@@ -178,6 +185,7 @@ mod tests {
             avail,
             max_payload: 1000,
             idle,
+            small_in_flight: !idle,
             nodelay,
             fin_queued: false,
             max_snd_wnd: 64_000,
