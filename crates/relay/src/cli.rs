@@ -422,6 +422,11 @@ pub fn run_with<G: GuestStack>(
     run_report_with(args, make_guest).map(|r| r.code)
 }
 
+/// How `ustack-run-hardened` starts the line with its report.
+pub const REPORT_PREFIX: &str = "ustack-run-hardened report: ";
+/// How `ustack-run-hardened` starts the line with its error.
+pub const ERROR_PREFIX: &str = "ustack-run-hardened error: ";
+
 /// What one `ustack run` did: the command's exit code and the relay's and
 /// the guest-side engine's counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,9 +450,70 @@ impl RunReport {
     }
 }
 
+impl RunReport {
+    /// The report as one line of JSON: `{"code":N,"stats":{"RelayTcpOpened":N,
+    /// ...},"engine":{"IpInReceives":N,...}}` (relay counters by their
+    /// `nstat` names, as [`Stats::named`]).
+    pub fn to_json(&self) -> String {
+        let stats: serde_json::Map<String, serde_json::Value> = self
+            .stats
+            .named()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v.into()))
+            .collect();
+        let engine: serde_json::Map<String, serde_json::Value> = self
+            .engine
+            .iter()
+            .map(|(n, v)| (n.clone(), (*v).into()))
+            .collect();
+        serde_json::json!({ "code": self.code, "stats": stats, "engine": engine }).to_string()
+    }
+
+    /// A report [`RunReport::to_json`] wrote. Unknown relay counters are
+    /// an error (the writer and the reader disagree).
+    pub fn from_json(text: &str) -> Result<RunReport, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let code = v["code"]
+            .as_i64()
+            .and_then(|c| i32::try_from(c).ok())
+            .ok_or("no exit code")?;
+        let mut stats = Stats::default();
+        for (n, x) in v["stats"].as_object().ok_or("no relay counters")? {
+            let x = x.as_u64().ok_or_else(|| format!("{n}: not a counter"))?;
+            if !stats.set_named(n, x) {
+                return Err(format!("unknown relay counter {n}"));
+            }
+        }
+        let engine = v["engine"]
+            .as_object()
+            .ok_or("no engine counters")?
+            .iter()
+            .map(|(n, x)| {
+                Ok((
+                    n.clone(),
+                    x.as_u64().ok_or_else(|| format!("{n}: not a counter"))?,
+                ))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(RunReport {
+            code,
+            stats,
+            engine,
+        })
+    }
+}
+
 /// `ustack run` with the default engine, returning the counters too.
 pub fn run_report(args: RunArgs) -> anyhow::Result<RunReport> {
     run_report_with(args, Box::new(default_guest))
+}
+
+/// `ustack run` as the binary does it ([`run_hardened`]: privileges given
+/// up once set up), returning the counters too. Process-wide: the calling
+/// process must be single-threaded and gives up its privileges for good
+/// (the hardened test runner, `ustack-run-hardened`, calls it).
+pub fn run_hardened_report(args: RunArgs) -> anyhow::Result<RunReport> {
+    run_report_inner(args, Box::new(default_guest), true)
 }
 
 /// `ustack run` with a given engine, returning the counters too.
@@ -749,6 +815,13 @@ pub fn attach_hardened(args: AttachArgs) -> anyhow::Result<i32> {
     attach_inner(args, Box::new(default_guest), None, true)
 }
 
+/// [`attach_hardened`] that also stops when `stop_fd` (one of the standard
+/// descriptors: hardening closes the others it was started with) is
+/// readable.
+pub fn attach_hardened_until(args: AttachArgs, stop_fd: std::os::fd::RawFd) -> anyhow::Result<i32> {
+    attach_inner(args, Box::new(default_guest), Some(stop_fd), true)
+}
+
 /// `ustack attach` with a given engine; stops when `stop_fd` is readable (or SIGINT/SIGTERM).
 /// Leaves the calling process's privileges as they are.
 pub fn attach_with<G: GuestStack>(
@@ -907,6 +980,24 @@ mod tests {
         let bad = T::try_parse_from(["ustack", "run", "--congestion-control", "bbr", "--", "x"]);
         let err = bad.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("known: cubic, newreno"), "{err}");
+    }
+
+    #[test]
+    fn a_run_report_survives_its_json() {
+        let mut stats = Stats::default();
+        stats.bytes_guest_to_host = 300_000;
+        stats.tcp_opened = 2;
+        let r = RunReport {
+            code: 7,
+            stats,
+            engine: vec![("IpInReceives".into(), 5), ("TcpInSegs".into(), 9)],
+        };
+        assert_eq!(RunReport::from_json(&r.to_json()), Ok(r));
+        assert!(
+            RunReport::from_json(r#"{"code":0,"stats":{"RelayNope":1},"engine":{}}"#)
+                .is_err_and(|e| e.contains("RelayNope"))
+        );
+        assert!(RunReport::from_json("{}").is_err());
     }
 
     #[test]
