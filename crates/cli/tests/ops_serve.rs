@@ -1558,3 +1558,67 @@ fn ss_nstat_and_metrics_per_guest_against_live_attaches() {
         r.stop();
     }
 }
+
+#[test]
+fn no_control_registers_no_endpoint() {
+    use std::io::BufRead;
+    // Once the command runs (it says so), the relay's control endpoint is
+    // served: with it the relay is listed (as a run, with its PID); with
+    // --no-control it is not. --metrics (read through it) is refused.
+    let listed = |extra: &[&str]| -> (u32, Value) {
+        let mut run = ChildGuard {
+            child: Command::new(BIN)
+                .arg("run")
+                .args(extra)
+                .args(["--", "sh", "-c", "echo ready; read x; exit 0"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn ustack run"),
+        };
+        let pid = run.child.id();
+        let mut out = std::io::BufReader::new(run.child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("the command's line");
+        assert_eq!(line.trim(), "ready", "ustack run {extra:?}");
+        let ps = json(&["ps", "--json"]);
+        // Let the command end; ustack run with it.
+        drop(run.child.stdin.take());
+        let t0 = std::time::Instant::now();
+        let st = loop {
+            if let Some(st) = run.child.try_wait().expect("wait") {
+                break st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "ustack run {extra:?} did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(st.success(), "ustack run {extra:?}: {st:?}");
+        (pid, ps)
+    };
+    let mine = |pid: u32, ps: &Value| {
+        ps.as_array()
+            .expect("array")
+            .iter()
+            .any(|s| s["pid"].as_u64() == Some(u64::from(pid)) && s["mode"] == "run")
+    };
+    let (pid, ps) = listed(&[]);
+    assert!(mine(pid, &ps), "the relay {pid} not in ps: {ps}");
+    let (pid, ps) = listed(&["--no-control"]);
+    assert!(
+        !mine(pid, &ps),
+        "the relay {pid} in ps with --no-control: {ps}"
+    );
+    let bad = ustack(&[
+        "run",
+        "--no-control",
+        "--metrics",
+        "127.0.0.1:1",
+        "--",
+        "true",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--no-control"));
+}

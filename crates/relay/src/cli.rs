@@ -147,6 +147,11 @@ pub struct RelayArgs {
     /// `nstat` and `sysctl --stack NAME` (default: run-PID / attach-PID).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Register no control endpoint: `ustack ps`, `ss`, `nstat`, `sysctl`,
+    /// `capture` and `ports` cannot reach this relay (and `--metrics`,
+    /// which reads through it, is refused).
+    #[arg(long, conflicts_with_all = ["name", "metrics"])]
+    pub no_control: bool,
     /// Serve the counters in Prometheus' text format at
     /// http://ADDR:PORT/metrics. The guest can never reach it (connections
     /// from the guest to it are refused, also through the gateway).
@@ -594,27 +599,27 @@ fn run_report_inner<G: GuestStack>(
     // The control endpoint's file, made by the present user (root, or the
     // rootless user) and given to whoever started ustack (sudo's user); it
     // is served only once the privileges are gone.
-    let reg = Registration::new(&args.relay, "run").context("ustack run")?;
+    let reg = Registration::new_unless_off(&args.relay, "run").context("ustack run")?;
     if harden {
-        reg.give_to_invoking_user().context("ustack run")?;
-        // A relay that becomes another user than the file's cannot remove
-        // it when it ends: the sandbox's init, which keeps its privileges,
-        // does when the command ends.
-        let owner = std::fs::metadata(reg.path()).map(|m| m.uid()).ok();
-        if run_as.is_some_and(|to| Some(to.uid) != owner) {
-            sandbox
-                .remove_at_exit(reg.path())
-                .context("ustack run: sandbox")?;
+        if let Some(reg) = &reg {
+            reg.give_to_invoking_user().context("ustack run")?;
+            // A relay that becomes another user than the file's cannot
+            // remove it when it ends: the sandbox's init, which keeps its
+            // privileges, does when the command ends.
+            let owner = std::fs::metadata(reg.path()).map(|m| m.uid()).ok();
+            if run_as.is_some_and(|to| Some(to.uid) != owner) {
+                sandbox
+                    .remove_at_exit(reg.path())
+                    .context("ustack run: sandbox")?;
+            }
         }
         crate::harden::harden(run_as).context("ustack run: giving up privileges")?;
         if args.seccomp_selftest {
             crate::harden::selftest_forbidden_call();
         }
     }
-    let ops = reg.start(&args.relay, hub).context("ustack run")?;
-    let mut relay =
-        Relay::new(guest, ops.relay_config(&args.relay)).context("ustack run: relay")?;
-    let control = ops.attach(&mut relay).context("ustack run")?;
+    let (mut relay, control) =
+        Operations::relay(reg, &args.relay, hub, guest).context("ustack run")?;
     // Through the sandbox's init: the relay may no longer signal the
     // command itself (it runs as another user once hardened).
     let fwd = signals::forward_to_sandbox(&sandbox).context("installing signal forwarding")?;
@@ -691,6 +696,14 @@ struct Registration {
 }
 
 impl Registration {
+    /// The registration, or none with `--no-control`.
+    fn new_unless_off(args: &RelayArgs, mode: &'static str) -> anyhow::Result<Option<Self>> {
+        if args.no_control {
+            return Ok(None);
+        }
+        Self::new(args, mode).map(Some)
+    }
+
     fn new(args: &RelayArgs, mode: &'static str) -> anyhow::Result<Self> {
         let name = args
             .name
@@ -742,6 +755,24 @@ impl Registration {
 }
 
 impl Operations {
+    /// The relay on `guest`, answering the control endpoint `reg` if any
+    /// (none: `--no-control`).
+    fn relay<G: GuestStack>(
+        reg: Option<Registration>,
+        args: &RelayArgs,
+        hub: Arc<CaptureHub>,
+        guest: G,
+    ) -> anyhow::Result<(Relay<G>, Option<Running>)> {
+        let Some(reg) = reg else {
+            let relay = Relay::new(guest, args.relay_config()).context("relay")?;
+            return Ok((relay, None));
+        };
+        let ops = reg.start(args, hub)?;
+        let mut relay = Relay::new(guest, ops.relay_config(args)).context("relay")?;
+        let control = ops.attach(&mut relay)?;
+        Ok((relay, Some(control)))
+    }
+
     /// The relay's configuration, with the metrics endpoint out of the
     /// guest's reach.
     fn relay_config(&self, args: &RelayArgs) -> RelayConfig {
@@ -856,14 +887,12 @@ fn attach_inner<G: GuestStack>(
     let mtu = tap.mtu();
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
-    let reg = Registration::new(&args.relay, "attach").context("ustack attach")?;
+    let reg = Registration::new_unless_off(&args.relay, "attach").context("ustack attach")?;
     if harden {
         crate::harden::harden(None).context("ustack attach: giving up privileges")?;
     }
-    let ops = reg.start(&args.relay, hub).context("ustack attach")?;
-    let mut relay =
-        Relay::new(guest, ops.relay_config(&args.relay)).context("ustack attach: relay")?;
-    let control = ops.attach(&mut relay).context("ustack attach")?;
+    let (mut relay, control) =
+        Operations::relay(reg, &args.relay, hub, guest).context("ustack attach")?;
     let served = relay.run_until(stop_fd, None);
     drop(control);
     relay.shutdown();
