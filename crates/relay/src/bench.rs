@@ -1633,12 +1633,48 @@ mod tests {
     }
 
     #[test]
+    fn control_rows_are_idle_over_off() {
+        let f = Figures {
+            v4: Some(FamilyFigures {
+                up_cpu_per_gb: Some(2.0),
+                down_cpu_per_gb: Some(4.0),
+                ..family_figures(9.0, 12.0, 50.0)
+            }),
+            v6: None,
+            up_capture: None,
+            down_capture: None,
+            up_no_control: Some(Measured {
+                gbps: 10.0,
+                cpu_per_gb: Some(1.8),
+            }),
+            down_no_control: Some(Measured {
+                gbps: 12.0,
+                cpu_per_gb: None,
+            }),
+        };
+        let get = |key: &str| {
+            CONTROL_ROWS
+                .iter()
+                .find(|r| r.key == key)
+                .and_then(|r| (r.get)(&f))
+        };
+        let near = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() < 1e-9);
+        assert!(near(get("tcp_sandbox_to_host_no_control"), 10.0));
+        assert!(near(get("tcp_sandbox_to_host_control_idle_ratio"), 0.9));
+        assert!(near(get("tcp_sandbox_to_host_control_idle_cpu_ratio"), 0.9));
+        assert!(near(get("tcp_host_to_sandbox_control_idle_ratio"), 1.0));
+        assert_eq!(get("tcp_host_to_sandbox_control_idle_cpu_ratio"), None);
+    }
+
+    #[test]
     fn ipv6_over_ipv4_rows_and_absent_families() {
         let both = Figures {
             v4: Some(family_figures(20.0, 25.0, 70.0)),
             v6: Some(family_figures(18.0, 25.0, 77.0)),
             up_capture: None,
             down_capture: None,
+            up_no_control: None,
+            down_no_control: None,
         };
         let get = |key: &str, f: &Figures| {
             rows_for(Family::Both)

@@ -1013,9 +1013,11 @@ mod tests {
 
     #[test]
     fn a_run_report_survives_its_json() {
-        let mut stats = Stats::default();
-        stats.bytes_guest_to_host = 300_000;
-        stats.tcp_opened = 2;
+        let stats = Stats {
+            bytes_guest_to_host: 300_000,
+            tcp_opened: 2,
+            ..Stats::default()
+        };
         let r = RunReport {
             code: 7,
             stats,
