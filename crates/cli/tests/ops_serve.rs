@@ -1362,3 +1362,263 @@ fn syn_cookies_carry_linux_clients_options_through_the_handshake() {
     assert_eq!(counter(&d, "TcpExtSyncookiesRecv"), 1, "{d}");
     srv.stop_clean();
 }
+
+/// A live `ustack attach` serving `ns`, whose TAP `tap0` is configured as
+/// `ustack run` configures its sandbox (10.0.2.15/24, default route via
+/// 10.0.2.2), with the control endpoint NAME and metrics on 127.0.0.1:MPORT.
+/// Returned once its control endpoint answers (polled, at most 30 s).
+fn live_attach(ns: &NetNs, name: &str, mport: u16) -> ChildGuard {
+    for a in [
+        &["tuntap", "add", "mode", "tap", "name", "tap0"][..],
+        &["addr", "add", "10.0.2.15/24", "dev", "tap0"],
+        &["link", "set", "tap0", "up"],
+        &["route", "add", "default", "via", "10.0.2.2"],
+    ] {
+        must(Command::new("ip").args(["-n", &ns.name]).args(a));
+    }
+    let netns = format!("/run/netns/{}", ns.name);
+    let metrics = format!("127.0.0.1:{mport}");
+    let guard = ChildGuard {
+        child: Command::new(BIN)
+            .args([
+                "attach",
+                "--netns",
+                &netns,
+                "--tap",
+                "tap0",
+                "--name",
+                name,
+                "--metrics",
+                &metrics,
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn ustack attach"),
+    };
+    let t0 = std::time::Instant::now();
+    while !ustack(&["nstat", "--json", "--stack", name])
+        .status
+        .success()
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "ustack attach's control endpoint {name} never answered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    guard
+}
+
+/// Metric `metric` of stack `name` in a Prometheus scrape, if present.
+fn metric(scrape: &str, metric: &str, name: &str) -> Option<u64> {
+    let head = format!("{metric}{{stack=\"{name}\"}} ");
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(head.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[test]
+fn ss_nstat_and_metrics_per_guest_against_live_attaches() {
+    use std::net::{Ipv4Addr, TcpListener};
+    // Two guests, each served by its own `ustack attach` (hardened, as the
+    // binary runs it), each sending a different, known number of bytes to
+    // the host: each relay's counters and metrics are its own guest's.
+    let sizes = [200_000usize, 300_000];
+    let nss = [NetNs::new(), NetNs::new()];
+    let names: Vec<String> = (0..2).map(|i| format!("opsatt{i}-{}", unique())).collect();
+    let mports = [free_port(), free_port()];
+    let mut relays: Vec<ChildGuard> = (0..2)
+        .map(|i| live_attach(&nss[i], &names[i], mports[i]))
+        .collect();
+    let host = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let port = host.local_addr().expect("addr").port();
+
+    for i in 0..2 {
+        let (name, n) = (names[i].as_str(), sizes[i]);
+        // ps: listed as an attach, with its PID.
+        let ps = json(&["ps", "--json"]);
+        let me = ps
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in ps: {ps}"));
+        assert_eq!(me["mode"], "attach", "{me}");
+        assert_eq!(me["pid"].as_u64(), Some(u64::from(relays[i].child.id())));
+        // Before any flow: the counters are there under their Linux names,
+        // and nothing was relayed yet.
+        let before = scrape(mports[i]);
+        assert_eq!(
+            metric(&before, "ustack_relay_bytes_guest_to_host_total", name),
+            Some(0),
+            "{before}"
+        );
+        for m in [
+            "ustack_ip_in_receives_total",
+            "ustack_tcp_passive_opens_total",
+            "ustack_tcp_in_segs_total",
+        ] {
+            assert!(metric(&before, m, name).is_some(), "no {m} in {before}");
+        }
+        assert_eq!(
+            metric(&before, "ustack_tcp_passive_opens_total", name),
+            Some(0)
+        );
+        json(&["nstat", "--json", "--stack", name]);
+
+        // The guest sends n bytes to the host through the gateway and holds
+        // the connection until the host answers.
+        let script = format!(
+            "exec 3<>/dev/tcp/10.0.2.2/{port}; head -c {n} /dev/zero >&3; read -r x <&3; echo got $x"
+        );
+        let mut guest = ChildGuard {
+            child: nss[i]
+                .cmd("bash")
+                .args(["-c", &script])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn the guest's client"),
+        };
+        let mut s = accept_within(&host);
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).expect("the guest's bytes");
+        assert!(got.iter().all(|b| *b == 0));
+
+        // ss: the guest's connection, established, and its host socket.
+        let ss = json(&["ss", "-tie", "--json", "--stack", name]);
+        let row = row_where(&ss, "local", &format!("10.0.2.2:{port}"));
+        assert_eq!(row["state"], "ESTAB");
+        assert_eq!(
+            row["peer"].as_str().map(|p| p.starts_with("10.0.2.15:")),
+            Some(true)
+        );
+        let hostside = row["host"].as_str().unwrap_or_default();
+        assert!(
+            hostside.ends_with(&format!("->127.0.0.1:{port}")),
+            "host socket {hostside:?}"
+        );
+        // nstat: what moved since the history was taken.
+        let c = json(&["nstat", "--json", "--stack", name]);
+        assert_eq!(counter(&c, "RelayTcpOpened"), 1, "{c}");
+        assert_eq!(counter(&c, "TcpPassiveOpens"), 1, "{c}");
+        assert_eq!(counter(&c, "RelayBytesGuestToHost"), n as u64, "{c}");
+        assert!(
+            counter(&c, "TcpInSegs") >= (n as u64).div_ceil(65480),
+            "{c}"
+        );
+        // The metrics moved with the transfer, by exactly its size.
+        let after = scrape(mports[i]);
+        assert_eq!(
+            metric(&after, "ustack_relay_bytes_guest_to_host_total", name),
+            Some(n as u64),
+            "{after}"
+        );
+        assert_eq!(
+            metric(&after, "ustack_tcp_passive_opens_total", name),
+            Some(1)
+        );
+        assert!(
+            metric(&after, "ustack_ip_in_receives_total", name)
+                > metric(&before, "ustack_ip_in_receives_total", name)
+        );
+        assert_eq!(
+            metric(&after, "ustack_tcp_curr_estab", name),
+            Some(1),
+            "{after}"
+        );
+
+        s.write_all(b"done\n").expect("release the guest");
+        // Its output ends when it exits (it exits once it read the line).
+        let mut said = String::new();
+        if let Some(mut o) = guest.child.stdout.take() {
+            o.read_to_string(&mut said).expect("the guest's output");
+        }
+        let st = guest.child.wait().expect("the guest's client");
+        assert!(st.success(), "guest client: {st:?}");
+        assert!(said.contains("got done"), "{said}");
+    }
+    // Each relay counted its own guest only.
+    for i in 0..2 {
+        let m = scrape(mports[i]);
+        assert_eq!(
+            metric(&m, "ustack_relay_bytes_guest_to_host_total", &names[i]),
+            Some(sizes[i] as u64),
+            "{m}"
+        );
+        assert_eq!(
+            metric(&m, "ustack_relay_tcp_opened_total", &names[i]),
+            Some(1),
+            "{m}"
+        );
+        let other = &names[1 - i];
+        assert!(!m.contains(&format!("stack=\"{other}\"")), "{m}");
+    }
+    for r in &mut relays {
+        r.stop();
+    }
+}
+
+#[test]
+fn no_control_registers_no_endpoint() {
+    use std::io::BufRead;
+    // Once the command runs (it says so), the relay's control endpoint is
+    // served: with it the relay is listed (as a run, with its PID); with
+    // --no-control it is not. --metrics (read through it) is refused.
+    let listed = |extra: &[&str]| -> (u32, Value) {
+        let mut run = ChildGuard {
+            child: Command::new(BIN)
+                .arg("run")
+                .args(extra)
+                .args(["--", "sh", "-c", "echo ready; read x; exit 0"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn ustack run"),
+        };
+        let pid = run.child.id();
+        let mut out = std::io::BufReader::new(run.child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("the command's line");
+        assert_eq!(line.trim(), "ready", "ustack run {extra:?}");
+        let ps = json(&["ps", "--json"]);
+        // Let the command end; ustack run with it.
+        drop(run.child.stdin.take());
+        let t0 = std::time::Instant::now();
+        let st = loop {
+            if let Some(st) = run.child.try_wait().expect("wait") {
+                break st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "ustack run {extra:?} did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(st.success(), "ustack run {extra:?}: {st:?}");
+        (pid, ps)
+    };
+    let mine = |pid: u32, ps: &Value| {
+        ps.as_array()
+            .expect("array")
+            .iter()
+            .any(|s| s["pid"].as_u64() == Some(u64::from(pid)) && s["mode"] == "run")
+    };
+    let (pid, ps) = listed(&[]);
+    assert!(mine(pid, &ps), "the relay {pid} not in ps: {ps}");
+    let (pid, ps) = listed(&["--no-control"]);
+    assert!(
+        !mine(pid, &ps),
+        "the relay {pid} in ps with --no-control: {ps}"
+    );
+    let bad = ustack(&[
+        "run",
+        "--no-control",
+        "--metrics",
+        "127.0.0.1:1",
+        "--",
+        "true",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--no-control"));
+}

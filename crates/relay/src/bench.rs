@@ -78,6 +78,11 @@ pub struct RunBenchArgs {
     /// same run without.
     #[arg(long)]
     pub capture: bool,
+    /// Also measure ustack's iperf3 jobs with the control endpoint
+    /// disabled (`ustack run --no-control`), and the ratio of the usual run
+    /// (control endpoint registered, idle) to that.
+    #[arg(long)]
+    pub control_off: bool,
     /// IP versions to measure: 4, 6 or both (both: each job over IPv4 and
     /// then over IPv6 in the same sandbox, and the ratio IPv6 / IPv4 of
     /// each tool in the same run).
@@ -231,6 +236,17 @@ struct Figures {
     /// IP version measured (IPv6 only with `--family 6`).
     up_capture: Option<Captured>,
     down_capture: Option<Captured>,
+    /// With the control endpoint disabled (`--control-off`, ustack only),
+    /// over the same IP version as the capture rows.
+    up_no_control: Option<Measured>,
+    down_no_control: Option<Measured>,
+}
+
+/// An iperf3 job's throughput and the relay's CPU time per GB moved.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    gbps: f64,
+    cpu_per_gb: Option<f64>,
 }
 
 /// The jobs over one IP version.
@@ -520,6 +536,8 @@ fn measure(
         v6: None,
         up_capture: None,
         down_capture: None,
+        up_no_control: None,
+        down_no_control: None,
     };
     for v6 in [false, true] {
         if !(if v6 {
@@ -568,10 +586,39 @@ fn measure(
                 None => Ok(None),
             }
         };
+        // The control endpoint disabled: the same job right after, in a
+        // `ustack run --no-control` of its own.
+        let no_control = match (&sb, args.control_off && figures.up_no_control.is_none()) {
+            (Sandbox::Ustack { exe, mtu, extra }, true) => {
+                let mut extra = extra.clone();
+                extra.push("--no-control".into());
+                Some(Sandbox::Ustack {
+                    exe: exe.clone(),
+                    mtu: *mtu,
+                    extra,
+                })
+            }
+            _ => None,
+        };
+        let mut no_control = no_control;
+        let mut without_control = |reverse: bool| -> anyhow::Result<Option<Measured>> {
+            match no_control.as_mut() {
+                Some(sb) => {
+                    let r = sb.output(&iperf(reverse), limit)?;
+                    Ok(Some(Measured {
+                        gbps: iperf_gbps(&r.out)?,
+                        cpu_per_gb: cpu_per_gb(r.cpu, &r.out),
+                    }))
+                }
+                None => Ok(None),
+            }
+        };
         let up = sb.output(&iperf(false), limit)?;
         let up_capture = captured(false)?;
+        let up_no_control = without_control(false)?;
         let down = sb.output(&iperf(true), limit)?;
         let down_capture = captured(true)?;
+        let down_no_control = without_control(true)?;
         let rr_cmd: Vec<String> = vec![
             exe.to_string_lossy().into_owned(),
             "run-bench".into(),
@@ -600,6 +647,10 @@ fn measure(
         if up_capture.is_some() {
             figures.up_capture = up_capture;
             figures.down_capture = down_capture;
+        }
+        if up_no_control.is_some() {
+            figures.up_no_control = up_no_control;
+            figures.down_no_control = down_no_control;
         }
         if v6 {
             figures.v6 = Some(f);
@@ -995,6 +1046,54 @@ const CAPTURE_ROWS: &[Row] = &[
     },
 ];
 
+/// `--control-off`'s rows (ustack only): each iperf3 job with the control
+/// endpoint disabled, and the ratio of the usual run (endpoint registered
+/// and idle) to it, in throughput and in the relay's CPU time per byte.
+const CONTROL_ROWS: &[Row] = &[
+    Row {
+        key: "tcp_sandbox_to_host_no_control",
+        label: "TCP sandbox -> host, control off",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| f.up_no_control.map(|c| c.gbps),
+    },
+    Row {
+        key: "tcp_sandbox_to_host_control_idle_ratio",
+        label: "  control idle / off (same run)",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.captured_family()?.up_gbps / f.up_no_control?.gbps),
+    },
+    Row {
+        key: "tcp_sandbox_to_host_control_idle_cpu_ratio",
+        label: "  relay CPU per byte, off / idle",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.up_no_control?.cpu_per_gb? / f.captured_family()?.up_cpu_per_gb?),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_no_control",
+        label: "TCP host -> sandbox, control off",
+        unit: "Gbit/s",
+        higher_is_better: true,
+        get: |f| f.down_no_control.map(|c| c.gbps),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_control_idle_ratio",
+        label: "  control idle / off (same run)",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.captured_family()?.down_gbps / f.down_no_control?.gbps),
+    },
+    Row {
+        key: "tcp_host_to_sandbox_control_idle_cpu_ratio",
+        label: "  relay CPU per byte, off / idle",
+        unit: "x",
+        higher_is_better: true,
+        get: |f| Some(f.down_no_control?.cpu_per_gb? / f.captured_family()?.down_cpu_per_gb?),
+    },
+];
+
 impl Captured {
     fn dropped_pct(self) -> f64 {
         let all = self.frames + self.dropped;
@@ -1032,6 +1131,7 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
         .iter()
         .copied()
         .chain(if args.capture { CAPTURE_ROWS } else { &[] })
+        .chain(if args.control_off { CONTROL_ROWS } else { &[] })
         .collect();
     // Ratio of ustack to `other` in each round.
     let per_run = |row: &Row, other: Tool| -> Vec<f64> {
@@ -1137,6 +1237,19 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
                     .map(|v| format!("{v:.2}"))
                     .collect();
                 println!("  {:<32} {}", row.label, r.join(", "));
+            }
+        }
+    }
+    if args.control_off && args.runs > 1 {
+        if let Some(u) = runs(Tool::Ustack) {
+            println!("ustack with the control endpoint idle against disabled, in each run:");
+            for row in CONTROL_ROWS.iter().filter(|r| r.unit == "x") {
+                let r: Vec<String> = u
+                    .iter()
+                    .filter_map(row.get)
+                    .map(|v| format!("{v:.2}"))
+                    .collect();
+                println!("  {:<40} {}", row.key, r.join(", "));
             }
         }
     }
@@ -1520,12 +1633,48 @@ mod tests {
     }
 
     #[test]
+    fn control_rows_are_idle_over_off() {
+        let f = Figures {
+            v4: Some(FamilyFigures {
+                up_cpu_per_gb: Some(2.0),
+                down_cpu_per_gb: Some(4.0),
+                ..family_figures(9.0, 12.0, 50.0)
+            }),
+            v6: None,
+            up_capture: None,
+            down_capture: None,
+            up_no_control: Some(Measured {
+                gbps: 10.0,
+                cpu_per_gb: Some(1.8),
+            }),
+            down_no_control: Some(Measured {
+                gbps: 12.0,
+                cpu_per_gb: None,
+            }),
+        };
+        let get = |key: &str| {
+            CONTROL_ROWS
+                .iter()
+                .find(|r| r.key == key)
+                .and_then(|r| (r.get)(&f))
+        };
+        let near = |v: Option<f64>, want: f64| v.is_some_and(|v| (v - want).abs() < 1e-9);
+        assert!(near(get("tcp_sandbox_to_host_no_control"), 10.0));
+        assert!(near(get("tcp_sandbox_to_host_control_idle_ratio"), 0.9));
+        assert!(near(get("tcp_sandbox_to_host_control_idle_cpu_ratio"), 0.9));
+        assert!(near(get("tcp_host_to_sandbox_control_idle_ratio"), 1.0));
+        assert_eq!(get("tcp_host_to_sandbox_control_idle_cpu_ratio"), None);
+    }
+
+    #[test]
     fn ipv6_over_ipv4_rows_and_absent_families() {
         let both = Figures {
             v4: Some(family_figures(20.0, 25.0, 70.0)),
             v6: Some(family_figures(18.0, 25.0, 77.0)),
             up_capture: None,
             down_capture: None,
+            up_no_control: None,
+            down_no_control: None,
         };
         let get = |key: &str, f: &Figures| {
             rows_for(Family::Both)

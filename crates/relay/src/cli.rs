@@ -147,6 +147,11 @@ pub struct RelayArgs {
     /// `nstat` and `sysctl --stack NAME` (default: run-PID / attach-PID).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Register no control endpoint: `ustack ps`, `ss`, `nstat`, `sysctl`,
+    /// `capture` and `ports` cannot reach this relay (and `--metrics`,
+    /// which reads through it, is refused).
+    #[arg(long, conflicts_with_all = ["name", "metrics"])]
+    pub no_control: bool,
     /// Serve the counters in Prometheus' text format at
     /// http://ADDR:PORT/metrics. The guest can never reach it (connections
     /// from the guest to it are refused, also through the gateway).
@@ -422,6 +427,11 @@ pub fn run_with<G: GuestStack>(
     run_report_with(args, make_guest).map(|r| r.code)
 }
 
+/// How `ustack-run-hardened` starts the line with its report.
+pub const REPORT_PREFIX: &str = "ustack-run-hardened report: ";
+/// How `ustack-run-hardened` starts the line with its error.
+pub const ERROR_PREFIX: &str = "ustack-run-hardened error: ";
+
 /// What one `ustack run` did: the command's exit code and the relay's and
 /// the guest-side engine's counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,9 +455,70 @@ impl RunReport {
     }
 }
 
+impl RunReport {
+    /// The report as one line of JSON: `{"code":N,"stats":{"RelayTcpOpened":N,
+    /// ...},"engine":{"IpInReceives":N,...}}` (relay counters by their
+    /// `nstat` names, as [`Stats::named`]).
+    pub fn to_json(&self) -> String {
+        let stats: serde_json::Map<String, serde_json::Value> = self
+            .stats
+            .named()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v.into()))
+            .collect();
+        let engine: serde_json::Map<String, serde_json::Value> = self
+            .engine
+            .iter()
+            .map(|(n, v)| (n.clone(), (*v).into()))
+            .collect();
+        serde_json::json!({ "code": self.code, "stats": stats, "engine": engine }).to_string()
+    }
+
+    /// A report [`RunReport::to_json`] wrote. Unknown relay counters are
+    /// an error (the writer and the reader disagree).
+    pub fn from_json(text: &str) -> Result<RunReport, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let code = v["code"]
+            .as_i64()
+            .and_then(|c| i32::try_from(c).ok())
+            .ok_or("no exit code")?;
+        let mut stats = Stats::default();
+        for (n, x) in v["stats"].as_object().ok_or("no relay counters")? {
+            let x = x.as_u64().ok_or_else(|| format!("{n}: not a counter"))?;
+            if !stats.set_named(n, x) {
+                return Err(format!("unknown relay counter {n}"));
+            }
+        }
+        let engine = v["engine"]
+            .as_object()
+            .ok_or("no engine counters")?
+            .iter()
+            .map(|(n, x)| {
+                Ok((
+                    n.clone(),
+                    x.as_u64().ok_or_else(|| format!("{n}: not a counter"))?,
+                ))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(RunReport {
+            code,
+            stats,
+            engine,
+        })
+    }
+}
+
 /// `ustack run` with the default engine, returning the counters too.
 pub fn run_report(args: RunArgs) -> anyhow::Result<RunReport> {
     run_report_with(args, Box::new(default_guest))
+}
+
+/// `ustack run` as the binary does it ([`run_hardened`]: privileges given
+/// up once set up), returning the counters too. Process-wide: the calling
+/// process must be single-threaded and gives up its privileges for good
+/// (the hardened test runner, `ustack-run-hardened`, calls it).
+pub fn run_hardened_report(args: RunArgs) -> anyhow::Result<RunReport> {
+    run_report_inner(args, Box::new(default_guest), true)
 }
 
 /// `ustack run` with a given engine, returning the counters too.
@@ -528,27 +599,27 @@ fn run_report_inner<G: GuestStack>(
     // The control endpoint's file, made by the present user (root, or the
     // rootless user) and given to whoever started ustack (sudo's user); it
     // is served only once the privileges are gone.
-    let reg = Registration::new(&args.relay, "run").context("ustack run")?;
+    let reg = Registration::new_unless_off(&args.relay, "run").context("ustack run")?;
     if harden {
-        reg.give_to_invoking_user().context("ustack run")?;
-        // A relay that becomes another user than the file's cannot remove
-        // it when it ends: the sandbox's init, which keeps its privileges,
-        // does when the command ends.
-        let owner = std::fs::metadata(reg.path()).map(|m| m.uid()).ok();
-        if run_as.is_some_and(|to| Some(to.uid) != owner) {
-            sandbox
-                .remove_at_exit(reg.path())
-                .context("ustack run: sandbox")?;
+        if let Some(reg) = &reg {
+            reg.give_to_invoking_user().context("ustack run")?;
+            // A relay that becomes another user than the file's cannot
+            // remove it when it ends: the sandbox's init, which keeps its
+            // privileges, does when the command ends.
+            let owner = std::fs::metadata(reg.path()).map(|m| m.uid()).ok();
+            if run_as.is_some_and(|to| Some(to.uid) != owner) {
+                sandbox
+                    .remove_at_exit(reg.path())
+                    .context("ustack run: sandbox")?;
+            }
         }
         crate::harden::harden(run_as).context("ustack run: giving up privileges")?;
         if args.seccomp_selftest {
             crate::harden::selftest_forbidden_call();
         }
     }
-    let ops = reg.start(&args.relay, hub).context("ustack run")?;
-    let mut relay =
-        Relay::new(guest, ops.relay_config(&args.relay)).context("ustack run: relay")?;
-    let control = ops.attach(&mut relay).context("ustack run")?;
+    let (mut relay, control) =
+        Operations::relay(reg, &args.relay, hub, guest).context("ustack run")?;
     // Through the sandbox's init: the relay may no longer signal the
     // command itself (it runs as another user once hardened).
     let fwd = signals::forward_to_sandbox(&sandbox).context("installing signal forwarding")?;
@@ -625,6 +696,14 @@ struct Registration {
 }
 
 impl Registration {
+    /// The registration, or none with `--no-control`.
+    fn new_unless_off(args: &RelayArgs, mode: &'static str) -> anyhow::Result<Option<Self>> {
+        if args.no_control {
+            return Ok(None);
+        }
+        Self::new(args, mode).map(Some)
+    }
+
     fn new(args: &RelayArgs, mode: &'static str) -> anyhow::Result<Self> {
         let name = args
             .name
@@ -676,6 +755,24 @@ impl Registration {
 }
 
 impl Operations {
+    /// The relay on `guest`, answering the control endpoint `reg` if any
+    /// (none: `--no-control`).
+    fn relay<G: GuestStack>(
+        reg: Option<Registration>,
+        args: &RelayArgs,
+        hub: Arc<CaptureHub>,
+        guest: G,
+    ) -> anyhow::Result<(Relay<G>, Option<Running>)> {
+        let Some(reg) = reg else {
+            let relay = Relay::new(guest, args.relay_config()).context("relay")?;
+            return Ok((relay, None));
+        };
+        let ops = reg.start(args, hub)?;
+        let mut relay = Relay::new(guest, ops.relay_config(args)).context("relay")?;
+        let control = ops.attach(&mut relay)?;
+        Ok((relay, Some(control)))
+    }
+
     /// The relay's configuration, with the metrics endpoint out of the
     /// guest's reach.
     fn relay_config(&self, args: &RelayArgs) -> RelayConfig {
@@ -749,6 +846,13 @@ pub fn attach_hardened(args: AttachArgs) -> anyhow::Result<i32> {
     attach_inner(args, Box::new(default_guest), None, true)
 }
 
+/// [`attach_hardened`] that also stops when `stop_fd` (one of the standard
+/// descriptors: hardening closes the others it was started with) is
+/// readable.
+pub fn attach_hardened_until(args: AttachArgs, stop_fd: std::os::fd::RawFd) -> anyhow::Result<i32> {
+    attach_inner(args, Box::new(default_guest), Some(stop_fd), true)
+}
+
 /// `ustack attach` with a given engine; stops when `stop_fd` is readable (or SIGINT/SIGTERM).
 /// Leaves the calling process's privileges as they are.
 pub fn attach_with<G: GuestStack>(
@@ -783,14 +887,12 @@ fn attach_inner<G: GuestStack>(
     let mtu = tap.mtu();
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
-    let reg = Registration::new(&args.relay, "attach").context("ustack attach")?;
+    let reg = Registration::new_unless_off(&args.relay, "attach").context("ustack attach")?;
     if harden {
         crate::harden::harden(None).context("ustack attach: giving up privileges")?;
     }
-    let ops = reg.start(&args.relay, hub).context("ustack attach")?;
-    let mut relay =
-        Relay::new(guest, ops.relay_config(&args.relay)).context("ustack attach: relay")?;
-    let control = ops.attach(&mut relay).context("ustack attach")?;
+    let (mut relay, control) =
+        Operations::relay(reg, &args.relay, hub, guest).context("ustack attach")?;
     let served = relay.run_until(stop_fd, None);
     drop(control);
     relay.shutdown();
@@ -907,6 +1009,26 @@ mod tests {
         let bad = T::try_parse_from(["ustack", "run", "--congestion-control", "bbr", "--", "x"]);
         let err = bad.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("known: cubic, newreno"), "{err}");
+    }
+
+    #[test]
+    fn a_run_report_survives_its_json() {
+        let stats = Stats {
+            bytes_guest_to_host: 300_000,
+            tcp_opened: 2,
+            ..Stats::default()
+        };
+        let r = RunReport {
+            code: 7,
+            stats,
+            engine: vec![("IpInReceives".into(), 5), ("TcpInSegs".into(), 9)],
+        };
+        assert_eq!(RunReport::from_json(&r.to_json()), Ok(r));
+        assert!(
+            RunReport::from_json(r#"{"code":0,"stats":{"RelayNope":1},"engine":{}}"#)
+                .is_err_and(|e| e.contains("RelayNope"))
+        );
+        assert!(RunReport::from_json("{}").is_err());
     }
 
     #[test]

@@ -77,6 +77,46 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// Set the counter with `nstat`-style name `name` (as [`Stats::named`]
+    /// gives it); false if there is none.
+    pub fn set_named(&mut self, name: &str, value: u64) -> bool {
+        let field = match name {
+            "RelayTcpOpened" => &mut self.tcp_opened,
+            "RelayTcpInbound" => &mut self.tcp_inbound,
+            "RelayTcpRefusedRst" => &mut self.tcp_refused_rst,
+            "RelayTcpRefusedUnreachable" => &mut self.tcp_refused_unreachable,
+            "RelayTcpConnectTimeouts" => &mut self.tcp_connect_timeouts,
+            "RelayTcpClosed" => &mut self.tcp_closed,
+            "RelayTcpResetByGuest" => &mut self.tcp_reset_by_guest,
+            "RelayTcpResetByHost" => &mut self.tcp_reset_by_host,
+            "RelayTcpIdleReaped" => &mut self.tcp_idle_reaped,
+            "RelayUdpFlows" => &mut self.udp_flows,
+            "RelayUdpInboundFlows" => &mut self.udp_inbound_flows,
+            "RelayUdpDatagramsOut" => &mut self.udp_datagrams_out,
+            "RelayUdpDatagramsIn" => &mut self.udp_datagrams_in,
+            "RelayUdpIdleReaped" => &mut self.udp_idle_reaped,
+            "RelayUdpErrors" => &mut self.udp_errors,
+            "RelayDnsQueries" => &mut self.dns_queries,
+            "RelayIcmpEchoGateway" => &mut self.icmp_echo_gateway,
+            "RelayIcmpEchoRelayed" => &mut self.icmp_echo_relayed,
+            "RelayIcmpEchoReplies" => &mut self.icmp_echo_replies,
+            "RelayIcmpUnreachable" => &mut self.icmp_unreachable,
+            "RelayBytesGuestToHost" => &mut self.bytes_guest_to_host,
+            "RelayBytesHostToGuest" => &mut self.bytes_host_to_guest,
+            "RelayLimitFlows" => &mut self.limit_flows,
+            "RelayLimitHalfOpen" => &mut self.limit_half_open,
+            "RelayLimitRate" => &mut self.limit_rate,
+            "RelayLimitBuffer" => &mut self.limit_buffer,
+            "RelayPeakFlows" => &mut self.peak_flows,
+            "RelayPeakBuffered" => &mut self.peak_buffered,
+            _ => return false,
+        };
+        *field = value;
+        true
+    }
+}
+
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "ustack relay statistics")?;
@@ -116,5 +156,21 @@ impl fmt::Display for Stats {
             self.limit_flows, self.limit_half_open, self.limit_rate, self.limit_buffer,
             self.peak_flows, self.peak_buffered
         )
+    }
+}
+
+#[cfg(test)]
+mod named_tests {
+    use super::Stats;
+
+    #[test]
+    fn every_named_counter_can_be_set_back() {
+        let mut s = Stats::default();
+        for (i, (n, _)) in Stats::default().named().into_iter().enumerate() {
+            assert!(s.set_named(n, i as u64 + 1), "{n}");
+        }
+        let back: Vec<u64> = s.named().into_iter().map(|(_, v)| v).collect();
+        assert_eq!(back, (1..=back.len() as u64).collect::<Vec<_>>());
+        assert!(!s.set_named("RelayNoSuchCounter", 1));
     }
 }

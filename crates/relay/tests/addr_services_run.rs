@@ -7,13 +7,15 @@
 
 use std::net::Ipv4Addr;
 
-use ustack_relay::cli::{guest_config, run, run_report};
+use ustack_relay::cli::guest_config;
 
 mod common;
-use common::{args, TempFile};
+use common::{args, hardened, TempFile};
 
+/// `ustack run ARGS`, hardened as the `ustack` binary's (its own process;
+/// see `common/hardened.rs`).
 fn ustack_run(v: &[&str]) -> i32 {
-    match run(args(v)) {
+    match hardened::run(v) {
         Ok(c) => c,
         Err(e) => panic!("ustack run {v:?}: {e:#}"),
     }
@@ -163,7 +165,7 @@ fn dhcpcd_in_the_sandbox_takes_its_ipv6_address_and_dns_by_dhcpv6() {
         conf = conf.path(),
         env = env.path()
     );
-    let r = match run_report(args(&["--tap", &ifname, "--", "sh", "-c", &cmd])) {
+    let r = match hardened::run_report(&["--tap", &ifname, "--", "sh", "-c", &cmd]) {
         Ok(r) => r,
         Err(e) => panic!("ustack run: {e:#}"),
     };

@@ -30,7 +30,9 @@ fn child_main(rest: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match ustack_relay::cli::run(a) {
+    // Hardened, as the `ustack` binary's relay (this process is the run's
+    // alone): privileges given up, inherited descriptors closed, seccomp.
+    match ustack_relay::cli::run_hardened(a) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("ustack: {e:#}");

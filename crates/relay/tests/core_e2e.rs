@@ -2,6 +2,10 @@
 //! mode behind the sandbox's TAP): real programs inside the namespace talk
 //! to servers on the host's loopback through the relay. Needs root and
 //! /dev/net/tun; a missing prerequisite fails the test loudly.
+//!
+//! Every `ustack run` and `ustack attach` here is hardened as the `ustack`
+//! binary's (its own process, privileges given up, seccomp): see
+//! `common/hardened.rs`.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
@@ -10,14 +14,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use ustack_relay::cli::{run, run_report, RunReport};
+use ustack_relay::cli::RunReport;
 
 mod common;
-use common::{args, body_byte, dns_server, http_server, TempFile};
+use common::hardened::{self, HardenedRun};
+use common::{body_byte, dns_server, http_server, TempFile};
 
 fn ustack_run(v: &[&str]) -> i32 {
-    match run(args(v)) {
+    match hardened::run(v) {
         Ok(c) => c,
         Err(e) => panic!("ustack run {v:?}: {e:#}"),
     }
@@ -25,7 +29,7 @@ fn ustack_run(v: &[&str]) -> i32 {
 
 /// `ustack run` returning the exit code and the engine's counters.
 fn ustack_run_report(v: &[&str]) -> RunReport {
-    match run_report(args(v)) {
+    match hardened::run_report(v) {
         Ok(r) => r,
         Err(e) => panic!("ustack run {v:?}: {e:#}"),
     }
@@ -178,24 +182,22 @@ fn port_forward_reaches_a_server_in_the_sandbox() {
     assert_eq!(got, Ok(b"hello through the forward\n".to_vec()));
 }
 
-/// CPU time consumed by the calling thread (the relay loop runs in it).
-fn thread_cpu() -> Duration {
-    // SAFETY: getrusage only writes into the zeroed struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a rusage struct; RUSAGE_THREAD is Linux-specific and supported.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    assert_eq!(rc, 0, "getrusage");
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+/// A hardened `ustack run ARGS`; fails the test if it cannot run.
+fn ustack_run_full(v: &[&str]) -> HardenedRun {
+    match hardened::run_full(v) {
+        Ok(r) => r,
+        Err(e) => panic!("ustack run {v:?}: {e:#}"),
+    }
 }
 
 #[test]
 fn an_idle_guest_costs_no_cpu() {
-    let before = thread_cpu();
     // The guest's kernel sends its own chatter (ARP, maybe IPv6 router
-    // solicitations); the loop must sleep between events, not spin.
-    assert_eq!(ustack_run(&["--", "sleep", "2"]), 0);
-    let used = thread_cpu().saturating_sub(before);
+    // solicitations); the loop must sleep between events, not spin. The
+    // CPU time is the whole relay process's (set-up and every thread).
+    let r = ustack_run_full(&["--", "sleep", "2"]);
+    assert_eq!(r.report.code, 0);
+    let used = r.cpu;
     assert!(
         used < Duration::from_millis(300),
         "relay used {used:?} of CPU in 2 s idle"
@@ -207,9 +209,9 @@ fn an_idle_guest_costs_no_cpu() {
 /// per event, not a CPU.
 #[test]
 fn busy_poll_spins_only_after_activity() {
-    let before = thread_cpu();
-    assert_eq!(ustack_run(&["--busy-poll", "200", "--", "sleep", "2"]), 0);
-    let used = thread_cpu().saturating_sub(before);
+    let r = ustack_run_full(&["--busy-poll", "200", "--", "sleep", "2"]);
+    assert_eq!(r.report.code, 0);
+    let used = r.cpu;
     assert!(
         used < Duration::from_millis(300),
         "relay used {used:?} of CPU in 2 s idle with --busy-poll 200"
@@ -246,15 +248,6 @@ fn ip(args: &[&str]) {
 
 #[test]
 fn attach_serves_an_existing_namespace() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use ustack_relay::cli::{attach_with, default_guest, AttachArgs};
-
-    #[derive(Parser)]
-    struct A {
-        #[command(flatten)]
-        a: AttachArgs,
-    }
-
     let name = format!("ustk-att-{}", std::process::id());
     ip(&["netns", "add", &name]);
     let ns = Netns(name);
@@ -264,22 +257,12 @@ fn attach_serves_an_existing_namespace() {
     ip(&["-n", &ns.0, "route", "add", "default", "via", "10.0.2.2"]);
 
     let (port, _srv) = http_server(100_000);
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into the array we pass.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (stop_r, stop_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let netns = format!("/run/netns/{}", ns.0);
-    let parsed = match A::try_parse_from(["ustack-attach", "--netns", &netns, "--tap", "tap0"]) {
-        Ok(a) => a.a,
-        Err(e) => panic!("parse: {e}"),
+    // Hardened, as `ustack attach` runs (killed if the test fails first).
+    let server = match hardened::Attach::spawn(&["--netns", &netns, "--tap", "tap0"]) {
+        Ok(a) => a,
+        Err(e) => panic!("ustack attach: {e:#}"),
     };
-    let stop_fd = stop_r.as_raw_fd();
-    let server = thread::spawn(move || {
-        let r = attach_with(parsed, Box::new(default_guest), Some(stop_fd));
-        drop(stop_r);
-        r.map_err(|e| format!("{e:#}"))
-    });
     let url = format!("http://10.0.2.2:{port}/x");
     let out = std::process::Command::new("ip")
         .args([
@@ -295,10 +278,7 @@ fn attach_serves_an_existing_namespace() {
         .output()
         .expect("curl in the namespace");
     // Stop the relay whatever happened.
-    // SAFETY: writing one byte from a valid buffer to the pipe we own.
-    let w = unsafe { libc::write(stop_w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
-    assert_eq!(w, 1);
-    let served = server.join().expect("attach thread");
+    let served = server.stop();
     assert_eq!(served, Ok(0));
     assert!(out.status.success(), "curl: {:?}", out.status);
     assert_eq!(out.stdout.len(), 100_000);

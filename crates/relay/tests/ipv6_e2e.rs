@@ -11,13 +11,14 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ustack_relay::cli::{run_report, RunReport};
+use ustack_relay::cli::RunReport;
 
 mod common;
-use common::{args, body_byte, dns_server_with, http_server_on, Helper, TempFile, DNS_AAAA};
+use common::hardened;
+use common::{body_byte, dns_server_with, http_server_on, Helper, TempFile, DNS_AAAA};
 
 fn ustack_run(v: &[&str]) -> RunReport {
-    match run_report(args(v)) {
+    match hardened::run_report(v) {
         Ok(r) => r,
         Err(e) => panic!("ustack run {v:?}: {e:#}"),
     }
@@ -388,16 +389,6 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn attach_serves_ipv6_in_an_existing_namespace() {
-    use clap::Parser;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use ustack_relay::cli::{attach_with, default_guest, AttachArgs};
-
-    #[derive(Parser)]
-    struct A {
-        #[command(flatten)]
-        a: AttachArgs,
-    }
-
     // The namespace is configured by its owner, as for IPv4: the same
     // addresses `ustack run` gives its sandbox.
     let name = format!("ustk-att6-{}", std::process::id());
@@ -438,22 +429,12 @@ fn attach_serves_ipv6_in_an_existing_namespace() {
         let _ = c.write_all(&body);
         peer
     });
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into the array we pass.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (stop_r, stop_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let netns = format!("/run/netns/{}", ns.0);
-    let parsed = match A::try_parse_from(["ustack-attach", "--netns", &netns, "--tap", "tap0"]) {
-        Ok(a) => a.a,
-        Err(e) => panic!("parse: {e}"),
+    // Hardened, as `ustack attach` runs (killed if the test fails first).
+    let relay = match hardened::Attach::spawn(&["--netns", &netns, "--tap", "tap0"]) {
+        Ok(a) => a,
+        Err(e) => panic!("ustack attach: {e:#}"),
     };
-    let stop_fd = stop_r.as_raw_fd();
-    let relay = thread::spawn(move || {
-        let r = attach_with(parsed, Box::new(default_guest), Some(stop_fd));
-        drop(stop_r);
-        r.map_err(|e| format!("{e:#}"))
-    });
     let url = format!("http://[fd00::2]:{}/x", at.port());
     let out = std::process::Command::new("ip")
         .args([
@@ -479,10 +460,7 @@ fn attach_serves_ipv6_in_an_existing_namespace() {
     };
     let learnt = wait_until(Duration::from_secs(15), ra_route);
     // Stop the relay whatever happened.
-    // SAFETY: writing one byte from a valid buffer to the pipe we own.
-    let w = unsafe { libc::write(stop_w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
-    assert_eq!(w, 1);
-    let served = relay.join().expect("attach thread");
+    let served = relay.stop();
     // ... and drops that route when ustack leaves (its final
     // advertisement with Router Lifetime zero), not 30 minutes later.
     let dropped = wait_until(Duration::from_secs(5), || !ra_route());
@@ -506,16 +484,6 @@ fn attach_serves_ipv6_in_an_existing_namespace() {
 
 #[test]
 fn a_host_without_an_ipv6_route_gives_the_guest_network_unreachable() {
-    use clap::Parser;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use ustack_relay::cli::{attach_with, default_guest, AttachArgs};
-
-    #[derive(Parser)]
-    struct A {
-        #[command(flatten)]
-        a: AttachArgs,
-    }
-
     // The relay runs in a namespace of its own without any route (as a
     // host without IPv6 connectivity); the guest in another one.
     let pid = std::process::id();
@@ -543,28 +511,13 @@ fn a_host_without_an_ipv6_route_gives_the_guest_network_unreachable() {
         "-n", &guest.0, "-6", "route", "add", "default", "via", "fd00::2",
     ]);
 
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into the array we pass.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (stop_r, stop_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let guest_ns = format!("/run/netns/{}", guest.0);
-    let parsed = match A::try_parse_from(["ustack-attach", "--netns", &guest_ns, "--tap", "tap0"]) {
-        Ok(a) => a.a,
-        Err(e) => panic!("parse: {e}"),
+    // Hardened, as `ustack attach` runs, in the host namespace without routes.
+    let relay = match hardened::Attach::spawn_in(&host.0, &["--netns", &guest_ns, "--tap", "tap0"])
+    {
+        Ok(a) => a,
+        Err(e) => panic!("ustack attach: {e:#}"),
     };
-    let host_ns = std::fs::File::open(format!("/run/netns/{}", host.0)).expect("open netns");
-    let stop_fd = stop_r.as_raw_fd();
-    let relay = thread::spawn(move || {
-        // SAFETY: setns on a namespace descriptor we own; it moves only
-        // this thread, which runs the relay and ends.
-        if unsafe { libc::setns(host_ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(format!("setns: {}", std::io::Error::last_os_error()));
-        }
-        let r = attach_with(parsed, Box::new(default_guest), Some(stop_fd));
-        drop(stop_r);
-        r.map_err(|e| format!("{e:#}"))
-    });
     // The guest's connect fails at once with ENETUNREACH (ICMPv6 no route
     // to destination, RFC 4443 3.1 code 0), not after a timeout.
     let py = "import errno, socket, sys, time\n\
@@ -579,10 +532,7 @@ fn a_host_without_an_ipv6_route_gives_the_guest_network_unreachable() {
         .args(["netns", "exec", &guest.0, "python3", "-c", py])
         .output()
         .expect("python3 in the namespace");
-    // SAFETY: writing one byte from a valid buffer to the pipe we own.
-    let w = unsafe { libc::write(stop_w.as_raw_fd(), b"x".as_ptr().cast(), 1) };
-    assert_eq!(w, 1);
-    let served = relay.join().expect("relay thread");
+    let served = relay.stop();
     assert_eq!(served, Ok(0));
     let said = String::from_utf8_lossy(&out.stdout);
     eprintln!("the guest's connect: {}", said.trim());
@@ -601,7 +551,7 @@ fn conflicting_ipv6_options_are_refused_before_anything_starts() {
             "--gateway6 fd01::2 is not",
         ),
     ] {
-        match run_report(args(bad)) {
+        match hardened::run_report(bad) {
             Ok(r) => panic!("{bad:?} ran (exit {})", r.code),
             Err(e) => assert!(format!("{e:#}").contains(why), "{bad:?}: {e:#}"),
         }

@@ -14,11 +14,12 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ustack_relay::cli::{run_report, RunReport};
+use ustack_relay::cli::RunReport;
 use ustack_relay::Limits;
 
 mod common;
-use common::{args, body_byte, dns_server, http_server, Helper, TempFile};
+use common::hardened::{self, HardenedRun};
+use common::{body_byte, dns_server, http_server, Helper, TempFile};
 
 /// Held by the tests that load the machine (iperf3, the floods, hundreds
 /// of flows) and by the one that times connects, so that the timing is not
@@ -31,8 +32,15 @@ fn heavy() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `ustack run ARGS`, hardened as the `ustack` binary's (its own process;
+/// see `common/hardened.rs`): exit code and counters.
 fn ustack_run(v: &[&str]) -> RunReport {
-    match run_report(args(v)) {
+    ustack_run_full(v).report
+}
+
+/// [`ustack_run`] with the relay process's memory and CPU time too.
+fn ustack_run_full(v: &[&str]) -> HardenedRun {
+    match hardened::run_full(v) {
         Ok(r) => r,
         Err(e) => panic!("ustack run {v:?}: {e:#}"),
     }
@@ -66,15 +74,6 @@ fn wait_listening(port: u16) {
         thread::sleep(Duration::from_millis(20));
     }
     panic!("nothing listens on 127.0.0.1:{port} after 10 s");
-}
-
-fn vm_kib(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
 fn iperf_bps(path: &str) -> (f64, f64) {
@@ -352,13 +351,12 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
     let script = TempFile::new("flood.py");
     std::fs::write(script.as_path(), FLOOD).expect("write flood script");
 
-    let rss_before = vm_kib("VmRSS:");
     let (tcp_ports, udp_ports, path) = (tcp_ports.join(","), udp_ports.join(","), script.path());
     // The hostile sandbox's new-flow rate is set below what even a starved
     // flood reaches, so that the rate limit, not only the flow table's size,
     // is certain to refuse flows whatever the machine's load.
     let flood = thread::spawn(move || {
-        run_report(args(&[
+        hardened::run_full(&[
             "--flow-rate",
             "2000",
             "--",
@@ -367,7 +365,7 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
             &FLOOD_SECS.to_string(),
             &tcp_ports,
             &udp_ports,
-        ]))
+        ])
         .map_err(|e| format!("{e:#}"))
     });
 
@@ -377,7 +375,7 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
     let out = TempFile::new("victim.bin");
     let url = format!("http://10.0.2.2:{port}/file");
     let t0 = Instant::now();
-    let victim = ustack_run(&[
+    let victim_run = ustack_run_full(&[
         "--",
         "curl",
         "-s",
@@ -388,9 +386,8 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
         &url,
     ]);
     let took = t0.elapsed();
-    let hostile = flood.join().expect("flood thread");
-    let rss_after = vm_kib("VmRSS:");
-    let hwm = vm_kib("VmHWM:");
+    let hostile_run = flood.join().expect("flood thread");
+    let victim = &victim_run.report;
 
     assert_eq!(victim.code, 0, "curl in the second sandbox");
     let got = std::fs::read(out.as_path()).expect("curl output");
@@ -401,12 +398,25 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
     );
     assert_eq!(victim.stats.limits_hit(), 0, "victim never hit a limit");
 
-    let hostile = hostile.unwrap_or_else(|e| panic!("flood sandbox: {e}"));
+    let hostile_run = hostile_run.unwrap_or_else(|e| panic!("flood sandbox: {e}"));
+    let hostile = &hostile_run.report;
     assert_eq!(hostile.code, 0, "flood script exit status");
     let s = hostile.stats;
+    // Each relay is a process of its own (hardened): its memory from its
+    // start to the end of its run, both read from /proc/self/status.
+    let (h, v) = (&hostile_run, &victim_run);
+    assert!(
+        h.rss_start_kib > 0 && h.rss_end_kib > 0,
+        "hostile relay's VmRSS"
+    );
+    assert!(
+        v.rss_start_kib > 0 && v.rss_end_kib > 0,
+        "victim relay's VmRSS"
+    );
     eprintln!(
         "victim: {LEN} bytes in {took:?} during the flood; hostile relay: {s:?}; \
-         VmRSS {rss_before} -> {rss_after} KiB, VmHWM {hwm} KiB"
+         hostile VmRSS {} -> {} KiB, VmHWM {} KiB; victim VmRSS {} -> {} KiB, VmHWM {} KiB",
+        h.rss_start_kib, h.rss_end_kib, h.hwm_kib, v.rss_start_kib, v.rss_end_kib, v.hwm_kib
     );
     let d = Limits::default();
     // The flood was real: it ran into the limits, which refused cleanly.
@@ -420,8 +430,10 @@ fn hostile_guest_floods_do_not_stop_a_second_sandbox() {
     assert!(s.peak_flows <= d.max_flows as u64, "{}", s.peak_flows);
     assert!(s.peak_buffered <= d.total_buffer as u64);
     // Memory: everything ustack holds is bounded (flows, buffers, held SYNs,
-    // queues); allow the test's own servers and allocator slack.
-    let grown_kib = rss_after.saturating_sub(rss_before);
+    // queues); allow allocator slack. Both relays together, as when they
+    // ran in one process.
+    let grown_kib = h.rss_end_kib.saturating_sub(h.rss_start_kib)
+        + v.rss_end_kib.saturating_sub(v.rss_start_kib);
     assert!(
         grown_kib < 256 * 1024,
         "RSS grew by {grown_kib} KiB during the flood"

@@ -26,7 +26,8 @@
 //! garbage in ustack costs the other sandboxes little.
 //!
 //! Separate processes (this binary re-executed as `ustack run`, as
-//! `cli_process.rs` does) rather than threads of one test process: each
+//! `cli_process.rs` does, and hardened as the `ustack` binary's relay is:
+//! privileges given up, seccomp) rather than threads of one test process: each
 //! relay's memory (`VmHWM`) is then its own, and one relay's CPU use is
 //! scheduled against the others as between users' `ustack run`s.
 //!
@@ -48,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ustack_relay::cli::run_report;
+use ustack_relay::cli::run_hardened_report;
 
 mod common;
 use common::{parse_run_args, Helper, TempFile};
@@ -113,7 +114,9 @@ fn relay_child(rest: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let r = match run_report(a) {
+    // Hardened, as the `ustack` binary runs (this process is the relay's
+    // alone): the report below is written as the user it became.
+    let r = match run_hardened_report(a) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("ustack: {e:#}");

@@ -16,6 +16,8 @@ use std::time::Duration;
 use clap::Parser;
 use ustack_relay::cli::RunArgs;
 
+pub mod hardened;
+
 #[derive(Parser)]
 struct W {
     #[command(flatten)]
