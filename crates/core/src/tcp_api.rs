@@ -122,6 +122,14 @@ impl Stack {
             counters,
             ..
         } = self;
+        // As over IPv6 (`tcp_segment_input6`): a connection request from a
+        // source we have no route back to (off-link with no gateway, our own
+        // address) is dropped, as Linux's `tcp_conn_request` does when
+        // `route_req` fails.
+        if tcp.is_conn_request(&Tuple::V4(local, remote), seg) && iface.route(ip.src).is_none() {
+            counters.tcp_ext.ListenDrops += 1;
+            return;
+        }
         let ctr = &mut counters.tcp;
         let ext = &mut counters.tcp_ext;
         match tcp.input(now, local, remote, seg, gso_size, ctr, ext, &iface.pmtu) {
@@ -192,7 +200,7 @@ impl Stack {
         // dropped, as Linux's `tcp_conn_request` drops a SYN whose
         // `route_req` fails (ListenDrops): its SYN-ACK could never leave,
         // and the embryo would hold a backlog slot for ever.
-        if iface.route6(ip.src).is_none() && tcp.is_conn_request(&t, seg) {
+        if tcp.is_conn_request(&t, seg) && iface.route6(ip.src).is_none() {
             counters.tcp_ext.ListenDrops += 1;
             return;
         }

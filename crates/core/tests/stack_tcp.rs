@@ -215,6 +215,40 @@ fn syn_frame(src: SocketAddrV4, dst_port: u16, seq: u32) -> Vec<u8> {
 }
 
 #[test]
+fn syn_from_a_source_with_no_route_back_is_dropped() {
+    // As over IPv6 (stack_ipv6.rs): B has no gateway, so a SYN from off
+    // its /24 cannot be answered. It made a
+    // SYN-RECEIVED child whose SYN-ACK never left, retried every 10 ms and
+    // held a backlog slot; Linux's `tcp_conn_request` drops it when
+    // `route_req` finds no route (ListenDrops).
+    let mut n = Net::new();
+    n.pump();
+    let _l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 4).unwrap();
+    let before = n.b.tcp_socket_count();
+    let sent = n.log_ba.len();
+    // (B's own address as the source never reaches TCP: IP drops it.)
+    for src in [Ipv4Addr::new(192, 0, 2, 77), B_IP] {
+        n.inject_to_b(&syn_frame(SocketAddrV4::new(src, 40000), 80, 7));
+        assert_eq!(
+            n.b.tcp_socket_count(),
+            before,
+            "a child for a SYN from {src}"
+        );
+    }
+    assert_eq!(n.b.counters().tcp_ext.ListenDrops, 1);
+    n.advance(Duration::from_secs(2));
+    assert_eq!(n.log_ba.len(), sent, "B answered a SYN it has no route for");
+    assert_eq!(n.b.tcp_socket_count(), before);
+    // A SYN from the on-link peer still makes a child and is answered (A
+    // does not see the SYN-ACK: it would reset a connection it never made).
+    n.filter_ba = Some(Box::new(|_: &[u8]| false));
+    n.inject_to_b(&syn_frame(SocketAddrV4::new(A_IP, 40000), 80, 7));
+    assert_eq!(n.b.tcp_socket_count(), before + 1);
+    assert_eq!(n.log_ba.len(), sent + 1, "no SYN-ACK to the on-link peer");
+    assert_eq!(n.b.counters().tcp_ext.ListenDrops, 1);
+}
+
+#[test]
 fn syn_flood_to_closed_port_answers_rst_without_state() {
     let mut n = Net::new();
     n.keep_log = false;

@@ -157,9 +157,11 @@ fn dhcpcd_in_the_sandbox_takes_its_ipv6_address_and_dns_by_dhcpv6() {
     )
     .expect("write conf");
     // In the foreground (-B), stopped once the hook wrote the lease
-    // (bounded: 300 x 0.1 s).
+    // (bounded: 300 x 0.1 s); under `timeout`, which passes the SIGTERM on
+    // and kills a dhcpcd still there after 60 s (once a run waited 600 s
+    // for one that did not end).
     let cmd = format!(
-        "dhcpcd -f {conf} -B -t 20 {ifname} >/dev/null 2>&1 & pid=$!; \
+        "timeout -k 5 60 dhcpcd -f {conf} -B -t 20 {ifname} >/dev/null 2>&1 & pid=$!; \
          for i in $(seq 300); do [ -s {env} ] && break; sleep 0.1; done; \
          kill $pid; wait $pid; [ -s {env} ]",
         conf = conf.path(),

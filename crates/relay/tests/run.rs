@@ -1,13 +1,25 @@
 //! The whole `ustack run` path (sandbox + relay loop + exit status) with the
-//! fake guest engine. Needs root and /dev/net/tun.
+//! fake guest engine in this process, and the same checks through the
+//! hardened relay with the real engine (`ustack-run-hardened`, as the
+//! `ustack` binary runs it). Needs root and /dev/net/tun.
 
 use ustack_relay::cli::run_with;
 use ustack_relay::testing::FakeGuest;
 
 mod common;
-use common::args;
+use common::{args, hardened};
 
 fn run(v: &[&str]) -> i32 {
+    let code = run_in_process(v);
+    // The same through the hardened relay (privileges dropped, seccomp).
+    match hardened::run(v) {
+        Ok(c) => assert_eq!(c, code, "hardened run of {v:?}"),
+        Err(e) => panic!("hardened run of {v:?}: {e:#}"),
+    }
+    code
+}
+
+fn run_in_process(v: &[&str]) -> i32 {
     match run_with(
         args(v),
         Box::new(|dev, _a, _mtu| {
