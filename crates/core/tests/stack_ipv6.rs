@@ -950,6 +950,21 @@ fn solicitation_learned_entries_outlive_a_poll_until_gc_stale_time() {
 }
 
 /// A SYN (or, with `ack`, a bare ACK) from the peer to B6:80.
+/// A bare SYN (no options) from `src`:40000 to `dst`:80.
+fn bare_syn(src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+    let seg = TcpRepr {
+        src_port: 40000,
+        dst_port: 80,
+        seq: SeqNum(1000),
+        syn: true,
+        window: 65535,
+        ..TcpRepr::default()
+    };
+    let mut b = vec![0u8; seg.buffer_len()];
+    seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), src, dst, true);
+    b
+}
+
 fn syn_bytes(ack: Option<u32>) -> Vec<u8> {
     let seg = TcpRepr {
         src_port: 40000,
@@ -981,16 +996,7 @@ fn tcp_to_a_multicast_group_is_dropped_without_an_answer() {
         .unwrap();
     let group = solicited_node(B6);
     for dst in [group, "ff02::1".parse().unwrap()] {
-        let seg = TcpRepr {
-            src_port: 40000,
-            dst_port: 80,
-            seq: SeqNum(1000),
-            syn: true,
-            window: 65535,
-            ..TcpRepr::default()
-        };
-        let mut b = vec![0u8; seg.buffer_len()];
-        seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), PEER6, dst, true);
+        let b = bare_syn(PEER6, dst);
         let o = dst.octets();
         let mac = MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]]);
         let f = frame6(mac, PEER6, dst, IpProtocol::Tcp, 64, &b);
@@ -1019,16 +1025,7 @@ fn syn_from_a_source_with_no_route_back_is_dropped() {
     let before = s.tcp_socket_count();
     let off_link: Ipv6Addr = "2001:db8:77::1".parse().unwrap();
     for src in [Ipv6Addr::UNSPECIFIED, off_link] {
-        let seg = TcpRepr {
-            src_port: 40000,
-            dst_port: 80,
-            seq: SeqNum(1000),
-            syn: true,
-            window: 65535,
-            ..TcpRepr::default()
-        };
-        let mut b = vec![0u8; seg.buffer_len()];
-        seg.emit(&mut TcpPacket::new_unchecked(&mut b[..]), src, B6, true);
+        let b = bare_syn(src, B6);
         let f = frame6(B_MAC, src, B6, IpProtocol::Tcp, 64, &b);
         assert!(
             receive(&mut s, now, &f).is_empty(),

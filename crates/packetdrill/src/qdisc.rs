@@ -10,15 +10,15 @@ use std::ffi::CStr;
 
 const RTM_NEWQDISC: u16 = 36;
 const RTM_GETQDISC: u16 = 38;
-const NLMSG_ERROR: u16 = 2;
+pub(crate) const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
+pub(crate) const NLM_F_REQUEST: u16 = 1;
 const NLM_F_DUMP: u16 = 0x300;
 const TCA_KIND: u16 = 1;
 const TCA_OPTIONS: u16 = 2;
 /// `TC_H_ROOT`: the parent of a root qdisc.
 const TC_H_ROOT: u32 = 0xffff_ffff;
-const NLMSG_HDR: usize = 16;
+pub(crate) const NLMSG_HDR: usize = 16;
 const TCMSG: usize = 20;
 /// Most reads of one dump (each up to the buffer's size).
 const MAX_READS: usize = 64;
@@ -125,25 +125,24 @@ pub fn fq_installed() -> bool {
 /// The kind of `tun0`'s root qdisc, if there is a `tun0` and the query
 /// works.
 fn tun0_root_kind() -> Option<Vec<u8>> {
+    tun0_root().map(|(kind, _)| kind)
+}
+
+/// Whether `tun0`'s root qdisc is a FIFO with a limit of 0 (drops every
+/// datagram). False when there is no `tun0` or the query fails.
+pub fn tun0_drops_all() -> bool {
+    tun0_root().is_some_and(|(kind, opts)| fifo_drops_all(&kind, &opts))
+}
+
+/// The kind and options of `tun0`'s root qdisc.
+fn tun0_root() -> Option<(Vec<u8>, Vec<u8>)> {
     let name: &CStr = c"tun0";
     // SAFETY: a valid C string.
     let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
     if ifindex == 0 {
         return None;
     }
-    root_qdisc(ifindex as i32).map(|(kind, _)| kind)
-}
-
-/// Whether `tun0`'s root qdisc is a FIFO with a limit of 0 (drops every
-/// datagram). False when there is no `tun0` or the query fails.
-pub fn tun0_drops_all() -> bool {
-    let name: &CStr = c"tun0";
-    // SAFETY: a valid C string.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if ifindex == 0 {
-        return false;
-    }
-    root_qdisc(ifindex as i32).is_some_and(|(kind, opts)| fifo_drops_all(&kind, &opts))
+    root_qdisc(ifindex as i32)
 }
 
 /// A FIFO qdisc (`pfifo`, `bfifo`, `pfifo_head_drop`) whose options
@@ -156,8 +155,10 @@ pub fn fifo_drops_all(kind: &[u8], opts: &[u8]) -> bool {
     fifo && limit == Some(0)
 }
 
-/// The kind and options of the root qdisc of interface `ifindex`.
-fn root_qdisc(ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
+/// Send the rtnetlink request `req` (its header's length filled in) to
+/// the kernel on a socket of its own, and read the answer with `answer`
+/// (given the socket); None if the socket or the send fails.
+pub(crate) fn rtnl_request<T>(req: &[u8], answer: impl FnOnce(i32) -> Option<T>) -> Option<T> {
     // SAFETY: plain socket(2); the descriptor is closed below.
     let fd = unsafe {
         libc::socket(
@@ -169,19 +170,6 @@ fn root_qdisc(ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
     if fd < 0 {
         return None;
     }
-    let r = dump(fd, ifindex);
-    close(fd);
-    r
-}
-
-fn dump(fd: i32, ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
-    let mut req = [0u8; NLMSG_HDR + TCMSG];
-    let len = req.len() as u32;
-    req[0..4].copy_from_slice(&len.to_ne_bytes());
-    req[4..6].copy_from_slice(&RTM_GETQDISC.to_ne_bytes());
-    req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
-    req[NLMSG_HDR] = libc::AF_UNSPEC as u8;
     // SAFETY: a zeroed sockaddr_nl is the kernel's address.
     let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     sa.nl_family = libc::AF_NETLINK as u16;
@@ -196,9 +184,28 @@ fn dump(fd: i32, ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
             std::mem::size_of::<libc::sockaddr_nl>() as u32,
         )
     };
-    if n != req.len() as isize {
-        return None;
-    }
+    let r = if n == req.len() as isize {
+        answer(fd)
+    } else {
+        None
+    };
+    close(fd);
+    r
+}
+
+/// The kind and options of the root qdisc of interface `ifindex`.
+fn root_qdisc(ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut req = [0u8; NLMSG_HDR + TCMSG];
+    let len = req.len() as u32;
+    req[0..4].copy_from_slice(&len.to_ne_bytes());
+    req[4..6].copy_from_slice(&RTM_GETQDISC.to_ne_bytes());
+    req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    req[NLMSG_HDR] = libc::AF_UNSPEC as u8;
+    rtnl_request(&req, |fd| read_dump(fd, ifindex))
+}
+
+fn read_dump(fd: i32, ifindex: i32) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut buf = vec![0u8; 32 * 1024];
     let mut found = None;
     for _ in 0..MAX_READS {

@@ -11,13 +11,10 @@ use std::net::IpAddr;
 
 use ustack_core::RouteMetrics;
 
-use crate::qdisc::{align4, close};
+use crate::qdisc::{align4, rtnl_request, NLMSG_ERROR, NLMSG_HDR, NLM_F_REQUEST};
 
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLMSG_HDR: usize = 16;
 /// `struct rtmsg`.
 const RTMSG: usize = 12;
 const RTA_DST: u16 = 1;
@@ -34,20 +31,15 @@ pub const RTMGRP_IPV6_ROUTE: u32 = 0x400;
 /// route, the query fails, or the route sets none of the metrics the
 /// engine models.
 pub fn metrics_to(dst: IpAddr) -> Option<RouteMetrics> {
-    // SAFETY: plain socket(2); the descriptor is closed below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    let r = query(fd, dst);
-    close(fd);
-    r
+    rtnl_request(&request(dst), |fd| {
+        let mut buf = vec![0u8; 16 * 1024];
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n <= 0 {
+            return None;
+        }
+        parse(buf.get(..n as usize)?)
+    })
 }
 
 /// The `RTM_GETROUTE` request for `dst`.
@@ -70,34 +62,6 @@ fn request(dst: IpAddr) -> Vec<u8> {
     let len = req.len() as u32;
     req[0..4].copy_from_slice(&len.to_ne_bytes());
     req
-}
-
-fn query(fd: i32, dst: IpAddr) -> Option<RouteMetrics> {
-    let req = request(dst);
-    // SAFETY: a zeroed sockaddr_nl is the kernel's address.
-    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    sa.nl_family = libc::AF_NETLINK as u16;
-    // SAFETY: req and sa live across the call.
-    let n = unsafe {
-        libc::sendto(
-            fd,
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&sa as *const libc::sockaddr_nl).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if n != req.len() as isize {
-        return None;
-    }
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: buf is writable for its length.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n <= 0 {
-        return None;
-    }
-    parse(buf.get(..n as usize)?)
 }
 
 /// The metrics of the `RTM_NEWROUTE` answer in `b`.

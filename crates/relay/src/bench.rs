@@ -1240,30 +1240,30 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
             }
         }
     }
-    if args.control_off && args.runs > 1 {
-        if let Some(u) = runs(Tool::Ustack) {
-            println!("ustack with the control endpoint idle against disabled, in each run:");
-            for row in CONTROL_ROWS.iter().filter(|r| r.unit == "x") {
-                let r: Vec<String> = u
-                    .iter()
-                    .filter_map(row.get)
-                    .map(|v| format!("{v:.2}"))
-                    .collect();
-                println!("  {:<40} {}", row.key, r.join(", "));
-            }
-        }
-    }
-    if args.capture && args.runs > 1 {
-        if let Some(u) = runs(Tool::Ustack) {
-            println!("ustack with a capture running against without, in each run:");
-            for row in CAPTURE_ROWS.iter().filter(|r| r.unit == "x") {
-                let r: Vec<String> = u
-                    .iter()
-                    .filter_map(row.get)
-                    .map(|v| format!("{v:.2}"))
-                    .collect();
-                println!("  {:<40} {}", row.key, r.join(", "));
-            }
+    let ratio_sets = [
+        (
+            args.control_off,
+            "the control endpoint idle against disabled",
+            CONTROL_ROWS,
+        ),
+        (
+            args.capture,
+            "a capture running against without",
+            CAPTURE_ROWS,
+        ),
+    ];
+    for (on, what, rows) in ratio_sets {
+        let Some(u) = runs(Tool::Ustack).filter(|_| on && args.runs > 1) else {
+            continue;
+        };
+        println!("ustack with {what}, in each run:");
+        for row in rows.iter().filter(|r| r.unit == "x") {
+            let r: Vec<String> = u
+                .iter()
+                .filter_map(row.get)
+                .map(|v| format!("{v:.2}"))
+                .collect();
+            println!("  {:<40} {}", row.key, r.join(", "));
         }
     }
     println!(

@@ -159,6 +159,17 @@ impl fmt::Display for Stats {
     }
 }
 
+/// A memory field of `/proc/self/status` (`VmRSS:`, `VmHWM:`, ...) in KiB;
+/// 0 if unreadable. For reports of a relay process's memory.
+pub fn self_status_kib(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod named_tests {
     use super::Stats;

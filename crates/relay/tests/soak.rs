@@ -94,19 +94,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn vm_kib(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// `ustack run ARGS`, then its report (exit code, relay and engine
 /// counters, this process's memory) as JSON to `$USTACK_SOAK_REPORT`.
 fn relay_child(rest: Vec<String>) -> ExitCode {
-    let rss_start = vm_kib("VmRSS:");
+    let rss_start = ustack_relay::stats::self_status_kib("VmRSS:");
     let a = match parse_run_args(rest) {
         Ok(a) => a,
         Err(e) => {
@@ -130,7 +121,7 @@ fn relay_child(rest: Vec<String>) -> ExitCode {
         "relay": relay,
         "engine": engine,
         "rss_start_kib": rss_start,
-        "hwm_kib": vm_kib("VmHWM:"),
+        "hwm_kib": ustack_relay::stats::self_status_kib("VmHWM:"),
     });
     let Ok(path) = std::env::var(REPORT_ENV) else {
         eprintln!("no {REPORT_ENV}");

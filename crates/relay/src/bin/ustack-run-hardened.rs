@@ -31,16 +31,6 @@ enum Cmd {
     Attach(AttachArgs),
 }
 
-/// A `/proc/self/status` field in KiB (0 if unreadable).
-fn vm_kib(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The CPU time this process (all its threads) has used, in nanoseconds.
 fn cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -57,14 +47,14 @@ fn cpu_ns() -> u64 {
 }
 
 fn main() -> ExitCode {
-    let rss_start = vm_kib("VmRSS:");
+    let rss_start = ustack_relay::stats::self_status_kib("VmRSS:");
     let report = match Cmd::parse() {
         Cmd::Run(a) => run_hardened_report(a).map(|r| {
             let mut v: serde_json::Value =
                 serde_json::from_str(&r.to_json()).unwrap_or(serde_json::Value::Null);
             v["rss_start_kib"] = rss_start.into();
-            v["rss_end_kib"] = vm_kib("VmRSS:").into();
-            v["hwm_kib"] = vm_kib("VmHWM:").into();
+            v["rss_end_kib"] = ustack_relay::stats::self_status_kib("VmRSS:").into();
+            v["hwm_kib"] = ustack_relay::stats::self_status_kib("VmHWM:").into();
             v["cpu_ns"] = cpu_ns().into();
             v
         }),
