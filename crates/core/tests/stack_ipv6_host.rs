@@ -909,3 +909,128 @@ fn invalid_or_foreign_redirects_change_nothing() {
         Err(UdpError::NoRoute)
     );
 }
+
+/// A TCP segment from `FAR` (through the router) to B's SLAAC address.
+fn tcp_from_far(seg: &ustack_wire::tcp::TcpRepr) -> Vec<u8> {
+    let mut b = vec![0u8; seg.buffer_len()];
+    seg.emit(
+        &mut ustack_wire::tcp::TcpPacket::new_unchecked(&mut b[..]),
+        FAR,
+        SLAAC_B,
+        true,
+    );
+    frame_from(ROUTER_MAC, FAR, SLAAC_B, IpProtocol::Tcp, 64, &b)
+}
+
+/// The TCP segments among `out`.
+fn tcp_segments(out: &[(MacAddr, Ipv6Repr, Vec<u8>)]) -> Vec<ustack_wire::tcp::TcpRepr<'static>> {
+    out.iter()
+        .filter(|(_, ip, _)| ip.next_header == IpProtocol::Tcp)
+        .map(|(_, ip, p)| {
+            let p: &'static [u8] = Box::leak(p.clone().into_boxed_slice());
+            let pkt = ustack_wire::tcp::TcpPacket::new_checked(p).unwrap();
+            ustack_wire::tcp::TcpRepr::parse(&pkt, ip.src, ip.dst, true).unwrap()
+        })
+        .collect()
+}
+
+/// Polls `s` at each of its deadlines until `done` holds or `limit` of
+/// virtual time passed; returns (polls, virtual time taken).
+fn run_until_or(
+    s: &mut Stack,
+    start: Instant,
+    limit: Duration,
+    mut done: impl FnMut(&mut Stack) -> bool,
+) -> (usize, Duration) {
+    let mut t = start;
+    let mut polls = 0;
+    while !done(s) && t < start + limit && polls < 100_000 {
+        match s.poll_at() {
+            Some(at) => t = at.max(t),
+            None => break,
+        }
+        let _ = poll(s, t);
+        polls += 1;
+    }
+    (polls, t - start)
+}
+
+#[test]
+fn a_connection_whose_route_goes_away_times_out_instead_of_retrying_every_10_ms() {
+    use ustack_core::tcp::{State, TcpError};
+    use ustack_wire::tcp::{SeqNum, TcpRepr};
+    // An established connection to a host behind the default router; the
+    // router withdraws and the connection has data to send. Each segment
+    // the route refuses used to be retried 10 ms later, for ever: no
+    // timeout, 100 wake-ups a second. Linux keeps its timers (the probe
+    // timer here, nothing being in flight) and gives up after
+    // tcp_retries2 probes, reporting the route's error.
+    let (mut s, now) = configured_b();
+    let h = s
+        .tcp_connect6(now, SocketAddrV6::new(FAR, 80, 0, 0), None)
+        .unwrap();
+    let syn = tcp_segments(&poll(&mut s, now))
+        .into_iter()
+        .find(|r| r.syn)
+        .expect("SYN");
+    let now = now + Duration::from_millis(10);
+    let synack = TcpRepr {
+        src_port: 80,
+        dst_port: syn.src_port,
+        seq: SeqNum(5000),
+        ack: Some(syn.seq + 1u32),
+        syn: true,
+        window: 65535,
+        max_seg_size: Some(1200),
+        ..TcpRepr::default()
+    };
+    let _ = receive(&mut s, now, &tcp_from_far(&synack));
+    assert_eq!(s.tcp_status(h).unwrap().state, State::Established);
+    let _ = receive(&mut s, now, &ra(0, 3600, 1800, None));
+    assert!(s.ipv6_default_routers().is_empty());
+    assert_eq!(s.tcp_send(h, &[1u8; 1000]), Ok(1000));
+    let before = c(&s, "Ip6", "OutNoRoutes");
+    let (polls, took) = run_until_or(&mut s, now, Duration::from_secs(3600), |s| {
+        s.tcp_status(h).is_err() || s.tcp_status(h).unwrap().state == State::Closed
+    });
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        s.tcp_recv(h, &mut buf),
+        Err(TcpError::HostUnreachable),
+        "after {polls} polls and {took:?}"
+    );
+    // 15 probes backed off from 200 ms up to the 120 s cap: about 16
+    // minutes, as Linux.
+    assert!(
+        took > Duration::from_secs(600) && took < Duration::from_secs(1800),
+        "{took:?}"
+    );
+    assert!(polls < 100, "{polls} wake-ups in {took:?}");
+    let tries = c(&s, "Ip6", "OutNoRoutes") - before;
+    assert!((10..100).contains(&tries), "{tries} refused segments");
+
+    // A SYN the route refuses (the router withdrew between connect and
+    // the SYN): sent again by the backed-off retransmission timer and
+    // given up after tcp_syn_retries (6: about 2 minutes, as Linux's
+    // `tcp_connect`, which counts the SYN as sent whatever its transmit
+    // returned), not retried every 10 ms.
+    let (mut s, now) = configured_b();
+    let h = s
+        .tcp_connect6(now, SocketAddrV6::new(FAR, 80, 0, 0), None)
+        .unwrap();
+    let _ = receive(&mut s, now, &ra(0, 3600, 1800, None));
+    let (polls, took) = run_until_or(&mut s, now, Duration::from_secs(3600), |s| {
+        s.tcp_status(h).is_err() || s.tcp_status(h).unwrap().state == State::Closed
+    });
+    assert_eq!(
+        s.tcp_recv(h, &mut buf),
+        Err(TcpError::HostUnreachable),
+        "after {polls} polls and {took:?}"
+    );
+    assert!(
+        took > Duration::from_secs(60) && took < Duration::from_secs(300),
+        "{took:?}"
+    );
+    assert!(polls < 30, "{polls} wake-ups in {took:?}");
+    assert_eq!(c(&s, "Tcp", "OutSegs"), 0, "a SYN counted as sent");
+}

@@ -7,14 +7,11 @@ use ustack_wire::tcp::{SeqNum, TcpRepr};
 
 use super::conn::{Connection, Phase};
 use super::send::{sws_allows, SendCheck};
-use super::{State, TcpCounters, TcpShared};
+use super::{State, TcpCounters, TcpError, TcpShared};
 use crate::time::{Duration, Instant};
 
 /// Most segments one `dispatch` call emits (bounded work per poll).
 const MAX_BURST: usize = 64;
-
-/// When `emit` refuses a segment, retry this much later.
-const TX_RETRY: Duration = Duration::from_millis(10);
 
 /// Linux `TCP_RESOURCE_PROBE_INTERVAL`: how often a sender whose data the
 /// link's queue dropped tries again (see [`Connection::blocked`]).
@@ -82,12 +79,15 @@ impl Connection {
                 rst: true,
                 ..TcpRepr::default()
             };
-            if !(out.emit)(&r) {
-                return self.blocked(now, false);
+            // A RST that cannot leave (no route) is dropped, as Linux
+            // drops one `ip_send_unicast_reply` cannot route.
+            if (out.emit)(&r) {
+                ctr.OutSegs += 1;
+                ctr.OutRsts += 1;
+            } else {
+                self.refused();
             }
             self.rst.reply = None;
-            ctr.OutSegs += 1;
-            ctr.OutRsts += 1;
         }
         if matches!(self.state(), State::Closed | State::Listen) {
             return;
@@ -157,10 +157,17 @@ impl Connection {
                 },
                 ..TcpRepr::default()
             };
-            if !(out.emit)(&r) {
-                return self.blocked(now, false);
+            // A SYN that cannot leave (no route) still counts as sent,
+            // as in Linux's `tcp_connect` and the request socket's timer:
+            // the retransmission timer, backed off, tries again and gives
+            // up after `tcp_syn_retries` (`tcp_synack_retries`), where
+            // retrying at once would spin for ever.
+            let sent = (out.emit)(&r);
+            if sent {
+                self.sent_ack(ctr, now);
+            } else {
+                self.refused();
             }
-            self.sent_ack(ctr, now);
             if !self.report.open_counted {
                 self.report.open_counted = true;
                 if self.passive {
@@ -169,7 +176,10 @@ impl Connection {
                     ctr.ActiveOpens += 1;
                 }
             }
-            if is_rtx {
+            if !sent {
+                // (Karn: no RTT sample from a SYN that did not leave.)
+                self.rtx.rtt_probe = None;
+            } else if is_rtx {
                 ctr.RetransSegs += 1;
                 self.rtx.total += 1;
             } else {
@@ -178,6 +188,9 @@ impl Connection {
             self.snd.nxt = self.snd.iss + 1u32;
             self.snd.max = self.snd.max.max(self.snd.nxt);
             self.arm_rto(now);
+            if !sent {
+                return self.wait_for_timers(now);
+            }
         }
 
         // Pacing (`pacing.rs`): data leaves in bursts of about a
@@ -368,38 +381,35 @@ impl Connection {
 
         // Persist timer: unsent data, nothing in flight, window too small.
         if self.persist_needed() {
-            let mut d = self.rtx.rtt.rto();
-            // Linux (`tcp_send_probe0`) stops doubling the probe interval
-            // after `tcp_retries2` backoffs.
-            for _ in 0..self
-                .timers
-                .persist_backoff
-                .min(self.cfg.max_retries)
-                .min(16)
-            {
-                d = d.saturating_mul(2);
-            }
-            let d = self.clamp_probe0_to_user_timeout(now, d.min(self.cfg.max_rto.get()));
+            let d = self.probe0_interval(now, self.rtx.rtt.rto());
             self.timers.persist_at = Some(now + d);
         } else if !self.has_unsent() {
             self.timers.persist_at = None;
         }
 
         if self.timers.probe_pending && self.is_synchronized() {
+            // A window or keep-alive probe that cannot leave (no route) is
+            // lost like one the network dropped: the timer that sent it
+            // counted it and tries again, backed off (Linux
+            // `tcp_send_probe0` with an error from `tcp_write_wakeup`).
             let r = self.base_repr(now, self.snd.una - 1usize);
-            if !(out.emit)(&r) {
-                return self.blocked(now, false);
-            }
             self.timers.probe_pending = false;
-            self.sent_ack(ctr, now);
+            if (out.emit)(&r) {
+                self.sent_ack(ctr, now);
+            } else {
+                self.refused();
+            }
         }
 
         if self.ack.now {
+            // An ACK that cannot leave is dropped (Linux `tcp_send_ack`
+            // ignores the transmit error); the next segment carries it.
             let r = self.base_repr(now, self.snd.max);
-            if !(out.emit)(&r) {
-                return self.blocked(now, false);
+            if (out.emit)(&r) {
+                self.sent_ack(ctr, now);
+            } else {
+                self.refused();
             }
-            self.sent_ack(ctr, now);
         }
     }
 
@@ -671,13 +681,6 @@ impl Connection {
             // segment did not leave, nothing about it changes.
             return false;
         }
-        if !seq.lt(self.snd.max) && self.snd.una == self.snd.max && (n > 0 || fin) {
-            // Data goes out with nothing outstanding: the user timeout
-            // counts from here, and probing is over (Linux
-            // `tcp_send_probe0` once `packets_out`).
-            self.rtx.stall_since = Some(now);
-            self.timers.probes_out = 0;
-        }
         if n > 0
             && !seq.lt(self.snd.max)
             && self
@@ -727,6 +730,13 @@ impl Connection {
         };
         if !ok {
             return false;
+        }
+        if !seq.lt(self.snd.max) && self.snd.una == self.snd.max && (n > 0 || fin) {
+            // Data went out with nothing outstanding: the user timeout
+            // counts from here, and probing is over (Linux
+            // `tcp_send_probe0` once `packets_out`).
+            self.rtx.stall_since = Some(now);
+            self.timers.probes_out = 0;
         }
         self.ecn_sent(cwr);
         // (A no-op if `dispatch` restarted cwnd before sizing the packet.)
@@ -783,50 +793,75 @@ impl Connection {
         true
     }
 
-    /// `emit` refused a segment (`local_drop`: a data segment, refused
-    /// because the link's queue drops everything, see
-    /// `crate::Stack::set_local_drop`).
+    /// `emit` refused a data segment: `local_drop`, because the link's
+    /// queue drops everything (see `crate::Stack::set_local_drop`; Linux's
+    /// `tcp_transmit_skb` returning `NET_XMIT_DROP`, a positive error);
+    /// otherwise because the route to the peer is gone (a negative error,
+    /// `-EHOSTUNREACH`). Either way the segment did not leave and stays
+    /// unsent (Linux: `tcp_write_xmit` stops at the skb it failed to
+    /// send), and the connection's timers, not a retry loop, decide when
+    /// to try again, so that one whose route never comes back times out.
     fn blocked(&mut self, now: Instant, local_drop: bool) {
         if !local_drop {
-            self.timers.tx_retry_at = Some(now + TX_RETRY);
-            return;
+            self.refused();
         }
-        // The link's queue dropped a data segment (Linux: `tcp_write_xmit`
-        // stops at the skb `tcp_transmit_skb` failed to send). With data
-        // in flight the RTO (or RACK, TLP) timer goes on. With none, the probe timer
-        // (`tcp_check_probe_timer`: `tcp_probe0_base`, the RTO but at
-        // least 200 ms) and, once a probe met the full queue,
-        // `tcp_send_probe0`'s `TCP_RESOURCE_PROBE_INTERVAL` without backoff.
+        // With data in flight the RTO (or RACK, TLP) timer goes on. With
+        // none, the probe timer (`tcp_check_probe_timer`:
+        // `tcp_probe0_base`, the RTO but at least 200 ms), whose expiries
+        // count towards `tcp_retries2`.
         if self.snd.una == self.snd.max && self.timers.persist_at.is_none() {
-            let d = if self.timers.probes_out > 0 {
-                // The probe that expiry counted did not leave: no backoff
-                // for it (Linux backs off only for a probe that left).
+            let base = self.rtx.rtt.rto().max(Duration::from_millis(200));
+            let d = if self.timers.probes_out == 0 {
+                base
+            } else if local_drop {
+                // The probe that expiry counted met the full queue:
+                // `tcp_send_probe0`'s `TCP_RESOURCE_PROBE_INTERVAL`,
+                // without backoff (Linux backs off only for a probe that
+                // left).
                 self.timers.persist_backoff = self.timers.persist_backoff.saturating_sub(1);
                 self.clamp_probe0_to_user_timeout(now, RESOURCE_PROBE_INTERVAL)
             } else {
-                self.rtx.rtt.rto().max(Duration::from_millis(200))
+                // A probe the route refused is backed off like one that
+                // left (`tcp_send_probe0`, `err <= 0`).
+                self.probe0_interval(now, base)
             };
             self.timers.persist_at = Some(now + d);
         } else if self.snd.una != self.snd.max && self.rtx.rto_at.is_none() {
-            if self.recovery.as_ref().is_some_and(|r| r.in_loss) {
-                // The retransmission of a timeout did not leave (Linux
-                // `tcp_retransmit_timer`): the timer again in 500 ms, not
-                // backed off. The timeout still counts as a retry (Linux's
-                // `icsk_retransmits` too): tcp_retries2 of them end the
-                // connection, after about 8 s where Linux's time-based
-                // `tcp_write_timeout` waits the backed-off time.
+            if local_drop && self.recovery.as_ref().is_some_and(|r| r.in_loss) {
+                // The retransmission of a timeout met the full queue
+                // (Linux `tcp_retransmit_timer`, a positive error): the
+                // timer again in 500 ms, not backed off. The timeout still
+                // counts as a retry (Linux's `icsk_retransmits` too):
+                // tcp_retries2 of them end the connection, after about
+                // 8 s where Linux's time-based `tcp_write_timeout` waits
+                // the backed-off time.
                 self.rtx.rtt.unbackoff();
                 self.rtx.rto_at = Some(now + RESOURCE_PROBE_INTERVAL);
             } else {
+                // (Refused by the route: the timer backed off as usual.)
                 self.arm_rto(now);
             }
         }
         // Nothing to try before a timer fires (an ACK's arrival does not
         // retry here, as it does in Linux's `tcp_data_snd_check`).
-        let next = self
-            .next_timer_at()
-            .unwrap_or(now + RESOURCE_PROBE_INTERVAL);
-        self.timers.tx_retry_at = Some(next.max(now + Duration::from_micros(1)));
+        self.wait_for_timers(now);
+    }
+
+    /// The probe timer's interval: `base` doubled for each probe sent
+    /// without answer, up to `tcp_retries2` doublings (Linux
+    /// `tcp_send_probe0` stops there) and the largest RTO, and no later
+    /// than the user timeout.
+    fn probe0_interval(&self, now: Instant, base: Duration) -> Duration {
+        let mut d = base;
+        for _ in 0..self
+            .timers
+            .persist_backoff
+            .min(self.cfg.max_retries)
+            .min(16)
+        {
+            d = d.saturating_mul(2);
+        }
+        self.clamp_probe0_to_user_timeout(now, d.min(self.cfg.max_rto.get()))
     }
 
     /// Linux `tcp_clamp_probe0_to_user_timeout`: once probing, the next
@@ -870,6 +905,20 @@ impl Connection {
     }
 
     fn sent_ack(&mut self, ctr: &mut TcpCounters, now: Instant) {
+        self.ack_state_sent();
+        self.timers.last_send_at = now;
+        ctr.OutSegs += 1;
+        // Linux sends a passive open's SYN-ACKs from the request socket:
+        // not the connection's segments.
+        if !(self.passive && self.state() == State::SynReceived) {
+            self.stats.segs_out = self.stats.segs_out.wrapping_add(1);
+        }
+    }
+
+    /// A segment carrying our ACK was handed to the link (Linux
+    /// `tcp_event_ack_sent`, which `__tcp_transmit_skb` calls before the
+    /// transmit, so also for one the route refused).
+    fn ack_state_sent(&mut self) {
         if self.ack.unacked > 0 || self.ack.delay_at.is_some() {
             self.ack.quick = self.ack.quick.saturating_sub(1);
         }
@@ -879,13 +928,25 @@ impl Connection {
         self.ack.unacked = 0;
         self.ack.pushed = 0;
         self.ack.last_sent = self.rcv.nxt;
-        self.timers.last_send_at = now;
-        ctr.OutSegs += 1;
-        // Linux sends a passive open's SYN-ACKs from the request socket:
-        // not the connection's segments.
-        if !(self.passive && self.state() == State::SynReceived) {
-            self.stats.segs_out = self.stats.segs_out.wrapping_add(1);
+    }
+
+    /// `emit` refused a segment: the route to the peer is gone (or the
+    /// segment does not fit it). Linux (`inet_sk_rebuild_header`) keeps
+    /// the failure as the socket's soft error, reported if the
+    /// connection then times out.
+    fn refused(&mut self) {
+        self.ack_state_sent();
+        if self.app.soft_error.is_none() {
+            self.app.soft_error = Some(TcpError::HostUnreachable);
         }
+    }
+
+    /// Nothing more to try before a timer fires.
+    fn wait_for_timers(&mut self, now: Instant) {
+        let next = self
+            .next_timer_at()
+            .unwrap_or(now + RESOURCE_PROBE_INTERVAL);
+        self.timers.tx_retry_at = Some(next.max(now + Duration::from_micros(1)));
     }
 
     /// The window to advertise; records the right edge. RFC 1122 4.2.3.3:
