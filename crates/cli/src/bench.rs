@@ -410,8 +410,11 @@ pub fn run(mut a: BenchArgs) -> Result<i32> {
         ustack_ctl::check_name(n).map_err(anyhow::Error::msg)?;
     }
     if a.scale.scale {
+        // (It catches SIGINT/SIGTERM itself and unwinds through its guards.)
         return crate::scale::run(&a.scale, a.json);
     }
+    ustack_relay::termination::clean_up_on_termination()
+        .context("cannot set up the clean-up on SIGINT/SIGTERM")?;
     if a.cc.cc {
         return crate::bench_cc::run(&a.cc, a.json);
     }

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
+use ustack_relay::termination;
 
 /// Namespaces deleted on drop (with every interface inside them).
 #[derive(Default)]
@@ -16,7 +17,11 @@ pub struct Namespaces(Vec<String>);
 impl Namespaces {
     /// `ip netns add NAME` with its loopback up.
     pub fn add(&mut self, name: &str) -> Result<()> {
-        ip(&["netns", "add", name]).context("cannot create a network namespace (need root)")?;
+        termination::register_netns(name);
+        if let Err(e) = ip(&["netns", "add", name]) {
+            termination::forget_netns(name);
+            return Err(e.context("cannot create a network namespace (need root)"));
+        }
         self.0.push(name.to_string());
         ip(&["-n", name, "link", "set", "lo", "up"])
     }
@@ -25,10 +30,7 @@ impl Namespaces {
 impl Drop for Namespaces {
     fn drop(&mut self) {
         for n in &self.0 {
-            let _ = Command::new("ip")
-                .args(["netns", "del", n])
-                .stderr(Stdio::null())
-                .output();
+            termination::delete_netns(n);
         }
     }
 }

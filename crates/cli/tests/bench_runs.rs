@@ -84,7 +84,9 @@ fn repeated_bench_reports_medians_and_every_runs_ratio() {
 #[test]
 fn the_bench_serves_a_control_endpoint_while_it_measures() {
     let name = format!("bench-ctl-{}", common::unique());
-    let mut bench = common::ChildGuard {
+    // (Stopped with SIGTERM if the test fails: the bench then removes its
+    // namespaces, which a SIGKILL would leave behind.)
+    let mut bench = TermGuard(common::ChildGuard {
         child: Command::new(BIN)
             .args([
                 "bench",
@@ -102,14 +104,14 @@ fn the_bench_serves_a_control_endpoint_while_it_measures() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("cannot start ustack bench"),
-    };
+    });
     // Poll until a stack of the bench answers under its name, as a bench
     // stack, with counters that show it received IP traffic (the bench must
     // not end first; its first answer may come before the first packet:
     // once it held only the ARP request it had sent).
     let t0 = std::time::Instant::now();
     let counters = loop {
-        if let Ok(Some(st)) = bench.child.try_wait() {
+        if let Ok(Some(st)) = bench.0.child.try_wait() {
             panic!("the bench ended ({st}) before its control endpoint answered");
         }
         let ps = Command::new(BIN)
@@ -145,16 +147,74 @@ fn the_bench_serves_a_control_endpoint_while_it_measures() {
         "{counters}"
     );
     let mut err = String::new();
-    if let Some(mut e) = bench.child.stderr.take() {
+    if let Some(mut e) = bench.0.child.stderr.take() {
         use std::io::Read;
         let _ = e.read_to_string(&mut err);
     }
-    let st = bench.child.wait().expect("wait");
+    let st = bench.0.child.wait().expect("wait");
     assert!(st.success(), "{err}");
     // Gone once the bench ended.
     let ps = Command::new(BIN).args(["ps"]).output().expect("ps");
     assert!(
         !String::from_utf8_lossy(&ps.stdout).contains(&name),
         "{name} still listed"
+    );
+}
+
+/// A child stopped with SIGTERM (then SIGKILL after 10 s) when dropped.
+struct TermGuard(common::ChildGuard);
+
+impl Drop for TermGuard {
+    fn drop(&mut self) {
+        let _ = self.0.stop();
+    }
+}
+
+#[test]
+fn a_bench_told_to_stop_removes_its_namespaces_and_exits_143() {
+    // SIGTERM (or a terminal's Ctrl-C) in the middle of a measurement: no
+    // destructor runs then, so the bench's clean-up thread kills its
+    // helpers and deletes the namespaces it made.
+    let child = Command::new(BIN)
+        .args([
+            "bench",
+            "--seconds",
+            "30",
+            "--round-trips",
+            "20",
+            "--pings",
+            "3",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start ustack bench");
+    let mut bench = TermGuard(common::ChildGuard { child });
+    let pid = bench.0.child.id();
+    let mine = |n: &str| n.starts_with("ub") && n.ends_with(&pid.to_string());
+    let t0 = std::time::Instant::now();
+    // Until the bench's first namespace exists and it measures in it.
+    while common::namespaces_matching(mine).is_empty() {
+        if let Ok(Some(st)) = bench.0.child.try_wait() {
+            panic!("the bench ended ({st}) before it made a namespace");
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no namespace of the bench after 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let st = bench.0.stop().expect("the bench's exit status");
+    let mut err = String::new();
+    if let Some(mut e) = bench.0.child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    assert_eq!(st.code(), Some(143), "{st}: {err}");
+    assert!(err.contains("signal 15"), "{err}");
+    assert_eq!(
+        common::namespaces_matching(mine),
+        Vec::<String>::new(),
+        "namespaces left behind: {err}"
     );
 }

@@ -174,6 +174,10 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("run-bench needs root (it creates network namespaces for pasta and slirp4netns)");
     }
+    // Before any thread: Ctrl-C or SIGTERM removes the namespaces and stops
+    // the sandboxes and peers instead of leaving them behind.
+    crate::termination::clean_up_on_termination()
+        .context("cannot set up the clean-up on SIGINT/SIGTERM")?;
     let exe = std::env::current_exe().context("cannot find the ustack binary")?;
     let loopback = Loopback {
         v4: match args.family.v4() {
@@ -1420,11 +1424,11 @@ struct Netns(String);
 
 impl Netns {
     fn add(name: String) -> anyhow::Result<Netns> {
-        let st = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .context("cannot run ip")?;
-        if !st.success() {
+        crate::termination::register_netns(&name);
+        let st = Command::new("ip").args(["netns", "add", &name]).status();
+        if !st.as_ref().is_ok_and(|s| s.success()) {
+            crate::termination::forget_netns(&name);
+            st.context("cannot run ip")?;
             bail!("ip netns add {name} failed");
         }
         Ok(Netns(name))
@@ -1436,10 +1440,7 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.0])
-            .stderr(Stdio::null())
-            .status();
+        crate::termination::delete_netns(&self.0);
     }
 }
 

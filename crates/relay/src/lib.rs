@@ -27,6 +27,7 @@ pub mod portfwd;
 mod relay;
 pub mod stats;
 pub mod sys;
+pub mod termination;
 pub mod testing;
 
 pub use core_guest::{CoreGuest, CoreGuestConfig};
