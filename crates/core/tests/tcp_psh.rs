@@ -182,6 +182,38 @@ fn idle_restart_shrinks_the_packet_before_it_is_sized() {
     assert_eq!(pshs(&out), want);
 }
 
+/// `tcp_slow_start_after_idle` = 0 (packetdrill's `defaults.sh`): the
+/// window survives the pause, as on Linux (cubic-bulk-166k-idle-restart.pkt
+/// sends a 36-segment window again after 4 s idle, Linux 6.18 too).
+#[test]
+fn no_restart_after_idle_when_the_tunable_is_off() {
+    let mut ctr = TcpCounters::default();
+    let cfg = TcpConfig {
+        slow_start_after_idle: false,
+        ..TcpConfig::default()
+    };
+    let mut c = sender(cfg, true, &mut ctr);
+    let mut now = Instant::ZERO + RTT;
+    c.send(&[0; 10_000]).unwrap();
+    dispatch(&mut c, now, &mut ctr);
+    now += RTT;
+    c.process(
+        now,
+        &peer(10_000, None),
+        &mut ctr,
+        &mut TcpShared::default(),
+    );
+    dispatch(&mut c, now, &mut ctr);
+    let cwnd = c.cwnd();
+    assert!(cwnd >= 20 * MSS as usize);
+    now += Duration::from_secs(2);
+    c.send(&[0; 30_000]).unwrap();
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert_eq!(c.cwnd(), cwnd, "not restarted");
+    let sent: usize = out.iter().map(|s| s.1).sum();
+    assert_eq!(sent, cwnd, "a whole window goes out at once");
+}
+
 #[test]
 fn sack_of_part_of_a_segment_marks_nothing() {
     let mut ctr = TcpCounters::default();

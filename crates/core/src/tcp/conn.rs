@@ -407,6 +407,8 @@ pub(super) struct Params {
     pub(super) rfc1337: bool,
     /// `TcpConfig::min_tso_segs` (at least 1).
     pub(super) min_tso_segs: u8,
+    /// `TcpConfig::slow_start_after_idle`.
+    pub(super) slow_start_after_idle: bool,
 }
 
 impl Params {
@@ -434,6 +436,7 @@ impl Params {
             base_mss: cfg.base_mss,
             mtu_probe_floor: cfg.mtu_probe_floor,
             min_tso_segs: cfg.min_tso_segs.max(1),
+            slow_start_after_idle: cfg.slow_start_after_idle,
         }
     }
 }

@@ -631,9 +631,12 @@ impl Connection {
     }
 
     /// RFC 5681 4.1 (Linux `tcp_cwnd_restart`): sending again after more
-    /// than an RTO with nothing in flight restarts cwnd.
+    /// than an RTO with nothing in flight restarts cwnd, unless
+    /// `tcp_slow_start_after_idle` is off (Linux
+    /// `tcp_slow_start_after_idle_check`).
     fn restart_after_idle(&mut self, now: Instant) {
-        if self.snd.max == self.snd.una
+        if self.cfg.slow_start_after_idle
+            && self.snd.max == self.snd.una
             && now.saturating_duration_since(self.timers.last_send_at) > self.rtx.rtt.rto()
         {
             self.cong.cc.on_idle(now, self.max_payload_base());
