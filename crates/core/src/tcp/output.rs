@@ -303,11 +303,13 @@ impl Connection {
             }
             // Linux's packets are pieces of its skbs (`tso_fragment` only
             // splits): none spans the end of one the write was cut into
-            // (`size_goal`, counted from the first data byte).
+            // (`size_goal`, counted from the first data byte or from where
+            // a write found everything before it sent, `Snd::skb_phase`).
             let goal = self.size_goal().max(1);
             let to_skb_end = {
                 let start = self.snd.max.wrapping_sub(self.snd.iss + 1u32) as usize;
-                goal - start % goal
+                let phase = usize::from(self.snd.skb_phase) % goal;
+                goal - (start % goal + goal - phase) % goal
             };
             let tso_cap = if out.tso_max > 0 {
                 out.tso_max.min(pkt_max.saturating_sub(pkt)).min(to_skb_end)
