@@ -182,6 +182,84 @@ fn idle_restart_shrinks_the_packet_before_it_is_sized() {
     assert_eq!(pshs(&out), want);
 }
 
+/// `tcp_slow_start_after_idle` = 0 (packetdrill's `defaults.sh`): the
+/// window survives the pause, as on Linux (cubic-bulk-166k-idle-restart.pkt
+/// sends a 36-segment window again after 4 s idle, Linux 6.18 too).
+#[test]
+fn no_restart_after_idle_when_the_tunable_is_off() {
+    let mut ctr = TcpCounters::default();
+    let cfg = TcpConfig {
+        slow_start_after_idle: false,
+        ..TcpConfig::default()
+    };
+    let mut c = sender(cfg, true, &mut ctr);
+    let mut now = Instant::ZERO + RTT;
+    c.send(&[0; 10_000]).unwrap();
+    dispatch(&mut c, now, &mut ctr);
+    now += RTT;
+    c.process(
+        now,
+        &peer(10_000, None),
+        &mut ctr,
+        &mut TcpShared::default(),
+    );
+    dispatch(&mut c, now, &mut ctr);
+    let cwnd = c.cwnd();
+    assert!(cwnd >= 20 * MSS as usize);
+    now += Duration::from_secs(2);
+    c.send(&[0; 30_000]).unwrap();
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert_eq!(c.cwnd(), cwnd, "not restarted");
+    let sent: usize = out.iter().map(|s| s.1).sum();
+    assert_eq!(sent, cwnd, "a whole window goes out at once");
+}
+
+/// Linux cuts a write into skbs of `size_goal` bytes, and a write that
+/// finds everything before it sent starts a new skb (the write queue is
+/// empty): packets, pieces of skbs, count from there, not from the first
+/// byte of the connection.
+#[test]
+fn a_write_after_everything_was_sent_starts_a_new_skb() {
+    let mut ctr = TcpCounters::default();
+    let cfg = TcpConfig {
+        timestamps: false,
+        window_scale: false,
+        pacing: false,
+        ..TcpConfig::default()
+    };
+    let mut c = Connection::connect(&cfg, LOCAL, REMOTE, SeqNum(ISS), 1460, Instant::ZERO);
+    dispatch(&mut c, Instant::ZERO, &mut ctr);
+    // A peer window of 20000 bytes: skbs of half of it, 10 segments.
+    let small = |ack: u32| TcpRepr {
+        window: 20_000,
+        ..peer(ack, None)
+    };
+    let synack = TcpRepr {
+        syn: true,
+        seq: SeqNum(IRS),
+        ack: Some(SeqNum(ISS + 1)),
+        max_seg_size: Some(MSS as u16),
+        sack_permitted: true,
+        ..small(0)
+    };
+    let mut now = Instant::ZERO + RTT;
+    c.process(now, &synack, &mut ctr, &mut TcpShared::default());
+    dispatch(&mut c, now, &mut ctr);
+    c.send(&[0; 5_000]).unwrap();
+    assert_eq!(dispatch(&mut c, now, &mut ctr).len(), 5);
+    now += RTT;
+    c.process(now, &small(5_000), &mut ctr, &mut TcpShared::default());
+    dispatch(&mut c, now, &mut ctr);
+    // The next write's skbs: 5001..15001 and 15001..25001. Packets of two
+    // segments (a 100 ms path) from 5001 on, none cut at 10001.
+    c.send(&[0; 20_000]).unwrap();
+    let out = dispatch(&mut c, now, &mut ctr);
+    assert_eq!(out.first().map(|s| s.0), Some(5_000));
+    assert_eq!(out.len(), 10, "cwnd 10 (5 segments out did not fill it)");
+    let want: Vec<bool> = (1..=10).map(|i| i % 2 == 0).collect();
+    assert_eq!(pshs(&out), want);
+}
+
 #[test]
 fn sack_of_part_of_a_segment_marks_nothing() {
     let mut ctr = TcpCounters::default();

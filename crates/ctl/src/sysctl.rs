@@ -94,6 +94,7 @@ pub fn get(t: &Tunables, name: &str) -> Option<String> {
             EcnMode::Passive => "2".into(),
         },
         "tcp_min_tso_segs" => c.min_tso_segs.to_string(),
+        "tcp_slow_start_after_idle" => b(c.slow_start_after_idle),
         // Linux shows "no limit" as 4294967295.
         "tcp_notsent_lowat" => t.notsent_lowat.unwrap_or(u32::MAX).to_string(),
         "ip_default_ttl" => t.ip_default_ttl.to_string(),

@@ -34,6 +34,7 @@ pub const NAMES: &[&str] = &[
     "tcp_notsent_lowat",
     "tcp_min_tso_segs",
     "tcp_ecn",
+    "tcp_slow_start_after_idle",
     "ip_default_ttl",
 ];
 
@@ -192,6 +193,7 @@ pub fn apply(t: &mut Tunables, name: &str, value: &str) -> Result<(), SysctlErro
                 _ => return Err(bad()),
             }
         }
+        "tcp_slow_start_after_idle" => cfg.slow_start_after_idle = one()? != 0,
         "tcp_min_tso_segs" => {
             cfg.min_tso_segs = match one()? {
                 v @ 1..=255 => u8::try_from(v).map_err(|_| bad())?,
@@ -237,6 +239,18 @@ mod tests {
         assert_eq!(t.tcp.min_tso_segs, 10);
         assert!(apply(&mut t, "tcp_min_tso_segs", "0").is_err());
         assert!(NAMES.contains(&"tcp_ecn") && NAMES.contains(&"tcp_min_tso_segs"));
+    }
+
+    #[test]
+    fn tcp_slow_start_after_idle() {
+        let mut t = Tunables::default();
+        assert!(t.tcp.slow_start_after_idle, "Linux's default, 1");
+        apply(&mut t, "tcp_slow_start_after_idle", "0").unwrap();
+        assert!(!t.tcp.slow_start_after_idle);
+        apply(&mut t, "tcp_slow_start_after_idle", "1").unwrap();
+        assert!(t.tcp.slow_start_after_idle);
+        assert!(apply(&mut t, "tcp_slow_start_after_idle", "x").is_err());
+        assert!(NAMES.contains(&"tcp_slow_start_after_idle"));
     }
 
     #[test]

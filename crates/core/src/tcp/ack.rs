@@ -33,6 +33,15 @@ pub(super) struct Snd {
     pub(super) sml: SeqNum,
     pub(super) max_wnd: usize,
     pub(super) queue: SendQueue,
+    /// Where Linux's skbs begin (`tcp_sendmsg` fills skbs of `size_goal`
+    /// bytes): at the first data byte, and again where a write starts
+    /// with everything before it sent (the write queue is empty then, so
+    /// the write opens a new skb). Kept as that point's offset from the
+    /// first data byte modulo the size goal of the time (a u16: the goal
+    /// is at most 64 KB, and the connection's size is budgeted). Linux
+    /// 6.10 and later may also move data from the next unsent skb into
+    /// the one going out (`tcp_grow_skb`), which is not modelled.
+    pub(super) skb_phase: u16,
 }
 
 /// Congestion control and how much of cwnd was used.

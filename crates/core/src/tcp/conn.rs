@@ -407,6 +407,8 @@ pub(super) struct Params {
     pub(super) rfc1337: bool,
     /// `TcpConfig::min_tso_segs` (at least 1).
     pub(super) min_tso_segs: u8,
+    /// `TcpConfig::slow_start_after_idle`.
+    pub(super) slow_start_after_idle: bool,
 }
 
 impl Params {
@@ -434,6 +436,7 @@ impl Params {
             base_mss: cfg.base_mss,
             mtu_probe_floor: cfg.mtu_probe_floor,
             min_tso_segs: cfg.min_tso_segs.max(1),
+            slow_start_after_idle: cfg.slow_start_after_idle,
         }
     }
 }
@@ -582,6 +585,7 @@ impl Connection {
                 sml: iss,
                 max_wnd: 0,
                 queue: SendQueue::new(cfg.snd_buf_initial.clamp(1, cfg.snd_buf.max(1)), iss + 1u32),
+                skb_phase: 0,
             },
             rcv: Rcv {
                 nxt: SeqNum(0),
@@ -1258,7 +1262,20 @@ impl Connection {
     pub fn send(&mut self, data: &[u8]) -> Result<usize, TcpError> {
         self.check_send()?;
         self.check_app_limited();
+        self.note_write_start();
         Ok(self.snd.queue.ring.push(data))
+    }
+
+    /// A write that finds everything queued already sent opens a new skb
+    /// on Linux (`tcp_sendmsg`: the write queue is empty, nothing to fill
+    /// up): the skbs it is cut into count from here ([`Snd::skb_phase`]).
+    fn note_write_start(&mut self) {
+        let end = self.snd.queue.seq + self.snd.queue.ring.len();
+        if self.snd.max == end {
+            let goal = self.size_goal().max(1);
+            let off = end.wrapping_sub(self.snd.iss + 1u32) as usize;
+            self.snd.skb_phase = u16::try_from(off % goal).unwrap_or(0);
+        }
     }
 
     /// Queue data written in place: `f` is lent up to `max` bytes of free
@@ -1276,6 +1293,7 @@ impl Connection {
     ) -> Result<usize, TcpError> {
         self.check_send()?;
         self.check_app_limited();
+        self.note_write_start();
         Ok(self.snd.queue.ring.write_with(max, f))
     }
 

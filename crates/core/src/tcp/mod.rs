@@ -326,6 +326,10 @@ pub struct TcpConfig {
     /// request it on active opens, accept it on passive ones, or neither.
     /// Default: accept only, as Linux (`tcp_ecn` = 2).
     pub ecn: EcnMode,
+    /// Restart cwnd after an idle period longer than the RTO (RFC 5681
+    /// 4.1; Linux `tcp_slow_start_after_idle`, default 1). Off, the window
+    /// survives the pause (packetdrill's `defaults.sh` turns it off).
+    pub slow_start_after_idle: bool,
 }
 
 impl Default for TcpConfig {
@@ -365,6 +369,7 @@ impl Default for TcpConfig {
             probe_interval: Duration::from_secs(600),
             min_tso_segs: 2,
             ecn: EcnMode::Passive,
+            slow_start_after_idle: true,
         }
     }
 }

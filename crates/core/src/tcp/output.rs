@@ -316,11 +316,13 @@ impl Connection {
             }
             // Linux's packets are pieces of its skbs (`tso_fragment` only
             // splits): none spans the end of one the write was cut into
-            // (`size_goal`, counted from the first data byte).
+            // (`size_goal`, counted from the first data byte or from where
+            // a write found everything before it sent, `Snd::skb_phase`).
             let goal = self.size_goal().max(1);
             let to_skb_end = {
                 let start = self.snd.max.wrapping_sub(self.snd.iss + 1u32) as usize;
-                goal - start % goal
+                let phase = usize::from(self.snd.skb_phase) % goal;
+                goal - (start % goal + goal - phase) % goal
             };
             let tso_cap = if out.tso_max > 0 {
                 out.tso_max.min(pkt_max.saturating_sub(pkt)).min(to_skb_end)
@@ -641,9 +643,12 @@ impl Connection {
     }
 
     /// RFC 5681 4.1 (Linux `tcp_cwnd_restart`): sending again after more
-    /// than an RTO with nothing in flight restarts cwnd.
+    /// than an RTO with nothing in flight restarts cwnd, unless
+    /// `tcp_slow_start_after_idle` is off (Linux
+    /// `tcp_slow_start_after_idle_check`).
     fn restart_after_idle(&mut self, now: Instant) {
-        if self.snd.max == self.snd.una
+        if self.cfg.slow_start_after_idle
+            && self.snd.max == self.snd.una
             && now.saturating_duration_since(self.timers.last_send_at) > self.rtx.rtt.rto()
         {
             self.cong.cc.on_idle(now, self.max_payload_base());
