@@ -660,10 +660,19 @@ unsafe extern "C" fn pd_usleep(p: *mut c_void, usec: libc::useconds_t) -> c_int 
         sync_route(&mut h);
         let t = h.now() + Duration::from_micros(u64::from(usec));
         h.advance_to(t);
+        c.notify();
+        // What the move completed is done before packetdrill's main
+        // thread goes on (see `Ctx::quiesce`).
+        drop(c.quiesce(h, QUIESCE_GUARD));
     }
     c.notify();
     0
 }
+
+/// Longest real time `usleep` waits for packetdrill's other thread to
+/// finish what a completed blocking call left it to do (a guard, not a
+/// timing: it finishes in microseconds).
+const QUIESCE_GUARD: std::time::Duration = std::time::Duration::from_millis(500);
 
 unsafe extern "C" fn pd_gettimeofday(
     p: *mut c_void,

@@ -286,6 +286,33 @@ impl Ctx {
         g
     }
 
+    /// After moving a virtual clock: let every blocked caller the move
+    /// completed return and call again ([`Ctx::settle`]), then wait (in
+    /// real time, up to `guard`) until no other thread that has called
+    /// this library is running: one that returned from a blocking call
+    /// may have more to do outside it before the caller goes on.
+    /// packetdrill's syscall thread, for one, records an `accept`'s new
+    /// descriptor under packetdrill's own lock, which its main thread
+    /// takes again as soon as `usleep` returns; had the main thread won,
+    /// a `%{ python }%` block at the next event read `TCP_INFO` from a
+    /// socket without its descriptor.
+    pub fn quiesce<'a>(
+        &'a self,
+        g: MutexGuard<'a, Host>,
+        guard: std::time::Duration,
+    ) -> MutexGuard<'a, Host> {
+        if !self.virtual_clock {
+            return g;
+        }
+        let g = self.settle(g);
+        drop(g);
+        let start = std::time::Instant::now();
+        while self.others_runnable() && start.elapsed() < guard {
+            std::thread::yield_now();
+        }
+        self.lock()
+    }
+
     /// Run `op` until it does not block (`EAGAIN` on a blocking `fd`), the
     /// timeout passes (`EAGAIN`), or it fails.
     fn blocking<T>(
