@@ -17,11 +17,7 @@ pub struct Namespaces(Vec<String>);
 impl Namespaces {
     /// `ip netns add NAME` with its loopback up.
     pub fn add(&mut self, name: &str) -> Result<()> {
-        termination::register_netns(name);
-        if let Err(e) = ip(&["netns", "add", name]) {
-            termination::forget_netns(name);
-            return Err(e.context("cannot create a network namespace (need root)"));
-        }
+        termination::add_netns(name).context("cannot create a network namespace (need root)")?;
         self.0.push(name.to_string());
         ip(&["-n", name, "link", "set", "lo", "up"])
     }

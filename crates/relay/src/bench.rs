@@ -1424,13 +1424,7 @@ struct Netns(String);
 
 impl Netns {
     fn add(name: String) -> anyhow::Result<Netns> {
-        crate::termination::register_netns(&name);
-        let st = Command::new("ip").args(["netns", "add", &name]).status();
-        if !st.as_ref().is_ok_and(|s| s.success()) {
-            crate::termination::forget_netns(&name);
-            st.context("cannot run ip")?;
-            bail!("ip netns add {name} failed");
-        }
+        crate::termination::add_netns(&name).context("cannot create a network namespace")?;
         Ok(Netns(name))
     }
     fn path(&self) -> String {

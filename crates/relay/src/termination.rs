@@ -79,40 +79,53 @@ pub fn wait_termination(timeout: Option<Duration>) -> Option<i32> {
 }
 
 /// The namespaces this process made and has not deleted yet
-/// ([`register_netns`]): what [`clean_up_on_termination`] deletes.
+/// ([`add_netns`]): what [`clean_up_on_termination`] deletes.
 static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn live() -> MutexGuard<'static, Vec<String>> {
     LIVE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Note a namespace about to be made (`ip netns add`): call it before
-/// making it, so that a clean-up in between deletes it too (deleting one
-/// not made yet is harmless).
-pub fn register_netns(name: &str) {
+/// `ip netns add NAME`, on the clean-up list from before the call, so that
+/// a clean-up in between deletes it too (deleting one not made yet is
+/// harmless), and off it again if the call fails (the name may be
+/// another's). The error carries ip(8)'s message.
+pub fn add_netns(name: &str) -> io::Result<()> {
     live().push(name.to_string());
+    let made = Command::new("ip").args(["netns", "add", name]).output();
+    match made {
+        Ok(out) if out.status.success() => Ok(()),
+        other => {
+            live().retain(|n| n != name);
+            Err(match other {
+                Ok(out) => io::Error::other(format!(
+                    "ip netns add {name}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )),
+                Err(e) => e,
+            })
+        }
+    }
 }
 
-/// Take a namespace off the clean-up list (its `ip netns add` failed: the
-/// name may be another's).
-pub fn forget_netns(name: &str) {
+/// `ip netns del NAME` (errors ignored: it may be gone already), and off
+/// the clean-up list.
+pub fn delete_netns(name: &str) {
+    ip_netns_del(name);
     live().retain(|n| n != name);
 }
 
-/// `ip netns del NAME` (errors ignored: it may be gone already), and no
-/// longer on the clean-up list.
-pub fn delete_netns(name: &str) {
+fn ip_netns_del(name: &str) {
     let _ = Command::new("ip")
         .args(["netns", "del", name])
         .stderr(Stdio::null())
         .status();
-    forget_netns(name);
 }
 
 /// For a command that makes namespaces and runs programs in them (the
 /// benchmarks): on SIGINT or SIGTERM, instead of dying with them left
 /// behind, SIGKILL every process it started (and theirs), delete the
-/// namespaces registered with [`register_netns`] and exit with 128 + the
+/// namespaces made with [`add_netns`] and exit with 128 + the
 /// signal, as a shell reports a process killed by it. Call it before any
 /// thread is spawned: it blocks the two signals in the calling thread, so
 /// in every thread made after it (children start with the default mask),
@@ -127,14 +140,11 @@ pub fn clean_up_on_termination() -> io::Result<()> {
                 return;
             };
             eprintln!("ustack: signal {sig}: removing the benchmark's namespaces and processes");
-            // Held until the exit: no namespace can be registered meanwhile.
+            // Held until the exit: no namespace can be added meanwhile.
             let names = live();
             kill_descendants();
             for n in names.iter() {
-                let _ = Command::new("ip")
-                    .args(["netns", "del", n])
-                    .stderr(Stdio::null())
-                    .status();
+                ip_netns_del(n);
             }
             std::process::exit(128 + sig);
         })?;
