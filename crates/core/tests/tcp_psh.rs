@@ -151,6 +151,20 @@ fn a_one_segment_packet_is_pushed_only_at_the_end_of_a_write() {
     assert!(out[0].2, "the last byte written is pushed");
 }
 
+/// A sender whose cwnd grew to at least 20 segments (10,000 bytes sent
+/// and acknowledged), then 2 s idle: the connection and the time now.
+fn grown_then_idle(cfg: TcpConfig, ctr: &mut TcpCounters) -> (Connection, Instant) {
+    let mut c = sender(cfg, true, ctr);
+    let mut now = Instant::ZERO + RTT;
+    c.send(&[0; 10_000]).unwrap();
+    dispatch(&mut c, now, ctr);
+    now += RTT;
+    c.process(now, &peer(10_000, None), ctr, &mut TcpShared::default());
+    dispatch(&mut c, now, ctr);
+    assert!(c.cwnd() >= 20 * MSS as usize);
+    (c, now + Duration::from_secs(2))
+}
+
 #[test]
 fn idle_restart_shrinks_the_packet_before_it_is_sized() {
     let mut ctr = TcpCounters::default();
@@ -158,21 +172,7 @@ fn idle_restart_shrinks_the_packet_before_it_is_sized() {
         min_tso_segs: 10,
         ..TcpConfig::default()
     };
-    let mut c = sender(cfg, true, &mut ctr);
-    let mut now = Instant::ZERO + RTT;
-    // Grow cwnd to 20 and go idle.
-    c.send(&[0; 10_000]).unwrap();
-    dispatch(&mut c, now, &mut ctr);
-    now += RTT;
-    c.process(
-        now,
-        &peer(10_000, None),
-        &mut ctr,
-        &mut TcpShared::default(),
-    );
-    dispatch(&mut c, now, &mut ctr);
-    assert!(c.cwnd() >= 20 * MSS as usize);
-    now += Duration::from_secs(2);
+    let (mut c, now) = grown_then_idle(cfg, &mut ctr);
     c.send(&[0; 20_000]).unwrap();
     let out = dispatch(&mut c, now, &mut ctr);
     assert_eq!(c.cwnd(), 10 * MSS as usize, "restarted");
@@ -192,21 +192,8 @@ fn no_restart_after_idle_when_the_tunable_is_off() {
         slow_start_after_idle: false,
         ..TcpConfig::default()
     };
-    let mut c = sender(cfg, true, &mut ctr);
-    let mut now = Instant::ZERO + RTT;
-    c.send(&[0; 10_000]).unwrap();
-    dispatch(&mut c, now, &mut ctr);
-    now += RTT;
-    c.process(
-        now,
-        &peer(10_000, None),
-        &mut ctr,
-        &mut TcpShared::default(),
-    );
-    dispatch(&mut c, now, &mut ctr);
+    let (mut c, now) = grown_then_idle(cfg, &mut ctr);
     let cwnd = c.cwnd();
-    assert!(cwnd >= 20 * MSS as usize);
-    now += Duration::from_secs(2);
     c.send(&[0; 30_000]).unwrap();
     let out = dispatch(&mut c, now, &mut ctr);
     assert_eq!(c.cwnd(), cwnd, "not restarted");
