@@ -934,17 +934,19 @@ fn tcp_segments(out: &[(MacAddr, Ipv6Repr, Vec<u8>)]) -> Vec<ustack_wire::tcp::T
         .collect()
 }
 
-/// Polls `s` at each of its deadlines until `done` holds or `limit` of
-/// virtual time passed; returns (polls, virtual time taken).
-fn run_until_or(
+/// Polls `s` at each of its deadlines (for at most an hour of virtual
+/// time) until connection `h` is closed; checks it failed with
+/// EHOSTUNREACH and returns (polls, virtual time taken).
+fn run_until_unreachable(
     s: &mut Stack,
+    h: ustack_core::TcpHandle,
     start: Instant,
-    limit: Duration,
-    mut done: impl FnMut(&mut Stack) -> bool,
 ) -> (usize, Duration) {
+    use ustack_core::tcp::{State, TcpError};
+    let closed = |s: &Stack| s.tcp_status(h).map_or(true, |st| st.state == State::Closed);
     let mut t = start;
     let mut polls = 0;
-    while !done(s) && t < start + limit && polls < 100_000 {
+    while !closed(s) && t < start + Duration::from_secs(3600) && polls < 100_000 {
         match s.poll_at() {
             Some(at) => t = at.max(t),
             None => break,
@@ -952,12 +954,18 @@ fn run_until_or(
         let _ = poll(s, t);
         polls += 1;
     }
-    (polls, t - start)
+    let took = t - start;
+    assert_eq!(
+        s.tcp_recv(h, &mut [0u8; 8]),
+        Err(TcpError::HostUnreachable),
+        "after {polls} polls and {took:?}"
+    );
+    (polls, took)
 }
 
 #[test]
 fn a_connection_whose_route_goes_away_times_out_instead_of_retrying_every_10_ms() {
-    use ustack_core::tcp::{State, TcpError};
+    use ustack_core::tcp::State;
     use ustack_wire::tcp::{SeqNum, TcpRepr};
     // An established connection to a host behind the default router; the
     // router withdraws and the connection has data to send. Each segment
@@ -990,15 +998,7 @@ fn a_connection_whose_route_goes_away_times_out_instead_of_retrying_every_10_ms(
     assert!(s.ipv6_default_routers().is_empty());
     assert_eq!(s.tcp_send(h, &[1u8; 1000]), Ok(1000));
     let before = c(&s, "Ip6", "OutNoRoutes");
-    let (polls, took) = run_until_or(&mut s, now, Duration::from_secs(3600), |s| {
-        s.tcp_status(h).is_err() || s.tcp_status(h).unwrap().state == State::Closed
-    });
-    let mut buf = [0u8; 8];
-    assert_eq!(
-        s.tcp_recv(h, &mut buf),
-        Err(TcpError::HostUnreachable),
-        "after {polls} polls and {took:?}"
-    );
+    let (polls, took) = run_until_unreachable(&mut s, h, now);
     // 15 probes backed off from 200 ms up to the 120 s cap: about 16
     // minutes, as Linux.
     assert!(
@@ -1019,14 +1019,7 @@ fn a_connection_whose_route_goes_away_times_out_instead_of_retrying_every_10_ms(
         .tcp_connect6(now, SocketAddrV6::new(FAR, 80, 0, 0), None)
         .unwrap();
     let _ = receive(&mut s, now, &ra(0, 3600, 1800, None));
-    let (polls, took) = run_until_or(&mut s, now, Duration::from_secs(3600), |s| {
-        s.tcp_status(h).is_err() || s.tcp_status(h).unwrap().state == State::Closed
-    });
-    assert_eq!(
-        s.tcp_recv(h, &mut buf),
-        Err(TcpError::HostUnreachable),
-        "after {polls} polls and {took:?}"
-    );
+    let (polls, took) = run_until_unreachable(&mut s, h, now);
     assert!(
         took > Duration::from_secs(60) && took < Duration::from_secs(300),
         "{took:?}"
