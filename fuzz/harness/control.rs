@@ -3,10 +3,9 @@
 //! inputs (`ustack-relay`) and the IPC domains in shared memory
 //! (`ustack-ipc`).
 
-use std::os::unix::fs::FileExt;
-
 use ustack_ctl::proto::Request;
 use ustack_ctl::sysctl;
+use ustack_ipc::debug::RawMapping;
 use ustack_ipc::{Domain, DomainConfig, Message, MsgKind, ARENA_CHUNK};
 use ustack_relay::dns::first_nameserver;
 use ustack_relay::PortForward;
@@ -126,25 +125,30 @@ pub fn relay_config(data: &[u8]) {
 /// The first 64 bytes are also decoded as a [`Message`] (the fixed cache
 /// line endpoints exchange): its kind and payload words read as documented.
 /// Then a real domain's file image (4 endpoint slots, two bound, one arena
-/// chunk; made once per thread) is patched at input-chosen offsets of its
-/// control part (header, slots, chunk table), written over the control part
-/// of the thread's domain file in /dev/shm (kept between inputs: the arena
-/// after it holds only buffer data, never read as structure, so an input's
-/// outcome depends on its own bytes alone) and opened with `Domain::open`,
-/// which must refuse it or serve the introspection (`info`), the liveness
-/// scan and an arena allocation, write and read without crashing.
+/// chunk; made once per thread and mapped once) has its control part
+/// (header, slots, chunk table) restored and patched at input-chosen offsets
+/// by plain writes into the thread's mapping of it (the arena after it holds
+/// only buffer data, never read as structure, so an input's outcome depends
+/// on its own bytes alone), and is opened from that mapping with
+/// `RawMapping::open`, the validation and construction `Domain::open` runs
+/// once it has mapped the file; every 256th input goes through
+/// `Domain::open` itself (open, fstat, mmap). The domain must be refused or
+/// serve the introspection (`info`), the liveness scan and an arena
+/// allocation, write and read without crashing.
 pub fn ipc_domain(data: &[u8]) {
     let mut m = [0u8; 64];
     let n = data.len().min(64);
     m[..n].copy_from_slice(&data[..n]);
     message(&m);
 
-    IPC_FILE.with(|f| {
+    IPC_FILE.with_borrow_mut(|f| {
         let Some(f) = f else {
             return;
         };
-        let mut img = f.control.clone();
-        let control = img.len();
+        if f.map.write_at(0, &f.control).is_err() {
+            return;
+        }
+        let control = f.control.len();
         let mut inp = super::stack::Input::new(data);
         let mut patches = 0;
         while !inp.is_empty() && patches < 64 {
@@ -153,19 +157,24 @@ pub fn ipc_domain(data: &[u8]) {
             let len = usize::from(inp.u8() % 32);
             let b = inp.bytes(len);
             let end = (off + b.len()).min(control);
-            img[off..end].copy_from_slice(&b[..end - off]);
+            if f.map.write_at(off, &b[..end - off]).is_err() {
+                return;
+            }
         }
-        if f.file.write_all_at(&img, 0).is_err() {
-            return;
-        }
-        open_domain(&f.name, &mut inp);
+        f.opens = f.opens.wrapping_add(1);
+        let dom = if f.opens % 256 == 0 {
+            Domain::open(&f.name)
+        } else {
+            f.map.open()
+        };
+        open_domain(dom, &mut inp);
     });
 }
 
 /// `Domain::open` on a patched image: refused, or every read-side call and
 /// one arena round trip work.
-fn open_domain(name: &str, inp: &mut super::stack::Input) {
-    if let Ok(dom) = Domain::open(name) {
+fn open_domain(dom: ustack_ipc::Result<Domain>, inp: &mut super::stack::Input) {
+    if let Ok(dom) = dom {
         let info = dom.info();
         assert_eq!(info.max_endpoints, dom.max_endpoints());
         assert!(info.endpoints.len() <= dom.max_endpoints() as usize);
@@ -214,13 +223,15 @@ fn thread_id() -> u64 {
 }
 
 /// One thread's domain file: a real domain's image (4 endpoint slots, two
-/// bound, one arena chunk) left in /dev/shm under `name`, and the pristine
-/// bytes of its control part (all but the arena's chunk), which every input
-/// patches and writes back over the file's start.
+/// bound, one arena chunk) left in /dev/shm under `name` and mapped once, and
+/// the pristine bytes of its control part (all but the arena's chunk), which
+/// every input writes back over the mapping's start and patches.
 struct IpcFile {
     name: String,
-    file: std::fs::File,
+    map: RawMapping,
     control: Vec<u8>,
+    /// Inputs run so far (every 256th opens the file with `Domain::open`).
+    opens: u32,
 }
 
 impl Drop for IpcFile {
@@ -257,14 +268,16 @@ fn ipc_file() -> Option<IpcFile> {
         .min(image.len());
     // The file every input of this thread opens: the whole image once.
     std::fs::write(&path, &image).ok()?;
-    let file = std::fs::OpenOptions::new().write(true).open(&path).ok()?;
+    let map = RawMapping::map(&name).ok()?;
     Some(IpcFile {
         name,
-        file,
+        map,
         control: image[..control].to_vec(),
+        opens: 0,
     })
 }
 
 thread_local! {
-    static IPC_FILE: Option<IpcFile> = ipc_file();
+    static IPC_FILE: std::cell::RefCell<Option<IpcFile>> =
+        std::cell::RefCell::new(ipc_file());
 }

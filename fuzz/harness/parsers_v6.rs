@@ -235,15 +235,17 @@ pub fn dhcpv4(data: &[u8]) {
     let _ = (o.subnet_mask(), o.routers(), o.dns_servers());
     let _ = (o.parameter_request_list(), o.client_id(), o.hostname());
     let _ = (repr.client_mac(), repr.broadcast(), repr.to_string());
-    let len: usize = o.iter().map(|x| x.buffer_len()).sum();
+    // Decoded once, used for the length, the rewrite and the comparison.
+    let opts: Vec<_> = o.iter().collect();
+    let len: usize = opts.iter().map(|x| x.buffer_len()).sum();
     let mut buf = vec![0u8; len + 1];
     let mut w = Dhcpv4OptionWriter::new(&mut buf);
-    for x in o.iter() {
-        w.put(&x).expect("a parsed option re-emits");
+    for x in &opts {
+        w.put(x).expect("a parsed option re-emits");
     }
     let area = w.finish(0).expect("room for End");
     let back = Dhcpv4Options::new_checked(area).expect("written options are valid");
-    assert!(back.iter().eq(o.iter()));
+    assert!(back.iter().eq(opts.iter().copied()));
 }
 
 /// DHCPv6: parse; re-emit to the same bytes; each option (and each nested

@@ -230,34 +230,103 @@ impl Default for DomainConfig {
     }
 }
 
-pub(crate) struct Mapping {
+/// A domain file mapped into this process: the bytes every process of the domain shares,
+/// and what names it. Unmapped when the last [`Mapping`] (or [`RawMapping`]) on it goes.
+pub(crate) struct Region {
     base: *mut u8,
     len: usize,
     file: std::fs::File,
-    arena_table_off: usize,
-    arena_chunks: usize,
-    arena_off: usize,
     name: String,
     path: PathBuf,
     ino: u64,
     dev: u64,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics or under the
+// ownership protocol of the slots; the raw pointer itself is immutable after creation.
+unsafe impl Send for Region {}
+// SAFETY: see above.
+unsafe impl Sync for Region {}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: base/len come from a successful mmap and nothing borrows the mapping any
+        // more (every Mapping/RawMapping holding the Arc is gone).
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// A domain as one process sees it: the region and the layout read from (and validated
+/// in) its header when it was opened or created.
+pub(crate) struct Mapping {
+    /// `region.base`, kept here for the hot path.
+    base: *mut u8,
+    region: Arc<Region>,
+    arena_table_off: usize,
+    arena_chunks: usize,
+    arena_off: usize,
     max: u32,
     tag: u32,
     max_copy: u64,
     nwords: usize,
 }
 
-// SAFETY: the mapping is shared memory accessed only through atomics or under the
-// ownership protocol of the slots; the raw pointer itself is immutable after creation.
+// SAFETY: as for Region: `base` is the region's pointer, which the Arc keeps mapped.
 unsafe impl Send for Mapping {}
 // SAFETY: see above.
 unsafe impl Sync for Mapping {}
 
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: base/len come from a successful mmap and nothing borrows the mapping any
-        // more (every Domain/Endpoint holding the Arc is gone).
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+/// A domain's file mapped once, for fuzzing the read side of [`Domain::open`] without its
+/// system calls: the caller rewrites the bytes between opens (as another process could)
+/// and [`RawMapping::open`] runs the same validation and construction as `Domain::open`.
+/// Not part of the stable API.
+#[doc(hidden)]
+pub struct RawMapping {
+    region: Arc<Region>,
+}
+
+impl RawMapping {
+    /// Map the file of domain `name` as [`Domain::open`] does (no validation yet).
+    pub fn map(name: &str) -> Result<RawMapping> {
+        Ok(RawMapping {
+            region: Arc::new(map_domain_file(name)?),
+        })
+    }
+
+    /// Length of the mapping (the file's size when mapped).
+    pub fn len(&self) -> usize {
+        self.region.len
+    }
+
+    /// Is the mapping empty? (Never: a file shorter than the header is refused.)
+    pub fn is_empty(&self) -> bool {
+        self.region.len == 0
+    }
+
+    /// Overwrite the bytes at `off` with `data` by plain memory writes. Refused
+    /// (`Error::Os(EBUSY)`) while a [`Domain`] opened from this mapping (or anything holding
+    /// one) lives, and ([`Error::BadAddress`]) if the range is not inside the mapping.
+    pub fn write_at(&mut self, off: usize, data: &[u8]) -> Result<()> {
+        let len = self.region.len;
+        let Some(r) = Arc::get_mut(&mut self.region) else {
+            return Err(Error::Os(libc::EBUSY));
+        };
+        match off.checked_add(data.len()) {
+            Some(end) if end <= len => {}
+            _ => return Err(Error::BadAddress),
+        }
+        // SAFETY: [off, off + data.len()) lies inside the mapping (checked), which is
+        // readable and writable; no reference into it exists in this process (the Arc is
+        // unique, so no Domain, endpoint or buffer of it lives). Other processes that map
+        // the file can only see torn bytes, as with any write to shared memory.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), r.base.add(off), data.len()) };
+        Ok(())
+    }
+
+    /// Validate the mapping's bytes as a domain and open it: exactly what
+    /// [`Domain::open`] does once the file is mapped.
+    pub fn open(&self) -> Result<Domain> {
+        Domain::from_region(self.region.clone())
     }
 }
 
@@ -283,7 +352,7 @@ pub struct Domain {
 impl std::fmt::Debug for Domain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Domain")
-            .field("name", &self.m.name)
+            .field("name", &self.m.region.name)
             .field("tag", &self.m.tag)
             .finish()
     }
@@ -412,10 +481,10 @@ impl Domain {
         // never raise SIGBUS on a full /dev/shm; arena pages are reserved per allocation.
         fallocate(&file, 0, arena_off).map_err(cleanup)?;
         let tag = Self::pick_tag(name);
-        let mut m = map_file(file, len, name, &path).map_err(cleanup)?;
+        let r = map_file(file, len, name, &path).map_err(cleanup)?;
         // SAFETY: the mapping is fresh, private to us until published, zero-filled and at
         // least HEADER_SIZE bytes long; Header fits (checked at compile time).
-        let h = unsafe { &mut *(m.base as *mut Header) };
+        let h = unsafe { &mut *(r.base as *mut Header) };
         h.version = VERSION;
         h.max_endpoints = cfg.max_endpoints;
         h.tag = tag;
@@ -431,11 +500,17 @@ impl Domain {
         let n = name.len().min(63);
         h.name[..n].copy_from_slice(&name.as_bytes()[..n]);
         h.magic.store(MAGIC, Ordering::Release);
-        m.tag = tag;
-        m.max = cfg.max_endpoints;
-        m.max_copy = cfg.max_copy;
-        m.nwords = (cfg.max_endpoints as usize).div_ceil(64);
-        (m.arena_table_off, m.arena_chunks, m.arena_off) = (table_off, chunks, arena_off);
+        let m = Mapping {
+            base: r.base,
+            region: Arc::new(r),
+            arena_table_off: table_off,
+            arena_chunks: chunks,
+            arena_off,
+            max: cfg.max_endpoints,
+            tag,
+            max_copy: cfg.max_copy,
+            nwords: (cfg.max_endpoints as usize).div_ceil(64),
+        };
         // Publish atomically: link() fails if the name exists.
         loop {
             match std::fs::hard_link(&tmp, &path) {
@@ -485,24 +560,21 @@ impl Domain {
 
     /// Open an existing domain.
     pub fn open(name: &str) -> Result<Domain> {
-        if !valid_name(name) {
-            return Err(Error::InvalidArgument);
-        }
-        let path = path_of(name);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io_err)?;
-        let len = file.metadata().map_err(io_err)?.len() as usize;
+        Self::from_region(Arc::new(map_domain_file(name)?))
+    }
+
+    /// Validate a mapped domain file (which any process may have written) and make the
+    /// handle on it. The one place `open` (and the fuzzer, through [`RawMapping`])
+    /// checks the header.
+    fn from_region(r: Arc<Region>) -> Result<Domain> {
+        let len = r.len;
         if len < HEADER_SIZE {
             return Err(Error::Corrupt);
         }
-        let mut m = map_file(file, len, name, &path)?;
-        // SAFETY: the mapping is at least HEADER_SIZE bytes; header fields other than the
-        // atomics are written once before `magic` is published (and the file is only
-        // visible under its name after that, see create).
-        let h = unsafe { &*(m.base as *const Header) };
+        // SAFETY: the mapping is at least HEADER_SIZE bytes (checked above); header fields
+        // other than the atomics are written once before `magic` is published (and the
+        // file is only visible under its name after that, see create).
+        let h = unsafe { &*(r.base as *const Header) };
         if h.magic.load(Ordering::Acquire) != MAGIC
             || h.version != VERSION
             || h.slot_size as usize != std::mem::size_of::<Slot>()
@@ -522,16 +594,17 @@ impl Domain {
         {
             return Err(Error::Corrupt);
         }
-        let (tag, max, max_copy) = (h.tag, h.max_endpoints, h.max_copy);
-        (m.arena_table_off, m.arena_chunks, m.arena_off) = (
-            h.arena_table_off as usize,
-            h.arena_chunks as usize,
-            h.arena_off as usize,
-        );
-        m.tag = tag;
-        m.max = max;
-        m.max_copy = max_copy;
-        m.nwords = (max as usize).div_ceil(64);
+        let m = Mapping {
+            base: r.base,
+            arena_table_off: h.arena_table_off as usize,
+            arena_chunks: h.arena_chunks as usize,
+            arena_off: h.arena_off as usize,
+            max: h.max_endpoints,
+            tag: h.tag,
+            max_copy: h.max_copy,
+            nwords: (h.max_endpoints as usize).div_ceil(64),
+            region: r,
+        };
         Ok(Domain { m: Arc::new(m) })
     }
 
@@ -569,9 +642,9 @@ impl Domain {
     pub fn end(&self) -> Result<()> {
         self.mark_ended();
         // Only unlink the path if it is still our segment (not a newer domain of that name).
-        if let Ok(md) = std::fs::metadata(&self.m.path) {
-            if md.ino() == self.m.ino && md.dev() == self.m.dev {
-                let _ = std::fs::remove_file(&self.m.path);
+        if let Ok(md) = std::fs::metadata(&self.m.region.path) {
+            if md.ino() == self.m.region.ino && md.dev() == self.m.region.dev {
+                let _ = std::fs::remove_file(&self.m.region.path);
             }
         }
         Ok(())
@@ -605,7 +678,7 @@ impl Domain {
 
     /// The shared-memory file of this domain (under `/dev/shm`).
     pub fn path(&self) -> &std::path::Path {
-        &self.m.path
+        &self.m.region.path
     }
 
     /// Has the domain been ended?
@@ -615,7 +688,7 @@ impl Domain {
 
     /// Name of the domain.
     pub fn name(&self) -> &str {
-        &self.m.name
+        &self.m.region.name
     }
 
     /// The 15-bit tag that prefixes this domain's endpoint numbers.
@@ -730,7 +803,7 @@ impl Domain {
 
     /// Allocate the pages of `[off, off+len)` of the arena in /dev/shm.
     pub(crate) fn reserve_pages(&self, off: usize, len: usize) -> Result<()> {
-        fallocate(&self.m.file, self.m.arena_off + off, len)
+        fallocate(&self.m.region.file, self.m.arena_off + off, len)
     }
 
     /// Return the pages of `[off, off+len)` of the arena to the system (best effort).
@@ -739,7 +812,7 @@ impl Domain {
         // SAFETY: fallocate on our own descriptor; punching a hole only affects the file.
         unsafe {
             libc::fallocate(
-                self.m.file.as_raw_fd(),
+                self.m.region.file.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 (self.m.arena_off + off) as libc::off_t,
                 len as libc::off_t,
@@ -900,12 +973,26 @@ fn fallocate(file: &std::fs::File, off: usize, len: usize) -> Result<()> {
     Ok(())
 }
 
-fn map_file(
-    file: std::fs::File,
-    len: usize,
-    name: &str,
-    path: &std::path::Path,
-) -> Result<Mapping> {
+/// Open and map the file of domain `name` (read-write, shared), as `Domain::open` does
+/// before it validates the contents.
+fn map_domain_file(name: &str) -> Result<Region> {
+    if !valid_name(name) {
+        return Err(Error::InvalidArgument);
+    }
+    let path = path_of(name);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io_err)?;
+    let len = file.metadata().map_err(io_err)?.len() as usize;
+    if len < HEADER_SIZE {
+        return Err(Error::Corrupt);
+    }
+    map_file(file, len, name, &path)
+}
+
+fn map_file(file: std::fs::File, len: usize, name: &str, path: &std::path::Path) -> Result<Region> {
     use std::os::fd::AsRawFd;
     let md = file.metadata().map_err(io_err)?;
     // SAFETY: mapping `len` bytes of a regular file we opened read-write, shared so that
@@ -923,20 +1010,13 @@ fn map_file(
     if p == libc::MAP_FAILED {
         return Err(Error::last_os());
     }
-    Ok(Mapping {
+    Ok(Region {
         base: p as *mut u8,
         len,
         file,
-        arena_table_off: 0,
-        arena_chunks: 0,
-        arena_off: 0,
         name: name.to_owned(),
         path: path.to_owned(),
         ino: md.ino(),
         dev: md.dev(),
-        max: 1,
-        tag: 0,
-        max_copy: 0,
-        nwords: 1,
     })
 }

@@ -55,6 +55,8 @@ mod watchdog;
 pub mod debug {
     use std::sync::atomic::Ordering;
 
+    pub use crate::domain::RawMapping;
+
     /// Turn the watchdog's safety net (waking any sleep that lasts a whole 10 ms period)
     /// on or off for this process and the children it forks afterwards. With it off, a
     /// missed wake-up hangs the waiter instead of costing it 10-20 ms.

@@ -2,7 +2,7 @@
 //! thread ids, process liveness and `process_vm_readv`/`process_vm_writev`.
 
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Wait on a (process-shared) futex word while it still holds `expected`, at most `timeout`
@@ -94,6 +94,7 @@ static ATFORK: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn after_fork_in_child() {
     PID.store(0, Ordering::Relaxed);
+    OWN_START.store(0, Ordering::Relaxed);
     // A const-initialised Cell without a destructor: no allocation, no lock.
     let _ = TID.try_with(|t| t.set(0));
     crate::watchdog::after_fork_in_child();
@@ -136,39 +137,85 @@ pub(crate) fn getpid() -> u32 {
 /// the process does not exist; an error if that cannot be told (e.g. no descriptor left to
 /// open the file: EMFILE).
 pub(crate) fn proc_stat(pid: u32) -> std::io::Result<Option<(bool, u64)>> {
-    let s = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s,
+    use std::io::Read;
+    let mut f = match std::fs::File::open(format!("/proc/{pid}/stat")) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
         Err(e) => return Err(e),
     };
-    parse_stat(&s)
+    // The line is a few hundred bytes and comes whole from one read (it ends with a
+    // newline); no size hint (the file reports 0) and no read to see the end of file.
+    let mut b = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                b.extend_from_slice(&chunk[..n]);
+                if b.ends_with(b"\n") {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    parse_stat(&b)
         .map(Some)
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidData))
 }
 
-/// The parsing half of [`proc_stat`].
-fn parse_stat(s: &str) -> Option<(bool, u64)> {
-    // The command name (field 2) is in parentheses and may contain spaces: parse after the last ')'.
-    let rest = s.get(s.rfind(')')? + 1..)?;
-    let mut it = rest.split_whitespace();
-    let state = it.next()?.chars().next()?;
+/// The parsing half of [`proc_stat`]: the fields after the command name (in
+/// parentheses, any bytes, possibly spaces and parentheses) are ASCII.
+fn parse_stat(s: &[u8]) -> Option<(bool, u64)> {
+    let close = s.iter().rposition(|&c| c == b')')?;
+    let rest = std::str::from_utf8(&s[close + 1..]).ok()?;
+    let mut it = rest.split_ascii_whitespace();
+    let state = *it.next()?.as_bytes().first()?;
     // Field 3 was `state`; num_threads is field 20 (16 further fields on), the start
     // time field 22.
     let threads: u64 = it.nth(16)?.parse().ok()?;
     let start = it.nth(1)?.parse().ok()?;
     let live = match state {
-        'X' | 'x' => false,
+        b'X' | b'x' => false,
         // A zombie counts itself among its threads: a zombie group leader with others
         // still running shows 2 or more.
-        'Z' => threads > 1,
+        b'Z' => threads > 1,
         _ => true,
     };
     Some((live, start))
 }
 
+/// This process's start time, read from `/proc` once per process (a `fork`ed child
+/// forgets it with the cached pid, see [`getpid`]); 0: not cached.
+static OWN_START: AtomicU64 = AtomicU64::new(0);
+
+/// This process's start time (what [`proc_start_time`] reads for [`getpid`]): it never
+/// changes while the process runs, so it is read once.
+fn own_start_time() -> std::io::Result<u64> {
+    let s = OWN_START.load(Ordering::Relaxed);
+    if s != 0 {
+        return Ok(s);
+    }
+    let pid = getpid();
+    let s = proc_stat(pid)?
+        .map(|(_, s)| s)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    // Cached only where a forked child is sure to forget it (the atfork handler that
+    // also resets the pid is in place; `getpid` above tried to register it).
+    if ATFORK.load(Ordering::Acquire) == 2 && PID.load(Ordering::Relaxed) == pid {
+        OWN_START.store(s, Ordering::Relaxed);
+    }
+    Ok(s)
+}
+
 /// Start time of a process, see [`proc_stat`] (an error also if it does not exist).
 pub(crate) fn proc_start_time(pid: u32) -> std::io::Result<u64> {
+    if pid == getpid() {
+        return own_start_time();
+    }
     proc_stat(pid)?
         .map(|(_, s)| s)
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))
@@ -178,6 +225,10 @@ pub(crate) fn proc_start_time(pid: u32) -> std::io::Result<u64> {
 /// start time.) When that cannot be told it counts as running: nothing of a live process
 /// may be reclaimed.
 pub(crate) fn pid_running(pid: u32) -> bool {
+    // The caller's own process runs.
+    if pid == getpid() {
+        return true;
+    }
     match proc_stat(pid) {
         Ok(Some((live, _))) => live,
         Ok(None) => false,
@@ -194,6 +245,13 @@ pub(crate) fn pid_running(pid: u32) -> bool {
 pub(crate) fn owner_alive(pid: u32, _tid: u32, start: u64) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
+    }
+    // Our own pid: we run, so the owner is alive if it is us (same start time) and dead
+    // if it was an earlier process that had our pid. No system call.
+    if pid == getpid() {
+        if let Ok(s) = own_start_time() {
+            return s == start;
+        }
     }
     // SAFETY: kill with signal 0 only performs the existence/permission check.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
@@ -407,6 +465,24 @@ mod tests {
         );
         assert!(!owner_alive(0, 0, 0));
         assert!(pid_running(pid));
+        // Our own start time is cached; it is what /proc says, and a forked child has
+        // its own (read afresh: the start time is in clock ticks, so it may be equal).
+        assert_eq!(own_start_time().ok(), Some(st));
+        assert!(in_child(|| {
+            let me = getpid();
+            // SAFETY: getppid has no arguments.
+            let parent = unsafe { libc::getppid() } as u32;
+            let fresh = proc_stat(me).ok().flatten().map(|(_, s)| s);
+            me != pid
+                && parent == pid
+                && fresh.is_some()
+                && own_start_time().ok() == fresh
+                && proc_start_time(me).ok() == fresh
+                && owner_alive(me, 0, fresh.unwrap_or(0))
+                && !owner_alive(me, 0, fresh.unwrap_or(0) + 1)
+                && owner_alive(pid, 0, st)
+                && !owner_alive(pid, 0, st + 1)
+        }));
     }
 
     #[test]
@@ -417,13 +493,32 @@ mod tests {
             f[22 - 4] = "987654".into();
             format!("4242 ({comm}) {state} {}", f.join(" "))
         };
-        assert_eq!(parse_stat(&line("sleep", 'S', 1)), Some((true, 987654)));
-        assert_eq!(parse_stat(&line("a) Z (b", 'R', 3)), Some((true, 987654)));
-        assert_eq!(parse_stat(&line("x", 'Z', 1)), Some((false, 987654)));
-        assert_eq!(parse_stat(&line("x", 'Z', 2)), Some((true, 987654)));
-        assert_eq!(parse_stat(&line("x", 'X', 1)), Some((false, 987654)));
-        assert_eq!(parse_stat("4242 (x) S 1 2"), None);
-        assert_eq!(parse_stat("no parenthesis"), None);
+        assert_eq!(
+            parse_stat(line("sleep", 'S', 1).as_bytes()),
+            Some((true, 987654))
+        );
+        assert_eq!(
+            parse_stat(line("a) Z (b", 'R', 3).as_bytes()),
+            Some((true, 987654))
+        );
+        assert_eq!(
+            parse_stat(line("x", 'Z', 1).as_bytes()),
+            Some((false, 987654))
+        );
+        assert_eq!(
+            parse_stat(line("x", 'Z', 2).as_bytes()),
+            Some((true, 987654))
+        );
+        assert_eq!(
+            parse_stat(line("x", 'X', 1).as_bytes()),
+            Some((false, 987654))
+        );
+        assert_eq!(parse_stat(b"4242 (x) S 1 2"), None);
+        assert_eq!(parse_stat(b"no parenthesis"), None);
+        // A command name need not be UTF-8 (prctl(PR_SET_NAME) takes any bytes).
+        let mut raw = line("xx", 'S', 1).into_bytes();
+        raw[6] = 0xff;
+        assert_eq!(parse_stat(&raw), Some((true, 987654)));
     }
 
     /// A process whose first thread has exited while another runs shows state `Z` in

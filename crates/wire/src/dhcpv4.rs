@@ -283,6 +283,12 @@ impl<'a> Dhcpv4Options<'a> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Dhcpv4Option<'a>> + 'a {
+        self.raw()
+            .map(|(code, data)| Dhcpv4Option::decode(code, data))
+    }
+
+    /// The options as (code, data), undecoded (Pad and End not yielded).
+    fn raw(&self) -> impl Iterator<Item = (u8, &'a [u8])> + 'a {
         let b = self.bytes;
         let mut pos = 0;
         core::iter::from_fn(move || loop {
@@ -293,81 +299,86 @@ impl<'a> Dhcpv4Options<'a> {
                     let len = usize::from(*b.get(pos + 1)?);
                     let data = b.get(pos + 2..pos + 2 + len)?;
                     pos += 2 + len;
-                    return Some(Dhcpv4Option::decode(code, data));
+                    return Some((code, data));
                 }
             }
         })
     }
 
-    fn find<T>(&self, f: impl FnMut(Dhcpv4Option<'a>) -> Option<T>) -> Option<T> {
-        self.iter().find_map(f)
+    /// The first option of `code` that `f` accepts, decoding only the
+    /// options of that code (what `iter().find_map(f)` gives when `f`
+    /// accepts one variant of that code alone, without decoding the rest).
+    fn find<T>(&self, code: u8, mut f: impl FnMut(Dhcpv4Option<'a>) -> Option<T>) -> Option<T> {
+        self.raw()
+            .filter(|&(c, _)| c == code)
+            .find_map(|(c, data)| f(Dhcpv4Option::decode(c, data)))
     }
 
     pub fn message_type(&self) -> Option<Dhcpv4MessageType> {
-        self.find(|o| match o {
+        self.find(option_code::MESSAGE_TYPE, |o| match o {
             Dhcpv4Option::MessageType(t) => Some(t),
             _ => None,
         })
     }
 
     pub fn requested_ip(&self) -> Option<Ipv4Addr> {
-        self.find(|o| match o {
+        self.find(option_code::REQUESTED_IP, |o| match o {
             Dhcpv4Option::RequestedIp(a) => Some(a),
             _ => None,
         })
     }
 
     pub fn server_id(&self) -> Option<Ipv4Addr> {
-        self.find(|o| match o {
+        self.find(option_code::SERVER_ID, |o| match o {
             Dhcpv4Option::ServerId(a) => Some(a),
             _ => None,
         })
     }
 
     pub fn lease_time(&self) -> Option<u32> {
-        self.find(|o| match o {
+        self.find(option_code::LEASE_TIME, |o| match o {
             Dhcpv4Option::LeaseTime(t) => Some(t),
             _ => None,
         })
     }
 
     pub fn subnet_mask(&self) -> Option<Ipv4Addr> {
-        self.find(|o| match o {
+        self.find(option_code::SUBNET_MASK, |o| match o {
             Dhcpv4Option::SubnetMask(a) => Some(a),
             _ => None,
         })
     }
 
     pub fn routers(&self) -> Option<Ipv4AddrList<'a>> {
-        self.find(|o| match o {
+        self.find(option_code::ROUTER, |o| match o {
             Dhcpv4Option::Router(l) => Some(l),
             _ => None,
         })
     }
 
     pub fn dns_servers(&self) -> Option<Ipv4AddrList<'a>> {
-        self.find(|o| match o {
+        self.find(option_code::DNS_SERVER, |o| match o {
             Dhcpv4Option::DnsServers(l) => Some(l),
             _ => None,
         })
     }
 
     pub fn parameter_request_list(&self) -> Option<&'a [u8]> {
-        self.find(|o| match o {
+        self.find(option_code::PARAMETER_REQUEST_LIST, |o| match o {
             Dhcpv4Option::ParameterRequestList(l) => Some(l),
             _ => None,
         })
     }
 
     pub fn client_id(&self) -> Option<&'a [u8]> {
-        self.find(|o| match o {
+        self.find(option_code::CLIENT_ID, |o| match o {
             Dhcpv4Option::ClientId(l) => Some(l),
             _ => None,
         })
     }
 
     pub fn hostname(&self) -> Option<&'a [u8]> {
-        self.find(|o| match o {
+        self.find(option_code::HOSTNAME, |o| match o {
             Dhcpv4Option::Hostname(l) => Some(l),
             _ => None,
         })
@@ -763,6 +774,66 @@ mod tests {
             Dhcpv4Options::new_checked(&no_end).unwrap().message_type(),
             Some(Dhcpv4MessageType::Discover)
         );
+    }
+
+    /// Each accessor decodes only the options of its code: what it returns
+    /// must be what the first matching decoded option gives, a malformed
+    /// option of that code (read as Unknown) skipped for a later good one.
+    #[test]
+    fn accessors_are_the_first_good_option_of_their_code() {
+        let area = [
+            53u8, 2, 1, 1, // message type, wrong length
+            3, 3, 10, 0, 0, // router, not a multiple of 4
+            0, // pad
+            61, 1, 9, // client id, too short
+            200, 1, 7, // unknown
+            53, 1, 3, // message type: Request
+            3, 4, 10, 0, 0, 1, // router
+            12, 0, // hostname, empty
+            12, 2, b'h', b'x', // hostname
+            50, 4, 10, 0, 0, 9, // requested ip
+            50, 4, 10, 0, 0, 8, // a second one: not returned
+            51, 4, 0, 0, 1, 0, // lease time
+            54, 4, 10, 0, 0, 1, // server id
+            1, 4, 255, 255, 255, 0, // subnet mask
+            6, 8, 1, 1, 1, 1, 8, 8, 8, 8, // dns servers
+            55, 2, 1, 3, // parameter request list
+            61, 3, 1, 2, 3, // client id
+            255, 53, 1, 5, // after End: never read
+        ];
+        let o = Dhcpv4Options::new_checked(&area).unwrap();
+        let first = |want: fn(Dhcpv4Option<'_>) -> bool| o.iter().find(|&x| want(x));
+        use Dhcpv4Option as D;
+        let mt = first(|x| matches!(x, D::MessageType(_)));
+        assert_eq!(mt, Some(D::MessageType(Dhcpv4MessageType::Request)));
+        assert_eq!(o.message_type().map(D::MessageType), mt);
+        let f = first(|x| matches!(x, D::RequestedIp(_)));
+        assert_eq!(o.requested_ip().map(D::RequestedIp), f);
+        assert_eq!(o.requested_ip(), Some(Ipv4Addr::new(10, 0, 0, 9)));
+        let f = first(|x| matches!(x, D::ServerId(_)));
+        assert_eq!(o.server_id().map(D::ServerId), f);
+        let f = first(|x| matches!(x, D::LeaseTime(_)));
+        assert_eq!(o.lease_time().map(D::LeaseTime), f);
+        assert_eq!(o.lease_time(), Some(256));
+        let f = first(|x| matches!(x, D::SubnetMask(_)));
+        assert_eq!(o.subnet_mask().map(D::SubnetMask), f);
+        let f = first(|x| matches!(x, D::Router(_)));
+        assert_eq!(o.routers().map(D::Router), f);
+        assert_eq!(
+            o.routers().map(|l| l.iter().collect::<Vec<_>>()),
+            Some(vec![Ipv4Addr::new(10, 0, 0, 1)])
+        );
+        let f = first(|x| matches!(x, D::DnsServers(_)));
+        assert_eq!(o.dns_servers().map(D::DnsServers), f);
+        let f = first(|x| matches!(x, D::ParameterRequestList(_)));
+        assert_eq!(o.parameter_request_list().map(D::ParameterRequestList), f);
+        let f = first(|x| matches!(x, D::ClientId(_)));
+        assert_eq!(o.client_id().map(D::ClientId), f);
+        assert_eq!(o.client_id(), Some(&[1u8, 2, 3][..]));
+        let f = first(|x| matches!(x, D::Hostname(_)));
+        assert_eq!(o.hostname().map(D::Hostname), f);
+        assert_eq!(o.hostname(), Some(&b"hx"[..]));
+        assert_eq!(o.iter().count(), 16);
     }
 
     #[test]
