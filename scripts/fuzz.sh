@@ -88,7 +88,10 @@ weight() {
 # against 1,029,079 (1,712/s) reaching 6,931 with hit counts. Replayed with
 # hit counts on, the edges-only corpus has fewer features (27,554 against
 # 38,550): fewer distinct loop counts, more code. FUZZ_FLAGS="-use_counters=1"
-# gives the other search back for a run.
+# gives the other search back for a run. tcp_conn keeps hit counts: in
+# 120 s each both ways reached the same 3,032 edges (66,974 executions
+# with them, 170,972 without), and its loop counts (retransmissions,
+# rounds of the faithful end) are much of what it explores.
 extra_flags() {
     case $1 in
         stack_receive) echo -use_counters=0 ;;
