@@ -75,6 +75,11 @@ macro_rules! forward_device {
             $inner.poll_deferred()
         }
     };
+    (@one $self:ident, $inner:expr, split_rx) => {
+        fn split_rx(&mut $self) -> Option<Box<dyn $crate::RxHalf>> {
+            $inner.split_rx()
+        }
+    };
     (@one $self:ident, $inner:expr, offloads) => {
         fn offloads(&$self) -> $crate::Offloads {
             $inner.offloads()
@@ -207,16 +212,39 @@ pub trait Device {
     fn offloads(&self) -> Offloads {
         Offloads::default()
     }
+
+    /// Split off a receive half that reads frames while another thread
+    /// sends through `self` (a TAP: a second descriptor of the same
+    /// device), so that a runtime's receiving thread never waits for a send
+    /// in progress, nor a sender for a burst of reads. A TAP write is long:
+    /// it carries the kernel's whole receive processing of the frame, up to
+    /// 64 KB with offloads. After `Some`, receive only through the half
+    /// (`recv` on the device would race it for frames); the half follows
+    /// [`Device::recv`]'s contract and becomes readable when
+    /// [`Device::raw_fd`] does. `None`, the default: there is no such half,
+    /// or the device is a wrapper that must see each received frame and
+    /// does not pass the half on (impairment, a pcap file, a fault
+    /// injector). Wrappers forward it only when their receive side goes
+    /// with it ([`live::Tapped`] records what the half reads).
+    fn split_rx(&mut self) -> Option<Box<dyn RxHalf>> {
+        None
+    }
+}
+
+/// The receive half of a device, from [`Device::split_rx`].
+pub trait RxHalf: Send {
+    /// Receive one frame, as [`Device::recv`].
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
     forward_device!(self => (**self);
         recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred,
-        offloads);
+        offloads, split_rx);
 }
 
 impl<D: Device + ?Sized> Device for &mut D {
     forward_device!(self => (**self);
         recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred,
-        offloads);
+        offloads, split_rx);
 }

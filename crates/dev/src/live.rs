@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Device, FrameBatch, VNET_HDR_LEN};
+use crate::{Device, FrameBatch, RxHalf, VNET_HDR_LEN};
 
 /// Which frames a capture keeps (all given conditions must hold), with
 /// tcpdump's meaning of each word.
@@ -766,9 +766,14 @@ impl<D: Device> Tapped<D> {
 
     #[inline]
     fn rec(&self, f: &[u8]) {
-        // `record` returns at once while nobody captures.
-        self.hub.record(f.get(self.skip..).unwrap_or(&[]));
+        record(&self.hub, self.skip, f);
     }
+}
+
+/// Record a frame without its first `skip` bytes (the virtio-net header);
+/// returns at once while nobody captures.
+fn record(hub: &CaptureHub, skip: usize, f: &[u8]) {
+    hub.record(f.get(skip..).unwrap_or(&[]));
 }
 
 impl<D: Device> Device for Tapped<D> {
@@ -809,6 +814,34 @@ impl<D: Device> Device for Tapped<D> {
     }
 
     forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred, offloads);
+
+    /// The inner device's receive half, recording what it reads as `recv`
+    /// does.
+    fn split_rx(&mut self) -> Option<Box<dyn RxHalf>> {
+        let inner = self.inner.split_rx()?;
+        Some(Box::new(TappedRx {
+            inner,
+            hub: Arc::clone(&self.hub),
+            skip: self.skip,
+        }))
+    }
+}
+
+/// The receive half of a [`Tapped`] device: the inner device's, recorded.
+struct TappedRx {
+    inner: Box<dyn RxHalf>,
+    hub: Arc<CaptureHub>,
+    skip: usize,
+}
+
+impl RxHalf for TappedRx {
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let r = self.inner.recv(buf)?;
+        if let Some(n) = r {
+            record(&self.hub, self.skip, &buf[..n.min(buf.len())]);
+        }
+        Ok(r)
+    }
 }
 
 #[cfg(test)]

@@ -339,6 +339,25 @@ impl Device for Tap {
             tx_csum: self.vnet,
         }
     }
+
+    /// A second descriptor of the same TAP (`dup`: the same open file, so
+    /// the same queue, non-blocking mode and readiness): the kernel lets one
+    /// thread read it while another writes the first.
+    fn split_rx(&mut self) -> Option<Box<dyn crate::RxHalf>> {
+        let fd = self.fd.try_clone().ok()?;
+        Some(Box::new(TapRx { fd }))
+    }
+}
+
+/// The receive half of a [`Tap`] ([`Device::split_rx`]).
+struct TapRx {
+    fd: OwnedFd,
+}
+
+impl crate::RxHalf for TapRx {
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        read_frame(self.fd.as_fd(), buf)
+    }
 }
 
 /// Kernel-side configuration of a network interface by name, in the network

@@ -50,10 +50,20 @@ fn arp_request(sender: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
 
 /// Wait (bounded, ~2 s) for an ARP reply from `from`; returns the sender MAC.
 fn wait_arp_reply(tap: &mut Tap, from: Ipv4Addr) -> Option<[u8; 6]> {
-    let deadline = Instant::now() + Duration::from_secs(2);
+    wait_arp_reply_with(&mut |b| tap.recv(b), from, Duration::from_secs(2))
+}
+
+/// Receive with `recv` until an ARP reply from `from` comes (or `limit`
+/// passes); returns the sender MAC.
+fn wait_arp_reply_with(
+    recv: &mut dyn FnMut(&mut [u8]) -> io::Result<Option<usize>>,
+    from: Ipv4Addr,
+    limit: Duration,
+) -> Option<[u8; 6]> {
+    let deadline = Instant::now() + limit;
     let mut buf = [0u8; 2048];
     while Instant::now() < deadline {
-        match tap.recv(&mut buf).expect("recv") {
+        match recv(&mut buf).expect("recv") {
             Some(n) => {
                 let f = &buf[..n];
                 let is_reply = n >= 42 && f[12..14] == [0x08, 0x06] && f[20..22] == [0, 2];
@@ -67,7 +77,7 @@ fn wait_arp_reply(tap: &mut Tap, from: Ipv4Addr) -> Option<[u8; 6]> {
                     return Some(mac);
                 }
             }
-            None => std::thread::sleep(Duration::from_millis(5)),
+            None => std::thread::sleep(Duration::from_millis(1)),
         }
     }
     None
@@ -119,6 +129,54 @@ fn kernel_answers_arp_through_tap() {
             .mtu()
             .expect_err("interface must be gone after drop");
         assert!(err.to_string().contains("no such interface"), "{err}");
+    });
+}
+
+#[test]
+fn a_receive_half_reads_on_another_thread_while_the_device_writes() {
+    in_new_netns(|| {
+        let name = tap_name("rx");
+        let mut tap = Tap::create(&name).expect("create TAP");
+        let host = tap.host().expect("host side");
+        host.set_ipv4(Ipv4Addr::new(10, 77, 0, 1), 24)
+            .expect("set address");
+        host.set_up(true).expect("up");
+        let kernel_mac = host.mac().expect("kernel mac");
+        let mut half = tap.split_rx().expect("a TAP has a receive half");
+        // Each request is answered before the next is written: the reader
+        // thread takes every reply from the half while this thread keeps
+        // the device itself, and writes through it.
+        const ROUNDS: usize = 20;
+        let (ask_tx, ask_rx) = std::sync::mpsc::channel::<()>();
+        let (got_tx, got_rx) = std::sync::mpsc::channel::<Option<[u8; 6]>>();
+        let reader = std::thread::spawn(move || {
+            for _ in 0..ROUNDS {
+                if ask_rx.recv().is_err() {
+                    return;
+                }
+                let mac = wait_arp_reply_with(
+                    &mut |b| half.recv(b),
+                    Ipv4Addr::new(10, 77, 0, 1),
+                    Duration::from_secs(2),
+                );
+                if got_tx.send(mac).is_err() {
+                    return;
+                }
+            }
+        });
+        for i in 0..ROUNDS {
+            ask_tx.send(()).expect("reader alive");
+            tap.send(&arp_request(
+                Ipv4Addr::new(10, 77, 0, 2),
+                Ipv4Addr::new(10, 77, 0, 1),
+            ))
+            .expect("send ARP request");
+            let mac = got_rx
+                .recv_timeout(Duration::from_secs(5))
+                .expect("reader answers");
+            assert_eq!(mac, Some(kernel_mac), "reply {i} through the half");
+        }
+        reader.join().expect("reader thread");
     });
 }
 

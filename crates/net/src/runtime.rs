@@ -22,8 +22,12 @@
 //! lock before releasing the stack lock keeps batches in the order the stack
 //! produced them (two threads cannot overtake each other), while other
 //! threads already run socket calls. The stack thread reads a burst of
-//! frames from the device holding only the device lock, then takes the
-//! stack lock to process them.
+//! frames through the device's receive half (`Device::split_rx`: a TAP's
+//! second descriptor) holding no lock, or, for a device without one, holding
+//! only the device lock, then takes the stack lock to process them. With
+//! the half, a sender's write (for a TAP it carries the kernel's receive
+//! processing of up to 64 KB) and the burst of reads do not wait for each
+//! other.
 //!
 //! # Threads and wake-ups
 //!
@@ -66,7 +70,7 @@ use ustack_core::{
     Config, Counters, EchoReply, LinkOffload, Readiness, SocketEvent, Stack, TcpHandle, TxFrames,
     UdpHandle,
 };
-use ustack_dev::Device;
+use ustack_dev::{Device, RxHalf};
 
 use crate::error::IntoIoError;
 use crate::sys::{self, Epoll, EventFd, EPOLLIN, EPOLLOUT};
@@ -856,9 +860,13 @@ impl RxBurst {
     }
 }
 
-/// Read up to a burst of frames from the device. Returns whether a receive
-/// error occurred.
-fn read_burst(d: &mut DevSide, rx: &mut RxBurst, stats_rx_errors: &mut u64) -> bool {
+/// Read up to a burst of frames with `recv` (the device's, or its receive
+/// half's). Returns whether a receive error occurred.
+fn read_burst(
+    recv: &mut dyn FnMut(&mut [u8]) -> io::Result<Option<usize>>,
+    rx: &mut RxBurst,
+    stats_rx_errors: &mut u64,
+) -> bool {
     rx.lens.clear();
     let cap = rx.capacity();
     while rx.lens.len() < cap {
@@ -867,7 +875,7 @@ fn read_burst(d: &mut DevSide, rx: &mut RxBurst, stats_rx_errors: &mut u64) -> b
         let Some(slot) = rx.buf.get_mut(start..start + rx.frame_size) else {
             break;
         };
-        match d.dev.recv(slot) {
+        match recv(slot) {
             Ok(Some(n)) => rx.lens.push(n.min(rx.frame_size)),
             Ok(None) => break,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -882,7 +890,13 @@ fn read_burst(d: &mut DevSide, rx: &mut RxBurst, stats_rx_errors: &mut u64) -> b
 }
 
 /// The stack thread's loop.
-fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOptions) {
+fn run(
+    shared: Arc<Shared>,
+    epoll: Epoll,
+    dev_fd: Option<i32>,
+    opts: RuntimeOptions,
+    mut rx_half: Option<Box<dyn RxHalf>>,
+) {
     let guard = StopGuard(shared);
     let shared = &guard.0;
     let mut rx = RxBurst::new(opts.rx_batch.max(1), opts.frame_size.max(64));
@@ -894,9 +908,13 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
 
         // 1. The device, without the stack lock: older frames first, frames
         //    the device held back (delay emulation) that are due, then a
-        //    bounded burst of received frames.
+        //    bounded burst of received frames: through the device's receive
+        //    half when it has one, without the device lock, so a sender
+        //    writing meanwhile (a TAP write carries the kernel's receive
+        //    processing of up to 64 KB) and this burst do not wait for each
+        //    other.
         let mut rx_errors = 0;
-        let rx_failed;
+        let mut rx_failed = false;
         {
             let mut d = shared.lock_dev();
             let DevSide {
@@ -909,7 +927,12 @@ fn run(shared: Arc<Shared>, epoll: Epoll, dev_fd: Option<i32>, opts: RuntimeOpti
             if d.dev.poll_deferred().is_err() {
                 d.stats.tx_errors += 1;
             }
-            rx_failed = read_burst(&mut d, &mut rx, &mut rx_errors);
+            if rx_half.is_none() {
+                rx_failed = read_burst(&mut |b| d.dev.recv(b), &mut rx, &mut rx_errors);
+            }
+        }
+        if let Some(h) = rx_half.as_mut() {
+            rx_failed = read_burst(&mut |b| h.recv(b), &mut rx, &mut rx_errors);
         }
         let received = rx.lens.len();
 
@@ -1122,6 +1145,10 @@ impl Net {
         let epoll = Epoll::new()?;
         let wake = EventFd::new()?;
         epoll.add(wake.raw(), EPOLLIN, TOKEN_WAKE)?;
+        let mut device = device;
+        // Received frames come through the device's receive half where it
+        // has one (see `run`).
+        let rx_half = device.split_rx();
         let dev_fd = device.raw_fd();
         if let Some(fd) = dev_fd {
             epoll.add(fd, EPOLLIN, TOKEN_DEV)?;
@@ -1178,7 +1205,7 @@ impl Net {
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name(opts.thread_name.clone())
-            .spawn(move || run(thread_shared, epoll, dev_fd, opts))?;
+            .spawn(move || run(thread_shared, epoll, dev_fd, opts, rx_half))?;
         Ok(Net {
             inner: Arc::new(NetInner {
                 shared,
