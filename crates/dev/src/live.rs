@@ -12,7 +12,7 @@ use std::cell::UnsafeCell;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::{Device, FrameBatch, RxHalf, VNET_HDR_LEN};
@@ -441,8 +441,9 @@ impl Ring {
 ///
 /// A capture is a ring of pcap records in memory the reader maps (the
 /// control endpoint's shared arena): the data path copies each frame it
-/// keeps once into the ring, with no allocation and no lock anyone waits
-/// for, and the reader writes the records straight from the ring. The ring
+/// keeps once into the ring, with no allocation (a lock serialises the
+/// device's sending and receiving threads, each holding it for one copy),
+/// and the reader writes the records straight from the ring. The ring
 /// starts with a header of 64-bit words: `magic` ("ustkcap1"), `cap` (bytes
 /// of records), `snaplen`, `id` (this capture's), `closed`, then on their own
 /// cache lines the stack's `head` (bytes written), `frames`, `dropped` and
@@ -521,13 +522,12 @@ impl CaptureHub {
 
     #[cold]
     fn record_slow(&self, frame: &[u8]) {
-        // Never wait: the lock is only contended while a capture starts or
-        // stops, and a frame at that instant is simply not captured.
-        let mut g = match self.ring.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
+        // Two threads record at once where a device's receive half
+        // (`Device::split_rx`) reads on one thread while another sends: the
+        // lock serialises them, and is held only for one record's copy (or
+        // a capture's start or stop, which swap the ring in or out), so a
+        // frame waits rather than going missing.
+        let mut g = self.lock();
         if let Some(r) = g.as_mut() {
             if r.filter.matches(frame) {
                 r.push(frame);
@@ -1041,6 +1041,40 @@ mod tests {
         assert!(r.closed());
         hub.record(&f);
         assert_eq!(r.pending(u64::MAX).expect("ok").frames, 0);
+    }
+
+    #[test]
+    fn two_threads_recording_at_once_lose_no_frame() {
+        // A device's receive half records on the stack thread while a
+        // sender records on its own: every frame of both must be in a ring
+        // with room for all of them.
+        const EACH: usize = 50_000;
+        let hub = CaptureHub::new();
+        let f = tcp_frame([10, 0, 0, 1], [10, 0, 0, 2], 1, 2);
+        let (ring, mem) = shared(RING_HEADER + 2 * EACH * (16 + f.len()));
+        let id = hub
+            .start(CaptureFilter::default(), 65535, ring)
+            .expect("start");
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let hub = Arc::clone(&hub);
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..EACH {
+                        hub.record(&f);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("recording thread");
+        }
+        let mut r = reader(&mem, id);
+        assert_eq!((r.frames(), r.dropped()), (2 * EACH as u64, 0));
+        let p = r.pending(u64::MAX).expect("ok");
+        assert_eq!(p.frames, 2 * EACH as u64);
+        assert!(r.records(&p).iter().all(|rec| rec[16..] == f[..]));
+        hub.stop();
     }
 
     #[test]
