@@ -493,26 +493,19 @@ mod tests {
             f[22 - 4] = "987654".into();
             format!("4242 ({comm}) {state} {}", f.join(" "))
         };
-        assert_eq!(
-            parse_stat(line("sleep", 'S', 1).as_bytes()),
-            Some((true, 987654))
-        );
-        assert_eq!(
-            parse_stat(line("a) Z (b", 'R', 3).as_bytes()),
-            Some((true, 987654))
-        );
-        assert_eq!(
-            parse_stat(line("x", 'Z', 1).as_bytes()),
-            Some((false, 987654))
-        );
-        assert_eq!(
-            parse_stat(line("x", 'Z', 2).as_bytes()),
-            Some((true, 987654))
-        );
-        assert_eq!(
-            parse_stat(line("x", 'X', 1).as_bytes()),
-            Some((false, 987654))
-        );
+        for (comm, state, threads, live) in [
+            ("sleep", 'S', 1, true),
+            ("a) Z (b", 'R', 3, true),
+            ("x", 'Z', 1, false),
+            ("x", 'Z', 2, true),
+            ("x", 'X', 1, false),
+        ] {
+            assert_eq!(
+                parse_stat(line(comm, state, threads).as_bytes()),
+                Some((live, 987654)),
+                "{comm:?} {state} {threads}"
+            );
+        }
         assert_eq!(parse_stat(b"4242 (x) S 1 2"), None);
         assert_eq!(parse_stat(b"no parenthesis"), None);
         // A command name need not be UTF-8 (prctl(PR_SET_NAME) takes any bytes).
