@@ -1128,7 +1128,7 @@ impl Net {
     /// it is filled from `getrandom(2)`.
     pub fn start(
         mut config: Config,
-        device: Box<dyn Device + Send>,
+        mut device: Box<dyn Device + Send>,
         opts: RuntimeOptions,
     ) -> io::Result<Net> {
         if config.secret == [0u8; 16] {
@@ -1145,7 +1145,6 @@ impl Net {
         let epoll = Epoll::new()?;
         let wake = EventFd::new()?;
         epoll.add(wake.raw(), EPOLLIN, TOKEN_WAKE)?;
-        let mut device = device;
         // Received frames come through the device's receive half where it
         // has one (see `run`).
         let rx_half = device.split_rx();
