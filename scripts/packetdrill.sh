@@ -109,7 +109,7 @@ else
     [ -n "$jobs" ] || jobs=$(nproc)
 fi
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, TUN devices, sysctls inside the namespaces)"
-for tool in ip timeout flock realpath; do
+for tool in ip timeout flock realpath unshare mount; do
     command -v "$tool" >/dev/null 2>&1 || die "missing '$tool' (run scripts/deps.sh)"
 done
 
@@ -124,7 +124,9 @@ mkdir -p "$target_dir"
 target_dir=$(cd "$target_dir" && pwd -P)
 tcp_run="$target_dir/packetdrill/gtests/net/tcp" # the copy the upstream scripts run from
 
-tmp=$(mktemp -d /tmp/ustack-packetdrill.XXXXXX)
+# Outside /tmp: each script runs with a /tmp of its own (run_one), and the
+# tc wrapper and the qdisc records below must stay visible to it.
+tmp=$(mktemp -d "$target_dir/packetdrill-run.XXXXXX")
 ns_prefix="pd-$$-"
 cleanup() {
     local pid f
@@ -440,8 +442,17 @@ run_one() { # index
         say "ERROR $name: creating namespace $ns failed: $(cat "$log")"
         return 0
     fi
+    # Each script gets a /tmp of its own (a tmpfs in a private mount
+    # namespace, gone when packetdrill exits): upstream scripts that change
+    # sysctls write /tmp/sysctl_restore_${PACKETDRILL_PID}.sh
+    # (common/set_sysctls.py) and never remove it, and our sendfile script
+    # writes its file there; nothing is left behind and concurrent runs
+    # cannot see each other's files.
     (cd "$(dirname "$path")" &&
-        exec timeout -k 5 "$timeout_s" ip netns exec "$ns" env "${pd_env[@]}" \
+        exec timeout -k 5 "$timeout_s" ip netns exec "$ns" \
+            unshare --mount --propagation private \
+            sh -c 'mount -t tmpfs -o mode=1777,size=64m packetdrill-tmp /tmp && exec "$@"' packetdrill-tmp \
+            env "${pd_env[@]}" \
             ${lib:+"PATH=$tmp/bin:$PATH" "USTACK_PACKETDRILL_QDISC=$tmp/qdisc/$i"} \
             "$pd_bin" "${pd_args[@]}" "$(basename "$path")") \
         >>"$log" 2>&1 </dev/null &

@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
-use common::{namespaces_matching, BIN};
+use common::{namespaces_matching, TempDir, BIN};
 
 fn leftovers(tag: &str) -> Vec<String> {
     namespaces_matching(|n| n.starts_with("uss") && n.ends_with(tag))
@@ -16,7 +15,7 @@ fn leftovers(tag: &str) -> Vec<String> {
 
 #[test]
 fn scale_bench_measures_every_part_on_both_peers() {
-    let dir = std::env::temp_dir().join(format!("ustack-scale-test-{}", std::process::id()));
+    let dir = TempDir::new("scale-test");
     let child = Command::new(BIN)
         .args([
             "bench",
@@ -34,7 +33,7 @@ fn scale_bench_measures_every_part_on_both_peers() {
             "1",
             "--plot-dir",
         ])
-        .arg(&dir)
+        .arg(dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -96,14 +95,14 @@ fn scale_bench_measures_every_part_on_both_peers() {
         "scale-established.svg",
         "scale-run.svg",
     ] {
-        let p = Path::new(&dir).join(name);
+        let p = dir.join(name);
         let svg = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         assert!(
             svg.starts_with("<svg") && svg.contains("<polyline"),
             "{name}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     assert!(
         leftovers(&tag).is_empty(),
         "namespaces left: {:?}",

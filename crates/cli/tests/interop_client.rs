@@ -112,11 +112,10 @@ fn http_server(ns: &NetNs, dir: &std::path::Path, port: u16) -> ChildGuard {
 #[test]
 fn get_from_a_kernel_http_server() {
     let ns = NetNs::new();
-    let dir = std::env::temp_dir().join(format!("ustack-get-{}", unique()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("get");
     let data = random_block(42, 32 << 20);
     std::fs::write(dir.join("big.bin"), &data).unwrap();
-    let _srv = http_server(&ns, &dir, 8080);
+    let _srv = http_server(&ns, dir.path(), 8080);
     let outfile = dir.join("out.bin");
     let out = ustack(
         &ns,
@@ -155,7 +154,6 @@ fn get_from_a_kernel_http_server() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("connection refused"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

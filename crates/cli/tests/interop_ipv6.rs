@@ -333,11 +333,10 @@ fn ustack_ping_and_get_over_ipv6() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--no-ipv6"));
 
     // get from a kernel HTTP server listening on [::]:8080.
-    let dir = std::env::temp_dir().join(format!("ustack-get6-{}", unique()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = TempDir::new("get6");
     let data = random_block(6, 8 << 20);
     std::fs::write(dir.join("big.bin"), &data).expect("write file");
-    let _srv = kernel_http_server(&ns, &dir, "::");
+    let _srv = kernel_http_server(&ns, dir.path(), "::");
     let outfile = dir.join("out.bin");
     let out = ustack_on_tap(
         &ns,
@@ -358,7 +357,6 @@ fn ustack_ping_and_get_over_ipv6() {
     assert!(got == data, "downloaded file differs ({} bytes)", got.len());
     let out = ustack_on_tap(&ns, &["get", "http://[fd77::1]:8081/"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("connection refused"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -60,11 +60,10 @@ fn transfers_under_impairment() {
 fn ustack_get_under_impairment() {
     let t0 = Instant::now();
     let ns = NetNs::new();
-    let dir = std::env::temp_dir().join(format!("ustack-netem-{}", unique()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("netem");
     let data = random_block(9, 3 << 20);
     std::fs::write(dir.join("f.bin"), &data).unwrap();
-    let _server = kernel_http_server(&ns, &dir, "0.0.0.0");
+    let _server = kernel_http_server(&ns, dir.path(), "0.0.0.0");
     let tap = format!("ut{}", unique());
     let outfile = dir.join("out.bin");
     let out = Command::new(BIN)
@@ -92,7 +91,6 @@ fn ustack_get_under_impairment() {
         .map(|m| m.len())
         .unwrap_or(0);
     assert!(pcap > 1 << 20, "capture has only {pcap} bytes");
-    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "impaired: get test took {:.1} s",
         t0.elapsed().as_secs_f64()

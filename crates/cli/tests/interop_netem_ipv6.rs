@@ -165,11 +165,10 @@ fn ustack_get_under_impairment_over_ipv6() {
     // frame one MTU, so the impairments hit segments one by one).
     let t0 = Instant::now();
     let ns = NetNs::new();
-    let dir = std::env::temp_dir().join(format!("ustack-netem6-{}", unique()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = TempDir::new("netem6");
     let data = random_block(19, 3 << 20);
     std::fs::write(dir.join("f.bin"), &data).expect("write file");
-    let _server = kernel_http_server(&ns, &dir, "::");
+    let _server = kernel_http_server(&ns, dir.path(), "::");
     let tap = format!("ut{}", unique());
     let outfile = dir.join("out.bin");
     let out = Command::new(BIN)
@@ -186,7 +185,6 @@ fn ustack_get_under_impairment_over_ipv6() {
     assert_eq!(got.len(), data.len(), "download length differs");
     assert!(got == data, "download differs");
     assert_impaired(&err);
-    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "impaired IPv6: get test took {:.1} s",
         t0.elapsed().as_secs_f64()

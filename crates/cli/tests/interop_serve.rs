@@ -347,8 +347,7 @@ fn thousands_of_held_connections_connect_at_a_flat_cost() {
 #[test]
 fn pcap_capture_is_readable_by_tcpdump() {
     let ns = NetNs::new();
-    let dir = std::env::temp_dir().join(format!("ustack-pcap-{}", unique()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("pcap");
     let file = dir.join("serve.pcap");
     let srv = Serve::start(&ns, &["--pcap", file.to_str().unwrap()]);
     ping_ok(&ns, 100);
@@ -360,7 +359,6 @@ fn pcap_capture_is_readable_by_tcpdump() {
             .arg(&file),
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         text.contains(&format!("{USTACK_IP} > {KERNEL_IP}: ICMP echo reply")),
         "{text}"

@@ -755,8 +755,7 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     let ns = NetNs::new();
     let name = format!("cap-{}", unique());
     let srv = Serve::start(&ns, &["--name", &name]);
-    let dir = std::env::temp_dir().join(format!("ustack-capture-{}", unique()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = TempDir::new("capture");
     let file = dir.join("c.pcap");
     let file_s = file.to_string_lossy().to_string();
 
@@ -836,7 +835,6 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     assert!(dropped > 0, "a stalled reader lost nothing? {summary}");
     assert!(pcap.len() >= 24, "no pcap header");
     srv.stop_clean();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -845,8 +843,7 @@ fn capture_from_a_live_hardened_run_reads_the_ring() {
     let host = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
     let port = host.local_addr().expect("addr").port();
     let name = format!("caprun-{}", unique());
-    let dir = std::env::temp_dir().join(format!("ustack-caprun-{}", unique()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = TempDir::new("caprun");
     let fifo = dir.join("go");
     let c_fifo = std::ffi::CString::new(fifo.to_string_lossy().as_bytes()).expect("path");
     // SAFETY: mkfifo with a valid NUL-terminated path.
@@ -914,7 +911,6 @@ fn capture_from_a_live_hardened_run_reads_the_ring() {
         let _ = e.read_to_string(&mut rerr);
     }
     assert!(status.success(), "ustack run failed: {rerr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

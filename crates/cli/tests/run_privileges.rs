@@ -227,7 +227,8 @@ fn started_by_root_the_relay_runs_as_nobody_and_root_still_operates_it() {
     ok(&ustack_as(None, &["ss", "-a", "--stack", &name]));
     ok(&ustack_as(None, &["ports", "--stack", &name]));
     // A live capture, as root: the command pings the gateway once it runs.
-    let pcap = std::env::temp_dir().join(format!("ustack-priv-{name}.pcap"));
+    let pcap_dir = TempDir::new("priv");
+    let pcap = pcap_dir.join(&format!("{name}.pcap"));
     let pcap_s = pcap.to_string_lossy().to_string();
     let mut cap = ChildGuard {
         child: Command::new(BIN)
@@ -254,7 +255,7 @@ fn started_by_root_the_relay_runs_as_nobody_and_root_still_operates_it() {
     assert!(cap_status.success(), "{rest}");
     assert!(rest.contains("1 frames captured"), "{rest}");
     assert!(std::fs::metadata(&pcap).map_or(0, |m| m.len()) > 24);
-    let _ = std::fs::remove_file(&pcap);
+    drop(pcap_dir);
     run.send("y");
     let (status, _, err) = run.finish();
     assert_eq!(status.code(), Some(5), "{err}");

@@ -96,9 +96,16 @@ fn the_init_runs_the_command_keeps_nothing_else_and_delivers_signals() {
 
 #[test]
 fn the_init_removes_the_file_it_was_given_when_the_command_ends() {
-    let dir = std::env::temp_dir().join(format!("ustack-init-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("control");
+    /// Removes the directory when dropped, also when the test panics.
+    struct RmDir(std::path::PathBuf);
+    impl Drop for RmDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = RmDir(std::env::temp_dir().join(format!("ustack-init-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let file = dir.0.join("control");
     std::fs::write(&file, b"x").expect("write");
     let mut sb = spawn(&["sh", "-c", "exit 6"]);
     let tap = sb.take_tap();
@@ -109,5 +116,4 @@ fn the_init_removes_the_file_it_was_given_when_the_command_ends() {
     // Only before the start.
     assert!(sb.remove_at_exit(&file).is_err());
     drop(tap);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -38,7 +38,32 @@ pub fn unique() -> String {
     )
 }
 
-/// Run a command to completion, panicking with its stderr on failure.
+/// A fresh directory `$TMPDIR/ustack-TAG-UNIQUE`, removed with everything
+/// in it when dropped, also when the test panics.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("ustack-{tag}-{}", unique()));
+        std::fs::create_dir_all(&path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        TempDir(path)
+    }
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The named network namespaces (`ip netns`) whose name passes `keep`:
 /// what a benchmark left behind, when `keep` matches its names.
 pub fn namespaces_matching(keep: impl Fn(&str) -> bool) -> Vec<String> {
@@ -52,6 +77,7 @@ pub fn namespaces_matching(keep: impl Fn(&str) -> bool) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Run a command to completion, panicking with its stderr on failure.
 pub fn must(cmd: &mut Command) -> Output {
     let out = cmd
         .output()
