@@ -1550,8 +1550,13 @@ fn ss_nstat_and_metrics_per_guest_against_live_attaches() {
         let other = &names[1 - i];
         assert!(!m.contains(&format!("stack=\"{other}\"")), "{m}");
     }
-    for r in &mut relays {
-        r.stop();
+    // SIGTERM stops each attach cleanly: exit status 0 and its control
+    // endpoint's file gone (a relay killed by the signal would leave it).
+    for (r, name) in relays.iter_mut().zip(&names) {
+        let st = r.stop();
+        assert!(st.is_some_and(|s| s.success()), "{name}: {st:?}");
+        let file = format!("/dev/shm/ustack-ipc-ctl.{name}");
+        assert!(!std::path::Path::new(&file).exists(), "{file} left behind");
     }
 }
 

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -833,17 +834,33 @@ fn check_descriptors(who: &str, relay: &mut RelayArgs) {
     }
 }
 
-/// `ustack attach`: serve an existing namespace/TAP until interrupted.
-/// Leaves the calling process's privileges as they are; the `ustack`
-/// binary uses [`attach_hardened`].
+/// `ustack attach`: serve an existing namespace/TAP until SIGINT or
+/// SIGTERM, then stop cleanly (the final router advertisement, the
+/// control endpoint's file removed) and return 0. Blocks those signals in
+/// the calling thread: call it before spawning threads. Leaves the calling
+/// process's privileges as they are; the `ustack` binary uses
+/// [`attach_hardened`].
 pub fn attach(args: AttachArgs) -> anyhow::Result<i32> {
-    attach_inner(args, Box::new(default_guest), None, false)
+    attach_until_signal(args, false)
 }
 
 /// `ustack attach` as the binary does it: privileges given up once set up,
-/// as [`run_hardened`].
+/// as [`run_hardened`]; stops on SIGINT/SIGTERM as [`attach`].
 pub fn attach_hardened(args: AttachArgs) -> anyhow::Result<i32> {
-    attach_inner(args, Box::new(default_guest), None, true)
+    attach_until_signal(args, true)
+}
+
+fn attach_until_signal(args: AttachArgs, harden: bool) -> anyhow::Result<i32> {
+    // Hardening (in attach_inner) closes the descriptors the process was
+    // started with, but keeps this one.
+    let stop = crate::termination::termination_fd()
+        .context("ustack attach: cannot wait for SIGINT/SIGTERM")?;
+    attach_inner(
+        args,
+        Box::new(default_guest),
+        Some(stop.as_raw_fd()),
+        harden,
+    )
 }
 
 /// [`attach_hardened`] that also stops when `stop_fd` (one of the standard
@@ -871,8 +888,15 @@ fn attach_inner<G: GuestStack>(
 ) -> anyhow::Result<i32> {
     if harden {
         // No command to inherit them: the descriptors we were started with
-        // (stdio aside) go at once.
-        crate::harden::close_descriptors(&crate::harden::open_descriptors());
+        // (stdio aside, and the stop descriptor) go at once.
+        let keep = stop_fd.unwrap_or(-1);
+        let open = crate::harden::open_descriptors();
+        crate::harden::close_descriptors(
+            &open
+                .into_iter()
+                .filter(|&fd| fd != keep)
+                .collect::<Vec<_>>(),
+        );
     }
     let mut args = args;
     args.relay

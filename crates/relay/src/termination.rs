@@ -36,6 +36,25 @@ pub fn block_termination() -> io::Result<()> {
     Ok(())
 }
 
+/// Block SIGINT and SIGTERM in the calling thread (as
+/// [`block_termination`]) and return a descriptor that becomes readable
+/// when one of them is pending (`signalfd`): for an event loop that waits
+/// on descriptors and should stop cleanly on them. Call it before spawning
+/// threads. The descriptor is close-on-exec.
+pub fn termination_fd() -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    block_termination()?;
+    let set = term_set();
+    // SAFETY: `set` is a valid, initialised signal set; -1 asks for a new
+    // descriptor.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: signalfd just returned this descriptor; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
 /// Wait up to `timeout` for SIGINT/SIGTERM. Returns the signal number if one
 /// arrived, `None` on timeout.
 pub fn wait_termination(timeout: Option<Duration>) -> Option<i32> {
