@@ -1623,3 +1623,110 @@ fn no_control_registers_no_endpoint() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--no-control"));
 }
+
+/// For each thread of `pid`: whether bit `sig` is set in the
+/// `/proc/PID/task/*/status` line `field` (`SigBlk:`, `SigIgn:`).
+fn signal_bit_per_thread(pid: u32, field: &str, sig: i32) -> Vec<bool> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    let mut bits = Vec::new();
+    for t in tasks.flatten() {
+        let status = std::fs::read_to_string(t.path().join("status")).expect("status");
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("no {field} in {status}"));
+        bits.push(mask & (1 << (sig - 1)) != 0);
+    }
+    assert!(!bits.is_empty(), "no thread of {pid}");
+    bits
+}
+
+/// `ustack serve --name NAME` in `ns`, started with SIGHUP's action set
+/// to ignore (as `nohup` does) or to the default (whatever the test runner
+/// had), once its control endpoint answers.
+fn serve_with_sighup(ns: &NetNs, name: &str, ignored: bool) -> ChildGuard {
+    use std::os::unix::process::CommandExt;
+    let tap = format!("ut{}", unique());
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--tap", &tap, "--netns", &ns.name, "--name", name])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let action = if ignored {
+        libc::SIG_IGN
+    } else {
+        libc::SIG_DFL
+    };
+    // SAFETY: between fork and exec the closure only calls signal(2),
+    // which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGHUP, action);
+            Ok(())
+        });
+    }
+    let mut run = ChildGuard {
+        child: cmd.spawn().expect("spawn ustack serve"),
+    };
+    let t0 = std::time::Instant::now();
+    while !ustack(&["nstat", "--stack", name]).status.success() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{name} never answered"
+        );
+        assert!(
+            run.child.try_wait().expect("wait").is_none(),
+            "serve exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run
+}
+
+#[test]
+fn sighup_stops_serve_cleanly_unless_started_under_nohup() {
+    // The terminal going away (SIGHUP) stops `serve` as Ctrl-C does: exit
+    // status 0, its control endpoint's file removed.
+    let ns = NetNs::new();
+    let name = format!("hup-{}", unique());
+    let mut srv = serve_with_sighup(&ns, &name, false);
+    let file = format!("/dev/shm/ustack-ipc-ctl.{name}");
+    assert!(std::path::Path::new(&file).exists(), "no {file}");
+    let pid = libc::pid_t::try_from(srv.child.id()).expect("pid");
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let t0 = std::time::Instant::now();
+    let st = loop {
+        if let Some(st) = srv.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "SIGHUP did not stop serve"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(st.success(), "serve after SIGHUP: {st}");
+    assert!(!std::path::Path::new(&file).exists(), "{file} left behind");
+
+    // Started with SIGHUP ignored (nohup), it keeps it ignored: not
+    // blocked (a blocked signal stays pending even when ignored, and would
+    // be taken as a stop).
+    let name = format!("nohup-{}", unique());
+    let mut run = serve_with_sighup(&ns, &name, true);
+    // (The thread waiting for the signals has them unblocked while it
+    // waits; the others have SIGTERM blocked, and would have SIGHUP too.)
+    let pid = run.child.id();
+    let ignored = signal_bit_per_thread(pid, "SigIgn:", libc::SIGHUP);
+    assert!(
+        ignored.iter().all(|&b| b),
+        "SIGHUP not ignored: {ignored:?}"
+    );
+    let hup = signal_bit_per_thread(pid, "SigBlk:", libc::SIGHUP);
+    assert!(hup.iter().all(|&b| !b), "SIGHUP blocked: {hup:?}");
+    let term = signal_bit_per_thread(pid, "SigBlk:", libc::SIGTERM);
+    assert!(term.iter().any(|&b| b), "SIGTERM blocked nowhere: {term:?}");
+    // And SIGTERM still stops it cleanly.
+    let st = run.stop();
+    assert!(st.is_some_and(|s| s.success()), "{st:?}");
+}

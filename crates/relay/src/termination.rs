@@ -1,4 +1,4 @@
-//! SIGINT/SIGTERM handling without async-signal-safety pitfalls: the signals
+//! SIGINT/SIGTERM/SIGHUP handling without async-signal-safety pitfalls: the signals
 //! are blocked in every thread (the mask is inherited by threads spawned
 //! afterwards) and collected synchronously with `sigtimedwait`. And, for
 //! the benchmarks, which make network namespaces and run programs in them:
@@ -10,7 +10,23 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+/// The signals that stop ustack's long-running commands: SIGINT, SIGTERM
+/// and SIGHUP (the terminal went away), except SIGHUP when the process was
+/// started with it ignored (`nohup`): blocked and waited for, an ignored
+/// signal would be taken like the others (Linux keeps a blocked signal
+/// pending even when its action is to ignore it). Decided once, so that
+/// blocking and waiting always use the same set.
 fn term_set() -> libc::sigset_t {
+    static HUP_IGNORED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let hup_ignored = *HUP_IGNORED.get_or_init(|| {
+        // SAFETY: sigaction with a null new action only reads the current
+        // one into `old`, which is plain data we own.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+        }
+    });
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully before
     // sigaddset touches it. Both only write to the set we own.
     unsafe {
@@ -18,11 +34,15 @@ fn term_set() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        if !hup_ignored {
+            libc::sigaddset(&mut set, libc::SIGHUP);
+        }
         set
     }
 }
 
-/// Block SIGINT and SIGTERM in the calling thread. Call it before spawning
+/// Block SIGINT, SIGTERM and SIGHUP (see `term_set`) in the calling
+/// thread. Call it before spawning
 /// threads, so that no thread gets them asynchronously. Only the commands
 /// that wait for them call it (child processes inherit the mask).
 pub fn block_termination() -> io::Result<()> {
@@ -36,7 +56,7 @@ pub fn block_termination() -> io::Result<()> {
     Ok(())
 }
 
-/// Block SIGINT and SIGTERM in the calling thread (as
+/// Block SIGINT, SIGTERM and SIGHUP in the calling thread (as
 /// [`block_termination`]) and return a descriptor that becomes readable
 /// when one of them is pending (`signalfd`): for an event loop that waits
 /// on descriptors and should stop cleanly on them. Call it before spawning
@@ -55,7 +75,7 @@ pub fn termination_fd() -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
-/// Wait up to `timeout` for SIGINT/SIGTERM. Returns the signal number if one
+/// Wait up to `timeout` for SIGINT, SIGTERM or SIGHUP. Returns the signal number if one
 /// arrived, `None` on timeout.
 pub fn wait_termination(timeout: Option<Duration>) -> Option<i32> {
     let set = term_set();
@@ -142,11 +162,11 @@ fn ip_netns_del(name: &str) {
 }
 
 /// For a command that makes namespaces and runs programs in them (the
-/// benchmarks): on SIGINT or SIGTERM, instead of dying with them left
+/// benchmarks): on SIGINT, SIGTERM or SIGHUP, instead of dying with them left
 /// behind, SIGKILL every process it started (and theirs), delete the
 /// namespaces made with [`add_netns`] and exit with 128 + the
 /// signal, as a shell reports a process killed by it. Call it before any
-/// thread is spawned: it blocks the two signals in the calling thread, so
+/// thread is spawned: it blocks the signals in the calling thread, so
 /// in every thread made after it (children start with the default mask),
 /// and waits for them in a thread of its own. A SIGKILL still leaves the
 /// namespaces: nothing can run then.
