@@ -21,6 +21,8 @@ want ethtool ethtool
 want python3 python3
 want taskset util-linux
 want setpriv util-linux
+want nsenter util-linux
+want unshare util-linux
 want script bsdutils
 want pasta passt
 want slirp4netns slirp4netns

@@ -312,7 +312,8 @@ pub struct AttachArgs {
     /// Network namespace to serve (e.g. /run/netns/NAME or /proc/PID/ns/net).
     #[arg(long, value_name = "PATH")]
     pub netns: Option<PathBuf>,
-    /// TAP to open (in --netns if given, else in ustack's namespace).
+    /// TAP to serve, which must exist (in --netns if given, else in
+    /// ustack's namespace; e.g. made with `ip tuntap add dev NAME mode tap`).
     #[arg(long, default_value = "eth0")]
     pub tap: String,
     #[command(flatten)]

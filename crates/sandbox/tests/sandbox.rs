@@ -144,6 +144,16 @@ fn attach_opens_a_tap_inside_an_existing_namespace() {
     }
     let path = std::path::PathBuf::from(format!("/proc/{}/ns/net", sb.pid()));
     let name = format!("at{}", std::process::id() % 100000);
+    // Not there yet: an error that says how to make it, and nothing made.
+    let err = attach::open_tap_in_netns(&path, &name, true).expect_err("a missing TAP opened");
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+    assert!(err.to_string().contains("in namespace /proc/"), "{err}");
+    let made = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", path.display()))
+        .args(["ip", "tuntap", "add", "dev", &name, "mode", "tap"])
+        .status()
+        .expect("run nsenter");
+    assert!(made.success(), "ip tuntap add in the namespace: {made}");
     let tap = attach::open_tap_in_netns(&path, &name, true);
     assert!(tap.is_ok(), "{:?}", tap.err());
     // With the virtio-net header and the offloads.
