@@ -625,15 +625,33 @@ pub struct SysctlArgs {
     /// Show every tunable.
     #[arg(short = 'a', long = "all")]
     pub all: bool,
+    /// Every argument changes a tunable (`NAME=VALUE`), as sysctl(8)'s
+    /// `-w`; without it `NAME=VALUE` changes one too.
+    #[arg(short = 'w', long = "write")]
+    pub write: bool,
     /// `NAME` to read, `NAME=VALUE` to change (all changes apply together,
-    /// or none if one is refused). Names as Linux's: `net.ipv4.tcp_wmem`.
+    /// or none if one is refused). Names as Linux's: `net.ipv4.tcp_wmem`
+    /// (or `net/ipv4/tcp_wmem`).
     #[arg(value_name = "NAME[=VALUE]")]
     pub items: Vec<String>,
+}
+
+/// A sysctl name as sysctl(8) takes it: `/` in place of `.` is accepted.
+fn sysctl_name(name: &str) -> String {
+    name.trim().replace('/', ".")
 }
 
 pub fn sysctl(a: SysctlArgs) -> Result<i32> {
     if a.items.is_empty() && !a.all {
         bail!("name a tunable (e.g. net.ipv4.tcp_wmem), or -a for all of them");
+    }
+    if a.write {
+        if a.items.is_empty() {
+            bail!("-w changes tunables: give NAME=VALUE");
+        }
+        if let Some(bad) = a.items.iter().find(|s| !s.contains('=')) {
+            bail!("{bad:?} must be of the form NAME=VALUE (with -w)");
+        }
     }
     let mut c = connect(&a.sel)?;
     let (sets, gets): (Vec<&String>, Vec<&String>) = a.items.iter().partition(|s| s.contains('='));
@@ -643,7 +661,7 @@ pub fn sysctl(a: SysctlArgs) -> Result<i32> {
             .iter()
             .map(|s| {
                 let (k, v) = s.split_once('=').unwrap_or((s.as_str(), ""));
-                (k.trim().to_string(), v.trim().to_string())
+                (sysctl_name(k), v.trim().to_string())
             })
             .collect();
         if let Response::Sysctl { values: v } = call(&mut c, &Request::SysctlSet { assignments })? {
@@ -654,7 +672,7 @@ pub fn sysctl(a: SysctlArgs) -> Result<i32> {
         let names = if a.all {
             vec![]
         } else {
-            gets.iter().map(|s| s.to_string()).collect()
+            gets.iter().map(|s| sysctl_name(s)).collect()
         };
         if let Response::Sysctl { values: v } = call(&mut c, &Request::SysctlGet { names })? {
             values.extend(v);

@@ -321,6 +321,28 @@ fn ps_ss_nstat_sysctl_against_a_live_serve() {
     let unknown = ustack(&["sysctl", "--stack", &name, "net.ipv4.tcp_nonsense"]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown tunable"));
+    // sysctl(8)'s spellings: -w, and `/` for `.`; -w with a bare name is
+    // refused before anything changes.
+    let set = ustack_ok(&[
+        "sysctl",
+        "--stack",
+        &name,
+        "-w",
+        "net/ipv4/tcp_wmem=4096 32768 65536",
+    ]);
+    assert!(String::from_utf8_lossy(&set.stdout).contains("net.ipv4.tcp_wmem = 4096\t32768\t65536"));
+    let bare = ustack(&[
+        "sysctl",
+        "--stack",
+        &name,
+        "-w",
+        "net.ipv4.tcp_sack=0",
+        "net.ipv4.tcp_wmem",
+    ]);
+    assert!(!bare.status.success());
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("must be of the form NAME=VALUE"));
+    let sack = json(&["sysctl", "--json", "--stack", &name, "net/ipv4/tcp_sack"]);
+    assert_eq!(sack["net.ipv4.tcp_sack"], "1", "{sack}");
     // A new connection takes the new send buffer (the held one keeps its own).
     drop(hold_tx);
     client.join().expect("client");
