@@ -560,10 +560,13 @@ impl HostSide {
             (Some(NLMSG_ERROR), Some(0)) => Ok(()),
             (Some(NLMSG_ERROR), Some(code)) => {
                 let e = io::Error::from_raw_os_error(-code);
-                let hint = if -code == libc::EPERM {
-                    ": run as root or with CAP_NET_ADMIN"
-                } else {
-                    ""
+                let hint = match -code {
+                    libc::EPERM => ": run as root or with CAP_NET_ADMIN",
+                    libc::EEXIST => {
+                        ": that namespace has an interface of this name already \
+                         (another ustack serving it? choose another --tap)"
+                    }
+                    _ => "",
                 };
                 Err(io::Error::new(
                     e.kind(),
