@@ -583,17 +583,7 @@ fn ss_nstat_sysctl_against_a_live_run() {
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no port forward"));
 
     s.write_all(b"done\n").expect("release the command");
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = run.child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "ustack run did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = run.exit_within(Duration::from_secs(30), "ustack run");
     let (out, err) = (out.join().expect("stdout"), err.join().expect("stderr"));
     assert!(status.success(), "ustack run failed: {err}");
     assert!(out.contains("got done"), "{out}");
@@ -683,17 +673,7 @@ fn ss_u_lists_the_relayed_udp_flows_of_a_live_run() {
     assert_eq!(by_port.as_array().map(Vec::len), Some(1), "{by_port}");
 
     host.send_to(b"done\n", from).expect("answer");
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = run.child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "ustack run did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = run.exit_within(Duration::from_secs(30), "ustack run");
     let mut out = String::new();
     if let Some(mut o) = run.child.stdout.take() {
         let _ = o.read_to_string(&mut out);
@@ -917,17 +897,7 @@ fn capture_from_a_live_hardened_run_reads_the_ring() {
         "the first frame is not the SYN: {text}"
     );
     // The hardened relay (seccomp) served the capture and exits cleanly.
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = run.child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "ustack run did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = run.exit_within(Duration::from_secs(30), "ustack run");
     let mut rerr = String::new();
     if let Some(mut e) = run.child.stderr.take() {
         let _ = e.read_to_string(&mut rerr);
@@ -1269,14 +1239,7 @@ fn sysctl_nstat_watch_and_a_killed_client_on_a_live_run() {
 
     b.write_all(b"done\n").expect("release the command");
     line_where(&out, &mut seen, |l| l == "end");
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = run.child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "run did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = run.exit_within(Duration::from_secs(30), "run");
     let errs: Vec<String> = err.try_iter().collect();
     assert!(status.success(), "{errs:?}");
 }
@@ -1607,17 +1570,7 @@ fn no_control_registers_no_endpoint() {
         let ps = json(&["ps", "--json"]);
         // Let the command end; ustack run with it.
         drop(run.child.stdin.take());
-        let t0 = std::time::Instant::now();
-        let st = loop {
-            if let Some(st) = run.child.try_wait().expect("wait") {
-                break st;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "ustack run {extra:?} did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let st = run.exit_within(Duration::from_secs(30), &format!("ustack run {extra:?}"));
         assert!(st.success(), "ustack run {extra:?}: {st:?}");
         (pid, ps)
     };
@@ -1717,17 +1670,7 @@ fn sighup_stops_serve_cleanly_unless_started_under_nohup() {
     let pid = libc::pid_t::try_from(srv.child.id()).expect("pid");
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    let t0 = std::time::Instant::now();
-    let st = loop {
-        if let Some(st) = srv.child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "SIGHUP did not stop serve"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let st = srv.exit_within(Duration::from_secs(20), "serve after SIGHUP");
     assert!(st.success(), "serve after SIGHUP: {st}");
     assert!(!std::path::Path::new(&file).exists(), "{file} left behind");
 

@@ -49,8 +49,10 @@ fn round_trips(c: &mut ustack_ipc::Endpoint, n: u64, ty: u16) -> Result<(), Stri
 }
 
 /// A Block-mode server thread in this process answering `sendrec`s with (request + 1,
-/// its CPU) until a request of type 99; it takes 200 µs over requests of type 2, so that
-/// their client is surely waiting (trapped) when the reply comes.
+/// its CPU) until a request of type 99; over requests of type 2 it first waits until
+/// their client is seen asleep (in its trap, or on a doorbell), so that the client is
+/// surely waiting when the reply comes. (A fixed pause of 200 µs was not enough on a
+/// loaded machine: a client still on its way to the trap got its reply directly.)
 fn spawn_server(d: &ustack_ipc::Domain) -> std::thread::JoinHandle<()> {
     let dc = d.clone();
     let mut s = dc.bind_as(0, "server").unwrap();
@@ -58,7 +60,14 @@ fn spawn_server(d: &ustack_ipc::Domain) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || loop {
         let m = s.receive(ANY).unwrap();
         if m.mtype == 2 {
-            std::thread::sleep(Duration::from_micros(200));
+            // Bounded: a client that never sleeps gets its reply after 5 s and the
+            // test fails on its counts instead of hanging.
+            let t0 = Instant::now();
+            while debug::trap_state(&dc, m.source).is_none_or(|(_, sl)| sl == 0)
+                && t0.elapsed() < Duration::from_secs(5)
+            {
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
         let r = Message::new(1)
             .with_u64(0, m.u64_at(0) + 1)

@@ -159,6 +159,19 @@ pub struct ChildGuard {
 }
 
 impl ChildGuard {
+    /// Wait for the child to exit on its own, at most `limit`; panics with
+    /// `what` if it has not by then.
+    pub fn exit_within(&mut self, limit: Duration, what: &str) -> std::process::ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                return st;
+            }
+            assert!(t0.elapsed() < limit, "{what} did not exit within {limit:?}");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM and wait up to 10 s; returns the exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         if let Ok(Some(st)) = self.child.try_wait() {
