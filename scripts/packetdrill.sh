@@ -442,16 +442,24 @@ run_one() { # index
         say "ERROR $name: creating namespace $ns failed: $(cat "$log")"
         return 0
     fi
-    # Each script gets a /tmp of its own (a tmpfs in a private mount
-    # namespace, gone when packetdrill exits): upstream scripts that change
-    # sysctls write /tmp/sysctl_restore_${PACKETDRILL_PID}.sh
+    # Each script gets a /tmp of its own: in a private mount namespace, an
+    # overlay whose lower layer is the real /tmp (every path the run needs
+    # stays visible, also for a clone that lives under /tmp) and whose
+    # upper layer is a tmpfs that goes when packetdrill exits. Upstream
+    # scripts that change sysctls write /tmp/sysctl_restore_${PACKETDRILL_PID}.sh
     # (common/set_sysctls.py) and never remove it, and our sendfile script
-    # writes its file there; nothing is left behind and concurrent runs
-    # cannot see each other's files.
+    # writes its file there: nothing is left behind, and concurrent runs
+    # cannot see each other's files. (A kernel without overlayfs runs the
+    # script on the real /tmp.)
+    mkdir -p "$tmp/ovl/$i"
     (cd "$(dirname "$path")" &&
         exec timeout -k 5 "$timeout_s" ip netns exec "$ns" \
             unshare --mount --propagation private \
-            sh -c 'mount -t tmpfs -o mode=1777,size=64m packetdrill-tmp /tmp && exec "$@"' packetdrill-tmp \
+            sh -c 'd=$1; shift
+                   { mount -t tmpfs -o size=64m packetdrill-tmp "$d" && mkdir "$d/u" "$d/w" &&
+                     mount -t overlay -o "lowerdir=/tmp,upperdir=$d/u,workdir=$d/w" packetdrill-tmp /tmp
+                   } 2>/dev/null
+                   exec "$@"' packetdrill-tmp "$tmp/ovl/$i" \
             env "${pd_env[@]}" \
             ${lib:+"PATH=$tmp/bin:$PATH" "USTACK_PACKETDRILL_QDISC=$tmp/qdisc/$i"} \
             "$pd_bin" "${pd_args[@]}" "$(basename "$path")") \
