@@ -21,7 +21,7 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 step "cargo test (unit, simulation, interop)"
-cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/ustack-test.log
+cargo test --workspace --no-fail-fast
 
 step "packetdrill (upstream scripts against ustack with expectations, and ours)"
 ./scripts/packetdrill.sh
