@@ -865,16 +865,8 @@ fn capture_from_a_live_hardened_run_reads_the_ring() {
             .spawn()
             .expect("spawn ustack run"),
     };
-    // Synchronise on the stack's control endpoint being listed.
-    let t0 = std::time::Instant::now();
-    while !String::from_utf8_lossy(&ustack(&["ps"]).stdout).contains(&name) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{name} never listed"
-        );
-        assert!(run.child.try_wait().expect("wait").is_none(), "run exited");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Synchronise on the stack's control endpoint answering.
+    wait_answering(&name, &mut run, Duration::from_secs(20));
     let port_s = port.to_string();
     let (cap, err) = start_capture(&name, &file_s, 20, &["tcp", "and", "port", &port_s]);
     std::fs::OpenOptions::new()
@@ -1344,6 +1336,23 @@ fn syn_cookies_carry_linux_clients_options_through_the_handshake() {
     srv.stop_clean();
 }
 
+/// Wait (polled, at most `limit`) until stack `name`'s control endpoint
+/// answers, asserting meanwhile that `child`, which runs it, has not exited.
+fn wait_answering(name: &str, child: &mut ChildGuard, limit: Duration) {
+    let t0 = std::time::Instant::now();
+    while !ustack(&["nstat", "--stack", name]).status.success() {
+        assert!(
+            t0.elapsed() < limit,
+            "the control endpoint {name} never answered"
+        );
+        assert!(
+            child.child.try_wait().expect("wait").is_none(),
+            "the process serving {name} exited"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A live `ustack attach` serving `ns`, whose TAP `tap0` is configured as
 /// `ustack run` configures its sandbox (10.0.2.15/24, default route via
 /// 10.0.2.2), with the control endpoint NAME and metrics on 127.0.0.1:MPORT.
@@ -1359,7 +1368,7 @@ fn live_attach(ns: &NetNs, name: &str, mport: u16) -> ChildGuard {
     }
     let netns = format!("/run/netns/{}", ns.name);
     let metrics = format!("127.0.0.1:{mport}");
-    let guard = ChildGuard {
+    let mut guard = ChildGuard {
         child: Command::new(BIN)
             .args([
                 "attach",
@@ -1376,17 +1385,7 @@ fn live_attach(ns: &NetNs, name: &str, mport: u16) -> ChildGuard {
             .spawn()
             .expect("spawn ustack attach"),
     };
-    let t0 = std::time::Instant::now();
-    while !ustack(&["nstat", "--json", "--stack", name])
-        .status
-        .success()
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "ustack attach's control endpoint {name} never answered"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_answering(name, &mut guard, Duration::from_secs(30));
     guard
 }
 
@@ -1643,18 +1642,7 @@ fn serve_with_sighup(ns: &NetNs, name: &str, ignored: bool) -> ChildGuard {
     let mut run = ChildGuard {
         child: cmd.spawn().expect("spawn ustack serve"),
     };
-    let t0 = std::time::Instant::now();
-    while !ustack(&["nstat", "--stack", name]).status.success() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "{name} never answered"
-        );
-        assert!(
-            run.child.try_wait().expect("wait").is_none(),
-            "serve exited"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_answering(name, &mut run, Duration::from_secs(20));
     run
 }
 
