@@ -228,6 +228,9 @@ impl<D: Device> Device for SharedDev<D> {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         self.with(|d| d.send(frame))
     }
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        self.with(|d| d.send_vectored(parts))
+    }
     fn recv_batch(&mut self, batch: &mut FrameBatch) -> io::Result<usize> {
         self.with(|d| d.recv_batch(batch))
     }

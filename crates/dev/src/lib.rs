@@ -40,6 +40,11 @@ macro_rules! forward_device {
             $inner.send(frame)
         }
     };
+    (@one $self:ident, $inner:expr, send_vectored) => {
+        fn send_vectored(&mut $self, parts: &[&[u8]]) -> ::std::io::Result<()> {
+            $inner.send_vectored(parts)
+        }
+    };
     (@one $self:ident, $inner:expr, recv_batch) => {
         fn recv_batch(&mut $self, batch: &mut $crate::FrameBatch) -> ::std::io::Result<usize> {
             $inner.recv_batch(batch)
@@ -99,6 +104,47 @@ pub mod wrap;
 
 pub use batch::FrameBatch;
 
+/// Most parts a vectored write (`writev`, `sendmsg`) takes at once: Linux's
+/// `IOV_MAX` (`UIO_MAXIOV`). A frame in more parts than this is gathered
+/// into one buffer by the devices that write parts as they are.
+pub const IOV_MAX: usize = 1024;
+
+/// Parts of a frame a vectored write keeps on the stack (more: one
+/// allocation for the `iovec` array, still no copy of the frame).
+const STACK_IOVECS: usize = 16;
+
+/// Total length of a frame given as `parts` (saturating: a length past
+/// `isize::MAX` is refused by the kernel anyway).
+pub(crate) fn parts_len(parts: &[&[u8]]) -> usize {
+    parts.iter().fold(0usize, |n, p| n.saturating_add(p.len()))
+}
+
+/// Replace `buf`'s contents with the concatenation of `parts` (keeping
+/// its allocation for the next frame).
+pub(crate) fn gather_into(buf: &mut Vec<u8>, parts: &[&[u8]]) {
+    buf.clear();
+    buf.reserve(parts_len(parts));
+    for p in parts {
+        buf.extend_from_slice(p);
+    }
+}
+
+/// Call `f` with `parts` as an array of [`io::IoSlice`] (ABI-compatible
+/// with `struct iovec` on Linux), built on the stack for a few parts.
+/// `parts` must be at most [`IOV_MAX`] long for the kernel to take them.
+pub(crate) fn with_iovecs<R>(parts: &[&[u8]], f: impl FnOnce(&[io::IoSlice<'_>]) -> R) -> R {
+    if parts.len() <= STACK_IOVECS {
+        let mut iov = [io::IoSlice::new(&[]); STACK_IOVECS];
+        for (slot, p) in iov.iter_mut().zip(parts) {
+            *slot = io::IoSlice::new(p);
+        }
+        f(iov.get(..parts.len()).unwrap_or(&[]))
+    } else {
+        let iov: Vec<io::IoSlice<'_>> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+        f(&iov)
+    }
+}
+
 /// Length of an Ethernet header (destination, source, ethertype).
 pub const ETHERNET_HEADER_LEN: usize = 14;
 
@@ -133,6 +179,25 @@ pub trait Device {
 
     /// Send one frame; `Err(WouldBlock)` when the device is full.
     fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+
+    /// Send one frame given as consecutive parts (the frame is their
+    /// concatenation): same semantics and errors as [`Device::send`].
+    ///
+    /// For a frame built as headers in front of payload that lives
+    /// elsewhere (a TCP send buffer), so that a device that can write the
+    /// parts as they are (`writev`) copies them only once, into the kernel.
+    /// The default gathers the parts into one buffer and calls
+    /// [`Device::send`] (a single part, or none, is passed on as is). A
+    /// wrapper forwards it (`forward_device!`), gathering only when it has
+    /// to keep or change the frame.
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        match parts {
+            [one] => self.send(one),
+            // No part, or only empty ones: the empty frame, as `send(&[])`.
+            _ if parts.iter().all(|p| p.is_empty()) => self.send(&[]),
+            _ => self.send(&parts.concat()),
+        }
+    }
 
     /// Clear `batch` and fill it with as many waiting frames as it holds.
     /// Returns the number of frames received (0 when nothing is waiting).
@@ -239,12 +304,12 @@ pub trait RxHalf: Send {
 
 impl<D: Device + ?Sized> Device for Box<D> {
     forward_device!(self => (**self);
-        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred,
-        offloads, split_rx);
+        recv, send, send_vectored, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline,
+        poll_deferred, offloads, split_rx);
 }
 
 impl<D: Device + ?Sized> Device for &mut D {
     forward_device!(self => (**self);
-        recv, send, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline, poll_deferred,
-        offloads, split_rx);
+        recv, send, send_vectored, recv_batch, send_batch, mtu, mac, raw_fd, next_deadline,
+        poll_deferred, offloads, split_rx);
 }

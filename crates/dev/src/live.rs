@@ -752,6 +752,9 @@ pub struct Tapped<D: Device> {
     inner: D,
     hub: Arc<CaptureHub>,
     skip: usize,
+    /// A frame sent in parts, gathered for the capture (only while one
+    /// runs); kept for the next.
+    gathered: Vec<u8>,
 }
 
 impl<D: Device> Tapped<D> {
@@ -761,7 +764,12 @@ impl<D: Device> Tapped<D> {
         } else {
             0
         };
-        Tapped { inner, hub, skip }
+        Tapped {
+            inner,
+            hub,
+            skip,
+            gathered: Vec::new(),
+        }
     }
 
     #[inline]
@@ -788,6 +796,20 @@ impl<D: Device> Device for Tapped<D> {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         self.inner.send(frame)?;
         self.rec(frame);
+        Ok(())
+    }
+
+    /// The parts go to the inner device as they are; only while a capture
+    /// runs are they gathered, after the send, for the capture's filter and
+    /// ring (which see the bytes `send` of the concatenation would record).
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        self.inner.send_vectored(parts)?;
+        if self.hub.is_active() {
+            let mut gathered = std::mem::take(&mut self.gathered);
+            crate::gather_into(&mut gathered, parts);
+            self.rec(&gathered);
+            self.gathered = gathered;
+        }
         Ok(())
     }
 
@@ -1170,5 +1192,50 @@ mod tests {
         assert!(head > read, "no skip: head {head}, read {read}");
         assert!(head % cap <= SKIP_AFTER + 3 * 1016, "{}", head % cap);
         hub.stop();
+    }
+
+    #[test]
+    fn tapped_forwards_parts_and_records_them_as_the_whole_frame() {
+        use crate::memlink::{pair, Impairments};
+        let hub = CaptureHub::new();
+        let (a, mut b) = pair(Impairments::none(), Impairments::none(), 1);
+        let mut t = Tapped::new(a, Arc::clone(&hub));
+        let f = tcp_frame([10, 0, 0, 1], [10, 0, 0, 2], 40000, 80);
+        let parts: [&[u8]; 3] = [&f[..14], &[], &f[14..]];
+        // Nobody captures: the parts go on, nothing is gathered.
+        t.send_vectored(&parts).expect("send");
+        assert_eq!(t.gathered.capacity(), 0);
+        // A filter that reads both parts (the port is in the second).
+        let (ring, mem) = shared(MIN_RING);
+        let port = CaptureFilter {
+            port: Some(80),
+            ..Default::default()
+        };
+        let id = hub.start(port, 65535, ring).expect("start");
+        let mut r = reader(&mem, id);
+        t.send(&f).expect("send");
+        t.send_vectored(&parts).expect("send");
+        t.send_vectored(&[&f]).expect("send");
+        t.send_vectored(&f.chunks(1).collect::<Vec<_>>())
+            .expect("send");
+        let other = tcp_frame([10, 0, 0, 1], [10, 0, 0, 2], 40000, 443);
+        t.send_vectored(&[&other[..14], &other[14..]])
+            .expect("send");
+        let p = r.pending(u64::MAX).expect("ok");
+        let recs = r.records(&p);
+        assert_eq!(recs.len(), 4, "the frames to port 80, once each");
+        for rec in &recs {
+            assert_eq!(rec[8..], recs[0][8..], "lengths and bytes as `send`'s");
+            assert_eq!(&rec[16..], &f[..]);
+        }
+        hub.stop();
+        let mut buf = [0u8; 2000];
+        let mut got = Vec::new();
+        while let Some(n) = b.recv(&mut buf).expect("recv") {
+            got.push(buf[..n].to_vec());
+        }
+        assert_eq!(got.len(), 6);
+        assert!(got[..5].iter().all(|g| *g == f));
+        assert_eq!(got[5], other);
     }
 }

@@ -157,9 +157,12 @@ impl Direction {
         b
     }
 
-    fn send(&mut self, now: Duration, order: &mut u64, frame: &[u8]) {
+    /// Send the frame `parts` make up (copied straight into the buffer
+    /// held in flight).
+    fn send(&mut self, now: Duration, order: &mut u64, parts: &[&[u8]]) {
+        let len = crate::parts_len(parts);
         self.counters.sent += 1;
-        self.counters.sent_bytes += frame.len() as u64;
+        self.counters.sent_bytes += len as u64;
         if self.queue.len() >= self.cfg.queue_limit {
             self.counters.queue_drops += 1;
             return;
@@ -171,7 +174,7 @@ impl Direction {
         let mut depart = now;
         if let Some(rate) = self.cfg.rate_bps.filter(|&r| r > 0) {
             let start = self.free_at.max(now);
-            depart = start + serialisation_time(frame.len(), rate);
+            depart = start + serialisation_time(len, rate);
             self.free_at = depart;
         }
         let jitter = self.uniform(self.cfg.jitter);
@@ -181,7 +184,8 @@ impl Direction {
             let hold = self.uniform(self.cfg.reorder_hold);
             at += hold.max(Duration::from_micros(1));
         }
-        let mut data = self.buffer(frame);
+        let mut data = self.pool.pop().unwrap_or_default();
+        crate::gather_into(&mut data, parts);
         if self.chance(self.cfg.corrupt) && !data.is_empty() {
             self.counters.corrupted += 1;
             flip_random_bit(&mut self.rng, &mut data);
@@ -369,21 +373,26 @@ impl Device for MemPort {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.send_vectored(&[frame])
+    }
+
+    /// The parts are copied straight into the frame held in flight.
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let len = crate::parts_len(parts);
         let mut l = lock(&self.link);
         let l = &mut *l;
         let dir = &mut l.dirs[self.side];
-        if frame.len() > self.mtu + ETHERNET_HEADER_LEN {
+        if len > self.mtu + ETHERNET_HEADER_LEN {
             dir.counters.oversize += 1;
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "frame of {} bytes exceeds MTU {} + Ethernet header",
-                    frame.len(),
+                    "frame of {len} bytes exceeds MTU {} + Ethernet header",
                     self.mtu
                 ),
             ));
         }
-        dir.send(l.now, &mut l.order, frame);
+        dir.send(l.now, &mut l.order, parts);
         Ok(())
     }
 

@@ -457,8 +457,10 @@ impl Dir {
         depart + Duration::from_nanos(total)
     }
 
-    /// Apply the impairments to one frame and hold what survives.
-    fn admit(&mut self, now: Instant, frame: &[u8], ctr: &AtomicDirCounters) {
+    /// Apply the impairments to one frame, the concatenation of `parts`,
+    /// and hold what survives (each copy is gathered straight into a held
+    /// buffer).
+    fn admit(&mut self, now: Instant, parts: &[&[u8]], ctr: &AtomicDirCounters) {
         bump(&ctr.frames);
         let mut copies = 1u32;
         if self.chance(self.cfg.duplicate) {
@@ -475,8 +477,7 @@ impl Dir {
                 continue;
             }
             let mut data = self.pool.pop().unwrap_or_default();
-            data.clear();
-            data.extend_from_slice(frame);
+            crate::gather_into(&mut data, parts);
             if self.chance(self.cfg.corrupt) && !data.is_empty() {
                 flip_random_bit(&mut self.rng, &mut data);
                 bump(&ctr.corrupted);
@@ -577,7 +578,7 @@ impl<D: Device> Netem<D> {
             match self.inner.recv(&mut self.scratch) {
                 Ok(Some(n)) => {
                     let frame = self.scratch.get(..n).unwrap_or(&self.scratch);
-                    self.rx.admit(now, frame, &self.counters.rx);
+                    self.rx.admit(now, &[frame], &self.counters.rx);
                 }
                 Ok(None) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -586,6 +587,20 @@ impl<D: Device> Netem<D> {
             }
         }
         Ok(())
+    }
+
+    /// Whether a frame sent now goes straight to the inner device: no
+    /// impairment on the way out and nothing held that it would overtake.
+    fn passes_tx(&self) -> bool {
+        self.tx.cfg.is_identity() && self.tx.queue.is_empty()
+    }
+
+    /// Impair and hold a frame sent (the concatenation of `parts`), and
+    /// send what is due.
+    fn admit_tx(&mut self, parts: &[&[u8]]) {
+        let now = (self.clock)();
+        self.tx.admit(now, parts, &self.counters.tx);
+        self.flush_tx(now);
     }
 
     /// Send the tx frames that are due.
@@ -642,15 +657,27 @@ impl<D: Device> Device for Netem<D> {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        if self.tx.cfg.is_identity() && self.tx.queue.is_empty() {
+        if self.passes_tx() {
             bump(&self.counters.tx.frames);
             self.inner.send(frame)?;
             bump(&self.counters.tx.delivered);
             return Ok(());
         }
-        let now = (self.clock)();
-        self.tx.admit(now, frame, &self.counters.tx);
-        self.flush_tx(now);
+        self.admit_tx(&[frame]);
+        Ok(())
+    }
+
+    /// A frame that passes straight through goes to the inner device in its
+    /// parts; one that is held (delayed, duplicated, corrupted, or behind
+    /// held ones) is gathered into the held copy, which netem must own.
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        if self.passes_tx() {
+            bump(&self.counters.tx.frames);
+            self.inner.send_vectored(parts)?;
+            bump(&self.counters.tx.delivered);
+            return Ok(());
+        }
+        self.admit_tx(parts);
         Ok(())
     }
 

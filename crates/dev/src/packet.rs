@@ -875,6 +875,51 @@ impl Device for PacketRing {
         }
     }
 
+    /// One `sendmsg` of the parts as they are (the kernel copies them once,
+    /// straight into the frame it sends): what `send` does for their
+    /// concatenation, with the same counters and errors. A single part, or
+    /// a frame of no bytes, goes through `send`; more than
+    /// [`crate::IOV_MAX`] parts are gathered and sent with it.
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        match parts {
+            [one] => return self.send(one),
+            _ if parts.iter().all(|p| p.is_empty()) => return self.send(&[]),
+            _ if parts.len() > crate::IOV_MAX => return self.send(&parts.concat()),
+            _ => {}
+        }
+        let fd = self.fd.as_raw_fd();
+        let r = crate::with_iovecs(parts, |iov| {
+            // SAFETY: an all-zero msghdr is a valid value (no address, no
+            // control data, null pointers, zero lengths); the iovec fields
+            // are filled in below.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            // `IoSlice` is ABI-compatible with `struct iovec` on Unix (std
+            // guarantees it); sendmsg only reads the array.
+            msg.msg_iov = iov.as_ptr().cast::<libc::iovec>().cast_mut();
+            msg.msg_iovlen = iov.len() as _;
+            loop {
+                // SAFETY: `msg` points to `iov`, whose entries point to parts
+                // borrowed for the duration of the call, each valid for
+                // reads of its length; the socket is bound, so no address.
+                let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
+                if n >= 0 {
+                    return Ok(());
+                }
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        });
+        match r {
+            Ok(()) => {
+                self.stats.tx_frames += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.tx_error(e)),
+        }
+    }
+
     fn send_batch(&mut self, frames: &FrameBatch) -> io::Result<usize> {
         let mut sent = 0;
         let total = frames.len();

@@ -72,16 +72,42 @@ impl<W: Write> PcapWriter<W> {
     /// Record one frame with timestamp `ts` (time since the Unix epoch, or
     /// any epoch for virtual clocks).
     pub fn write_frame(&mut self, ts: Duration, frame: &[u8]) -> io::Result<()> {
-        let caplen = frame.len().min(self.snaplen as usize);
+        self.write_parts(ts, std::iter::once(frame))
+    }
+
+    /// Record one frame given as consecutive parts (the frame is their
+    /// concatenation), written as they are: the same record as
+    /// [`write_frame`](Self::write_frame) of the concatenation.
+    pub fn write_frame_vectored(&mut self, ts: Duration, parts: &[&[u8]]) -> io::Result<()> {
+        self.write_parts(ts, parts.iter().copied())
+    }
+
+    /// Record the frame `parts` make up (the iterator is cloned once, to
+    /// measure the frame before writing it).
+    fn write_parts<'a>(
+        &mut self,
+        ts: Duration,
+        parts: impl Iterator<Item = &'a [u8]> + Clone,
+    ) -> io::Result<()> {
+        let len = parts.clone().fold(0usize, |n, p| n.saturating_add(p.len()));
+        let caplen = len.min(self.snaplen as usize);
         let mut rec = [0u8; 16];
         let secs = u32::try_from(ts.as_secs()).unwrap_or(u32::MAX);
         rec[0..4].copy_from_slice(&secs.to_le_bytes());
         rec[4..8].copy_from_slice(&ts.subsec_micros().to_le_bytes());
         rec[8..12].copy_from_slice(&(caplen as u32).to_le_bytes());
-        rec[12..16].copy_from_slice(&u32::try_from(frame.len()).unwrap_or(u32::MAX).to_le_bytes());
+        rec[12..16].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
         let out = self.out()?;
         out.write_all(&rec)?;
-        out.write_all(&frame[..caplen])?;
+        let mut left = caplen;
+        for p in parts {
+            if left == 0 {
+                break;
+            }
+            let take = p.get(..left).unwrap_or(p);
+            out.write_all(take)?;
+            left -= take.len();
+        }
         self.unflushed += 1;
         if self.unflushed >= FLUSH_EVERY_FRAMES || self.last_flush.elapsed() >= FLUSH_EVERY {
             self.flush()?;
@@ -196,14 +222,25 @@ impl<D: Device, W: Write> Capture<D, W> {
     /// header, if the device has one, which is not part of the Ethernet
     /// frame a pcap reader expects).
     fn record(&mut self, frame: &[u8]) {
-        let skip = if self.inner.offloads().vnet_hdr {
+        self.record_parts(&[frame]);
+    }
+
+    /// Record the frame `parts` make up, as [`record`](Self::record) does
+    /// their concatenation: the parts are written to the capture as they
+    /// are, less the virtio-net header (which may span parts).
+    fn record_parts(&mut self, parts: &[&[u8]]) {
+        let mut skip = if self.inner.offloads().vnet_hdr {
             crate::VNET_HDR_LEN
         } else {
             0
         };
         let ts = (self.clock)();
-        let frame = frame.get(skip..).unwrap_or(&[]);
-        if self.pcap.write_frame(ts, frame).is_err() {
+        let rest = parts.iter().map(move |p| {
+            let from = skip.min(p.len());
+            skip -= from;
+            p.get(from..).unwrap_or(&[])
+        });
+        if self.pcap.write_parts(ts, rest).is_err() {
             self.write_errors += 1;
         }
     }
@@ -222,6 +259,15 @@ impl<D: Device, W: Write> Device for Capture<D, W> {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         self.inner.send(frame)?;
         self.record(frame);
+        Ok(())
+    }
+
+    /// The parts go to the inner device as they are and into the capture
+    /// as they are (no gathering): the record is that of `send` for their
+    /// concatenation.
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        self.inner.send_vectored(parts)?;
+        self.record_parts(parts);
         Ok(())
     }
 

@@ -162,19 +162,66 @@ pub fn read_frame(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<usize
 /// Write one Ethernet frame to a TAP descriptor; `EINTR` is retried. Every
 /// other error is returned as is, including `EIO`, which the kernel gives
 /// while the interface is down (see [`is_link_down`]): what to do then is the
-/// caller's policy ([`Tap`] reports it, the sandbox drops the frame).
+/// caller's policy ([`Tap`] reports it, the sandbox drops the frame). A write
+/// to a TAP takes the whole frame or fails; a shorter count, which the
+/// kernel never gives, is an error rather than a frame taken as sent.
 pub fn write_frame(fd: BorrowedFd<'_>, frame: &[u8]) -> io::Result<()> {
     loop {
         // SAFETY: `frame` is valid for reads of `frame.len()` bytes; `fd` is a
         // live descriptor borrowed for the duration of the call.
         let n = unsafe { libc::write(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
         if n >= 0 {
-            return Ok(());
+            return check_whole(n, frame.len());
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
+    }
+}
+
+/// Write one Ethernet frame given as consecutive parts (the frame is their
+/// concatenation) to a TAP descriptor with one `writev`, so that the parts
+/// are copied only once, by the kernel: what [`write_frame`] does for the
+/// concatenation, with the same errors. A single part, or a frame of no
+/// bytes, goes through [`write_frame`]; more than [`crate::IOV_MAX`] parts
+/// (more than `writev` takes) are gathered and written with it.
+pub fn write_frame_vectored(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<()> {
+    let len = crate::parts_len(parts);
+    match parts {
+        [one] => return write_frame(fd, one),
+        _ if len == 0 => return write_frame(fd, &[]),
+        _ if parts.len() > crate::IOV_MAX => return write_frame(fd, &parts.concat()),
+        _ => {}
+    }
+    crate::with_iovecs(parts, |iov| {
+        // At most IOV_MAX (checked above).
+        let count = libc::c_int::try_from(iov.len()).unwrap_or(libc::c_int::MAX);
+        loop {
+            // SAFETY: `IoSlice` is ABI-compatible with `struct iovec` on
+            // Unix (std guarantees it); each of the `count` entries points to
+            // a part borrowed for the duration of the call, valid for reads
+            // of its length. `fd` is a live descriptor borrowed likewise.
+            let n = unsafe { libc::writev(fd.as_raw_fd(), iov.as_ptr().cast(), count) };
+            if n >= 0 {
+                return check_whole(n, len);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    })
+}
+
+/// The result of a write of a `len`-byte frame that returned `n >= 0`.
+fn check_whole(n: isize, len: usize) -> io::Result<()> {
+    if usize::try_from(n).is_ok_and(|n| n == len) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "short write to a TAP: {n} of {len} bytes (the frame is lost)"
+        )))
     }
 }
 
@@ -299,6 +346,19 @@ impl Tap {
         self.mtu = mtu;
         Ok(())
     }
+
+    /// A write error as the runtime understands it: `EIO` (the interface
+    /// is down) becomes `NotConnected` with a hint.
+    fn tx_error(&self, e: io::Error) -> io::Error {
+        if is_link_down(&e) {
+            io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("TAP {} is down (EIO): bring the interface up", self.name),
+            )
+        } else {
+            e
+        }
+    }
 }
 
 impl Device for Tap {
@@ -307,16 +367,12 @@ impl Device for Tap {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        write_frame(self.fd.as_fd(), frame).map_err(|e| {
-            if is_link_down(&e) {
-                io::Error::new(
-                    io::ErrorKind::NotConnected,
-                    format!("TAP {} is down (EIO): bring the interface up", self.name),
-                )
-            } else {
-                e
-            }
-        })
+        write_frame(self.fd.as_fd(), frame).map_err(|e| self.tx_error(e))
+    }
+
+    /// One `writev` of the parts ([`write_frame_vectored`]).
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        write_frame_vectored(self.fd.as_fd(), parts).map_err(|e| self.tx_error(e))
     }
 
     fn mtu(&self) -> usize {

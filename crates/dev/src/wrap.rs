@@ -137,6 +137,18 @@ impl<D: Device> Tracing<D> {
     pub fn into_inner(self) -> D {
         self.inner
     }
+
+    /// Log a sent frame and how its sending went.
+    fn log_tx(&self, r: &io::Result<()>, frame: &[u8]) {
+        match r {
+            Ok(()) => {
+                tracing::trace!(target: "ustack_dev::frames", dev = %self.label, "tx {}", summarize(frame))
+            }
+            Err(e) => {
+                tracing::trace!(target: "ustack_dev::frames", dev = %self.label, "tx failed ({e}) {}", summarize(frame))
+            }
+        }
+    }
 }
 
 impl<D: Device> Device for Tracing<D> {
@@ -154,14 +166,17 @@ impl<D: Device> Device for Tracing<D> {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         let r = self.inner.send(frame);
         if tracing::enabled!(target: "ustack_dev::frames", tracing::Level::TRACE) {
-            match &r {
-                Ok(()) => {
-                    tracing::trace!(target: "ustack_dev::frames", dev = %self.label, "tx {}", summarize(frame))
-                }
-                Err(e) => {
-                    tracing::trace!(target: "ustack_dev::frames", dev = %self.label, "tx failed ({e}) {}", summarize(frame))
-                }
-            }
+            self.log_tx(&r, frame);
+        }
+        r
+    }
+
+    /// Forwards the parts as they are; only while frames are logged are
+    /// they gathered, for the summary (which reads headers across them).
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let r = self.inner.send_vectored(parts);
+        if tracing::enabled!(target: "ustack_dev::frames", tracing::Level::TRACE) {
+            self.log_tx(&r, &parts.concat());
         }
         r
     }
@@ -234,6 +249,42 @@ impl<D: Device> FaultInject<D> {
         let x: f64 = self.rng.gen();
         p > 0.0 && x < p
     }
+
+    /// What happens to the next frame sent (the draws and counters of a
+    /// send, the same for `send` and `send_vectored`).
+    fn tx_fate(&mut self) -> TxFate {
+        if self.chance(self.faults.tx_would_block) {
+            self.counters.tx_would_block += 1;
+            return TxFate::WouldBlock;
+        }
+        if self.chance(self.faults.tx_drop) {
+            self.counters.tx_dropped += 1;
+            return TxFate::Drop;
+        }
+        if self.chance(self.faults.tx_corrupt) {
+            self.counters.tx_corrupted += 1;
+            return TxFate::Corrupt;
+        }
+        TxFate::Pass
+    }
+
+    /// Send a copy of the frame `parts` make up with one bit flipped.
+    fn send_corrupted(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        crate::gather_into(&mut scratch, parts);
+        flip_random_bit(&mut self.rng, &mut scratch);
+        let r = self.inner.send(&scratch);
+        self.scratch = scratch;
+        r
+    }
+}
+
+/// The fate [`FaultInject`] draws for a frame sent.
+enum TxFate {
+    WouldBlock,
+    Drop,
+    Corrupt,
+    Pass,
 }
 
 impl<D: Device> Device for FaultInject<D> {
@@ -256,25 +307,24 @@ impl<D: Device> Device for FaultInject<D> {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        if self.chance(self.faults.tx_would_block) {
-            self.counters.tx_would_block += 1;
-            return Err(io::ErrorKind::WouldBlock.into());
+        match self.tx_fate() {
+            TxFate::WouldBlock => Err(io::ErrorKind::WouldBlock.into()),
+            TxFate::Drop => Ok(()),
+            TxFate::Corrupt => self.send_corrupted(&[frame]),
+            TxFate::Pass => self.inner.send(frame),
         }
-        if self.chance(self.faults.tx_drop) {
-            self.counters.tx_dropped += 1;
-            return Ok(());
+    }
+
+    /// The same draws and faults as `send` for the concatenation; a frame
+    /// that passes untouched is forwarded in its parts, a corrupted one is
+    /// gathered (the bit is flipped in a copy, never in the caller's parts).
+    fn send_vectored(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        match self.tx_fate() {
+            TxFate::WouldBlock => Err(io::ErrorKind::WouldBlock.into()),
+            TxFate::Drop => Ok(()),
+            TxFate::Corrupt => self.send_corrupted(parts),
+            TxFate::Pass => self.inner.send_vectored(parts),
         }
-        if self.chance(self.faults.tx_corrupt) {
-            self.counters.tx_corrupted += 1;
-            let mut scratch = std::mem::take(&mut self.scratch);
-            scratch.clear();
-            scratch.extend_from_slice(frame);
-            flip_random_bit(&mut self.rng, &mut scratch);
-            let r = self.inner.send(&scratch);
-            self.scratch = scratch;
-            return r;
-        }
-        self.inner.send(frame)
     }
 
     forward_device!(self => self.inner; mtu, mac, raw_fd, next_deadline, poll_deferred, offloads);

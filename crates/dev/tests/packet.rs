@@ -468,3 +468,54 @@ fn setup_errors_are_clear() {
         drop(v);
     });
 }
+
+/// The ways a frame is cut into parts for `send_vectored`: a header, an
+/// empty part and the rest; one part; one part per byte; and more parts
+/// than `sendmsg` takes (gathered).
+fn cuts(f: &[u8]) -> Vec<Vec<&[u8]>> {
+    let mut many: Vec<&[u8]> = f.chunks(1).collect();
+    while many.len() <= ustack_dev::IOV_MAX {
+        many.push(&[]);
+    }
+    vec![
+        vec![&f[..14], &[], &f[14..]],
+        vec![f],
+        f.chunks(1).collect(),
+        many,
+    ]
+}
+
+#[test]
+fn frames_sent_in_parts_arrive_whole() {
+    in_new_netns(|| {
+        let v = Veth::new("p", 1500);
+        let mut a = open(&v.a, PacketConfig::new(RingVersion::V3, false, 1500));
+        let mut b = open(&v.b, PacketConfig::new(RingVersion::V3, false, 1500));
+        let mut sent = Vec::new();
+        for len in [60, 577, 1514] {
+            for k in 0..4 {
+                let f = frame(1, sent.len() as u32, len);
+                let cut = cuts(&f).swap_remove(k);
+                a.send_vectored(&cut).expect("send in parts");
+                sent.push(f);
+            }
+        }
+        let got = recv_ours(&mut b, sent.len(), false);
+        assert_eq!(got, sent, "frames differ");
+        assert_none_of_ours(&mut a);
+        assert_eq!(a.stats().tx_frames, sent.len() as u64);
+
+        // A down interface: the error `send` gives, counted as `send` does.
+        ip(&["link", "set", &v.a, "down"]);
+        let f = frame(1, 99, 100);
+        let whole = a.send(&f).expect_err("send on a down interface");
+        for cut in cuts(&f) {
+            let e = a
+                .send_vectored(&cut)
+                .expect_err("parts on a down interface");
+            assert_eq!((e.kind(), e.to_string()), (whole.kind(), whole.to_string()));
+        }
+        assert_eq!(a.stats().tx_frames, sent.len() as u64);
+        drop(v);
+    });
+}

@@ -289,3 +289,78 @@ fn tap_fd(tap: &Tap) -> std::os::fd::BorrowedFd<'_> {
     // SAFETY: `tap` owns `raw`; the borrow is tied to `tap`'s lifetime.
     unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) }
 }
+
+/// A frame to the kernel through a TAP, of our own ethertype (nothing on
+/// the kernel side answers it), `seq` after the header, `len` bytes in all.
+fn our_frame(seq: u32, len: usize) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&OUR_MAC);
+    f.extend_from_slice(&[0x88, 0xb5]);
+    f.extend_from_slice(&seq.to_be_bytes());
+    let mut x = seq.wrapping_mul(2_654_435_761) | 1;
+    while f.len() < len {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        f.push((x >> 16) as u8);
+    }
+    f
+}
+
+/// `f` cut into parts: a header, an empty part and the rest; one part; one
+/// part per byte; and more parts than `writev` takes (gathered).
+fn cuts(f: &[u8]) -> Vec<Vec<&[u8]>> {
+    let mut many: Vec<&[u8]> = f.chunks(1).collect();
+    while many.len() <= ustack_dev::IOV_MAX {
+        many.push(&[]);
+    }
+    vec![
+        vec![&f[..14], &[], &f[14..]],
+        vec![f],
+        f.chunks(1).collect(),
+        many,
+    ]
+}
+
+#[test]
+fn a_frame_written_in_parts_reaches_the_kernel_whole() {
+    use ustack_dev::packet::{PacketConfig, PacketRing, RingVersion};
+    use ustack_dev::tap::{is_link_down, write_frame_vectored};
+    in_new_netns(|| {
+        let name = tap_name("vw");
+        let mut tap = Tap::create(&name).expect("create TAP");
+        // Down: the errors of `send` and `write_frame`, however it is cut.
+        let f = our_frame(0, 100);
+        let whole = tap.send(&f).expect_err("send on a down TAP");
+        for cut in cuts(&f) {
+            let e = tap.send_vectored(&cut).expect_err("parts on a down TAP");
+            assert_eq!((e.kind(), e.to_string()), (whole.kind(), whole.to_string()));
+            let e = write_frame_vectored(tap_fd(&tap), &cut).expect_err("raw, down");
+            assert!(is_link_down(&e), "{e}");
+        }
+
+        // Up: an AF_PACKET socket on the kernel's side of the TAP sees what
+        // the kernel received from it.
+        tap.host().expect("host side").set_up(true).expect("up");
+        let mut ring = PacketRing::open(&name, PacketConfig::new(RingVersion::V3, false, 1500))
+            .expect("packet socket on the TAP");
+        let mut sent = Vec::new();
+        for len in [60, 1000, 1514] {
+            for k in 0..4 {
+                let f = our_frame(sent.len() as u32, len);
+                let cut = cuts(&f).swap_remove(k);
+                tap.send_vectored(&cut).expect("send in parts");
+                sent.push(f);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while got.len() < sent.len() && Instant::now() < deadline {
+            match ring.recv(&mut buf).expect("recv on the kernel side") {
+                Some(n) if n >= 14 && buf[12..14] == [0x88, 0xb5] => got.push(buf[..n].to_vec()),
+                Some(_) => {}
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        assert_eq!(got, sent, "the kernel received other bytes");
+    });
+}
