@@ -5,6 +5,8 @@
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use bytes::Bytes;
+
 use ustack_wire::arp::{ArpOperation, ArpPacket, ArpRepr, ARP_LEN};
 use ustack_wire::checksum;
 use ustack_wire::ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr, ETHERNET_HEADER_LEN};
@@ -174,7 +176,7 @@ impl LinkOffload {
     pub fn tso6(&self) -> bool {
         self.vnet_hdr && self.tso6 && self.tx_csum
     }
-    fn partial_csum(&self) -> bool {
+    pub(crate) fn partial_csum(&self) -> bool {
         self.vnet_hdr && self.tx_csum
     }
     /// Bytes in front of each frame.
@@ -403,6 +405,7 @@ impl Iface {
             self.frame.resize(len, 0);
         }
         self.frame_len = len;
+        self.tx_owned.cur_ext.clear();
         if hdr > 0 {
             // A plain frame until the TCP output says otherwise.
             VnetRepr::NONE.emit(self.frame_mut());
@@ -556,15 +559,26 @@ impl Iface {
         src: Ipv4Addr,
         dst: Ipv4Addr,
         seg: &TcpRepr,
+        ext: &[Bytes],
         smss: usize,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
+        if !ext.is_empty() && !self.offload.partial_csum() {
+            // The checksum is ours to compute: over one payload.
+            let payload = gather(seg.payload, ext);
+            let whole = TcpRepr {
+                payload: &payload,
+                ..*seg
+            };
+            return self.send_tcp_from(now, ip, link, src, dst, &whole, &[], smss, tx);
+        }
         ip.OutRequests += 1;
         let Some(hop) = self.route(dst) else {
             ip.OutNoRoutes += 1;
             return Err(TxError::NoRoute);
         };
-        let tcp_len = seg.buffer_len();
+        let ext_len = ext_len(ext);
+        let tcp_len = seg.buffer_len() + ext_len;
         let tcp_hdr = seg.header_len();
         // Payload per wire segment: within the MTU and the peer's MSS.
         let gso_size = self
@@ -594,7 +608,8 @@ impl Iface {
             more_frags: false,
             frag_offset: 0,
         };
-        self.start_frame_overwritten(IPV4_HEADER_LEN + tcp_len);
+        // Headers only when the payload is by reference.
+        self.start_frame_overwritten(IPV4_HEADER_LEN + tcp_len - ext_len);
         let partial = self.offload.partial_csum();
         let ip_buf = self.ip_buf();
         let (hdr, body) = ip_buf.split_at_mut(IPV4_HEADER_LEN);
@@ -638,6 +653,7 @@ impl Iface {
                 link.OutGsoFrames += 1;
             }
         }
+        self.set_frame_payload(ext);
         self.transmit(now, hop, link, tx);
         Ok(())
     }
@@ -660,11 +676,26 @@ impl Iface {
         src: Ipv6Addr,
         dst: Ipv6Addr,
         seg: &TcpRepr,
+        ext: &[Bytes],
         smss: usize,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
-        if IPV6_HEADER_LEN + seg.buffer_len() <= self.mtu {
-            return self.send_tcp6_one(now, c, src, dst, seg, None, tx);
+        let tcp_len = seg.buffer_len() + ext_len(ext);
+        let one = IPV6_HEADER_LEN + tcp_len <= self.mtu
+            || (self.offload.tso6() && tcp_len <= usize::from(u16::MAX));
+        let whole_here = self.offload.partial_csum() && one;
+        if !ext.is_empty() && !whole_here {
+            // The checksum is ours to compute, or the segment is cut here:
+            // over one payload.
+            let payload = gather(seg.payload, ext);
+            let whole = TcpRepr {
+                payload: &payload,
+                ..*seg
+            };
+            return self.send_tcp6_from(now, c, src, dst, &whole, &[], smss, tx);
+        }
+        if IPV6_HEADER_LEN + tcp_len <= self.mtu {
+            return self.send_tcp6_one(now, c, src, dst, seg, ext, None, tx);
         }
         let tcp_hdr = seg.header_len();
         let per = self
@@ -677,8 +708,8 @@ impl Iface {
             return Err(TxError::TooLarge);
         }
         // The IPv6 payload length is 16 bits (no jumbograms).
-        if self.offload.tso6() && seg.buffer_len() <= usize::from(u16::MAX) {
-            return self.send_tcp6_one(now, c, src, dst, seg, Some(per), tx);
+        if self.offload.tso6() && tcp_len <= usize::from(u16::MAX) {
+            return self.send_tcp6_one(now, c, src, dst, seg, ext, Some(per), tx);
         }
         let n = seg.payload.len();
         let mut off = 0;
@@ -693,7 +724,7 @@ impl Iface {
                 cwr: seg.cwr && off == 0,
                 ..*seg
             };
-            self.send_tcp6_one(now, c, src, dst, &piece, None, tx)?;
+            self.send_tcp6_one(now, c, src, dst, &piece, &[], None, tx)?;
             off = end;
         }
         Ok(())
@@ -709,6 +740,7 @@ impl Iface {
         src: Ipv6Addr,
         dst: Ipv6Addr,
         seg: &TcpRepr,
+        ext: &[Bytes],
         gso: Option<usize>,
         tx: &mut dyn FnMut(&[u8]),
     ) -> Result<(), TxError> {
@@ -717,7 +749,8 @@ impl Iface {
             c.ip6.OutNoRoutes += 1;
             return Err(TxError::NoRoute);
         };
-        let tcp_len = seg.buffer_len();
+        let ext_len = ext_len(ext);
+        let tcp_len = seg.buffer_len() + ext_len;
         let too_large = match gso {
             None => IPV6_HEADER_LEN + tcp_len > self.mtu,
             Some(_) => !self.offload.tso6() || tcp_len > usize::from(u16::MAX),
@@ -736,8 +769,9 @@ impl Iface {
             traffic_class: seg.ip_ecn & 3,
             flow_label: 0,
         };
-        // Every byte is written below (IPv6 and TCP emit every field).
-        self.start_frame_overwritten(IPV6_HEADER_LEN + tcp_len);
+        // Every byte is written below (IPv6 and TCP emit every field); the
+        // headers only when the payload is by reference.
+        self.start_frame_overwritten(IPV6_HEADER_LEN + tcp_len - ext_len);
         EthernetFrame::new_unchecked(self.eth_mut()).set_ethertype(EtherType::Ipv6);
         let partial = self.offload.partial_csum();
         let ip_buf = self.ip_buf();
@@ -782,6 +816,7 @@ impl Iface {
                 c.link.OutGsoFrames += 1;
             }
         }
+        self.set_frame_payload(ext);
         self.transmit6(now, hop, &mut c.icmp6, &mut c.nd, &mut c.link, tx);
         Ok(())
     }
@@ -800,8 +835,8 @@ impl Iface {
             NextHop::Neighbour(ip) => match self.arp.lookup(now, ip) {
                 Lookup::Found(mac) => mac,
                 Lookup::Missing => {
-                    let frame = self.frame.get(..self.frame_len).unwrap_or(&[]);
-                    if self.arp.enqueue(now, ip, frame, link) {
+                    let frame = self.frame_gathered().into_owned();
+                    if self.arp.enqueue(now, ip, &frame, link) {
                         self.send_arp(
                             ArpOperation::Request,
                             MacAddr::BROADCAST,
@@ -1052,8 +1087,8 @@ impl Iface {
             NextHop6::Neighbour(ip) => match self.nd.lookup(now, ip) {
                 Lookup::Found(mac) => mac,
                 Lookup::Missing => {
-                    let frame = self.frame.get(..self.frame_len).unwrap_or(&[]);
-                    if self.nd.enqueue(now, ip, frame, nd) {
+                    let frame = self.frame_gathered().into_owned();
+                    if self.nd.enqueue(now, ip, &frame, nd) {
                         let req = ArpRequest {
                             target: ip,
                             unicast: None,
@@ -1236,4 +1271,19 @@ impl Iface {
         link.OutFrames += 1;
         self.emit_copy(buf, tx);
     }
+}
+
+/// Total length of payload pieces.
+fn ext_len(ext: &[Bytes]) -> usize {
+    ext.iter().map(|b| b.len()).sum()
+}
+
+/// `head` followed by the pieces of `ext`, in one buffer.
+fn gather(head: &[u8], ext: &[Bytes]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(head.len() + ext_len(ext));
+    v.extend_from_slice(head);
+    for b in ext {
+        v.extend_from_slice(b);
+    }
+    v
 }

@@ -67,5 +67,5 @@ pub use transparent::{
     EchoRequestInfo, PendingSyn, PendingSynId, Refuse, TransparentConfig, TransparentCounters,
     UdpAnyHandle,
 };
-pub use txown::TxFrames;
+pub use txown::{FrameParts, TxFrames};
 pub use udp::{UdpHandle, UdpStatus, EPHEMERAL_FIRST, EPHEMERAL_LAST};

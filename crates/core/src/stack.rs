@@ -336,6 +336,7 @@ impl Stack {
     pub fn set_link_offload(&mut self, offload: LinkOffload) {
         self.iface.offload = offload;
         self.tcp.set_tso(offload.tso());
+        self.sync_zero_copy();
     }
 
     /// Whether the link's local queue drops every datagram handed to it

@@ -1,5 +1,6 @@
 //! The `Stack`'s TCP side: segment input/output glue and the socket API.
 
+use bytes::Bytes;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use ustack_wire::icmpv4::DstUnreachable;
@@ -34,8 +35,10 @@ fn emitter<'a>(
     counters: &'a mut Counters,
     now: Instant,
     tx: &'a mut dyn FnMut(&[u8]),
-) -> impl FnMut(SocketAddr, SocketAddr, &TcpRepr, usize) -> bool + 'a {
-    move |local: SocketAddr, remote: SocketAddr, seg: &TcpRepr, smss: usize| match (local, remote) {
+) -> impl FnMut(SocketAddr, SocketAddr, &TcpRepr, &[Bytes], usize) -> bool + 'a {
+    move |local: SocketAddr, remote: SocketAddr, seg: &TcpRepr, ext: &[Bytes], smss: usize| match (
+        local, remote,
+    ) {
         (SocketAddr::V4(l), SocketAddr::V4(r)) => iface
             .send_tcp_from(
                 now,
@@ -44,12 +47,13 @@ fn emitter<'a>(
                 *l.ip(),
                 *r.ip(),
                 seg,
+                ext,
                 smss,
                 tx,
             )
             .is_ok(),
         (SocketAddr::V6(l), SocketAddr::V6(r)) => iface
-            .send_tcp6_from(now, counters, *l.ip(), *r.ip(), seg, smss, tx)
+            .send_tcp6_from(now, counters, *l.ip(), *r.ip(), seg, ext, smss, tx)
             .is_ok(),
         _ => false,
     }
@@ -146,7 +150,7 @@ impl Stack {
                 if let Some(rst) = rst_for_unmatched(seg) {
                     let (ipc, link) = (&mut counters.ip, &mut counters.link);
                     if iface
-                        .send_tcp_from(now, ipc, link, ip.dst, ip.src, &rst, 0, tx)
+                        .send_tcp_from(now, ipc, link, ip.dst, ip.src, &rst, &[], 0, tx)
                         .is_ok()
                     {
                         counters.tcp.OutSegs += 1;
@@ -158,7 +162,7 @@ impl Stack {
                 // A SYN-ACK carrying a SYN cookie: no connection behind it.
                 let (ipc, link) = (&mut counters.ip, &mut counters.link);
                 if iface
-                    .send_tcp_from(now, ipc, link, ip.dst, ip.src, &reply, 0, tx)
+                    .send_tcp_from(now, ipc, link, ip.dst, ip.src, &reply, &[], 0, tx)
                     .is_ok()
                 {
                     counters.tcp.OutSegs += 1;
@@ -226,7 +230,7 @@ impl Stack {
         };
         let rst = reply.rst;
         if iface
-            .send_tcp6_from(now, counters, ip.dst, ip.src, &reply, 0, tx)
+            .send_tcp6_from(now, counters, ip.dst, ip.src, &reply, &[], 0, tx)
             .is_ok()
         {
             counters.tcp.OutSegs += 1;
@@ -547,7 +551,7 @@ impl Stack {
 
     /// Queue data written in place, without a staging buffer: `f` is lent
     /// up to `max` bytes of the send buffer's free space as two slices (the
-    /// second non-empty only where the space wraps around the ring), fills
+    /// second is empty: the buffer lends the rest of its current chunk), fills
     /// a prefix of the first then the second, and returns how many bytes it
     /// wrote (clamped to what it was lent). Returns that count; `Ok(0)`
     /// without calling `f` when the buffer is full or `max` is 0; the errors

@@ -35,6 +35,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
+use bytes::Bytes;
 use ustack_wire::tcp::TcpRepr;
 
 use crate::counters::TcpStackCounters;
@@ -47,6 +48,13 @@ use crate::tcp::{
 use crate::time::Instant;
 use crate::udp::{EPHEMERAL_FIRST, EPHEMERAL_LAST};
 use crate::{BindError, ConnectError};
+
+/// How the table's connections transmit: a segment from `local` to
+/// `remote`, its payload by reference when not in the segment (see
+/// `Connection::dispatch_ext`), and the send MSS (to cut a TSO
+/// super-segment). Returns false if the segment could not be sent now.
+pub(crate) type TableEmit<'a> =
+    dyn FnMut(SocketAddr, SocketAddr, &TcpRepr, &[Bytes], usize) -> bool + 'a;
 
 /// A TCP socket handle: a small Copy id. Stale handles give
 /// `TcpError::InvalidHandle`, never a panic.
@@ -1566,7 +1574,7 @@ impl TcpTable {
         idx: usize,
         now: Instant,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddr, SocketAddr, &TcpRepr, usize) -> bool,
+        emit: &mut TableEmit<'_>,
     ) {
         self.now = self.now.max(now);
         self.dispatches += 1;
@@ -1574,9 +1582,10 @@ impl TcpTable {
             let (local, remote) = c.tuple().addrs();
             // The send MSS, for cutting a TSO super-segment on the wire.
             let smss = c.conn.mss();
-            c.conn.dispatch(now, ctr, &mut self.shared, &mut |seg| {
-                emit(local, remote, seg, smss)
-            });
+            c.conn
+                .dispatch_ext(now, ctr, &mut self.shared, &mut |seg, ext| {
+                    emit(local, remote, seg, ext, smss)
+                });
             c.conn.update_chrono(now);
             let adv = c.conn.take_neighbour_advice();
             if adv != NeighbourAdvice::default() {
@@ -1762,7 +1771,7 @@ impl TcpTable {
         now: Instant,
         budget: usize,
         ctr: &mut TcpCounters,
-        emit: &mut dyn FnMut(SocketAddr, SocketAddr, &TcpRepr, usize) -> bool,
+        emit: &mut TableEmit<'_>,
     ) {
         self.now = self.now.max(now);
         // Bounded: a mass expiry is spread over several calls (`poll_at`
@@ -1832,6 +1841,12 @@ impl TcpTable {
     pub(crate) fn set_tso(&mut self, on: bool) {
         // An IPv4 datagram's largest payload, less the largest TCP header.
         self.shared.tso_max = if on { 65_535 - 20 - 60 } else { 0 };
+    }
+
+    /// TCP payloads by reference in the frames (see
+    /// `Connection::dispatch_ext`).
+    pub(crate) fn set_zero_copy(&mut self, on: bool) {
+        self.shared.zero_copy = on;
     }
 
     /// See [`crate::Stack::set_local_drop`]. Turning it off lets the

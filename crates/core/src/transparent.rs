@@ -622,6 +622,7 @@ impl Stack {
                     *l4.ip(),
                     *r4.ip(),
                     &rst,
+                    &[],
                     0,
                     &mut |f| q.push(now, f),
                 );
@@ -675,6 +676,7 @@ impl Stack {
                     local,
                     remote,
                     &rst,
+                    &[],
                     0,
                     &mut |f| q.push(now, f),
                 );

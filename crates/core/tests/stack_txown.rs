@@ -98,9 +98,16 @@ fn owned_frames_are_the_callbacks_frames_in_order() {
         }),
     ];
     let mut total = 0;
+    let mut by_ref = 0;
+    assert!(
+        own.zero_copy_tx(),
+        "owned frames on a checksum-offload link"
+    );
+    assert!(!cb.zero_copy_tx());
     for (i, op) in rounds.iter().enumerate() {
         let want = by_callback(&mut cb, op.as_ref());
         let got = by_ownership(&mut own, &mut frames, op.as_ref());
+        by_ref += frames.iter().filter(|f| f.contiguous().is_none()).count();
         assert_eq!(got.len(), want.len(), "round {i}: frame count");
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(
@@ -113,6 +120,7 @@ fn owned_frames_are_the_callbacks_frames_in_order() {
         total += got.len();
     }
     assert!(total >= 4, "{total} frames");
+    assert!(by_ref > 0, "no payload went by reference");
     assert_eq!(
         counter(&own, "Link", "OutFrames"),
         counter(&cb, "Link", "OutFrames")
@@ -212,9 +220,11 @@ fn owned_frames_over_ipv6_are_the_callbacks_frames_in_order() {
         Box::new(|s, tx| s.poll(now + Duration::from_millis(300), tx)),
     ];
     let mut gso6 = 0;
+    let mut by_ref = 0;
     for (i, op) in rounds.iter().enumerate() {
         let want = by_callback(&mut cb, op.as_ref());
         let got = by_ownership(&mut own, &mut frames, op.as_ref());
+        by_ref += frames.iter().filter(|f| f.contiguous().is_none()).count();
         assert!(got == want, "round {i}: the frames differ");
         gso6 += got
             .iter()
@@ -222,8 +232,105 @@ fn owned_frames_over_ipv6_are_the_callbacks_frames_in_order() {
             .count();
     }
     assert!(gso6 > 0, "no TCPV6 GSO frame");
+    assert!(by_ref > 0, "no payload went by reference");
     assert_eq!(
         counter(&own, "Link", "OutFrames"),
         counter(&cb, "Link", "OutFrames")
     );
+}
+
+/// Zero-copy transmit: a frame whose payload is a reference to the send
+/// buffer keeps its bytes while it waits to be written, although the
+/// data it carries is acknowledged (the buffer drops it) and the
+/// application writes new data meanwhile; `set_zero_copy_tx(false)`
+/// copies every payload.
+#[test]
+fn a_frame_in_flight_keeps_its_payload_after_ack_and_new_writes() {
+    let mut n = Net::new();
+    n.a.set_link_offload(FULL);
+    n.b.set_link_offload(FULL);
+    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
+    let c =
+        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
+            .unwrap();
+    let mut server = None;
+    assert!(n.run_until(Duration::from_secs(5), |n| {
+        if server.is_none() {
+            server = n.b.tcp_accept(l).unwrap();
+        }
+        server.is_some() && n.a.tcp_status(c).unwrap().state == State::Established
+    }));
+    let s = server.unwrap();
+    let now = n.now;
+    let mut a = n.a.clone();
+    let mut b = n.b.clone();
+    a.set_tx_owned(true);
+    assert!(a.zero_copy_tx());
+
+    // The frames of the first write, held as a device's queue would hold
+    // them, and a copy of their bytes.
+    let first: Vec<u8> = (0..40_000u32).map(|i| (i % 241) as u8).collect();
+    assert_eq!(a.tcp_send(c, &first).unwrap(), first.len());
+    a.poll(now, &mut |_| panic!("callback in owned mode"));
+    let mut held = TxFrames::new();
+    a.swap_tx_frames(&mut held);
+    let before: Vec<Vec<u8>> = held.iter().map(|f| f.to_vec()).collect();
+    assert!(
+        held.iter().any(|f| f.contiguous().is_none()),
+        "by reference"
+    );
+
+    // B receives them and acknowledges everything; A takes the ACKs: the
+    // send buffer drops the bytes the held frames point into.
+    let mut acks = Vec::new();
+    for f in &before {
+        b.receive(now, f, &mut |x| acks.push(x.to_vec()));
+    }
+    b.poll(now, &mut |x| acks.push(x.to_vec()));
+    let mut got = vec![0u8; first.len()];
+    let k = b.tcp_recv(s, &mut got).unwrap();
+    assert!(k > 10_000, "the first window arrived: {k}");
+    assert!(got[..k] == first[..k]);
+    b.poll(now, &mut |x| acks.push(x.to_vec()));
+    assert!(!acks.is_empty());
+    let queued = a.tcp_status(c).unwrap().send_queue;
+    for f in &acks {
+        a.receive(now, f, &mut |_| panic!("callback in owned mode"));
+    }
+    assert_eq!(
+        a.tcp_status(c).unwrap().send_queue,
+        queued - k,
+        "what the held frames carry is acknowledged"
+    );
+
+    // New data written over and over (the storage the first write used
+    // would be reused if nothing held it), and sent.
+    let mut other = TxFrames::new();
+    for round in 0..8u8 {
+        let next = vec![0xa0 ^ round; 40_000];
+        assert_eq!(a.tcp_send(c, &next).unwrap(), next.len());
+        a.poll(now, &mut |_| panic!("callback in owned mode"));
+        a.swap_tx_frames(&mut other);
+        let mut acks = Vec::new();
+        for f in other.iter() {
+            b.receive(now, &f.to_vec(), &mut |x| acks.push(x.to_vec()));
+        }
+        let mut sink = vec![0u8; 65_536];
+        while b.tcp_recv(s, &mut sink).is_ok_and(|k| k > 0) {}
+        b.poll(now, &mut |x| acks.push(x.to_vec()));
+        for f in &acks {
+            a.receive(now, f, &mut |_| panic!("callback in owned mode"));
+        }
+    }
+    let after: Vec<Vec<u8>> = held.iter().map(|f| f.to_vec()).collect();
+    assert!(after == before, "a held frame changed");
+
+    // Turned off: every payload copied into its frame.
+    a.set_zero_copy_tx(false);
+    assert!(!a.zero_copy_tx());
+    assert_eq!(a.tcp_send(c, &first).unwrap(), first.len());
+    a.poll(now, &mut |_| panic!("callback in owned mode"));
+    a.swap_tx_frames(&mut other);
+    assert!(!other.is_empty());
+    assert!(other.iter().all(|f| f.contiguous().is_some()), "copied");
 }

@@ -7,7 +7,7 @@
 mod tcp_common;
 
 use tcp_common::*;
-use ustack_core::tcp::{Connection, TcpConfig};
+use ustack_core::tcp::{Connection, TcpConfig, SEND_CHUNK_MAX};
 use ustack_core::time::Duration;
 use ustack_wire::tcp::SeqNum;
 
@@ -175,10 +175,18 @@ fn bulk_transfer_grows_to_full_window() {
     });
     assert!(intact, "all bytes arrive intact");
     // The sender filled its whole configured buffer (storage grew to it)
-    // and never beyond.
-    assert_eq!(peak, c.snd_buf, "storage grows to the configured size");
-    assert!(n.a.conn().buffer_memory() <= c.snd_buf + c.rcv_buf);
-    assert!(n.b.conn().buffer_memory() <= c.snd_buf + c.rcv_buf);
+    // and passed it by at most the chunk being filled: the send buffer's
+    // storage is chunks that frames in flight share (zero-copy transmit),
+    // and, as Linux's send queue passes `sk_sndbuf` by at most one skb,
+    // the last chunk may reach past the configured size.
+    assert!(
+        peak >= c.snd_buf,
+        "storage grows to the configured size: {peak}"
+    );
+    assert!(peak <= c.snd_buf + SEND_CHUNK_MAX, "{peak}");
+    let most = c.snd_buf + c.rcv_buf + SEND_CHUNK_MAX;
+    assert!(n.a.conn().buffer_memory() <= most);
+    assert!(n.b.conn().buffer_memory() <= most);
     // The flight reached far past 64 KB: the window is not limited by the
     // (initially small) storage.
     let mut max_ack = SeqNum(0);

@@ -67,8 +67,8 @@ use std::time::Duration;
 use ustack_core::tcp::State;
 use ustack_core::time::Instant;
 use ustack_core::{
-    Config, Counters, EchoReply, LinkOffload, Readiness, SocketEvent, Stack, TcpHandle, TxFrames,
-    UdpHandle,
+    Config, Counters, EchoReply, FrameParts, LinkOffload, Readiness, SocketEvent, Stack, TcpHandle,
+    TxFrames, UdpHandle,
 };
 use ustack_dev::{Device, RxHalf};
 
@@ -299,14 +299,17 @@ impl TxBacklog {
         self.frames.is_empty()
     }
 
-    fn push(&mut self, frame: &[u8], stats: &mut TxStats) {
+    /// Queue the frame made of `parts` (gathered into one buffer).
+    fn push_parts(&mut self, parts: &[&[u8]], stats: &mut TxStats) {
         if self.frames.len() >= self.limit {
             stats.tx_backlog_drops += 1;
             return;
         }
         let mut buf = self.free.pop().unwrap_or_default();
         buf.clear();
-        buf.extend_from_slice(frame);
+        for p in parts {
+            buf.extend_from_slice(p);
+        }
         self.frames.push_back(buf);
     }
 
@@ -336,22 +339,47 @@ impl TxBacklog {
 /// Transmit one frame now, or queue it behind earlier frames if the device
 /// is (or was) full.
 fn transmit(dev: &mut dyn Device, backlog: &mut TxBacklog, stats: &mut TxStats, frame: &[u8]) {
+    transmit_parts(dev, backlog, stats, &[frame]);
+}
+
+/// [`transmit`] for a frame given as consecutive parts (headers, then a
+/// TCP payload by reference to a send buffer): one vectored write.
+fn transmit_parts(
+    dev: &mut dyn Device,
+    backlog: &mut TxBacklog,
+    stats: &mut TxStats,
+    parts: &[&[u8]],
+) {
     if !backlog.is_empty() {
-        backlog.push(frame, stats);
+        backlog.push_parts(parts, stats);
         return;
     }
     loop {
-        match dev.send(frame) {
+        let sent = match parts {
+            [one] => dev.send(one),
+            _ => dev.send_vectored(parts),
+        };
+        match sent {
             Ok(()) => stats.tx_frames += 1,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 stats.tx_would_block += 1;
-                backlog.push(frame, stats);
+                backlog.push_parts(parts, stats);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => stats.tx_errors += 1,
         }
         return;
     }
+}
+
+/// Transmit a frame the stack handed out (see [`transmit_parts`]).
+fn transmit_frame(
+    dev: &mut dyn Device,
+    backlog: &mut TxBacklog,
+    stats: &mut TxStats,
+    frame: FrameParts<'_>,
+) {
+    frame.with_slices(|parts| transmit_parts(dev, backlog, stats, parts));
 }
 
 /// Everything behind the device lock.
@@ -381,7 +409,13 @@ impl DevSide {
             batch,
             stats,
         } = self;
-        for f in frames.iter().chain(batch.frames()) {
+        for f in frames.iter() {
+            transmit_frame(&mut **dev, backlog, stats, f);
+        }
+        // Written or queued (copied): the send buffers may reuse their
+        // storage.
+        frames.release_payloads();
+        for f in batch.frames() {
             transmit(&mut **dev, backlog, stats, f);
         }
         batch.clear();

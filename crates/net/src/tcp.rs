@@ -559,8 +559,8 @@ impl TcpStream {
     }
 
     /// Write without a staging buffer: `f` is lent up to `max` bytes of free
-    /// space in the connection's send buffer as two slices (the second
-    /// non-empty only where the space wraps around the ring), fills a prefix
+    /// space in the connection's send buffer as two slices (the second is
+    /// empty: the buffer lends the rest of its current chunk), fills a prefix
     /// of the first then the second and returns how many bytes it wrote;
     /// they are sent as if passed to [`Write::write`]. Returns that count
     /// (clamped to what was lent).

@@ -21,7 +21,7 @@ use ustack_core::tcp::{State, TcpConfig};
 use ustack_core::time::Instant as CoreInstant;
 use ustack_core::{
     Config, Limits, LinkOffload, PendingSynId, Refuse, SocketEvent, Stack, TcpError, TcpHandle,
-    TransparentConfig, UdpAnyHandle,
+    TransparentConfig, TxFrames, UdpAnyHandle,
 };
 use ustack_dev::{Device, FrameBatch};
 use ustack_wire::ethernet::MacAddr;
@@ -133,6 +133,10 @@ pub struct CoreGuest {
     rx_polls: u32,
     /// Frames the device refused (full or failing).
     pub tx_drops: u64,
+    /// The frames the stack transmitted, taken from it after each step
+    /// (frames by ownership: a TCP payload goes from the connection's send
+    /// buffer to the device without a copy, see `Stack::set_tx_owned`).
+    frames: TxFrames,
     /// The keep-alive tunables (`ustack sysctl`), kept for reads while the
     /// TCP configuration turns keep-alive off.
     keepalive: ustack_core::tcp::KeepAlive,
@@ -194,6 +198,7 @@ impl CoreGuest {
             .udp_bind_any()
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))?;
         stack.set_gro(cfg.gro);
+        stack.set_tx_owned(true);
         stack
             .set_address_services(CoreInstant::from_micros(CORE_EPOCH_MICROS), cfg.services)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
@@ -225,6 +230,7 @@ impl CoreGuest {
             rx_single: false,
             rx_polls: 0,
             tx_drops: 0,
+            frames: TxFrames::new(),
             keepalive: ustack_core::tcp::KeepAlive::default(),
         })
     }
@@ -350,6 +356,7 @@ impl GuestStack for CoreGuest {
             tx_drops,
             rx_single,
             rx_polls,
+            frames,
             ..
         } = self;
         let mut result = Ok(());
@@ -369,13 +376,14 @@ impl GuestStack for CoreGuest {
                         }
                     };
                     stack.receive_burst(t, rx.iter(), &mut out);
+                    write_frames(stack, &mut **dev, tx_drops, frames);
                 }
                 Ok(None) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => result = Err(e),
             }
-            transmit(stack, &mut **dev, tx_drops, t);
+            transmit(stack, &mut **dev, tx_drops, frames, t);
             return result;
         }
         let mut taken = 0;
@@ -391,6 +399,7 @@ impl GuestStack for CoreGuest {
                     };
                     // `dev` is borrowed by `out`; receive through a split borrow.
                     stack.receive_burst(t, rx.iter(), &mut out);
+                    write_frames(stack, &mut **dev, tx_drops, frames);
                     if n < rx.capacity() {
                         // The device had no more (or failed: the error
                         // comes with the next poll).
@@ -409,7 +418,7 @@ impl GuestStack for CoreGuest {
         // with frames in it (its readiness brings the relay back).
         *rx_single = taken <= 1 && dev.raw_fd().is_some();
         *rx_polls = 0;
-        transmit(stack, &mut **dev, tx_drops, t);
+        transmit(stack, &mut **dev, tx_drops, frames, t);
         result
     }
 
@@ -419,9 +428,10 @@ impl GuestStack for CoreGuest {
             stack,
             dev,
             tx_drops,
+            frames,
             ..
         } = self;
-        transmit(stack, &mut **dev, tx_drops, t);
+        transmit(stack, &mut **dev, tx_drops, frames, t);
         Ok(())
     }
 
@@ -674,17 +684,48 @@ impl GuestStack for CoreGuest {
 
 /// Run the stack's output and timers (bounded work per `Stack::poll`; run
 /// it again while it is due) and write the frames to the device.
-fn transmit(stack: &mut Stack, dev: &mut dyn Device, tx_drops: &mut u64, t: CoreInstant) {
+fn transmit(
+    stack: &mut Stack,
+    dev: &mut dyn Device,
+    tx_drops: &mut u64,
+    frames: &mut TxFrames,
+    t: CoreInstant,
+) {
     for _ in 0..8 {
         stack.poll(t, &mut |f| {
             if dev_send(dev, f).is_err() {
                 *tx_drops += 1;
             }
         });
+        write_frames(stack, dev, tx_drops, frames);
         if stack.poll_at().is_none_or(|at| at > t) {
             break;
         }
     }
+}
+
+/// Write the frames the stack handed out by ownership, each in one
+/// (vectored) write, then let go of the send-buffer storage they held.
+fn write_frames(
+    stack: &mut Stack,
+    dev: &mut dyn Device,
+    tx_drops: &mut u64,
+    frames: &mut TxFrames,
+) {
+    if !stack.has_tx_frames() {
+        return;
+    }
+    stack.swap_tx_frames(frames);
+    for f in frames.iter() {
+        let r = f.with_slices(|parts| match parts {
+            [one] => dev_send(dev, one),
+            _ => dev.send_vectored(parts),
+        });
+        if r.is_err() {
+            *tx_drops += 1;
+        }
+    }
+    frames.release_payloads();
 }
 
 fn dev_send(dev: &mut dyn Device, frame: &[u8]) -> io::Result<()> {

@@ -543,7 +543,7 @@ impl Connection {
     /// in flight and the next one queued; it only grows, up to the
     /// configured ceiling. Storage is allocated only as data is queued.
     fn expand_sndbuf(&mut self) {
-        let ring = &mut self.snd.queue.ring;
+        let ring = &mut self.snd.queue.buf;
         let max = self.cfg.snd_buf_max;
         if ring.capacity() < max {
             let want = self.cong.cc.cwnd().saturating_mul(2).min(max);

@@ -812,7 +812,7 @@ impl Connection {
 
     /// Bytes queued by the application and not yet acknowledged.
     pub fn send_queue(&self) -> usize {
-        self.snd.queue.ring.len()
+        self.snd.queue.buf.len()
     }
 
     /// Bytes received in order and not yet read.
@@ -825,18 +825,18 @@ impl Connection {
     /// buffered, never past `snd_buf`/`rcv_buf`; windows and
     /// [`Connection::send_capacity`] are computed from the configured sizes.
     pub fn buffer_memory(&self) -> usize {
-        self.snd.queue.ring.allocated() + self.rcv.queue.ring.allocated()
+        self.snd.queue.buf.allocated() + self.rcv.queue.ring.allocated()
     }
 
     /// Free space in the send buffer.
     pub fn send_capacity(&self) -> usize {
-        self.snd.queue.ring.free()
+        self.snd.queue.buf.free()
     }
 
     /// The send buffer's size now: `snd_buf_initial`, grown with cwnd up to
     /// `snd_buf` (autotuning); what `send_capacity` is measured against.
     pub fn send_buffer_size(&self) -> usize {
-        self.snd.queue.ring.capacity()
+        self.snd.queue.buf.capacity()
     }
 
     /// A `recv` would not block: data, end of stream, or an error.
@@ -854,7 +854,7 @@ impl Connection {
                 self.state(),
                 State::SynSent | State::SynReceived | State::Established | State::CloseWait
             ) && !self.snd.queue.fin_queued
-                && self.snd.queue.ring.free() > 0)
+                && self.snd.queue.buf.free() > 0)
     }
 
     /// The error that ended (or is ending) the connection, if any.
@@ -1263,14 +1263,14 @@ impl Connection {
         self.check_send()?;
         self.check_app_limited();
         self.note_write_start();
-        Ok(self.snd.queue.ring.push(data))
+        Ok(self.snd.queue.buf.push(data))
     }
 
     /// A write that finds everything queued already sent opens a new skb
     /// on Linux (`tcp_sendmsg`: the write queue is empty, nothing to fill
     /// up): the skbs it is cut into count from here ([`Snd::skb_phase`]).
     fn note_write_start(&mut self) {
-        let end = self.snd.queue.seq + self.snd.queue.ring.len();
+        let end = self.snd.queue.seq + self.snd.queue.buf.len();
         if self.snd.max == end {
             let goal = self.size_goal().max(1);
             let off = end.wrapping_sub(self.snd.iss + 1u32) as usize;
@@ -1279,13 +1279,14 @@ impl Connection {
     }
 
     /// Queue data written in place: `f` is lent up to `max` bytes of free
-    /// send-buffer space as two slices (the second non-empty only where the
-    /// space wraps around the ring), fills a prefix of the first then the
-    /// second, and returns how many bytes it wrote; they are queued as if
-    /// passed to [`Connection::send`]. `Ok(0)` without calling `f` when the
-    /// buffer is full or `max` is 0. The buffer's storage grows as it is
-    /// used (see `Ring::write_with`), so `f` may be lent less than `max`
-    /// although there is room: call again for the rest.
+    /// send-buffer space as two slices (the send buffer lends the rest of
+    /// its current chunk, so the second is empty), fills a prefix of the
+    /// first then the second, and returns how many bytes it wrote; they are
+    /// queued as if passed to [`Connection::send`]. `Ok(0)` without calling
+    /// `f` when the buffer is full or `max` is 0. The buffer's storage
+    /// grows in chunks as it is used (see `SendBuf::write_with`), so `f` may
+    /// be lent less than `max` although there is room: call again for the
+    /// rest.
     pub fn send_with(
         &mut self,
         max: usize,
@@ -1294,7 +1295,7 @@ impl Connection {
         self.check_send()?;
         self.check_app_limited();
         self.note_write_start();
-        Ok(self.snd.queue.ring.write_with(max, f))
+        Ok(self.snd.queue.buf.write_with(max, f))
     }
 
     /// Whether the application may queue data now (the errors of `send`).

@@ -328,7 +328,7 @@ impl Connection {
             self.snd.max
         };
         let sent = seq.wrapping_sub(self.snd.queue.seq) as usize;
-        let unsent = self.snd.queue.ring.len().saturating_sub(sent);
+        let unsent = self.snd.queue.buf.len().saturating_sub(sent);
         if unsent < needed
             || self.snd.wnd < needed
             || (seq + needed).gt(self.snd.una + self.snd.wnd)

@@ -3,6 +3,7 @@
 //! ACKs), and how a segment is built (window to advertise, SACK blocks,
 //! timestamps).
 
+use bytes::Bytes;
 use ustack_wire::tcp::{SeqNum, TcpRepr};
 
 use super::conn::{Connection, Phase};
@@ -17,12 +18,27 @@ const MAX_BURST: usize = 64;
 /// link's queue dropped tries again (see [`Connection::blocked`]).
 const RESOURCE_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Smallest payload sent by reference rather than copied into the frame
+/// (when the caller takes frames that way, `TcpShared::zero_copy`): below
+/// it the copy costs less than the references.
+const ZERO_COPY_MIN: usize = 1024;
+
+/// The emit callback of [`Connection::dispatch_ext`]: a segment and, when
+/// its payload is carried by reference, the payload as pieces of the send
+/// buffer (the segment's own payload is then empty). Returns false if the
+/// segment could not be sent now.
+pub type EmitExt<'a> = dyn FnMut(&TcpRepr, &[Bytes]) -> bool + 'a;
+
 /// Where `dispatch` puts data segments: the caller's `emit`, and the
-/// table's scratch buffer to gather a payload that wraps around the end of
-/// the send ring.
-struct Sink<'a> {
-    emit: &'a mut dyn FnMut(&TcpRepr) -> bool,
+/// table's scratch buffer to gather a payload copied from more than one
+/// chunk of the send buffer.
+struct Sink<'a, 'e> {
+    emit: &'a mut EmitExt<'e>,
     scratch: &'a mut Vec<u8>,
+    /// Data payloads of at least [`ZERO_COPY_MIN`] bytes go by reference,
+    /// collected here.
+    zero_copy: bool,
+    refs: &'a mut Vec<Bytes>,
     /// Largest TSO super-segment payload (0: one MSS per segment).
     tso_max: usize,
     /// The link's queue drops every datagram (`Stack::set_local_drop`).
@@ -42,6 +58,24 @@ impl Connection {
         shared: &mut TcpShared,
         emit: &mut dyn FnMut(&TcpRepr) -> bool,
     ) {
+        // Every payload in the segment itself: this caller takes no
+        // references.
+        let zero_copy = std::mem::replace(&mut shared.zero_copy, false);
+        self.dispatch_ext(now, ctr, shared, &mut |r, _| emit(r));
+        shared.zero_copy = zero_copy;
+    }
+
+    /// [`Connection::dispatch`] for a caller that may take a data
+    /// segment's payload by reference to the send buffer (when
+    /// `shared.zero_copy` is on): the frame it builds holds the bytes
+    /// however the buffer changes afterwards.
+    pub fn dispatch_ext(
+        &mut self,
+        now: Instant,
+        ctr: &mut TcpCounters,
+        shared: &mut TcpShared,
+        emit: &mut EmitExt<'_>,
+    ) {
         self.route_sync_before_pass();
         let before = self.stats.segs_out;
         self.dispatch_pass(now, ctr, shared, emit);
@@ -53,12 +87,14 @@ impl Connection {
         now: Instant,
         ctr: &mut TcpCounters,
         shared: &mut TcpShared,
-        emit: &mut dyn FnMut(&TcpRepr) -> bool,
+        emit: &mut EmitExt<'_>,
     ) {
         let probe = shared.probe;
         let mut out = Sink {
             emit,
             scratch: &mut shared.scratch,
+            zero_copy: shared.zero_copy,
+            refs: &mut shared.refs,
             tso_max: shared.tso_max,
             local_drop: shared.local_drop,
         };
@@ -81,7 +117,7 @@ impl Connection {
             };
             // A RST that cannot leave (no route) is dropped, as Linux
             // drops one `ip_send_unicast_reply` cannot route.
-            if (out.emit)(&r) {
+            if (out.emit)(&r, &[]) {
                 ctr.OutSegs += 1;
                 ctr.OutRsts += 1;
             } else {
@@ -101,7 +137,7 @@ impl Connection {
             r.window = 0;
             r.sack_ranges = [None; 4];
             // A failed emit drops the RST: the peer will learn by its own RST.
-            if (out.emit)(&r) {
+            if (out.emit)(&r, &[]) {
                 ctr.OutSegs += 1;
                 ctr.OutRsts += 1;
                 self.stats.segs_out = self.stats.segs_out.wrapping_add(1);
@@ -162,7 +198,7 @@ impl Connection {
             // the retransmission timer, backed off, tries again and gives
             // up after `tcp_syn_retries` (`tcp_synack_retries`), where
             // retrying at once would spin for ever.
-            let sent = (out.emit)(&r);
+            let sent = (out.emit)(&r, &[]);
             if sent {
                 self.sent_ack(ctr, now);
             } else {
@@ -396,7 +432,7 @@ impl Connection {
             // `tcp_send_probe0` with an error from `tcp_write_wakeup`).
             let r = self.base_repr(now, self.snd.una - 1usize);
             self.timers.probe_pending = false;
-            if (out.emit)(&r) {
+            if (out.emit)(&r, &[]) {
                 self.sent_ack(ctr, now);
             } else {
                 self.refused();
@@ -407,7 +443,7 @@ impl Connection {
             // An ACK that cannot leave is dropped (Linux `tcp_send_ack`
             // ignores the transmit error); the next segment carries it.
             let r = self.base_repr(now, self.snd.max);
-            if (out.emit)(&r) {
+            if (out.emit)(&r, &[]) {
                 self.sent_ack(ctr, now);
             } else {
                 self.refused();
@@ -469,7 +505,7 @@ impl Connection {
             seq = self.snd.queue.seq;
         }
         let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
-        let qlen = self.snd.queue.ring.len();
+        let qlen = self.snd.queue.buf.len();
         if off > qlen {
             return None;
         }
@@ -530,7 +566,7 @@ impl Connection {
     /// Data (or a FIN) queued and not yet sent.
     pub(super) fn has_unsent(&self) -> bool {
         self.can_send_data_state()
-            && (self.snd.queue.ring.len() > self.snd.max.wrapping_sub(self.snd.queue.seq) as usize
+            && (self.snd.queue.buf.len() > self.snd.max.wrapping_sub(self.snd.queue.seq) as usize
                 || (self.snd.queue.fin_queued && self.snd.max.le(self.snd.queue.fin_seq())))
     }
 
@@ -591,7 +627,7 @@ impl Connection {
     /// segment?
     fn burst_ends_after(&self, seq: SeqNum, n: usize, idle_packet: bool) -> bool {
         let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
-        let avail = self.snd.queue.ring.len().saturating_sub(off + n);
+        let avail = self.snd.queue.buf.len().saturating_sub(off + n);
         let cwnd_room = self.send_cwnd().saturating_sub(self.pipe() + n);
         let flight = (seq + n).wrapping_sub(self.snd.una) as usize;
         let wnd_room = self.snd.wnd.saturating_sub(flight);
@@ -701,7 +737,7 @@ impl Connection {
         let off = seq.wrapping_sub(self.snd.queue.seq) as usize;
         r.fin = fin;
         // The last queued byte is pushed unless MSG_MORE left it unmarked.
-        let tail = off + n == self.snd.queue.ring.len() && !self.app.unmarked_tail;
+        let tail = off + n == self.snd.queue.buf.len() && !self.app.unmarked_tail;
         // The end of a record (MSG_EOR) was the end of a write: pushed;
         // so is the end of an skb Linux marked in the middle of a write
         // (`forced_push`), however often it is sent.
@@ -718,8 +754,16 @@ impl Connection {
         let (ip_ecn, cwr) = self.ecn_data(seq, n);
         r.ip_ecn = ip_ecn;
         r.cwr = cwr;
-        let ok = {
-            let contiguous = self.snd.queue.ring.contiguous(off, n);
+        let ok = if out.zero_copy && n >= ZERO_COPY_MIN {
+            out.refs.clear();
+            let got = self.snd.queue.buf.slices(off, n, out.refs);
+            debug_assert_eq!(got, n);
+            let ok = (out.emit)(&r, out.refs);
+            // The frame holds its own references; drop the table's.
+            out.refs.clear();
+            ok
+        } else {
+            let contiguous = self.snd.queue.buf.contiguous(off, n);
             let payload: &[u8] = if contiguous.len() == n {
                 contiguous
             } else {
@@ -727,11 +771,11 @@ impl Connection {
                     out.scratch.resize(n, 0);
                 }
                 let buf = out.scratch.get_mut(..n).unwrap_or(&mut []);
-                let got = self.snd.queue.ring.peek(off, buf);
+                let got = self.snd.queue.buf.peek(off, buf);
                 out.scratch.get(..got).unwrap_or(&[])
             };
             let seg = TcpRepr { payload, ..r };
-            (out.emit)(&seg)
+            (out.emit)(&seg, &[])
         };
         if !ok {
             return false;

@@ -80,7 +80,7 @@ impl Connection {
     /// delivered may show the application's pace, not the path's.
     pub(super) fn check_app_limited(&mut self) {
         let mss = self.max_payload_base().max(1);
-        let queued = self.snd.queue.ring.len();
+        let queued = self.snd.queue.buf.len();
         let sent = self.snd.max.wrapping_sub(self.snd.queue.seq) as usize;
         let unsent = queued.saturating_sub(sent);
         let totals = self.rtx.scoreboard.totals();

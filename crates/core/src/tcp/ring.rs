@@ -43,12 +43,6 @@ impl Ring {
         self.limit
     }
 
-    /// Raise the logical capacity to `capacity` (never lowers it); the
-    /// storage still grows only as bytes are written.
-    pub(crate) fn grow_capacity(&mut self, capacity: usize) {
-        self.limit = self.limit.max(capacity);
-    }
-
     /// Bytes of storage currently allocated.
     pub(crate) fn allocated(&self) -> usize {
         self.buf.len()
@@ -120,6 +114,7 @@ impl Ring {
     }
 
     /// Append `data` as far as it fits; returns the count appended.
+    #[cfg(test)]
     pub(crate) fn push(&mut self, data: &[u8]) -> usize {
         let n = self.write_at(0, data);
         self.len += n;
@@ -152,6 +147,7 @@ impl Ring {
     }
 
     /// The longest contiguous readable slice starting at `offset`, at most `max` long.
+    #[cfg(test)]
     pub(crate) fn contiguous(&self, offset: usize, max: usize) -> &[u8] {
         let cap = self.buf.len();
         if offset >= self.len {
@@ -181,51 +177,6 @@ impl Ring {
         let n = self.peek(0, out);
         self.consume(n);
         n
-    }
-
-    /// Lend up to `max` bytes of free space after the readable end to `f`
-    /// as two slices (the second is non-empty only where the space wraps
-    /// around the end of the storage); `f` fills a prefix of the first
-    /// slice then the second and returns how many bytes it wrote, which
-    /// become readable. Returns that count (clamped to what was lent); `f`
-    /// is not called when there is nothing to lend.
-    ///
-    /// The storage grows as [`Ring::push`] would grow it, but a lender does
-    /// not know how much will be written: it lends the storage it has and
-    /// grows (doubling) only when that is used up — when nothing is
-    /// allocated yet or the ring is at least half full. A caller asking to
-    /// borrow the whole capacity for a 100-byte write so leaves the ring at
-    /// its smallest allocation; a bulk writer finds it doubled on each call
-    /// until it reaches the capacity. Lending may thus give less than `max`
-    /// although the ring has room; the caller comes back for the rest.
-    pub(crate) fn write_with(
-        &mut self,
-        max: usize,
-        f: impl FnOnce(&mut [u8], &mut [u8]) -> usize,
-    ) -> usize {
-        let want = max.min(self.free());
-        if want == 0 {
-            return 0;
-        }
-        let alloc = self.buf.len();
-        if self.len + want > alloc && (alloc == 0 || self.len * 2 >= alloc) {
-            self.reserve(alloc + 1);
-        }
-        let cap = self.buf.len();
-        // No bytes are stored past the readable end here (a send ring has
-        // none; a receive ring's out-of-order bytes would be overwritten).
-        let n = want.min(cap - self.len);
-        if n == 0 {
-            return 0;
-        }
-        let start = (self.head + self.len) % cap;
-        let first = n.min(cap - start);
-        let (front, back) = self.buf.split_at_mut(start);
-        let a = back.get_mut(..first).unwrap_or_default();
-        let b = front.get_mut(..n - first).unwrap_or_default();
-        let written = f(a, b).min(n);
-        self.len += written;
-        written
     }
 
     /// Lend the readable bytes to `f` as two slices (the second non-empty
@@ -273,32 +224,16 @@ mod tests {
         assert_eq!(r.write_at(0, b"x"), 0);
     }
 
-    /// Fill `a` then `b` from `src`; the count written.
-    fn fill_from(src: &[u8], a: &mut [u8], b: &mut [u8]) -> usize {
-        let na = a.len().min(src.len());
-        a[..na].copy_from_slice(&src[..na]);
-        let nb = b.len().min(src.len() - na);
-        b[..nb].copy_from_slice(&src[na..na + nb]);
-        na + nb
-    }
-
     #[test]
-    fn lending_wraps_in_two_slices_both_ways() {
+    fn reading_lends_wrapped_data_in_two_slices() {
         let mut r = Ring::new(MIN_ALLOC);
         let data: Vec<u8> = (0..MIN_ALLOC).map(|i| (i % 251) as u8).collect();
         assert_eq!(r.push(&data[..3000]), 3000);
         let mut sink = vec![0u8; 2500];
         assert_eq!(r.pop(&mut sink), 2500);
         // 500 readable at 2500..3000; the free space wraps: 3000..4096, 0..2500.
-        let mut lent = (0, 0);
-        let n = r.write_with(usize::MAX, |a, b| {
-            lent = (a.len(), b.len());
-            fill_from(&data[500..], a, b)
-        });
-        assert_eq!(lent, (MIN_ALLOC - 3000, 2500), "free space as two slices");
-        assert_eq!(n, MIN_ALLOC - 500);
+        assert_eq!(r.push(&data[500..]), MIN_ALLOC - 500);
         assert_eq!(r.free(), 0);
-        assert_eq!(r.write_with(10, |_, _| panic!("nothing to lend")), 0);
         // Readable data wraps too: consume a prefix that spans both slices.
         let mut expected = data[2500..3000].to_vec();
         expected.extend_from_slice(&data[500..]);
@@ -316,44 +251,9 @@ mod tests {
         let m = r.pop(&mut rest);
         assert!(rest[..m] == expected[n..]);
         // Clamped to what was lent; nothing readable: not called.
-        assert_eq!(r.write_with(5, |a, _| a.len() + 1000), 5);
+        assert_eq!(r.push(&[0; 5]), 5);
         assert_eq!(r.read_with(|a, b| a.len() + b.len() + 7), 5);
         assert_eq!(r.read_with(|_, _| panic!("nothing to read")), 0);
-    }
-
-    #[test]
-    fn lending_grows_the_storage_only_as_it_is_used() {
-        let mut r = Ring::new(100_000);
-        // A small write into a lend of the whole capacity: smallest storage.
-        assert_eq!(
-            r.write_with(usize::MAX, |a, _| fill_from(b"hello", a, &mut [])),
-            5
-        );
-        assert_eq!(r.allocated(), MIN_ALLOC);
-        for _ in 0..10 {
-            assert_eq!(r.write_with(usize::MAX, |a, b| fill_from(b"x", a, b)), 1);
-        }
-        assert_eq!(r.allocated(), MIN_ALLOC, "lending alone does not grow it");
-        // A bulk writer that fills every lend: doubling up to the capacity,
-        // every byte kept in order.
-        let mut total = r.len();
-        let mut lends = 0;
-        while r.free() > 0 {
-            let n = r.write_with(usize::MAX, |a, b| {
-                a.fill(7);
-                b.fill(7);
-                a.len() + b.len()
-            });
-            assert!(n > 0);
-            total += n;
-            lends += 1;
-        }
-        assert_eq!(total, 100_000);
-        assert_eq!(r.allocated(), 100_000, "never past the capacity");
-        assert!(lends <= 8, "{lends} lends: the storage doubled");
-        let mut head = [0u8; 16];
-        assert_eq!(r.peek(0, &mut head), 16);
-        assert_eq!(&head, b"helloxxxxxxxxxx\x07");
     }
 
     #[test]

@@ -5,14 +5,14 @@ use std::collections::VecDeque;
 
 use ustack_wire::tcp::SeqNum;
 
-use super::ring::Ring;
+use super::sendbuf::SendBuf;
 
 /// Bytes the application queued, from the oldest unacknowledged byte on.
 /// `seq` is the sequence number of the first byte held; a FIN, once queued,
 /// sits right after the last byte.
 #[derive(Debug, Clone)]
 pub(crate) struct SendQueue {
-    pub(crate) ring: Ring,
+    pub(crate) buf: SendBuf,
     pub(crate) seq: SeqNum,
     pub(crate) fin_queued: bool,
     /// Marks in the queued data, not yet acknowledged (see [`Marks`]).
@@ -39,7 +39,7 @@ const MAX_MARKS: usize = 4096;
 impl SendQueue {
     pub(crate) fn new(capacity: usize, first: SeqNum) -> Self {
         SendQueue {
-            ring: Ring::new(capacity),
+            buf: SendBuf::new(capacity),
             seq: first,
             fin_queued: false,
             marks: None,
@@ -48,7 +48,7 @@ impl SendQueue {
 
     /// Mark the end of the data queued so far as the end of a record.
     pub(crate) fn mark_record_end(&mut self) {
-        let end = self.seq + self.ring.len();
+        let end = self.seq + self.buf.len();
         let marks = &mut self.marks.get_or_insert_with(Default::default).eor;
         if marks.back() != Some(&end) && marks.len() < MAX_MARKS {
             marks.push_back(end);
@@ -68,7 +68,7 @@ impl SendQueue {
     /// Linux `tcp_mark_push` in the middle of a write: the skb that ends
     /// where the queued data ends now carries PSH.
     pub(crate) fn mark_push(&mut self) {
-        let end = self.seq + self.ring.len();
+        let end = self.seq + self.buf.len();
         let marks = &mut self.marks.get_or_insert_with(Default::default).push;
         if marks.back() != Some(&end) && marks.len() < MAX_MARKS {
             marks.push_back(end);
@@ -103,7 +103,7 @@ impl SendQueue {
 
     /// Sequence number of the FIN (valid once `fin_queued`).
     pub(crate) fn fin_seq(&self) -> SeqNum {
-        self.seq + self.ring.len()
+        self.seq + self.buf.len()
     }
 
     /// Drop data acknowledged up to `ack`; returns data bytes acknowledged.
@@ -111,8 +111,8 @@ impl SendQueue {
         if ack.le(self.seq) {
             return 0;
         }
-        let n = (ack.wrapping_sub(self.seq) as usize).min(self.ring.len());
-        self.ring.consume(n);
+        let n = (ack.wrapping_sub(self.seq) as usize).min(self.buf.len());
+        self.buf.consume(n);
         self.seq += n;
         if let Some(m) = self.marks.as_mut() {
             for marks in [&mut m.eor, &mut m.push] {
@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn send_queue_acks() {
         let mut q = SendQueue::new(100, SeqNum(u32::MAX - 2));
-        assert_eq!(q.ring.push(b"hello"), 5);
+        assert_eq!(q.buf.push(b"hello"), 5);
         assert_eq!(q.fin_seq(), SeqNum(2));
         assert_eq!(q.ack_to(SeqNum(u32::MAX)), 2);
         assert_eq!(q.ack_to(SeqNum(100)), 3);

@@ -3,6 +3,8 @@
 //! the stack-wide challenge ACK budget, a scratch buffer, the link's TSO
 //! size and the path MTU search's tunables.
 
+use bytes::Bytes;
+
 use crate::hash::keyed_hash;
 use crate::time::{Duration, Instant};
 
@@ -16,8 +18,8 @@ const BUDGET_DOMAIN: u64 = 0x6368_616c_6c65_6e67; // "challeng"
 pub struct TcpShared {
     /// The stack-wide challenge ACK budget (RFC 5961 7).
     pub(crate) challenge: ChallengeAckLimit,
-    /// Where a segment's payload is gathered when it wraps around the end
-    /// of the send ring. One per table instead of one (of the route MSS,
+    /// Where a segment's payload is gathered when it is copied from more
+    /// than one chunk of the send buffer. One per table instead of one (of the route MSS,
     /// up to 64 KB) per connection; it grows to the largest segment sent.
     pub(crate) scratch: Vec<u8>,
     /// Largest payload of one TSO super-segment when the link takes TCP
@@ -30,6 +32,12 @@ pub struct TcpShared {
     /// The path MTU search's tunables (`TcpConfig::probe_threshold`,
     /// `probe_interval`), read only when a probe may be sent.
     pub(crate) probe: ProbeTunables,
+    /// Data payloads go to `emit` by reference to the send buffer (see
+    /// `Connection::dispatch_ext`) instead of copied into the segment.
+    pub(crate) zero_copy: bool,
+    /// Where those references are collected (kept: no allocation per
+    /// segment).
+    pub(crate) refs: Vec<Bytes>,
 }
 
 /// See [`TcpShared::probe`].
@@ -47,6 +55,8 @@ impl TcpShared {
             scratch: Vec::new(),
             tso_max: 0,
             local_drop: false,
+            zero_copy: false,
+            refs: Vec::new(),
             probe: ProbeTunables {
                 threshold: usize::from(cfg.probe_threshold),
                 interval: cfg.probe_interval,

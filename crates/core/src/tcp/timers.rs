@@ -209,7 +209,7 @@ impl Connection {
                     self.app.error = Some(TcpError::TimedOut);
                     ctr.TCPAbortOnTimeout += 1;
                     self.rst.pending = true;
-                } else if self.snd.una == self.snd.max && self.snd.queue.ring.is_empty() {
+                } else if self.snd.una == self.snd.max && self.snd.queue.buf.is_empty() {
                     ctr.TCPKeepAlive += 1;
                     self.timers.ka_probes += 1;
                     self.timers.probe_pending = true;
