@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use stack_util::*;
 use ustack_core::tcp::State;
 use ustack_core::time::Duration;
-use ustack_core::{LinkOffload, Stack, TxFrames};
+use ustack_core::{LinkOffload, Stack, TcpHandle, TxFrames};
 
 const FULL: LinkOffload = LinkOffload {
     vnet_hdr: true,
@@ -42,9 +42,9 @@ fn by_ownership(s: &mut Stack, frames: &mut TxFrames, op: &Op) -> Vec<Vec<u8>> {
     frames.iter().map(|f| f.to_vec()).collect()
 }
 
-#[test]
-fn owned_frames_are_the_callbacks_frames_in_order() {
-    let mut n = Net::new();
+/// A and B with full offloads and a TCP connection from A to B's port
+/// 80, established: (A's handle, B's).
+fn established(n: &mut Net) -> (TcpHandle, TcpHandle) {
     n.a.set_link_offload(FULL);
     n.b.set_link_offload(FULL);
     let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
@@ -58,6 +58,13 @@ fn owned_frames_are_the_callbacks_frames_in_order() {
         }
         server.is_some() && n.a.tcp_status(c).unwrap().state == State::Established
     }));
+    (c, server.unwrap())
+}
+
+#[test]
+fn owned_frames_are_the_callbacks_frames_in_order() {
+    let mut n = Net::new();
+    let (c, _) = established(&mut n);
     let u = n.a.udp_bind(SocketAddrV4::new(0.into(), 5000)).unwrap();
 
     // Two copies of A in the same state: one transmits through the
@@ -247,20 +254,7 @@ fn owned_frames_over_ipv6_are_the_callbacks_frames_in_order() {
 #[test]
 fn a_frame_in_flight_keeps_its_payload_after_ack_and_new_writes() {
     let mut n = Net::new();
-    n.a.set_link_offload(FULL);
-    n.b.set_link_offload(FULL);
-    let l = n.b.tcp_listen(SocketAddrV4::new(0.into(), 80), 8).unwrap();
-    let c =
-        n.a.tcp_connect(n.now, SocketAddrV4::new(B_IP, 80), None)
-            .unwrap();
-    let mut server = None;
-    assert!(n.run_until(Duration::from_secs(5), |n| {
-        if server.is_none() {
-            server = n.b.tcp_accept(l).unwrap();
-        }
-        server.is_some() && n.a.tcp_status(c).unwrap().state == State::Established
-    }));
-    let s = server.unwrap();
+    let (c, s) = established(&mut n);
     let now = n.now;
     let mut a = n.a.clone();
     let mut b = n.b.clone();

@@ -7,6 +7,9 @@
 //! Frames carry a local experimental ethertype and a sequence number, so
 //! anything else on the link (IPv6 neighbour discovery) is ignored.
 
+mod parts;
+use parts::cuts;
+
 use std::io;
 use std::os::fd::RawFd;
 use std::process::Command;
@@ -467,22 +470,6 @@ fn setup_errors_are_clear() {
         );
         drop(v);
     });
-}
-
-/// The ways a frame is cut into parts for `send_vectored`: a header, an
-/// empty part and the rest; one part; one part per byte; and more parts
-/// than `sendmsg` takes (gathered).
-fn cuts(f: &[u8]) -> Vec<Vec<&[u8]>> {
-    let mut many: Vec<&[u8]> = f.chunks(1).collect();
-    while many.len() <= ustack_dev::IOV_MAX {
-        many.push(&[]);
-    }
-    vec![
-        vec![&f[..14], &[], &f[14..]],
-        vec![f],
-        f.chunks(1).collect(),
-        many,
-    ]
 }
 
 #[test]

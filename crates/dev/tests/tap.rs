@@ -3,6 +3,9 @@
 //! is touched, and the namespaces vanish when the thread ends, even on failure.
 //! A machine without /dev/net/tun or privileges makes these tests fail loudly.
 
+mod parts;
+use parts::cuts;
+
 use std::fs::File;
 use std::io;
 use std::net::Ipv4Addr;
@@ -303,21 +306,6 @@ fn our_frame(seq: u32, len: usize) -> Vec<u8> {
         f.push((x >> 16) as u8);
     }
     f
-}
-
-/// `f` cut into parts: a header, an empty part and the rest; one part; one
-/// part per byte; and more parts than `writev` takes (gathered).
-fn cuts(f: &[u8]) -> Vec<Vec<&[u8]>> {
-    let mut many: Vec<&[u8]> = f.chunks(1).collect();
-    while many.len() <= ustack_dev::IOV_MAX {
-        many.push(&[]);
-    }
-    vec![
-        vec![&f[..14], &[], &f[14..]],
-        vec![f],
-        f.chunks(1).collect(),
-        many,
-    ]
 }
 
 #[test]

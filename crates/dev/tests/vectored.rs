@@ -7,6 +7,9 @@
 //! the wrappers must pass the parts on as they are when they can. (TAP and
 //! AF_PACKET: `tests/tap.rs`, `tests/packet.rs`; live capture: `live.rs`.)
 
+mod parts;
+use parts::{cuts, three_parts};
+
 use std::io::{self, Write};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
@@ -112,28 +115,6 @@ fn frame(seed: u32, len: usize) -> Vec<u8> {
     }
     f.truncate(len);
     f
-}
-
-/// `f` cut into a header, an empty part and the rest (the shape of a
-/// header-plus-payload frame, with an empty part in the middle); a frame
-/// shorter than a header is cut where it can be.
-fn three_parts(f: &[u8]) -> [&[u8]; 3] {
-    let cut = f.len().min(14);
-    [&f[..cut], &[], &f[cut..]]
-}
-
-/// The ways a frame is cut into parts in these tests: three parts with an
-/// empty one in the middle, a single part, one part per byte, and more
-/// parts than `writev` takes.
-fn cuts(f: &[u8]) -> Vec<Vec<&[u8]>> {
-    let mut out = vec![three_parts(f).to_vec(), vec![f]];
-    out.push(f.chunks(1).collect());
-    let mut many: Vec<&[u8]> = f.chunks(1).collect();
-    while many.len() <= ustack_dev::IOV_MAX {
-        many.push(&[]);
-    }
-    out.push(many);
-    out
 }
 
 #[test]
