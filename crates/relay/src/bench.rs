@@ -195,11 +195,17 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
 
     let mut all = true;
     for (i, &mtu) in args.mtus.iter().enumerate() {
-        let mut results: Vec<(Tool, Result<Vec<Figures>, String>)> =
-            args.tools.iter().map(|&t| (t, Ok(Vec::new()))).collect();
+        let mut results: Vec<(Tool, ToolRuns)> = args
+            .tools
+            .iter()
+            .map(|&t| (t, ToolRuns::default()))
+            .collect();
         for run in 1..=args.runs {
             for (tool, r) in results.iter_mut() {
-                let Ok(runs) = r else { continue };
+                if r.gave_up {
+                    r.runs.push(None);
+                    continue;
+                }
                 if !args.json {
                     eprintln!(
                         "measuring {} at MTU {mtu} (run {run}/{}) ...",
@@ -208,10 +214,15 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
                     );
                 }
                 match measure(*tool, mtu, &exe, &args, &loopback) {
-                    Ok(f) => runs.push(f),
+                    Ok(f) => r.runs.push(Some(f)),
                     Err(e) => {
-                        eprintln!("{}: {e:#}", tool.name());
-                        *r = Err(format!("{e:#}"));
+                        eprintln!("{} (run {run}): {e:#}", tool.name());
+                        // A tool that has never completed a run cannot
+                        // run here (not installed, no namespace): it is
+                        // not tried again. One that has keeps its runs.
+                        r.gave_up = r.completed() == 0;
+                        r.runs.push(None);
+                        r.errors.push((run, format!("{e:#}")));
                     }
                 }
             }
@@ -220,9 +231,25 @@ pub fn run(args: RunBenchArgs) -> anyhow::Result<i32> {
             println!();
         }
         print_results(&args, mtu, &results);
-        all &= results.iter().all(|(_, r)| r.is_ok());
+        all &= results.iter().all(|(_, r)| r.errors.is_empty());
     }
     Ok(if all { 0 } else { 1 })
+}
+
+/// One tool's runs at one MTU: each run's figures in order (`None` for a
+/// run that failed or was not tried), and the errors.
+#[derive(Default)]
+struct ToolRuns {
+    runs: Vec<Option<Figures>>,
+    errors: Vec<(u32, String)>,
+    /// Failed before completing any run: not tried again.
+    gave_up: bool,
+}
+
+impl ToolRuns {
+    fn completed(&self) -> usize {
+        self.runs.iter().flatten().count()
+    }
 }
 
 /// The servers on the host's loopback, per IP version asked for.
@@ -608,7 +635,7 @@ fn measure(
         let mut without_control = |reverse: bool| -> anyhow::Result<Option<Measured>> {
             match no_control.as_mut() {
                 Some(sb) => {
-                    let r = sb.output(&iperf(reverse), limit)?;
+                    let r = iperf_job(sb, &iperf(reverse), limit)?;
                     Ok(Some(Measured {
                         gbps: iperf_gbps(&r.out)?,
                         cpu_per_gb: cpu_per_gb(r.cpu, &r.out),
@@ -617,10 +644,10 @@ fn measure(
                 None => Ok(None),
             }
         };
-        let up = sb.output(&iperf(false), limit)?;
+        let up = iperf_job(&mut sb, &iperf(false), limit)?;
         let up_capture = captured(false)?;
         let up_no_control = without_control(false)?;
-        let down = sb.output(&iperf(true), limit)?;
+        let down = iperf_job(&mut sb, &iperf(true), limit)?;
         let down_capture = captured(true)?;
         let down_no_control = without_control(true)?;
         let rr_cmd: Vec<String> = vec![
@@ -835,6 +862,53 @@ fn finish(
         bail!("{cmd:?}: {status}: {}", err.trim());
     }
     Ok(Finished { out, cpu, also_cpu })
+}
+
+/// `get(u) / get(o)` for each run (by index) that both `u` and `o`
+/// completed: a failed run of either leaves its round out rather than
+/// pairing the runs that follow with the wrong rounds.
+fn ratios_per_run(
+    u: &[Option<Figures>],
+    o: &[Option<Figures>],
+    get: fn(&Figures) -> Option<f64>,
+) -> Vec<f64> {
+    u.iter()
+        .zip(o)
+        .filter_map(|(u, o)| {
+            let (u, o) = (get(u.as_ref()?)?, get(o.as_ref()?)?);
+            (o > 0.0).then(|| u / o)
+        })
+        .collect()
+}
+
+/// Attempts of an iperf3 client that found the server busy.
+const IPERF_BUSY_TRIES: u32 = 20;
+/// Pause between them.
+const IPERF_BUSY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Run an iperf3 client (`cmd`) in `sb`, again while the server answers
+/// that it is busy: `iperf3 -s` runs one test at a time and can still be
+/// closing the previous client's when the next connects (the client
+/// then reports "the server is busy running a test. try again later").
+/// Bounded: after [`IPERF_BUSY_TRIES`] attempts, the last answer stands.
+fn iperf_job(sb: &mut Sandbox, cmd: &[String], limit: Duration) -> anyhow::Result<Finished> {
+    let mut tries = 1;
+    loop {
+        let r = sb.output(cmd, limit)?;
+        if tries >= IPERF_BUSY_TRIES || !iperf_server_busy(&r.out) {
+            return Ok(r);
+        }
+        tries += 1;
+        std::thread::sleep(IPERF_BUSY_PAUSE);
+    }
+}
+
+/// Whether iperf3's JSON output (`json`) says the server was busy.
+fn iperf_server_busy(json: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(|e| e.contains("server is busy")))
+        .unwrap_or(false)
 }
 
 /// Relay CPU seconds per GB that iperf3 (JSON `json`) moved.
@@ -1120,15 +1194,20 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     }
 }
 
-fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Figures>, String>)]) {
-    let runs = |tool: Tool| -> Option<&Vec<Figures>> {
+fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, ToolRuns)]) {
+    // Each run's figures (`None`: that run failed), if any run completed.
+    let slots = |tool: Tool| -> Option<&Vec<Option<Figures>>> {
         results
             .iter()
             .find(|(t, _)| *t == tool)
-            .and_then(|(_, r)| r.as_ref().ok())
+            .map(|(_, r)| &r.runs)
+            .filter(|r| r.iter().any(Option::is_some))
     };
+    // The completed runs' figures.
+    let runs =
+        |tool: Tool| -> Option<Vec<&Figures>> { slots(tool).map(|r| r.iter().flatten().collect()) };
     let value = |tool: Tool, row: &Row| -> Option<f64> {
-        median(runs(tool)?.iter().filter_map(row.get).collect())
+        median(runs(tool)?.into_iter().filter_map(row.get).collect())
     };
     let job_rows = rows_for(args.family);
     let rows: Vec<&Row> = job_rows
@@ -1137,17 +1216,10 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
         .chain(if args.capture { CAPTURE_ROWS } else { &[] })
         .chain(if args.control_off { CONTROL_ROWS } else { &[] })
         .collect();
-    // Ratio of ustack to `other` in each round.
+    // Ratio of ustack to `other` in each round both completed.
     let per_run = |row: &Row, other: Tool| -> Vec<f64> {
-        match (runs(Tool::Ustack), runs(other)) {
-            (Some(u), Some(o)) => u
-                .iter()
-                .zip(o)
-                .filter_map(|(u, o)| match ((row.get)(u), (row.get)(o)) {
-                    (Some(u), Some(o)) if o > 0.0 => Some(u / o),
-                    _ => None,
-                })
-                .collect(),
+        match (slots(Tool::Ustack), slots(other)) {
+            (Some(u), Some(o)) => ratios_per_run(u, o, row.get),
             _ => Vec::new(),
         }
     };
@@ -1180,10 +1252,15 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
                 m.insert(tool.name().into(), v);
                 if args.runs > 1 {
                     let all: Vec<f64> = runs(*tool)
-                        .map(|r| r.iter().filter_map(row.get).collect())
+                        .map(|r| r.into_iter().filter_map(row.get).collect())
                         .unwrap_or_default();
                     m.insert(format!("{}_runs", tool.name()), all.into());
                 }
+                let failed = results
+                    .iter()
+                    .find(|(t, _)| t == tool)
+                    .map_or(0, |(_, r)| r.errors.len());
+                m.insert(format!("{}_failed_runs", tool.name()), failed.into());
             }
             for other in [Tool::Pasta, Tool::Slirp4netns, Tool::Kernel] {
                 let v = ratio(row, other).map_or(serde_json::Value::Null, |v| v.into());
@@ -1264,10 +1341,27 @@ fn print_results(args: &RunBenchArgs, mtu: u32, results: &[(Tool, Result<Vec<Fig
         for row in rows.iter().filter(|r| r.unit == "x") {
             let r: Vec<String> = u
                 .iter()
+                .copied()
                 .filter_map(row.get)
                 .map(|v| format!("{v:.2}"))
                 .collect();
             println!("  {:<40} {}", row.key, r.join(", "));
+        }
+    }
+    for (tool, r) in results {
+        for (run, e) in &r.errors {
+            println!("({} run {run} failed: {e})", tool.name());
+        }
+        if r.gave_up {
+            println!("({}: no run completed; not tried again)", tool.name());
+        } else if !r.errors.is_empty() {
+            println!(
+                "({}: figures from the {} of {} runs that completed; a ratio in each \
+                 run only where both tools completed it)",
+                tool.name(),
+                r.completed(),
+                args.runs
+            );
         }
     }
     println!(
@@ -1553,6 +1647,40 @@ mod tests {
         assert!(iperf_gbps(r#"{"error":"unable to connect"}"#).is_err());
         assert!(iperf_gbps("not json").is_err());
         assert!(iperf_gbps(r#"{"end":{}}"#).is_err());
+        // iperf3 3.12 exits 0 with this when another test still runs.
+        let busy = r#"{"start":{},"error":"the server is busy running a test. try again later"}"#;
+        assert!(iperf_server_busy(busy));
+        assert!(!iperf_server_busy(r#"{"error":"unable to connect"}"#));
+        assert!(!iperf_server_busy(ok));
+        assert!(!iperf_server_busy("not json"));
+    }
+
+    /// A run that failed for one tool leaves that round out of the
+    /// per-run ratios; the rounds after it stay paired with their own.
+    #[test]
+    fn per_run_ratios_skip_a_failed_round_and_keep_the_rest_aligned() {
+        let fig = |up: f64| {
+            Some(Figures {
+                v4: Some(FamilyFigures {
+                    up_gbps: up,
+                    down_gbps: 1.0,
+                    rr_avg_us: 1.0,
+                    rr_p99_us: 1.0,
+                    up_cpu_per_gb: None,
+                    down_cpu_per_gb: None,
+                }),
+                v6: None,
+                up_capture: None,
+                down_capture: None,
+                up_no_control: None,
+                down_no_control: None,
+            })
+        };
+        let up = |f: &Figures| Some(f.v4?.up_gbps);
+        let ustack = [fig(10.0), fig(20.0), fig(30.0), None];
+        let pasta = [fig(1.0), None, fig(3.0), fig(4.0)];
+        assert_eq!(ratios_per_run(&ustack, &pasta, up), vec![10.0, 10.0]);
+        assert!(ratios_per_run(&ustack, &[None, None], up).is_empty());
     }
 
     #[test]
