@@ -835,7 +835,9 @@ impl Iface {
             NextHop::Neighbour(ip) => match self.arp.lookup(now, ip) {
                 Lookup::Found(mac) => mac,
                 Lookup::Missing => {
+                    // Queued whole: the payload's references go now.
                     let frame = self.frame_gathered().into_owned();
+                    self.tx_owned.cur_ext.clear();
                     if self.arp.enqueue(now, ip, &frame, link) {
                         self.send_arp(
                             ArpOperation::Request,
@@ -1088,6 +1090,7 @@ impl Iface {
                 Lookup::Found(mac) => mac,
                 Lookup::Missing => {
                     let frame = self.frame_gathered().into_owned();
+                    self.tx_owned.cur_ext.clear();
                     if self.nd.enqueue(now, ip, &frame, nd) {
                         let req = ArpRequest {
                             target: ip,
