@@ -156,6 +156,9 @@ fn echo_100mb_random_data() {
     assert!(counter_on(&page, "LinkOutGsoFrames") > 0, "{page}");
     assert!(counter_on(&page, "LinkInGsoFrames") > 0, "{page}");
     assert_eq!(counter_on(&page, "LinkInVnetErrors"), 0, "{page}");
+    // And the echoed data left by reference to the send buffers
+    // (zero-copy transmit), byte-exact.
+    assert!(counter_on(&page, "LinkOutZeroCopyFrames") > 0, "{page}");
     srv.stop_clean();
 }
 
@@ -177,6 +180,8 @@ fn transfers_without_offloads_are_byte_exact_too() {
     let page = status_page(&ns);
     assert_eq!(counter_on(&page, "LinkOutGsoFrames"), 0, "{page}");
     assert_eq!(counter_on(&page, "LinkInGsoFrames"), 0, "{page}");
+    // No checksum offload: every payload copied into its frame.
+    assert_eq!(counter_on(&page, "LinkOutZeroCopyFrames"), 0, "{page}");
     // One MTU per frame: consecutive segments of a burst were coalesced
     // before TCP input (software GRO).
     assert!(counter_on(&page, "LinkInGroPackets") > 0, "{page}");

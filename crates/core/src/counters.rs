@@ -111,6 +111,9 @@ counter_group!(
     InVnetErrors,
     /// GSO super-frames received (each stands for many segments) and sent.
     InGsoFrames, OutGsoFrames,
+    /// Frames sent with their TCP payload by reference to the send buffer
+    /// (zero-copy transmit, `Stack::zero_copy_tx`).
+    OutZeroCopyFrames,
     /// Software GRO (`Stack::receive_burst`): TCP segments built from two
     /// or more received frames, and the frames that went into them (Linux
     /// reports the same pair for device GRO as `rx-hw-gro-packets` /

@@ -854,6 +854,9 @@ impl Iface {
         };
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
         link.OutFrames += 1;
+        if !self.tx_owned.cur_ext.is_empty() {
+            link.OutZeroCopyFrames += 1;
+        }
         self.emit_scratch(tx);
     }
 
@@ -1104,6 +1107,9 @@ impl Iface {
         };
         EthernetFrame::new_unchecked(self.eth_mut()).set_dst_addr(target);
         link.OutFrames += 1;
+        if !self.tx_owned.cur_ext.is_empty() {
+            link.OutZeroCopyFrames += 1;
+        }
         self.emit_scratch(tx);
     }
 

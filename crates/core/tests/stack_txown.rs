@@ -128,6 +128,8 @@ fn owned_frames_are_the_callbacks_frames_in_order() {
     }
     assert!(total >= 4, "{total} frames");
     assert!(by_ref > 0, "no payload went by reference");
+    assert_eq!(counter(&own, "Link", "OutZeroCopyFrames"), by_ref as u64);
+    assert_eq!(counter(&cb, "Link", "OutZeroCopyFrames"), 0);
     assert_eq!(
         counter(&own, "Link", "OutFrames"),
         counter(&cb, "Link", "OutFrames")
