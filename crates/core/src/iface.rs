@@ -24,7 +24,7 @@ use crate::counters::{Counters, Icmp6Counters, IpCounters, LinkCounters};
 use crate::hash::KeyedState;
 use crate::pmtu::PmtuCache;
 use crate::time::Instant;
-use crate::txown::TxOwned;
+use crate::txown::{ext_len, gather, take_whole, TxOwned};
 
 /// Default hop limit of IPv6 packets (Linux `hop_limit`, 64).
 pub const DEFAULT_HOP_LIMIT: u8 = 64;
@@ -418,9 +418,11 @@ impl Iface {
         eth.emit(&mut EthernetFrame::new_unchecked(self.eth_mut()));
     }
 
-    /// The frame being built, with its virtio-net header if any.
-    pub(crate) fn frame(&self) -> &[u8] {
-        self.frame.get(..self.frame_len).unwrap_or(&[])
+    /// The frame being built, with its virtio-net header if any (its
+    /// headers, when the payload is by reference), and its payload pieces.
+    pub(crate) fn frame_and_payload(&mut self) -> (&[u8], &mut Vec<Bytes>) {
+        let head = self.frame.get(..self.frame_len).unwrap_or(&[]);
+        (head, &mut self.tx_owned.cur_ext)
     }
 
     /// Length of the frame being built.
@@ -836,8 +838,8 @@ impl Iface {
                 Lookup::Found(mac) => mac,
                 Lookup::Missing => {
                     // Queued whole: the payload's references go now.
-                    let frame = self.frame_gathered().into_owned();
-                    self.tx_owned.cur_ext.clear();
+                    let head = self.frame.get(..self.frame_len).unwrap_or(&[]);
+                    let frame = take_whole(head, &mut self.tx_owned.cur_ext);
                     if self.arp.enqueue(now, ip, &frame, link) {
                         self.send_arp(
                             ArpOperation::Request,
@@ -1092,8 +1094,8 @@ impl Iface {
             NextHop6::Neighbour(ip) => match self.nd.lookup(now, ip) {
                 Lookup::Found(mac) => mac,
                 Lookup::Missing => {
-                    let frame = self.frame_gathered().into_owned();
-                    self.tx_owned.cur_ext.clear();
+                    let head = self.frame.get(..self.frame_len).unwrap_or(&[]);
+                    let frame = take_whole(head, &mut self.tx_owned.cur_ext);
                     if self.nd.enqueue(now, ip, &frame, nd) {
                         let req = ArpRequest {
                             target: ip,
@@ -1280,19 +1282,4 @@ impl Iface {
         link.OutFrames += 1;
         self.emit_copy(buf, tx);
     }
-}
-
-/// Total length of payload pieces.
-fn ext_len(ext: &[Bytes]) -> usize {
-    ext.iter().map(|b| b.len()).sum()
-}
-
-/// `head` followed by the pieces of `ext`, in one buffer.
-fn gather(head: &[u8], ext: &[Bytes]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(head.len() + ext_len(ext));
-    v.extend_from_slice(head);
-    for b in ext {
-        v.extend_from_slice(b);
-    }
-    v
 }

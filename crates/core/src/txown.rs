@@ -18,6 +18,8 @@
 //! frame handed to `tx` directly would reach the runtime's fallback batch,
 //! written after the frames handed out by ownership.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 use crate::iface::Iface;
@@ -80,7 +82,7 @@ impl<'a> FrameParts<'a> {
 
     /// The frame's length.
     pub fn len(&self) -> usize {
-        self.head.len() + self.ext.iter().map(|b| b.len()).sum::<usize>()
+        self.head.len() + ext_len(self.ext)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -112,13 +114,35 @@ impl<'a> FrameParts<'a> {
 
     /// The frame gathered into one buffer (a copy).
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len());
-        v.extend_from_slice(self.head);
-        for b in self.ext {
-            v.extend_from_slice(b);
-        }
-        v
+        gather(self.head, self.ext)
     }
+}
+
+/// Total length of payload pieces.
+pub(crate) fn ext_len(ext: &[Bytes]) -> usize {
+    ext.iter().map(|b| b.len()).sum()
+}
+
+/// `head` followed by the pieces of `ext`, in one buffer.
+pub(crate) fn gather(head: &[u8], ext: &[Bytes]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(head.len() + ext_len(ext));
+    v.extend_from_slice(head);
+    for b in ext {
+        v.extend_from_slice(b);
+    }
+    v
+}
+
+/// A frame that must be whole (queued for address resolution, handed to
+/// a `tx` callback): `head` itself when there is no payload by reference,
+/// else `head` and `ext` gathered, and `ext` let go.
+pub(crate) fn take_whole<'a>(head: &'a [u8], ext: &mut Vec<Bytes>) -> Cow<'a, [u8]> {
+    if ext.is_empty() {
+        return Cow::Borrowed(head);
+    }
+    let whole = gather(head, ext);
+    ext.clear();
+    Cow::Owned(whole)
 }
 
 impl TxFrames {
@@ -212,26 +236,12 @@ impl Iface {
         self.tx_owned.cur_ext.extend_from_slice(ext);
     }
 
-    /// The frame being built, gathered when its payload is by reference
-    /// (queued for address resolution, or handed to `tx`).
-    pub(crate) fn frame_gathered(&self) -> std::borrow::Cow<'_, [u8]> {
-        let ext = &self.tx_owned.cur_ext;
-        if ext.is_empty() {
-            return std::borrow::Cow::Borrowed(self.frame());
-        }
-        let mut v = self.frame().to_vec();
-        for b in ext {
-            v.extend_from_slice(b);
-        }
-        std::borrow::Cow::Owned(v)
-    }
-
     /// Transmit the frame in the scratch buffer: by moving the buffer to
     /// the ready list (owned mode) or through `tx`.
     pub(crate) fn emit_scratch(&mut self, tx: &mut dyn FnMut(&[u8])) {
         if !self.tx_owned.on {
-            tx(&self.frame_gathered());
-            self.tx_owned.cur_ext.clear();
+            let (head, ext) = self.frame_and_payload();
+            tx(&take_whole(head, ext));
             return;
         }
         let spare = self.tx_owned.spare();
