@@ -355,11 +355,9 @@ fn transmit_parts(
         return;
     }
     loop {
-        let sent = match parts {
-            [one] => dev.send(one),
-            _ => dev.send_vectored(parts),
-        };
-        match sent {
+        // (A single part is a plain `send`: every device's
+        // `send_vectored` does that.)
+        match dev.send_vectored(parts) {
             Ok(()) => stats.tx_frames += 1,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 stats.tx_would_block += 1;

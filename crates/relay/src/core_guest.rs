@@ -717,10 +717,7 @@ fn write_frames(
     }
     stack.swap_tx_frames(frames);
     for f in frames.iter() {
-        let r = f.with_slices(|parts| match parts {
-            [one] => dev_send(dev, one),
-            _ => dev.send_vectored(parts),
-        });
+        let r = f.with_slices(|parts| dev.send_vectored(parts));
         if r.is_err() {
             *tx_drops += 1;
         }
