@@ -27,6 +27,7 @@ use ustack_net::dev::packet::{PacketConfig, PacketRing, RingVersion};
 use ustack_wire::ipv6::Ipv6Cidr;
 
 use crate::evloop::{EventLoop, LoopStats};
+use crate::serve::LoopPlacement;
 use crate::server::Service;
 
 use crate::netns::{in_netns, in_ns, ip, veth_pair, Helper, Namespaces};
@@ -49,6 +50,10 @@ pub struct BenchArgs {
     /// Busy-poll ustack's device for this many microseconds after activity.
     #[arg(long, value_name = "US")]
     pub busy_poll: Option<u64>,
+    /// Run ustack's services on a thread of their own, as `serve
+    /// --services-thread` does, instead of on the stack thread.
+    #[arg(long)]
+    pub services_thread: bool,
     /// Measure ustack with its TAP opened without the virtio-net header
     /// (no checksum offload, no TSO/GSO: one MTU per frame).
     #[arg(long)]
@@ -331,7 +336,13 @@ fn measure_packet(
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::start_stack(&args, dev_s.clone(), Box::new(ring), Limits::default())?;
-    crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
+    crate::serve::start_services(
+        &up.net,
+        args.addr.addr,
+        false,
+        1024,
+        LoopPlacement::from_flag(a.services_thread),
+    )?;
     eprintln!("ustack over an AF_PACKET {version:?} ring on veth {dev_s} (peer in netns {ns_k}):");
     let ctl = control(a, &up)?;
     let m = measure(exe, &ns_k, args.addr.addr, a);
@@ -355,8 +366,12 @@ fn control(a: &BenchArgs, up: &setup::Up) -> Result<ustack_ctl::Control> {
 const USTACK6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 0, 2);
 
 /// Discard and chargen on ustack's `ip`, served by `serve`'s event loop
-/// on a thread of their own (it ends when the stack stops).
-fn start_bulk_services6(net: &ustack_net::Net, ip: Ipv6Addr) -> Result<()> {
+/// as `serve` runs it (it ends when the stack stops).
+fn start_bulk_services6(
+    net: &ustack_net::Net,
+    ip: Ipv6Addr,
+    placement: LoopPlacement,
+) -> Result<()> {
     let mut listeners = Vec::new();
     for svc in [Service::Discard, Service::Chargen] {
         let addr = SocketAddrV6::new(ip, svc.port(), 0, 0);
@@ -366,16 +381,10 @@ fn start_bulk_services6(net: &ustack_net::Net, ip: Ipv6Addr) -> Result<()> {
     }
     let page: crate::server::PageFn = Arc::new(String::new);
     let stats = Arc::new(LoopStats::default());
-    let mut ev = EventLoop::new(net.poller(), listeners, Vec::new(), 64, page, stats)
+    let poller = net.poller();
+    let ev = EventLoop::new(&poller, listeners, Vec::new(), 64, page, stats)
         .context("cannot start the IPv6 event loop")?;
-    std::thread::Builder::new()
-        .name("serve6".into())
-        .spawn(move || {
-            let e = ev.run();
-            tracing::debug!("IPv6 event loop ended: {e}");
-        })
-        .context("cannot start the IPv6 event-loop thread")?;
-    Ok(())
+    crate::serve::start_event_loop(poller, ev, "serve6", placement)
 }
 
 /// `ustack kserve --bind BIND` in namespace `ns`, once it says it is ready;
@@ -496,7 +505,13 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;
-    crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
+    crate::serve::start_services(
+        &up.net,
+        args.addr.addr,
+        false,
+        1024,
+        LoopPlacement::from_flag(a.services_thread),
+    )?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
     let ctl = control(a, &up)?;
     let u = measure(exe, &ns_u, args.addr.addr, a);
@@ -540,7 +555,11 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        start_bulk_services6(&up.net, USTACK6)?;
+        start_bulk_services6(
+            &up.net,
+            USTACK6,
+            LoopPlacement::from_flag(a.services_thread),
+        )?;
         eprintln!("ustack over TAP {tap} over IPv6:");
         let ctl = control(a, &up)?;
         let m = measure_bulk(exe, &ns_6, USTACK6.into(), a);
@@ -562,7 +581,13 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
             ..args
         };
         let up = setup::bring_up(&args, "")?;
-        crate::serve::start_services(&up.net, args.addr.addr, false, 1024)?;
+        crate::serve::start_services(
+            &up.net,
+            args.addr.addr,
+            false,
+            1024,
+            LoopPlacement::from_flag(a.services_thread),
+        )?;
         eprintln!("ustack over TAP {} without offloads:", up.tap);
         let ctl = control(a, &up)?;
         let p = measure_bulk(exe, &ns_p, args.addr.addr.into(), a);

@@ -318,7 +318,7 @@ fn ustack_over_tap(exe: &Path, alg: CcAlgorithm, a: &CcArgs, seed: u64) -> Resul
     };
     let net = Net::start(config, Box::new(device), RuntimeOptions::default())
         .context("cannot start the stack")?;
-    crate::serve::start_services(&net, addr, false, 64)?;
+    crate::serve::start_services(&net, addr, false, 64, Default::default())?;
     let r = kclient_recv(exe, &ns, addr, a.seconds);
     net.shutdown();
     eprintln!("    impaired tx (ustack -> kernel): {}", counters.tx());

@@ -38,9 +38,10 @@ struct Conn {
     service: Service,
 }
 
-/// The event loop's state.
+/// The event loop's state (the [`Poller`] it is driven by is passed in:
+/// owned by its own thread in [`run`](EventLoop::run), or by the stack
+/// thread with [`Poller::run_on_stack_thread`]).
 pub struct EventLoop {
-    poller: Poller,
     listeners: Vec<(TcpListener, Service)>,
     udp: Vec<UdpSocket>,
     conns: Vec<Option<Conn>>,
@@ -55,7 +56,7 @@ impl EventLoop {
     /// Serve `listeners` (one service each) and UDP echo on each of `udp`
     /// (one per family), at most `max_connections` TCP connections at once.
     pub fn new(
-        poller: Poller,
+        poller: &Poller,
         listeners: Vec<(TcpListener, Service)>,
         udp: Vec<UdpSocket>,
         max_connections: usize,
@@ -77,7 +78,6 @@ impl EventLoop {
             poller.register(u, UDP_TOKEN - i as u64)?;
         }
         Ok(EventLoop {
-            poller,
             listeners,
             udp,
             conns: Vec::new(),
@@ -89,28 +89,34 @@ impl EventLoop {
         })
     }
 
-    /// Run until the stack stops (the poller then fails).
-    pub fn run(&mut self) -> io::Error {
+    /// Run on a thread of its own until the stack stops (the poller then
+    /// fails).
+    pub fn run(&mut self, poller: &Poller) -> io::Error {
         let mut events: Vec<PollEvent> = Vec::with_capacity(1024);
         loop {
             events.clear();
-            if let Err(e) = self.poller.wait(&mut events, None) {
+            if let Err(e) = poller.wait(&mut events, None) {
                 return e;
             }
-            for ev in &events {
-                let udp_first = UDP_TOKEN + 1 - self.udp.len() as u64;
-                match ev.token {
-                    t if (udp_first..=UDP_TOKEN).contains(&t) => {
-                        self.on_udp((UDP_TOKEN - t) as usize)
-                    }
-                    t if t < CONN_BASE => self.on_listener(t as usize),
-                    t => self.on_conn((t - CONN_BASE) as usize),
+            self.handle(poller, &events);
+        }
+    }
+
+    /// Serve one batch of events.
+    pub fn handle(&mut self, poller: &Poller, events: &[PollEvent]) {
+        for ev in events {
+            let udp_first = UDP_TOKEN + 1 - self.udp.len() as u64;
+            match ev.token {
+                t if (udp_first..=UDP_TOKEN).contains(&t) => {
+                    self.on_udp(poller, (UDP_TOKEN - t) as usize)
                 }
+                t if t < CONN_BASE => self.on_listener(poller, t as usize),
+                t => self.on_conn((t - CONN_BASE) as usize),
             }
         }
     }
 
-    fn on_listener(&mut self, idx: usize) {
+    fn on_listener(&mut self, poller: &Poller, idx: usize) {
         for _ in 0..ACCEPT_BURST {
             let Some((l, service)) = self.listeners.get(idx) else {
                 return;
@@ -140,18 +146,18 @@ impl EventLoop {
                 tracing::warn!(service = service.name(), %peer, "too many connections ({active}); closing");
                 continue;
             }
-            if let Err(e) = self.adopt(stream, service) {
+            if let Err(e) = self.adopt(poller, stream, service) {
                 tracing::warn!(service = service.name(), %peer, "cannot serve: {e}");
             }
         }
         // More may be waiting: the listener got no new event for them, so
         // come back to it after the other events of this round.
         if let Some((l, _)) = self.listeners.get(idx) {
-            let _ = self.poller.register(l, idx as u64);
+            let _ = poller.register(l, idx as u64);
         }
     }
 
-    fn adopt(&mut self, stream: TcpStream, service: Service) -> io::Result<()> {
+    fn adopt(&mut self, poller: &Poller, stream: TcpStream, service: Service) -> io::Result<()> {
         stream.set_nonblocking(true)?;
         let _ = stream.set_nodelay(true);
         let i = match self.free.pop() {
@@ -162,7 +168,7 @@ impl EventLoop {
             }
         };
         // Registering reports the connection at once (it is writable).
-        if let Err(e) = self.poller.register(&stream, CONN_BASE + i as u64) {
+        if let Err(e) = poller.register(&stream, CONN_BASE + i as u64) {
             self.free.push(i);
             return Err(e);
         }
@@ -203,7 +209,7 @@ impl EventLoop {
 
     /// RFC 862 UDP echo: "When a datagram is received, the data from it is
     /// sent back in an answering datagram."
-    fn on_udp(&mut self, idx: usize) {
+    fn on_udp(&mut self, poller: &Poller, idx: usize) {
         let Some(u) = self.udp.get(idx) else { return };
         // Bounded: a flood must not keep the loop from its connections.
         for _ in 0..ACCEPT_BURST {
@@ -223,6 +229,6 @@ impl EventLoop {
             }
         }
         // Datagrams left: look again after the other events.
-        let _ = self.poller.register(u, UDP_TOKEN - idx as u64);
+        let _ = poller.register(u, UDP_TOKEN - idx as u64);
     }
 }

@@ -434,3 +434,49 @@ fn udp_segmentation_offload_reaches_the_stack_whole() {
     assert_eq!(counter_on(&page, "LinkInVnetErrors"), 0, "{page}");
     srv.stop_clean();
 }
+
+/// Names of the threads of process `pid`.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in dir.flatten() {
+            if let Ok(n) = std::fs::read_to_string(t.path().join("comm")) {
+                names.push(n.trim().to_string());
+            }
+        }
+    }
+    names
+}
+
+/// By default the stack thread runs the services itself (no thread of
+/// their own); `--services-thread` gives them one, and they work the same.
+#[test]
+fn services_run_on_the_stack_thread_or_their_own() {
+    for own in [false, true] {
+        let ns = NetNs::new();
+        let args: &[&str] = if own { &["--services-thread"] } else { &[] };
+        let srv = Serve::start(&ns, args);
+        let names = thread_names(srv.proc.child.id());
+        assert_eq!(
+            names.iter().any(|n| n == "serve"),
+            own,
+            "threads with {args:?}: {names:?}"
+        );
+        let addr = SocketAddrV4::new(USTACK_IP, 7);
+        ns.spawn(move || echo_transfer(addr, 8 << 20, 0x7ead))
+            .join()
+            .expect("echo client");
+        let out = ns.sh(&format!(
+            "printf 'udp on either thread' | socat -t 3 - UDP4:{USTACK_IP}:7"
+        ));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "udp on either thread",
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let page = status_page(&ns);
+        assert!(counter_on(&page, "TcpPassiveOpens") >= 2, "{page}");
+        srv.stop_clean();
+    }
+}

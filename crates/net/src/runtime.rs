@@ -59,9 +59,9 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::Poll;
-use std::thread::{JoinHandle, Thread};
+use std::thread::{JoinHandle, Thread, ThreadId};
 use std::time::Duration;
 
 use ustack_core::tcp::State;
@@ -457,9 +457,19 @@ pub(crate) struct Inner {
     to_wake: Vec<Thread>,
     /// Scratch for `dispatch_events` (kept: no allocation per call).
     ev_keys: Vec<SockKey>,
+    /// The poller whose events the stack thread handles itself
+    /// ([`Poller::run_on_stack_thread`]), if any.
+    inline_poller: Option<usize>,
 }
 
 impl Inner {
+    /// Whether the stack thread's own poller has events waiting.
+    fn inline_queued(&self) -> bool {
+        self.inline_poller
+            .and_then(|id| self.pollers.get(id))
+            .is_some_and(|p| p.as_ref().is_some_and(|p| !p.queue.is_empty()))
+    }
+
     /// `Stack::poll` with the output batch as transmit path.
     fn poll(&mut self, now: Instant) {
         let Inner { stack, out, .. } = self;
@@ -661,6 +671,12 @@ pub(crate) struct Shared {
     /// it. Written under the stack lock (and at wake-up), read by threads
     /// that may have to kick it.
     sleep_until: AtomicU64,
+    /// The stack thread (set when it starts).
+    stack_thread: OnceLock<ThreadId>,
+    /// A poller and handler handed over by [`Poller::run_on_stack_thread`],
+    /// until the stack thread takes them (it looks when `inline_new` is set).
+    inline: Mutex<Option<InlineLoop>>,
+    inline_new: AtomicBool,
 }
 
 fn stopped_error() -> io::Error {
@@ -677,6 +693,14 @@ impl Shared {
         // A panic while holding the lock marks the runtime stopped (see
         // `StopGuard`); the data is still memory-safe to look at.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the calling thread is the stack thread (which must never
+    /// park waiting for itself).
+    pub(crate) fn on_stack_thread(&self) -> bool {
+        self.stack_thread
+            .get()
+            .is_some_and(|id| *id == std::thread::current().id())
     }
 
     fn lock_dev(&self) -> MutexGuard<'_, DevSide> {
@@ -701,8 +725,10 @@ impl Shared {
             g.wake_any();
         }
         let sleep = self.sleep_until.load(Ordering::Acquire);
-        let mut kick =
-            sleep != AWAKE && g.stack.poll_at().is_some_and(|n| n.total_micros() < sleep);
+        // Events for the stack thread's own poller (a socket call from
+        // another thread) must not wait for its next frame or deadline.
+        let mut kick = sleep != AWAKE
+            && (g.stack.poll_at().is_some_and(|n| n.total_micros() < sleep) || g.inline_queued());
         let wake = std::mem::take(&mut g.to_wake);
         if g.out.is_empty() && !g.stack.has_tx_frames() {
             drop(g);
@@ -815,6 +841,14 @@ impl Shared {
                 self.finish(g, false);
                 return Err(io::ErrorKind::WouldBlock.into());
             }
+            if self.on_stack_thread() {
+                // Parking here would wait for the thread that is parked.
+                self.finish(g, false);
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "a blocking socket call on the stack thread would never return",
+                ));
+            }
             let remaining = match deadline {
                 None => None,
                 Some(d) => {
@@ -863,6 +897,16 @@ impl Drop for StopGuard {
     fn drop(&mut self) {
         self.0.stop.store(true, Ordering::Release);
         self.0.mark_stopped();
+        // A handler handed over but never taken: no new one can come now
+        // (`stopped` is set), and keeping it would keep its `Net`, and so
+        // the runtime, alive forever.
+        let left = self
+            .0
+            .inline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(left);
     }
 }
 
@@ -935,8 +979,22 @@ fn run(
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
     let mut watching_out = false;
     let mut last_activity = std::time::Instant::now();
+    let _ = shared.stack_thread.set(std::thread::current().id());
+    // Dropped before `guard` (declared after it): the handler's sockets
+    // close while the runtime still takes socket calls.
+    let mut inline: Option<InlineLoop> = None;
     while !shared.stop.load(Ordering::Acquire) {
         shared.sleep_until.store(AWAKE, Ordering::Release);
+        if shared.inline_new.swap(false, Ordering::AcqRel) {
+            if let Some(il) = shared
+                .inline
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
+                inline = Some(il);
+            }
+        }
 
         // 1. The device, without the stack lock: older frames first, frames
         //    the device held back (delay emulation) that are due, then a
@@ -988,29 +1046,61 @@ fn run(
                 break;
             }
         }
-        let stack_next = g.stack.poll_at();
-        if is_due(stack_next, now) {
+        let mut stack_next = g.stack.poll_at();
+        // A handler handed over meanwhile (under the stack lock): take it
+        // in the next pass.
+        if is_due(stack_next, now) || shared.inline_new.load(Ordering::Acquire) {
             more = true;
         }
         if changed {
             last_activity = std::time::Instant::now();
         }
-        let busy = opts.busy_poll.is_some_and(|b| last_activity.elapsed() < b);
+        let mut busy = opts.busy_poll.is_some_and(|b| last_activity.elapsed() < b);
         // Provisional sleep (the device may shorten it below): published
         // under the stack lock, so a socket call that moves a deadline
-        // earlier sees it and kicks.
-        let planned = if more || busy {
-            AWAKE
-        } else {
-            match (stack_next, dev_fd) {
-                (Some(t), _) => t.total_micros().max(1),
-                (None, Some(_)) => FOREVER,
-                (None, None) => (now + opts.idle_poll).total_micros().max(1),
+        // earlier sees it and kicks. With a handler of our own to run, we
+        // stay "awake" until it has run (its socket calls must not kick
+        // this thread) and publish the sleep afterwards.
+        let plan = |awake: bool, next: Option<Instant>, now: Instant| {
+            if awake {
+                AWAKE
+            } else {
+                match (next, dev_fd) {
+                    (Some(t), _) => t.total_micros().max(1),
+                    (None, Some(_)) => FOREVER,
+                    (None, None) => (now + opts.idle_poll).total_micros().max(1),
+                }
             }
         };
-        shared.sleep_until.store(planned, Ordering::Release);
+        if inline.is_none() {
+            shared
+                .sleep_until
+                .store(plan(more || busy, stack_next, now), Ordering::Release);
+        }
         // 3. Release the stack lock, write what it produced, wake threads.
         shared.finish(g, changed);
+
+        // 3b. The handler run on this thread (`Poller::run_on_stack_thread`):
+        //     the events of this pass, without a wake-up of another thread.
+        if let Some(il) = inline.as_mut() {
+            match il.run() {
+                Ok(true) => last_activity = std::time::Instant::now(),
+                Ok(false) => {}
+                // The poller is gone with the runtime's stop.
+                Err(_) => inline = None,
+            }
+            busy = opts.busy_poll.is_some_and(|b| last_activity.elapsed() < b);
+            let g = shared.lock();
+            let now = shared.now();
+            stack_next = g.stack.poll_at();
+            if is_due(stack_next, now) || g.inline_queued() {
+                more = true;
+            }
+            shared
+                .sleep_until
+                .store(plan(more || busy, stack_next, now), Ordering::Release);
+            drop(g);
+        }
 
         // 4. How long to sleep: the stack's deadline, the device's.
         let (dev_next, want_out) = {
@@ -1076,6 +1166,12 @@ struct NetInner {
 impl NetInner {
     fn stop(&self) {
         self.shared.request_stop();
+        if self.shared.on_stack_thread() {
+            // Called from a handler on the stack thread (or the last handle
+            // dropped there): the thread ends after this pass; joining
+            // itself would never return.
+            return;
+        }
         let handle = self
             .thread
             .lock()
@@ -1110,7 +1206,8 @@ impl NetInner {
 
 impl Drop for NetInner {
     fn drop(&mut self) {
-        if !self.drain_on_drop.is_zero() {
+        // On the stack thread nothing would deliver the data meanwhile.
+        if !self.drain_on_drop.is_zero() && !self.shared.on_stack_thread() {
             self.drain();
         }
         self.stop();
@@ -1219,6 +1316,7 @@ impl Net {
                 echo: VecDeque::new(),
                 to_wake: Vec::new(),
                 ev_keys: Vec::new(),
+                inline_poller: None,
             }),
             dev: Mutex::new(DevSide {
                 dev: device,
@@ -1231,6 +1329,9 @@ impl Net {
             epoch,
             stop: AtomicBool::new(false),
             sleep_until: AtomicU64::new(AWAKE),
+            stack_thread: OnceLock::new(),
+            inline: Mutex::new(None),
+            inline_new: AtomicBool::new(false),
         });
         let drain_on_drop = opts.drain_on_drop;
         let thread_shared = Arc::clone(&shared);
@@ -1518,6 +1619,11 @@ impl Poller {
             if g.stopped {
                 return Err(stopped_error());
             }
+            if sh.on_stack_thread() {
+                // Parking would wait for this very thread (a handler run by
+                // `run_on_stack_thread` calling `wait` on some poller).
+                return Ok(0);
+            }
             let remaining = match deadline {
                 None => None,
                 Some(d) => {
@@ -1541,9 +1647,96 @@ impl Poller {
     }
 }
 
+/// An event handler run by the stack thread.
+type InlineHandler = Box<dyn FnMut(&Poller, &[PollEvent]) + Send>;
+
+/// What [`Poller::run_on_stack_thread`] hands to the stack thread.
+struct InlineLoop {
+    poller: Poller,
+    handler: InlineHandler,
+    events: Vec<PollEvent>,
+}
+
+/// Rounds of events the stack thread hands its handler per pass before it
+/// looks at the device again (events the handler's own calls raise come
+/// back in the next round).
+const INLINE_ROUNDS: usize = 4;
+
+impl InlineLoop {
+    /// Run the handler on the events waiting, a bounded number of rounds.
+    /// `Ok(true)` if it ran; an error once the runtime stopped.
+    fn run(&mut self) -> io::Result<bool> {
+        let mut ran = false;
+        for _ in 0..INLINE_ROUNDS {
+            self.events.clear();
+            if self.poller.wait(&mut self.events, Some(Duration::ZERO))? == 0 {
+                break;
+            }
+            ran = true;
+            (self.handler)(&self.poller, &self.events);
+        }
+        Ok(ran)
+    }
+}
+
+impl Poller {
+    /// Hand this poller to the stack thread, which from now on calls
+    /// `handler` with the poller and its events itself, after each pass over
+    /// the device and the timers, instead of waking a thread blocked in
+    /// [`wait`](Self::wait): request/response and bulk traffic then cost no
+    /// wake-up of another thread (the relay of `ustack run` works this way).
+    ///
+    /// The handler runs on the stack thread, so it must not block: its
+    /// sockets should be non-blocking (a blocking call that would park
+    /// returns `WouldBlock` there, as [`wait`](Self::wait) returns at once),
+    /// and time spent in it is time the device is not read. Each call
+    /// gets the events collected since the last one; the stack thread gives
+    /// it at most a few rounds per pass and comes back at once if more
+    /// events wait. Events raised by other threads' socket calls wake the
+    /// stack thread.
+    ///
+    /// The handler and what it owns (sockets, the poller, a [`Net`]) live on
+    /// the stack thread until the runtime stops ([`Net::shutdown`]); they
+    /// are dropped there, which closes the sockets. `AlreadyExists` if a
+    /// poller already runs on the stack thread, `NotConnected` once the
+    /// runtime stopped.
+    pub fn run_on_stack_thread<F>(self, handler: F) -> io::Result<()>
+    where
+        F: FnMut(&Poller, &[PollEvent]) + Send + 'static,
+    {
+        let sh = Arc::clone(&self.net.inner.shared);
+        let mut g = sh.lock();
+        if g.stopped {
+            return Err(stopped_error());
+        }
+        if g.inline_poller.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a poller already runs on the stack thread",
+            ));
+        }
+        g.inline_poller = Some(self.id);
+        // Under the stack lock: the stack thread publishes its sleep under
+        // it too and looks at `inline_new` then, or the kick below finds
+        // it asleep and wakes it.
+        *sh.inline.lock().unwrap_or_else(PoisonError::into_inner) = Some(InlineLoop {
+            poller: self,
+            handler: Box::new(handler),
+            events: Vec::new(),
+        });
+        sh.inline_new.store(true, Ordering::Release);
+        drop(g);
+        sh.kick();
+        Ok(())
+    }
+}
+
 impl Drop for Poller {
     fn drop(&mut self) {
         let mut g = self.net.shared().lock();
+        if g.inline_poller == Some(self.id) {
+            g.inline_poller = None;
+        }
         let had = match g.pollers.get_mut(self.id) {
             Some(slot) => slot.take().map_or(0, |p| p.count),
             None => 0,
