@@ -300,8 +300,24 @@ pub fn run(args: ServeArgs) -> Result<i32> {
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
-    let sig = signals::wait_termination(None);
-    tracing::info!("signal {sig:?}: shutting down");
+    // Until a signal, or the stack stopping on its own (a panic on the
+    // stack thread, which runs the services: its message is on stderr).
+    let sig = loop {
+        if let Some(sig) = signals::wait_termination(Some(std::time::Duration::from_secs(1))) {
+            break Some(sig);
+        }
+        if !up.net.is_running() {
+            break None;
+        }
+    };
+    let Some(sig) = sig else {
+        drop(control);
+        drop(metrics);
+        up.finish();
+        eprintln!("ustack: the stack stopped unexpectedly; exiting");
+        return Ok(1);
+    };
+    tracing::info!("signal {sig}: shutting down");
     drop(control);
     drop(metrics);
     up.finish();

@@ -1584,7 +1584,12 @@ impl Poller {
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
         let sh = self.net.shared();
-        let deadline = timeout.map(|d| std::time::Instant::now() + d);
+        // A zero timeout (the stack thread's own poller, a caller polling)
+        // reads no clock.
+        let poll_only = timeout.is_some_and(|d| d.is_zero());
+        let deadline = timeout
+            .filter(|_| !poll_only)
+            .map(|d| std::time::Instant::now() + d);
         let before = events.len();
         let mut scratch = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
         let mut g = sh.lock();
@@ -1618,6 +1623,9 @@ impl Poller {
             }
             if g.stopped {
                 return Err(stopped_error());
+            }
+            if poll_only {
+                return Ok(0);
             }
             if sh.on_stack_thread() {
                 // Parking would wait for this very thread (a handler run by
