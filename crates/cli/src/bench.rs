@@ -336,13 +336,7 @@ fn measure_packet(
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::start_stack(&args, dev_s.clone(), Box::new(ring), Limits::default())?;
-    crate::serve::start_services(
-        &up.net,
-        args.addr.addr,
-        false,
-        1024,
-        LoopPlacement::from_flag(a.services_thread),
-    )?;
+    services(&up.net, args.addr.addr, a)?;
     eprintln!("ustack over an AF_PACKET {version:?} ring on veth {dev_s} (peer in netns {ns_k}):");
     let ctl = control(a, &up)?;
     let m = measure(exe, &ns_k, args.addr.addr, a);
@@ -360,6 +354,13 @@ fn control(a: &BenchArgs, up: &setup::Up) -> Result<ustack_ctl::Control> {
         ustack_ctl::NetProvider::new(up.net.clone(), &up.tap).with_capture(up.hub.clone()),
     );
     ustack_ctl::Control::start(name, "bench", provider).map_err(anyhow::Error::msg)
+}
+
+/// `serve`'s services on ustack's `ip` (IPv4 only), placed as `a` says.
+fn services(net: &ustack_net::Net, ip: Ipv4Addr, a: &BenchArgs) -> Result<()> {
+    let placement = LoopPlacement::from_flag(a.services_thread);
+    crate::serve::start_services(net, ip, false, 1024, placement)?;
+    Ok(())
 }
 
 /// ustack's IPv6 address in the bench (the kernel's end: fd00:78::1).
@@ -505,13 +506,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
         impair: setup::ImpairArgs::default(),
     };
     let up = setup::bring_up(&args, "")?;
-    crate::serve::start_services(
-        &up.net,
-        args.addr.addr,
-        false,
-        1024,
-        LoopPlacement::from_flag(a.services_thread),
-    )?;
+    services(&up.net, args.addr.addr, a)?;
     eprintln!("ustack over TAP {} (peer in netns {ns_u}):", up.tap);
     let ctl = control(a, &up)?;
     let u = measure(exe, &ns_u, args.addr.addr, a);
@@ -581,13 +576,7 @@ fn one_run(exe: &Path, pid: &str, a: &BenchArgs) -> Result<(Vec<Row>, Vec<Row>)>
             ..args
         };
         let up = setup::bring_up(&args, "")?;
-        crate::serve::start_services(
-            &up.net,
-            args.addr.addr,
-            false,
-            1024,
-            LoopPlacement::from_flag(a.services_thread),
-        )?;
+        services(&up.net, args.addr.addr, a)?;
         eprintln!("ustack over TAP {} without offloads:", up.tap);
         let ctl = control(a, &up)?;
         let p = measure_bulk(exe, &ns_p, args.addr.addr.into(), a);

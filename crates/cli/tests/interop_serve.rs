@@ -207,20 +207,25 @@ fn no_gro_hands_every_segment_over_alone() {
     srv.stop_clean();
 }
 
+/// `text` (no quotes) through UDP echo with socat from the kernel side.
+fn udp_echo_ok(ns: &NetNs, text: &str) {
+    let out = ns.sh(&format!(
+        "printf '{text}' | socat -t 3 - UDP4:{USTACK_IP}:7"
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        text,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn udp_echo_discard_chargen() {
     let ns = NetNs::new();
     let srv = Serve::start(&ns, &[]);
     // UDP echo with socat (from the kernel side).
-    let out = ns.sh(&format!(
-        "printf 'hello over udp' | socat -t 3 - UDP4:{USTACK_IP}:7"
-    ));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "hello over udp",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    udp_echo_ok(&ns, "hello over udp");
     // A larger datagram that needs fragmenting both ways.
     let out = ns.sh(&format!(
         "head -c 6000 /dev/zero | tr '\\0' 'u' | socat -t 3 -b 8000 - UDP4:{USTACK_IP}:7 | wc -c"
@@ -466,15 +471,7 @@ fn services_run_on_the_stack_thread_or_their_own() {
         ns.spawn(move || echo_transfer(addr, 8 << 20, 0x7ead))
             .join()
             .expect("echo client");
-        let out = ns.sh(&format!(
-            "printf 'udp on either thread' | socat -t 3 - UDP4:{USTACK_IP}:7"
-        ));
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "udp on either thread",
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        udp_echo_ok(&ns, "udp on either thread");
         let page = status_page(&ns);
         assert!(counter_on(&page, "TcpPassiveOpens") >= 2, "{page}");
         srv.stop_clean();
