@@ -1583,6 +1583,17 @@ impl Poller {
         events: &mut Vec<PollEvent>,
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
+        self.wait_max(events, timeout, usize::MAX)
+    }
+
+    /// [`wait`](Self::wait), taking at most `max` sockets' news; the rest
+    /// stay queued for the next call.
+    fn wait_max(
+        &self,
+        events: &mut Vec<PollEvent>,
+        timeout: Option<Duration>,
+        max: usize,
+    ) -> io::Result<usize> {
         let sh = self.net.shared();
         // A zero timeout (the stack thread's own poller, a caller polling)
         // reads no clock.
@@ -1597,7 +1608,12 @@ impl Poller {
             let queue = match g.pollers.get_mut(self.id) {
                 Some(Some(p)) => {
                     p.waiter = None;
-                    std::mem::replace(&mut p.queue, std::mem::take(&mut *scratch))
+                    let mut queue = std::mem::replace(&mut p.queue, std::mem::take(&mut *scratch));
+                    if queue.len() > max {
+                        // Still queued (their `queued` flags stay set).
+                        p.queue.extend(queue.drain(max..));
+                    }
+                    queue
                 }
                 _ => return Err(stopped_error()),
             };
@@ -1669,6 +1685,9 @@ struct InlineLoop {
 /// looks at the device again (events the handler's own calls raise come
 /// back in the next round).
 const INLINE_ROUNDS: usize = 4;
+/// Sockets' news per round: with many connections changing at once (a
+/// burst of closes), the device is still read every few thousand events.
+const INLINE_EVENTS: usize = 1024;
 
 impl InlineLoop {
     /// Run the handler on the events waiting, a bounded number of rounds.
@@ -1677,7 +1696,11 @@ impl InlineLoop {
         let mut ran = false;
         for _ in 0..INLINE_ROUNDS {
             self.events.clear();
-            if self.poller.wait(&mut self.events, Some(Duration::ZERO))? == 0 {
+            if self
+                .poller
+                .wait_max(&mut self.events, Some(Duration::ZERO), INLINE_EVENTS)?
+                == 0
+            {
                 break;
             }
             ran = true;
@@ -1698,9 +1721,9 @@ impl Poller {
     /// sockets should be non-blocking (a blocking call that would park
     /// returns `WouldBlock` there, as [`wait`](Self::wait) returns at once),
     /// and time spent in it is time the device is not read. Each call
-    /// gets the events collected since the last one; the stack thread gives
-    /// it at most a few rounds per pass and comes back at once if more
-    /// events wait. Events raised by other threads' socket calls wake the
+    /// gets events collected since the last one (at most 1,024; the rest
+    /// stay queued); the stack thread gives it at most a few rounds per pass
+    /// and comes back at once if more events wait. Events raised by other threads' socket calls wake the
     /// stack thread.
     ///
     /// The handler and what it owns (sockets, the poller, a [`Net`]) live on

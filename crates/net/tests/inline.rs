@@ -246,3 +246,51 @@ fn blocking_calls_on_the_stack_thread_do_not_hang_and_shutdown_drops_the_handler
     });
     a.shutdown();
 }
+
+/// Many sockets with news at once reach the handler in bounded rounds (the
+/// stack thread reads the device between them), and none is lost.
+#[test]
+fn many_events_come_in_bounded_rounds() {
+    let (a, _b) = pair();
+    let p = a.poller();
+    let n = 3000u64;
+    let mut socks = Vec::new();
+    for i in 0..n {
+        let u = ustack_net::UdpSocket::bind(&a, SocketAddrV4::new(A_IP, 20_000 + i as u16))
+            .expect("bind");
+        // A UDP socket is writable: registering reports it at once.
+        p.register(&u, i).expect("register");
+        socks.push(u);
+    }
+    let rounds: Arc<Mutex<Vec<Vec<u64>>>> = Arc::default();
+    let r2 = rounds.clone();
+    p.run_on_stack_thread(move |_, ev| {
+        let _keep = &socks;
+        r2.lock()
+            .expect("lock")
+            .push(ev.iter().map(|e| e.token).collect());
+    })
+    .expect("hand over");
+    let total = || {
+        rounds
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(Vec::len)
+            .sum::<usize>()
+    };
+    wait_until("every socket's event", || total() >= n as usize);
+    let r = rounds.lock().expect("lock").clone();
+    let mut seen: Vec<u64> = r.iter().flatten().copied().collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), n as usize, "each socket reported");
+    assert_eq!(total(), n as usize, "each once");
+    let largest = r.iter().map(Vec::len).max().unwrap_or(0);
+    assert!(
+        largest <= 1024 && r.len() >= 3,
+        "rounds of {:?} events",
+        r.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    a.shutdown();
+}
