@@ -1723,8 +1723,8 @@ impl Poller {
     /// and time spent in it is time the device is not read. Each call
     /// gets events collected since the last one (at most 1,024; the rest
     /// stay queued); the stack thread gives it at most a few rounds per pass
-    /// and comes back at once if more events wait. Events raised by other threads' socket calls wake the
-    /// stack thread.
+    /// and comes back at once if more events wait. Events raised by other
+    /// threads' socket calls wake the stack thread.
     ///
     /// The handler and what it owns (sockets, the poller, a [`Net`]) live on
     /// the stack thread until the runtime stops ([`Net::shutdown`]); they
