@@ -143,9 +143,10 @@ fn status_page(net: &ustack_net::Net, stats: &LoopStats) -> String {
 
 /// Start echo (TCP and UDP), discard, chargen and HTTP on `ip`, all served
 /// by one event loop (placed as `placement` says), at most
-/// `max_connections` TCP connections at once. With `ipv6`, over both families: each TCP service on one
-/// dual-stack listener `[::]:PORT` (IPv4 clients appear with IPv4-mapped
-/// addresses, as on Linux), UDP echo on `ip:7` and `[::]:7`.
+/// `max_connections` TCP connections at once. With `ipv6`, over both
+/// families: each TCP service on one dual-stack listener `[::]:PORT` (IPv4
+/// clients appear with IPv4-mapped addresses, as on Linux), UDP echo on
+/// `ip:7` and `[::]:7`.
 pub fn start_services(
     net: &ustack_net::Net,
     ip: std::net::Ipv4Addr,
