@@ -734,8 +734,13 @@ fn print_rows(a: &BenchArgs, rows: &[Row], ring_rows: &[Row]) -> Result<()> {
         for r in rows {
             print_row(r, 30, 12, many);
         }
+        let services = if a.services_thread {
+            "services on a thread of their own"
+        } else {
+            "services on the stack thread"
+        };
         println!(
-            "(ustack: TAP, peer = kernel in a namespace; kernel: veth between two namespaces; ratio = ustack/kernel)"
+            "(ustack: TAP, {services}, peer = kernel in a namespace; kernel: veth between two namespaces; ratio = ustack/kernel)"
         );
         if many {
             println!(
