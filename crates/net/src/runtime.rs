@@ -1082,15 +1082,27 @@ fn run(
 
         // 3b. The handler run on this thread (`Poller::run_on_stack_thread`):
         //     the events of this pass, without a wake-up of another thread.
+        //     A pass that raised none (an ACK, a timer) costs one look under
+        //     the lock, the one that publishes the sleep.
+        let mut inline_gone = false;
         if let Some(il) = inline.as_mut() {
-            match il.run() {
-                Ok(true) => last_activity = std::time::Instant::now(),
-                Ok(false) => {}
-                // The poller is gone with the runtime's stop.
-                Err(_) => inline = None,
+            let mut g = shared.lock();
+            let mut rounds = 0;
+            while rounds < INLINE_ROUNDS && g.inline_queued() {
+                drop(g);
+                rounds += 1;
+                match il.round() {
+                    Ok(true) => last_activity = std::time::Instant::now(),
+                    Ok(false) => {}
+                    // The poller is gone with the runtime's stop.
+                    Err(_) => inline_gone = true,
+                }
+                g = shared.lock();
+                if inline_gone {
+                    break;
+                }
             }
             busy = opts.busy_poll.is_some_and(|b| last_activity.elapsed() < b);
-            let g = shared.lock();
             let now = shared.now();
             stack_next = g.stack.poll_at();
             if is_due(stack_next, now) || g.inline_queued() {
@@ -1100,6 +1112,9 @@ fn run(
                 .sleep_until
                 .store(plan(more || busy, stack_next, now), Ordering::Release);
             drop(g);
+        }
+        if inline_gone {
+            inline = None;
         }
 
         // 4. How long to sleep: the stack's deadline, the device's.
@@ -1690,23 +1705,18 @@ const INLINE_ROUNDS: usize = 4;
 const INLINE_EVENTS: usize = 1024;
 
 impl InlineLoop {
-    /// Run the handler on the events waiting, a bounded number of rounds.
-    /// `Ok(true)` if it ran; an error once the runtime stopped.
-    fn run(&mut self) -> io::Result<bool> {
-        let mut ran = false;
-        for _ in 0..INLINE_ROUNDS {
-            self.events.clear();
-            if self
-                .poller
-                .wait_max(&mut self.events, Some(Duration::ZERO), INLINE_EVENTS)?
-                == 0
-            {
-                break;
-            }
-            ran = true;
+    /// One round: the handler on the events waiting (at most
+    /// [`INLINE_EVENTS`] sockets' news). `Ok(true)` if it ran; an error
+    /// once the runtime stopped.
+    fn round(&mut self) -> io::Result<bool> {
+        self.events.clear();
+        let n = self
+            .poller
+            .wait_max(&mut self.events, Some(Duration::ZERO), INLINE_EVENTS)?;
+        if n > 0 {
             (self.handler)(&self.poller, &self.events);
         }
-        Ok(ran)
+        Ok(n > 0)
     }
 }
 
