@@ -1,8 +1,12 @@
 //! Property tests: thousands of seeded simulations of two ustack engines over
-//! an impaired in-memory link. Every failing seed is appended to
-//! `tests/regressions.txt` and replayed by `regressions_replay` forever.
+//! an impaired in-memory link. A failing seed's line for `tests/regressions.txt`
+//! (replayed by `regressions_replay` forever) is printed with the failure;
+//! the test appends it to that file itself only when asked to
+//! (`USTACK_SIM_RECORD=1`), since tests do not write into the tree.
 //!
 //! Knobs (environment):
+//! - `USTACK_SIM_RECORD=1`: append failing seeds to `tests/regressions.txt`
+//!   (for a soak run by hand);
 //! - `USTACK_SIM_SEEDS=N`: seeds per family (default: a budget that keeps the
 //!   whole file under ~2 minutes with the test profile);
 //! - `USTACK_SIM_SEED_BASE=K`: first seed (default 0), to explore new ground;
@@ -58,17 +62,25 @@ fn regressions() -> Vec<(Family, u64, IpMode)> {
     out
 }
 
-fn record_regression(family: Family, seed: u64, ip: IpMode, what: &str) {
-    if regressions().contains(&(family, seed, ip)) {
-        return;
-    }
+/// The `tests/regressions.txt` line for a failing seed.
+fn regression_line(family: Family, seed: u64, ip: IpMode, what: &str) -> String {
     let what: String = what.chars().filter(|c| *c != '\n').take(120).collect();
     let ip = match ip {
         IpMode::V4 => String::new(),
         m => format!(" {m}"),
     };
+    format!("{family} {seed}{ip}  # {what}")
+}
+
+/// Append a failing seed's line to `tests/regressions.txt` when
+/// `USTACK_SIM_RECORD=1` (a soak by hand); the failure message prints the
+/// line either way.
+fn record_regression(family: Family, seed: u64, ip: IpMode, line: &str) {
+    if env_u64("USTACK_SIM_RECORD") != Some(1) || regressions().contains(&(family, seed, ip)) {
+        return;
+    }
     if let Ok(mut f) = OpenOptions::new().append(true).open(regressions_path()) {
-        let _ = writeln!(f, "{family} {seed}{ip}  # {what}");
+        let _ = writeln!(f, "{line}");
     }
 }
 
@@ -87,6 +99,7 @@ fn sweep_ip(family: Family, ip: IpMode, default_count: u64) {
     let count = env_u64("USTACK_SIM_SEEDS").unwrap_or(default_count);
     let base = env_u64("USTACK_SIM_SEED_BASE").unwrap_or(0);
     let mut failures = Vec::new();
+    let mut lines = Vec::new();
     let mut delivered = 0u64;
     let mut retrans = 0u64;
     for seed in base..base + count {
@@ -97,7 +110,9 @@ fn sweep_ip(family: Family, ip: IpMode, default_count: u64) {
                 retrans += r.retrans_segs;
             }
             Err(f) => {
-                record_regression(family, seed, ip, &f.what);
+                let line = regression_line(family, seed, ip, &f.what);
+                record_regression(family, seed, ip, &line);
+                lines.push(line);
                 failures.push(f);
                 if failures.len() >= 5 {
                     break;
@@ -110,7 +125,9 @@ fn sweep_ip(family: Family, ip: IpMode, default_count: u64) {
         let n = failures.len();
         let text: Vec<String> = failures.iter().map(|f| f.to_string()).collect();
         panic!(
-            "{n} failing seed(s) (recorded in tests/regressions.txt):\n\n{}",
+            "{n} failing seed(s); their lines for tests/regressions.txt \
+             (appended there with USTACK_SIM_RECORD=1):\n{}\n\n{}",
+            lines.join("\n"),
             text.join("\n\n")
         );
     }
@@ -274,6 +291,15 @@ fn regression_lines_parse_with_and_without_a_family() {
     );
     assert_eq!(parse_line("corrupt 3 v5"), None);
     assert_eq!(parse_line("corrupt 3 v6 v6"), None);
+    // The line a failure prints reads back as its seed, whatever the text.
+    for (family, seed, ip) in [
+        (Family::Mixed, 21, IpMode::V4),
+        (Family::Lossy, 7, IpMode::V6),
+        (Family::Reorder, 9, IpMode::Dual),
+    ] {
+        let line = regression_line(family, seed, ip, "stalled\nat 3 s # twice");
+        assert_eq!(parse_line(&line), Some((family, seed, ip)), "{line}");
+    }
     // The IPv4 scenario of a seed is the one it always was; the others
     // are their own.
     let v4 = Scenario::generate(Family::Mixed, 5);
