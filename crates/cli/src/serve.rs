@@ -301,8 +301,9 @@ pub fn run(args: ServeArgs) -> Result<i32> {
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
 
-    // Until a signal, or the stack stopping on its own (a panic on the
-    // stack thread, which runs the services: its message is on stderr).
+    // Until a signal, or the stack stopping on its own: its TAP deleted
+    // (`Net::failure` says so), or a panic on the stack thread, which runs
+    // the services (its message is on stderr).
     let sig = loop {
         if let Some(sig) = signals::wait_termination(Some(std::time::Duration::from_secs(1))) {
             break Some(sig);
@@ -312,10 +313,14 @@ pub fn run(args: ServeArgs) -> Result<i32> {
         }
     };
     let Some(sig) = sig else {
+        let why = up.net.failure();
         drop(control);
         drop(metrics);
         up.finish();
-        eprintln!("ustack: the stack stopped unexpectedly; exiting");
+        match why {
+            Some(e) => eprintln!("ustack: TAP {}: {e}; the stack stopped, exiting", up.tap),
+            None => eprintln!("ustack: the stack stopped unexpectedly; exiting"),
+        }
         return Ok(1);
     };
     tracing::info!("signal {sig}: shutting down");

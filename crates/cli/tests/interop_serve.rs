@@ -477,3 +477,37 @@ fn services_run_on_the_stack_thread_or_their_own() {
         srv.stop_clean();
     }
 }
+
+/// The TAP deleted under a running `serve` (`ip link del` in its
+/// namespace): serve says so and exits 1, rather than keep a dead device
+/// and retry it 100 times a second for ever.
+#[test]
+fn serve_exits_1_when_its_tap_is_deleted() {
+    let ns = NetNs::new();
+    let mut srv = Serve::start(&ns, &[]);
+    udp_echo_ok(&ns, "before the TAP goes");
+    let out = ns
+        .cmd("ip")
+        .args(["link", "del", &srv.tap])
+        .output()
+        .expect("run ip link del");
+    assert!(
+        out.status.success(),
+        "ip link del {}: {}",
+        srv.tap,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = srv
+        .proc
+        .exit_within(Duration::from_secs(15), "serve after its TAP was deleted");
+    let err = srv
+        .stderr
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_or_default();
+    assert_eq!(st.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("TAP {}: the device is gone", srv.tap)),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

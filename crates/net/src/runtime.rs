@@ -452,6 +452,8 @@ pub(crate) struct Inner {
     regs: HashMap<SockKey, Registration>,
     pollers: Vec<Option<PollerState>>,
     stopped: bool,
+    /// Why the stack thread stopped on its own (its device went away).
+    failure: Option<(io::ErrorKind, String)>,
     echo: VecDeque<EchoReply>,
     /// Threads to unpark once the lock is released.
     to_wake: Vec<Thread>,
@@ -937,12 +939,12 @@ impl RxBurst {
 }
 
 /// Read up to a burst of frames with `recv` (the device's, or its receive
-/// half's). Returns whether a receive error occurred.
+/// half's). Returns the receive error that ended the burst, if one did.
 fn read_burst(
     recv: &mut dyn FnMut(&mut [u8]) -> io::Result<Option<usize>>,
     rx: &mut RxBurst,
     stats_rx_errors: &mut u64,
-) -> bool {
+) -> Option<io::Error> {
     rx.lens.clear();
     let cap = rx.capacity();
     while rx.lens.len() < cap {
@@ -956,13 +958,23 @@ fn read_burst(
             Ok(None) => break,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => {
+            Err(e) => {
                 *stats_rx_errors += 1;
-                return true;
+                return Some(e);
             }
         }
     }
-    false
+    None
+}
+
+/// Whether a receive error means the device is gone for good: `EBADFD` is
+/// what a TAP whose interface was deleted answers; `ENODEV` and `ENXIO`
+/// say the device no longer exists. Anything else is retried.
+fn device_gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EBADFD) | Some(libc::ENODEV) | Some(libc::ENXIO)
+    )
 }
 
 /// The stack thread's loop.
@@ -1004,7 +1016,7 @@ fn run(
         //    processing of up to 64 KB) and this burst do not wait for each
         //    other.
         let mut rx_errors = 0;
-        let mut rx_failed = false;
+        let mut rx_err = None;
         {
             let mut d = shared.lock_dev();
             let DevSide {
@@ -1018,13 +1030,22 @@ fn run(
                 d.stats.tx_errors += 1;
             }
             if rx_half.is_none() {
-                rx_failed = read_burst(&mut |b| d.dev.recv(b), &mut rx, &mut rx_errors);
+                rx_err = read_burst(&mut |b| d.dev.recv(b), &mut rx, &mut rx_errors);
             }
         }
         if let Some(h) = rx_half.as_mut() {
-            rx_failed = read_burst(&mut |b| h.recv(b), &mut rx, &mut rx_errors);
+            rx_err = read_burst(&mut |b| h.recv(b), &mut rx, &mut rx_errors);
         }
         let received = rx.lens.len();
+        if let Some(e) = rx_err.as_ref().filter(|e| device_gone(e)) {
+            // Nothing will come in or go out again: stop, saying why
+            // (`Net::failure`), rather than retry for ever.
+            let mut g = shared.lock();
+            g.stats.rx_errors += rx_errors;
+            g.failure = Some((e.kind(), format!("the device is gone: {e}")));
+            break;
+        }
+        let rx_failed = rx_err.is_some();
 
         // 2. The stack: the frames, then timers and queued output.
         let mut g = shared.lock();
@@ -1328,6 +1349,7 @@ impl Net {
                 regs: HashMap::new(),
                 pollers: Vec::new(),
                 stopped: false,
+                failure: None,
                 echo: VecDeque::new(),
                 to_wake: Vec::new(),
                 ev_keys: Vec::new(),
@@ -1376,6 +1398,16 @@ impl Net {
     /// Whether the stack thread is still running.
     pub fn is_running(&self) -> bool {
         !self.shared().lock().stopped
+    }
+
+    /// Why the stack stopped on its own, if it did: its device went away
+    /// (a TAP whose interface was deleted, say). `None` while it runs and
+    /// after a [`shutdown`](Self::shutdown).
+    pub fn failure(&self) -> Option<io::Error> {
+        let g = self.shared().lock();
+        g.failure
+            .as_ref()
+            .map(|(kind, msg)| io::Error::new(*kind, msg.clone()))
     }
 
     /// Run `f` on the stack under its lock (escape hatch), then transmit what

@@ -17,13 +17,60 @@ use ustack_net::{Net, TcpListener, TcpStream};
 const KERNEL_IP: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
 const USTACK_IP: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 2);
 
+/// The TAP's name (in a namespace of the test's own).
+fn tap_name() -> String {
+    format!("ustk{}", std::process::id() % 100_000_000)
+}
+
 /// Create the TAP inside the namespace (the host never sees it), give the
 /// kernel end KERNEL_IP/24 and bring it up.
 fn tap_in(ns: &NetNs) -> Tap {
-    let tap_name = format!("ustk{}", std::process::id() % 100_000_000);
+    let tap_name = tap_name();
     let tap = ns.tap(&tap_name, false);
     ns.up(&tap_name, &format!("{KERNEL_IP}/24"), false);
     tap
+}
+
+/// The TAP's interface deleted under a running stack (by an operator, or
+/// by a sandboxed guest that owns it): the stack stops and says why
+/// (`Net::failure`), and a thread blocked in `accept` gets an error,
+/// instead of the stack thread retrying the dead device for ever.
+#[test]
+fn a_deleted_tap_stops_the_stack_and_says_why() {
+    let ns = NetNs::new("gone");
+    let tap = tap_in(&ns);
+    let net = Net::start(
+        common::config(USTACK_IP, 9),
+        Box::new(tap),
+        common::opts("ustack-gone"),
+    )
+    .expect("start");
+    assert!(net.is_running());
+    assert!(net.failure().is_none());
+    let listener = TcpListener::bind(&net, SocketAddrV4::new(USTACK_IP, 7100)).expect("bind");
+    let acceptor = thread::spawn(move || listener.accept().map(|(_, peer)| peer));
+
+    common::kernel::ip(&["-n", &ns.name, "link", "del", &tap_name()]);
+    let t0 = std::time::Instant::now();
+    while net.is_running() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the stack still runs 10 s after its TAP was deleted"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let why = net
+        .failure()
+        .expect("a stack that stopped on its own says why");
+    assert!(why.to_string().contains("the device is gone"), "{why}");
+    let accepted = acceptor.join().expect("acceptor thread");
+    assert!(
+        accepted.is_err(),
+        "accept after the device went away: {accepted:?}"
+    );
+    // An orderly shutdown afterwards is harmless.
+    net.shutdown();
+    assert!(net.failure().is_some());
 }
 
 #[test]
