@@ -297,12 +297,10 @@ pub struct RunArgs {
     pub run_as: Option<String>,
     #[command(flatten)]
     pub relay: RelayArgs,
-    /// The command (default: $SHELL or /bin/sh).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    /// The command (default: $SHELL or /bin/sh). Every word from its
+    /// first on is the command's, options included; a word before it that
+    /// looks like an option must be one of `run`'s (after `--`, anything).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
 
@@ -1069,5 +1067,42 @@ mod tests {
         assert!(matches!(t, Ok(T { c: C::Attach(_) })));
         assert!(T::try_parse_from(["ustack", "run", "-p", "nope", "--", "true"]).is_err());
         assert!(T::try_parse_from(["ustack", "run", "--addr", "10.0.2.15/33"]).is_err());
+    }
+
+    /// An option `run` does not know is an error, as for every other
+    /// subcommand, not the command to run: `ustack run --mtu9000 -- curl`
+    /// used to try to execute `--mtu9000` and fail with "No such file or
+    /// directory" (exit 127). After the first word of the command every
+    /// word is the command's, options included; after `--` too.
+    #[test]
+    fn an_unknown_option_is_an_error_not_the_command() {
+        for v in [
+            &["ustack", "run", "--bogus", "--", "true"][..],
+            &["ustack", "run", "--bogus"],
+            &["ustack", "run", "-x", "true"],
+            &["ustack", "run", "--mtu9000", "--", "curl"],
+        ] {
+            let t = T::try_parse_from(v);
+            let err = t.err().map(|e| e.kind());
+            assert_eq!(err, Some(clap::error::ErrorKind::UnknownArgument), "{v:?}");
+        }
+        let cmd = |v: &[&str]| match T::try_parse_from(v) {
+            Ok(T { c: C::Run(r) }) => r.cmd,
+            other => panic!("parse {v:?}: {other:?}"),
+        };
+        assert_eq!(
+            cmd(&["ustack", "run", "ls", "-l", "--all"]),
+            ["ls", "-l", "--all"]
+        );
+        assert_eq!(
+            cmd(&["ustack", "run", "--stats", "--", "--weird-name", "-v"]),
+            ["--weird-name", "-v"]
+        );
+        assert_eq!(
+            cmd(&["ustack", "run", "-p", "8080:80", "sh", "-c", "exit 3"]),
+            ["sh", "-c", "exit 3"]
+        );
+        assert_eq!(cmd(&["ustack", "run", "--", "-"]), ["-"]);
+        assert!(cmd(&["ustack", "run", "--stats"]).is_empty());
     }
 }
