@@ -797,8 +797,10 @@ impl Stack {
         {
             return Err(UdpError::InvalidAddress);
         }
-        let len = UDP_HEADER_LEN + data.len();
-        if IPV6_HEADER_LEN + len > self.iface.mtu {
+        // Larger than the MTU it goes in fragments (`Iface::send_ip6`), as
+        // `udp6_send_to`'s and IPv4's do; more than 65535 bytes of UDP
+        // cannot be said in the header.
+        if UDP_HEADER_LEN + data.len() > usize::from(u16::MAX) {
             return Err(UdpError::TooLarge);
         }
         let scratch = self.udp_datagram(*src.ip(), *dst.ip(), src.port(), dst.port(), data);
@@ -1147,7 +1149,7 @@ impl Stack {
     ) -> Result<(), QueueError> {
         if !self
             .txq
-            .has_room(self.frames_bytes(payload.len() + IPV6_HEADER_LEN - 20))
+            .has_room(self.frames_bytes6(now, dst, payload.len()))
         {
             return Err(QueueError::Full);
         }
