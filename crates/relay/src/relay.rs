@@ -405,14 +405,30 @@ impl<G: GuestStack> Relay<G> {
         if let Some(spec) = remove {
             let f: PortForward = spec.parse()?;
             if !self.remove_forward(&f) {
-                return Err(format!(
-                    "no port forward on host port {}/{}",
-                    f.host_port,
-                    match f.proto {
-                        Proto::Tcp => "tcp",
-                        Proto::Udp => "udp",
-                    }
-                ));
+                let proto = match f.proto {
+                    Proto::Tcp => "tcp",
+                    Proto::Udp => "udp",
+                };
+                // Name what is there, so that a wrong guest port is told
+                // apart from a wrong host port.
+                let there: Vec<String> = self
+                    .listeners
+                    .iter()
+                    .flatten()
+                    .filter(|l| l.fwd.proto == f.proto && l.fwd.host_port == f.host_port)
+                    .map(|l| l.fwd.to_string())
+                    .collect();
+                return Err(if there.is_empty() {
+                    format!("no port forward on host port {}/{proto}", f.host_port)
+                } else {
+                    let mut there = there;
+                    there.dedup();
+                    format!(
+                        "no port forward {f}; host port {}/{proto} forwards {}",
+                        f.host_port,
+                        there.join(", ")
+                    )
+                });
             }
         }
         Ok(self
@@ -553,34 +569,46 @@ impl<G: GuestStack> Relay<G> {
                 format!("port forward {fwd}: host port already forwarded"),
             ));
         }
-        if self.listeners.len() >= MAX_FORWARDS {
+        // Listeners in force; a removed one leaves its slot (and epoll
+        // token) free for the next.
+        if self.listeners.iter().flatten().count() >= MAX_FORWARDS {
             return Err(io::Error::other(format!(
                 "port forward {fwd}: at most {MAX_FORWARDS} forwards per run"
             )));
         }
         let mut first = None;
         for (sock, guest_v6) in open_listeners(&fwd)? {
-            let token = TOKEN_LISTENER0 + self.listeners.len() as u64;
+            let idx = match self.listeners.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    self.listeners.push(None);
+                    self.listeners.len() - 1
+                }
+            };
+            let token = TOKEN_LISTENER0 + idx as u64;
             self.epoll.add(sock.as_raw_fd(), EV_IN, token)?;
             let a = sys::local_addr(&sock)?;
             first.get_or_insert(a);
-            self.listeners.push(Some(Listener {
-                fwd,
-                sock,
-                guest_v6,
-            }));
+            if let Some(slot) = self.listeners.get_mut(idx) {
+                *slot = Some(Listener {
+                    fwd,
+                    sock,
+                    guest_v6,
+                });
+            }
         }
         first.ok_or_else(|| io::Error::other(format!("port forward {fwd}: nothing to bind")))
     }
 
-    /// Remove the port forward listening on `fwd`'s host port (and
-    /// protocol; and host address when `fwd` names one other than an
-    /// unspecified one): every socket it listens on. Connections it made
-    /// stay. False if there is none.
+    /// Remove the port forward listening on `fwd`'s host port to its
+    /// guest port (and protocol; and host address when `fwd` names one
+    /// other than an unspecified one): every socket it listens on.
+    /// Connections it made stay. False if there is none.
     pub fn remove_forward(&mut self, fwd: &PortForward) -> bool {
         let hit = |l: &Listener| {
             l.fwd.proto == fwd.proto
                 && l.fwd.host_port == fwd.host_port
+                && l.fwd.guest_port == fwd.guest_port
                 && match fwd.host_ip {
                     None => true,
                     Some(ip) => ip.is_unspecified() || l.fwd.host_ip == Some(ip),

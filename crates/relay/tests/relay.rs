@@ -669,3 +669,47 @@ fn inbound_tcp_and_udp_port_forwards() {
     assert_eq!(from, addrs[1]);
     assert_eq!(r.stats().udp_inbound_flows, 1);
 }
+
+/// `ustack ports add` / `remove` as a long-running `run` sees them: a
+/// removed forward frees its place, so adding and removing may go on for
+/// ever (before, each removal left an empty slot behind and after 2,048
+/// add/remove pairs of a plain forward every `ports add` failed with "at
+/// most 4096 forwards per run", no forward in force). And `remove` takes
+/// only the forward it names, guest port included: `remove 18080:81` used
+/// to take away `18080:80`.
+#[test]
+fn port_forwards_come_and_go_without_end_and_remove_takes_only_the_one_named() {
+    let mut r = relay(RelayConfig::default());
+    let plain = |host_port, guest_port| PortForward {
+        host_ip: None,
+        host_port,
+        guest_port,
+        proto: Proto::Tcp,
+    };
+    // Each plain forward listens on 127.0.0.1 and (if any) ::1.
+    for i in 0..2100 {
+        if let Err(e) = r.add_forward(plain(0, 80)) {
+            panic!("add #{i}: {e}");
+        }
+        assert!(r.remove_forward(&plain(0, 80)), "remove #{i}");
+        assert!(r.forwards().is_empty(), "after #{i}");
+    }
+    let a = r
+        .add_forward(plain(0, 80))
+        .unwrap_or_else(|e| panic!("add: {e}"));
+    assert!(!r.remove_forward(&plain(0, 81)), "another guest port");
+    assert!(!r.remove_forward(&PortForward {
+        proto: Proto::Udp,
+        ..plain(0, 80)
+    }));
+    assert!(!r.forwards().is_empty());
+    // The listener still answers after all that churn.
+    let _c = TcpStream::connect(a).unwrap_or_else(|e| panic!("connect {a}: {e}"));
+    assert!(spin(&mut r, |r| r
+        .guest()
+        .conns
+        .values()
+        .any(|k| k.to.is_some_and(|t| t.port() == 80))));
+    assert!(r.remove_forward(&plain(0, 80)));
+    assert!(r.forwards().is_empty());
+}
