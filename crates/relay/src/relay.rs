@@ -147,6 +147,10 @@ enum Kind {
     Udp {
         guest: SocketAddr,
         dst: SocketAddr,
+        /// Payload length of the latest datagram relayed to the host: the
+        /// one an ICMP error the host socket reports most likely answers
+        /// (quoted in the unreachable the guest gets for it).
+        last_len: usize,
     },
     /// Inbound UDP forward: replies go out of listener `listener` to `peer`.
     UdpIn {
@@ -281,6 +285,18 @@ fn is_dns(cfg: &RelayConfig, ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => Some(a) == cfg.dns,
         IpAddr::V6(a) => Some(a) == cfg.dns6,
+    }
+}
+
+/// What a host UDP socket's error tells the guest: ICMP destination
+/// unreachable with this code, or nothing (not an ICMP error).
+fn udp_unreachable_for(e: &io::Error) -> Option<Unreachable> {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => Some(Unreachable::Port),
+        Some(libc::ENETUNREACH) => Some(Unreachable::Net),
+        Some(libc::EHOSTUNREACH) | Some(libc::EHOSTDOWN) => Some(Unreachable::Host),
+        Some(libc::EACCES) | Some(libc::EPERM) => Some(Unreachable::AdminProhibited),
+        _ => None,
     }
 }
 
@@ -469,7 +485,7 @@ impl<G: GuestStack> Relay<G> {
             .filter_map(|f| {
                 let (local, peer, host) = match &f.kind {
                     // Its own connected host socket.
-                    Kind::Udp { guest, dst } => (*dst, *guest, f.sock.as_ref().map(host_of)),
+                    Kind::Udp { guest, dst, .. } => (*dst, *guest, f.sock.as_ref().map(host_of)),
                     // Inbound through a forward: replies leave by the listener.
                     Kind::UdpIn {
                         listener,
@@ -1545,7 +1561,7 @@ impl<G: GuestStack> Relay<G> {
                     self.half_open = self.half_open.saturating_sub(1);
                 }
             }
-            Kind::Udp { guest, dst } => {
+            Kind::Udp { guest, dst, .. } => {
                 self.udp_index.remove(&(*guest, *dst));
             }
             Kind::UdpIn {
@@ -1659,8 +1675,9 @@ impl<G: GuestStack> Relay<G> {
         }
         let target = match self.map_dst(dst) {
             Ok(t) => t,
-            Err(_) => {
+            Err(how) => {
                 self.stats.udp_errors += 1;
+                self.guest.udp_unreachable(now, dst, src, data.len(), how);
                 return;
             }
         };
@@ -1674,8 +1691,11 @@ impl<G: GuestStack> Relay<G> {
                 return;
             }
         };
-        if sys::connect(&sock, target).is_err() {
+        if let Err(e) = sys::connect(&sock, target) {
             self.stats.udp_errors += 1;
+            if let Some(how) = udp_unreachable_for(&e) {
+                self.guest.udp_unreachable(now, dst, src, data.len(), how);
+            }
             return;
         }
         let id = self.alloc_id();
@@ -1687,7 +1707,11 @@ impl<G: GuestStack> Relay<G> {
         self.flows.insert(
             id,
             Flow {
-                kind: Kind::Udp { guest: src, dst },
+                kind: Kind::Udp {
+                    guest: src,
+                    dst,
+                    last_len: data.len(),
+                },
                 sock: Some(sock),
                 started: now,
                 last_active: now,
@@ -1702,11 +1726,18 @@ impl<G: GuestStack> Relay<G> {
         let Some(flow) = self.flows.get_mut(&id) else {
             return;
         };
-        let r = match &flow.kind {
-            Kind::Udp { dst, .. } => {
+        let mut ends = None;
+        let r = match &mut flow.kind {
+            Kind::Udp {
+                dst,
+                guest,
+                last_len,
+            } => {
                 if is_dns(&self.cfg, dst.ip()) {
                     self.stats.dns_queries += 1;
                 }
+                *last_len = data.len();
+                ends = Some((*dst, *guest));
                 flow.sock.as_ref().map(|s| sys::send(s, data))
             }
             Kind::UdpIn { listener, peer, .. } => self
@@ -1722,7 +1753,15 @@ impl<G: GuestStack> Relay<G> {
                 self.stats.bytes_guest_to_host += data.len() as u64;
                 flow.last_active = now;
             }
-            _ => self.stats.udp_errors += 1,
+            // An ICMP error for an earlier datagram, reported by this send
+            // (which it made fail): the guest hears of it all the same.
+            Some(Err(e)) => {
+                self.stats.udp_errors += 1;
+                if let (Some((dst, guest)), Some(how)) = (ends, udp_unreachable_for(&e)) {
+                    self.guest.udp_unreachable(now, dst, guest, data.len(), how);
+                }
+            }
+            None => self.stats.udp_errors += 1,
         }
     }
 
@@ -1731,10 +1770,18 @@ impl<G: GuestStack> Relay<G> {
             let Some(flow) = self.flows.get_mut(&id) else {
                 return;
             };
-            let (Kind::Udp { guest, dst }, Some(sock)) = (&flow.kind, &flow.sock) else {
+            let (
+                Kind::Udp {
+                    guest,
+                    dst,
+                    last_len,
+                },
+                Some(sock),
+            ) = (&flow.kind, &flow.sock)
+            else {
                 return;
             };
-            let (guest, dst) = (*guest, *dst);
+            let (guest, dst, last_len) = (*guest, *dst, *last_len);
             let mut buf = std::mem::take(&mut self.scratch);
             let r = sys::recv(sock, &mut buf);
             let mut again = false;
@@ -1751,9 +1798,14 @@ impl<G: GuestStack> Relay<G> {
                     again = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                // ICMP errors (port unreachable...) surface here; count them.
-                Err(_) => {
+                // ICMP errors (port unreachable...) surface here: count
+                // them and pass them on, so that the guest's connected
+                // socket fails as it would against the host itself.
+                Err(e) => {
                     self.stats.udp_errors += 1;
+                    if let Some(how) = udp_unreachable_for(&e) {
+                        self.guest.udp_unreachable(now, dst, guest, last_len, how);
+                    }
                     again = true;
                 }
             }

@@ -8,7 +8,7 @@
 //! `common/hardened.rs`.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -117,6 +117,49 @@ fn closed_host_port_is_refused_fast() {
     let code = ustack_run(&["--", "curl", "-s", "--max-time", "10", &url]);
     assert_eq!(code, 7, "curl: couldn't connect (connection refused)");
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// A datagram to a host port nobody listens on: the guest's connected
+/// socket gets ECONNREFUSED from the ICMP port unreachable the relay
+/// passes on, as against the host itself, over IPv4 and IPv6, and so does
+/// one to the nameserver on a port other than 53 (before, nothing came
+/// back: `recv` waited for its timeout, and a resolver pointed at a dead
+/// upstream waited out every retry).
+#[test]
+fn udp_to_a_closed_host_port_is_refused_at_once() {
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free UDP port")
+        .port();
+    let port6 = UdpSocket::bind("[::1]:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free UDP port on [::1]")
+        .port();
+    let py = format!(
+        "import socket, sys, time\n\
+         for fam, dst in ((socket.AF_INET, ('10.0.2.2', {port})), (socket.AF_INET6, ('fd00::2', {port6})),\n\
+         \x20                (socket.AF_INET, ('10.0.2.3', 54))):\n\
+         \x20   s = socket.socket(fam, socket.SOCK_DGRAM)\n\
+         \x20   s.settimeout(5)\n\
+         \x20   s.connect(dst)\n\
+         \x20   s.send(b'anyone?')\n\
+         \x20   try:\n\
+         \x20       s.recv(100)\n\
+         \x20       sys.exit(1)\n\
+         \x20   except ConnectionRefusedError:\n\
+         \x20       pass\n\
+         \x20   except socket.timeout:\n\
+         \x20       sys.exit(2)\n"
+    );
+    let t0 = Instant::now();
+    let r = ustack_run_report(&["--", "python3", "-c", &py]);
+    assert_eq!(
+        r.code, 0,
+        "python3 exit status (1: an answer, 2: no refusal)"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    assert_eq!(r.engine_counter("IcmpOutDestUnreachs"), 2);
+    assert_eq!(r.engine_counter("Icmp6OutDestUnreachs"), 1);
 }
 
 #[test]

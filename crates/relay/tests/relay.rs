@@ -713,3 +713,32 @@ fn port_forwards_come_and_go_without_end_and_remove_takes_only_the_one_named() {
     assert!(r.remove_forward(&plain(0, 80)));
     assert!(r.forwards().is_empty());
 }
+
+/// The host socket's ICMP errors reach the guest: a datagram to a closed
+/// host port comes back as port unreachable for the datagram (its ends and
+/// length), and so does one the relay will not relay (the nameserver on a
+/// port other than 53) — before, both were only counted.
+#[test]
+fn udp_to_a_closed_port_is_reported_to_the_guest_as_port_unreachable() {
+    let closed = UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .port();
+    let mut r = relay(RelayConfig::default());
+    let g = guest_port(5001);
+    let to = SocketAddrV4::new(GW, closed);
+    r.guest_mut().send_udp(g, to, b"anyone?");
+    assert!(spin(&mut r, |r| !r.guest().udp_unreachables.is_empty()));
+    assert_eq!(
+        r.guest().udp_unreachables,
+        vec![(to.into(), g.into(), 7, Unreachable::Port)]
+    );
+    let dns = SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), 54);
+    r.guest_mut().send_udp(g, dns, b"q");
+    assert!(spin(&mut r, |r| r.guest().udp_unreachables.len() == 2));
+    assert_eq!(
+        r.guest().udp_unreachables[1],
+        (dns.into(), g.into(), 1, Unreachable::Port)
+    );
+    assert!(r.guest().udp_out.is_empty());
+}
