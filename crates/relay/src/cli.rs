@@ -117,7 +117,9 @@ pub struct RelayArgs {
     /// limit (ulimit -n) cannot hold that many host sockets].
     #[arg(long, value_name = "N")]
     pub max_flows: Option<usize>,
-    /// Maximum half-open TCP connections (host connect pending).
+    /// Maximum half-open TCP connections (host connect pending). A guest
+    /// SYN beyond it waits up to 1 s for one to complete (at most four
+    /// per slot wait), then is refused.
     #[arg(long, default_value_t = Limits::default().max_half_open)]
     pub max_half_open: usize,
     /// Bytes buffered per flow and direction (the guest-side TCP send and

@@ -2,13 +2,15 @@
 //! through ordinary host sockets driven by one epoll loop.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::guest::{ConnError, ConnId, EchoRequest, GuestStack, Refusal, SynId, Unreachable};
+use crate::guest::{
+    ConnError, ConnId, EchoRequest, GuestStack, PendingSyn, Refusal, SynId, Unreachable,
+};
 use crate::limits::{Limits, Timeouts, TokenBucket};
 use crate::portfwd::{PortForward, Proto};
 use crate::stats::Stats;
@@ -84,6 +86,12 @@ const SCRATCH: usize = 64 * 1024;
 /// Rounds of "guest to host, host to guest" per pump of one flow before
 /// other flows get their turn (the flow stays dirty if it could go on).
 const PUMP_PASSES: usize = 8;
+/// How long a guest SYN that found every half-open slot taken waits for
+/// one to free up before it is refused (the guest's first SYN
+/// retransmission comes after 1 s).
+const SYN_WAIT: Duration = Duration::from_secs(1);
+/// How many SYNs may wait so, per half-open slot.
+const SYN_WAIT_PER_SLOT: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TcpPhase {
@@ -207,6 +215,9 @@ pub struct Relay<G: GuestStack> {
     stats: Stats,
     bucket: TokenBucket,
     half_open: usize,
+    /// Guest SYNs waiting for a half-open slot, oldest first, each with
+    /// the time it is refused if none has freed up by then.
+    syn_wait: VecDeque<(PendingSyn, Instant)>,
     next_id: u64,
     scratch: Vec<u8>,
     /// An echo request on its way to a ping socket (header and data).
@@ -234,7 +245,7 @@ pub struct Relay<G: GuestStack> {
     host_addrs: Vec<IpAddr>,
 }
 
-/// Most port forwards a relay holds (added and removed ones together).
+/// Most port-forward listeners a relay holds at once.
 const MAX_FORWARDS: usize = 4096;
 
 /// The bound (and, for TCP, listening) host sockets for `fwd`, each with
@@ -347,6 +358,7 @@ impl<G: GuestStack> Relay<G> {
             stats: Stats::default(),
             bucket,
             half_open: 0,
+            syn_wait: VecDeque::new(),
             next_id: FIRST_FLOW,
             scratch: vec![0; SCRATCH],
             echo_out: Vec::new(),
@@ -751,6 +763,9 @@ impl<G: GuestStack> Relay<G> {
         if let Some(Reverse((at, _))) = self.expiry.peek() {
             timeout = timeout.min(at.saturating_duration_since(now));
         }
+        if let Some((_, at)) = self.syn_wait.front() {
+            timeout = timeout.min(at.saturating_duration_since(now));
+        }
         timeout
     }
 
@@ -781,6 +796,7 @@ impl<G: GuestStack> Relay<G> {
         } else {
             self.guest.flush(now)?;
         }
+        self.serve_syn_wait(now);
         while let Some(syn) = self.guest.tcp_next_syn() {
             self.on_syn(now, syn);
         }
@@ -1056,7 +1072,40 @@ impl<G: GuestStack> Relay<G> {
 
     // ---------------------------------------------------------------- TCP
 
-    fn on_syn(&mut self, now: Instant, syn: crate::guest::PendingSyn) {
+    /// A new guest SYN: opened at once while a half-open slot is free
+    /// (and none waits before it), else it waits for one (`SYN_WAIT`, at
+    /// most `SYN_WAIT_PER_SLOT` per slot): a burst of connects beyond the
+    /// limit, to hosts that answer, is served as slots free up within the
+    /// next iterations instead of being reset.
+    fn on_syn(&mut self, now: Instant, syn: PendingSyn) {
+        let l = &self.cfg.limits;
+        let full = self.half_open >= l.max_half_open || !self.syn_wait.is_empty();
+        if full
+            && self.flows.len() < l.max_flows
+            && self.syn_wait.len() < l.max_half_open.saturating_mul(SYN_WAIT_PER_SLOT)
+            && self.map_dst(syn.dst).is_ok()
+        {
+            self.syn_wait.push_back((syn, now + SYN_WAIT));
+            return;
+        }
+        self.open_syn(now, syn);
+    }
+
+    /// Open the waiting SYNs that have a half-open slot now, oldest first;
+    /// refuse those that waited `SYN_WAIT` in vain (counted as the
+    /// half-open limit's).
+    fn serve_syn_wait(&mut self, now: Instant) {
+        while let Some(&(syn, deadline)) = self.syn_wait.front() {
+            if self.half_open < self.cfg.limits.max_half_open || deadline <= now {
+                self.syn_wait.pop_front();
+                self.open_syn(now, syn);
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn open_syn(&mut self, now: Instant, syn: PendingSyn) {
         let target = match self.map_dst(syn.dst) {
             Ok(t) => t,
             Err(how) => {

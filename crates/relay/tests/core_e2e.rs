@@ -18,7 +18,7 @@ use ustack_relay::cli::RunReport;
 
 mod common;
 use common::hardened::{self, HardenedRun};
-use common::{body_byte, dns_server, http_server, TempFile};
+use common::{body_byte, dns_server, http_server, Helper, TempFile};
 
 fn ustack_run(v: &[&str]) -> i32 {
     match hardened::run(v) {
@@ -160,6 +160,54 @@ fn udp_to_a_closed_host_port_is_refused_at_once() {
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
     assert_eq!(r.engine_counter("IcmpOutDestUnreachs"), 2);
     assert_eq!(r.engine_counter("Icmp6OutDestUnreachs"), 1);
+}
+
+/// 500 connects at once from the sandbox to a server on the host's
+/// loopback, beyond the 256 half-open slots: every one connects (before,
+/// 15 to 57 of them were reset, the limit being hit before any host
+/// connect could be seen to complete).
+#[test]
+fn a_burst_of_connects_beyond_the_half_open_limit_all_connect() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    // SAFETY: re-listening on our own listening socket only changes its backlog.
+    let rc = unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 1024) };
+    assert_eq!(rc, 0, "listen");
+    l.set_nonblocking(true).expect("nonblocking");
+    let _acceptor = Helper::spawn(move |stop| {
+        let mut held = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            match l.accept() {
+                Ok((c, _)) => held.push(c),
+                Err(_) => thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    });
+    let py = format!(
+        "import socket, select, sys, time\n\
+         n = 500\n\
+         socks = [socket.socket() for _ in range(n)]\n\
+         for s in socks:\n\
+         \x20   s.setblocking(False)\n\
+         \x20   s.connect_ex(('10.0.2.2', {port}))\n\
+         by_fd = {{s.fileno(): s for s in socks}}\n\
+         p = select.epoll()\n\
+         for s in socks:\n\
+         \x20   p.register(s.fileno(), select.EPOLLOUT)\n\
+         done, refused, end = 0, 0, time.monotonic() + 20\n\
+         while done < n and time.monotonic() < end:\n\
+         \x20   for fd, ev in p.poll(1):\n\
+         \x20       p.unregister(fd)\n\
+         \x20       done += 1\n\
+         \x20       if by_fd[fd].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):\n\
+         \x20           refused += 1\n\
+         print(done, refused)\n\
+         sys.exit(0 if (done, refused) == (n, 0) else 1)\n"
+    );
+    let r = ustack_run_report(&["--stats", "--", "python3", "-c", &py]);
+    assert_eq!(r.code, 0, "python3 exit status (1: not all connected)");
+    assert_eq!(r.stats.limit_half_open, 0);
+    assert_eq!(r.stats.tcp_refused_rst, 0);
 }
 
 #[test]
