@@ -205,10 +205,58 @@ impl RelayArgs {
         self.max_flows.unwrap_or(Limits::default().max_flows)
     }
 
-    /// Options that cannot work together: the guest's IPv6 address must
-    /// not be one the engine owns, and the gateway must be on its prefix
-    /// (the guest's default route goes through it).
+    /// Options that cannot work together: the guest's address (IPv4 and
+    /// IPv6) must be a host address of its prefix and not one the engine
+    /// owns, the gateway must be another host address on that prefix (the
+    /// guest's default route goes through it), and the nameserver must be
+    /// neither (the gateway's mapping to the host's loopback would take its
+    /// queries).
     pub fn check(&self) -> Result<(), String> {
+        let a = self.addr;
+        let mask = u32::MAX
+            .checked_shl(32 - u32::from(a.prefix_len))
+            .unwrap_or(0);
+        let net = u32::from(a.addr) & mask;
+        // A unicast address of the prefix, neither its network nor its
+        // broadcast address (the prefix is at most /30).
+        let host_on_prefix = |x: Ipv4Addr| {
+            let v = u32::from(x);
+            v & mask == net && v != net && v != net | !mask
+        };
+        let unicast = |x: Ipv4Addr| {
+            !(x.is_unspecified() || x.is_multicast() || x.is_broadcast() || x.is_loopback())
+        };
+        if !unicast(a.addr) || !host_on_prefix(a.addr) {
+            return Err(format!(
+                "--addr {} is not a host address of {}/{}",
+                a.addr,
+                Ipv4Addr::from(net),
+                a.prefix_len
+            ));
+        }
+        if self.gateway == a.addr {
+            return Err(format!("--gateway {} is the guest's address", self.gateway));
+        }
+        if !host_on_prefix(self.gateway) {
+            return Err(format!(
+                "--gateway {} is not a host address on the guest's prefix {}/{}",
+                self.gateway,
+                Ipv4Addr::from(net),
+                a.prefix_len
+            ));
+        }
+        if self.dns == a.addr {
+            return Err(format!("--dns {} is the guest's address", self.dns));
+        }
+        if self.dns == self.gateway {
+            return Err(format!(
+                "--dns {} is the gateway's address (choose another, e.g. the default 10.0.2.3)",
+                self.dns
+            ));
+        }
+        if !unicast(self.dns) {
+            return Err(format!("--dns {} is not a unicast address", self.dns));
+        }
         if self.no_ipv6 {
             return Ok(());
         }
@@ -217,6 +265,12 @@ impl RelayArgs {
             return Err(format!(
                 "--addr6 {} is the IPv6 gateway's or nameserver's address",
                 a.addr
+            ));
+        }
+        if self.dns6 == self.gateway6 {
+            return Err(format!(
+                "--dns6 {} is the IPv6 gateway's address (choose another, e.g. the default fd00::3)",
+                self.dns6
             ));
         }
         let on_prefix = |x: Ipv6Addr| {
@@ -1069,6 +1123,73 @@ mod tests {
         assert!(matches!(t, Ok(T { c: C::Attach(_) })));
         assert!(T::try_parse_from(["ustack", "run", "-p", "nope", "--", "true"]).is_err());
         assert!(T::try_parse_from(["ustack", "run", "--addr", "10.0.2.15/33"]).is_err());
+    }
+
+    /// IPv4 choices that cannot work are refused before anything starts,
+    /// as the IPv6 ones are: before, `--gateway 10.0.2.15` (the guest's
+    /// own address) or `--addr 10.0.2.255/24` (its prefix's broadcast
+    /// address) ran with a guest that could reach nothing, `--dns
+    /// 10.0.2.2` sent every DNS query to the host's 127.0.0.1:53 instead
+    /// of its resolver (the gateway's mapping came first), and `--gateway
+    /// 10.9.9.9` failed deep in the sandbox's set-up ("adding the default
+    /// route: Network is unreachable").
+    #[test]
+    fn inconsistent_ipv4_addresses_are_refused() {
+        let check = |v: &[&str]| -> Result<(), String> {
+            let mut all = vec!["ustack", "run"];
+            all.extend_from_slice(v);
+            all.extend_from_slice(&["--", "true"]);
+            match T::try_parse_from(&all) {
+                Ok(T { c: C::Run(r) }) => r.relay.check(),
+                other => panic!("parse {all:?}: {other:?}"),
+            }
+        };
+        for (bad, why) in [
+            (
+                &["--gateway", "10.0.2.15"][..],
+                "--gateway 10.0.2.15 is the guest's",
+            ),
+            (
+                &["--gateway", "10.9.9.9"],
+                "--gateway 10.9.9.9 is not a host address on",
+            ),
+            (&["--gateway", "10.0.2.255"], "--gateway 10.0.2.255 is not"),
+            (&["--gateway", "10.0.2.0"], "--gateway 10.0.2.0 is not"),
+            (&["--addr", "10.0.2.255/24"], "--addr 10.0.2.255 is not"),
+            (&["--addr", "10.0.2.0/24"], "--addr 10.0.2.0 is not"),
+            (&["--addr", "0.0.0.0/24"], "--addr 0.0.0.0 is not"),
+            (&["--addr", "224.0.0.5/24"], "--addr 224.0.0.5 is not"),
+            (&["--addr", "127.0.0.5/8"], "--addr 127.0.0.5 is not"),
+            (&["--dns", "10.0.2.15"], "--dns 10.0.2.15 is the guest's"),
+            (&["--dns", "10.0.2.2"], "--dns 10.0.2.2 is the gateway's"),
+            (&["--dns", "0.0.0.0"], "--dns 0.0.0.0 is not"),
+            (
+                &["--dns6", "fd00::2"],
+                "--dns6 fd00::2 is the IPv6 gateway's",
+            ),
+        ] {
+            match check(bad) {
+                Ok(()) => panic!("{bad:?} accepted"),
+                Err(e) => assert!(e.contains(why), "{bad:?}: {e}"),
+            }
+        }
+        for good in [
+            &[][..],
+            &[
+                "--addr",
+                "192.168.5.10/24",
+                "--gateway",
+                "192.168.5.1",
+                "--dns",
+                "192.168.5.3",
+            ],
+            // A nameserver off the prefix (reached through the gateway).
+            &["--dns", "1.1.1.1"],
+            &["--addr", "10.0.0.2/30", "--gateway", "10.0.0.1"],
+            &["--no-ipv6", "--dns6", "fd00::2"],
+        ] {
+            assert_eq!(check(good), Ok(()), "{good:?}");
+        }
     }
 
     /// An option `run` does not know is an error, as for every other
