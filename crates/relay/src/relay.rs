@@ -1325,6 +1325,9 @@ impl<G: GuestStack> Relay<G> {
                     *last_active = now;
                 }
                 self.conn_flow.insert(conn, id);
+                // The idle deadline may come before the connect deadline
+                // the flow was filed at.
+                self.file_expiry(id);
                 self.mark_dirty(id);
             }
             Err(_) => {
@@ -1364,6 +1367,9 @@ impl<G: GuestStack> Relay<G> {
                 t.phase = TcpPhase::Established;
                 self.half_open = self.half_open.saturating_sub(1);
                 self.stats.tcp_opened += 1;
+                // As for an outbound flow: the idle deadline may come first.
+                let at = flow.last_active + self.cfg.timeouts.tcp_idle;
+                self.expiry.push(Reverse((at, id)));
             } else if st.error.is_some() || st.closed {
                 self.abort_flow(now, id, false);
                 return;

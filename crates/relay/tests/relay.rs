@@ -811,3 +811,30 @@ fn syns_beyond_the_half_open_limit_wait_for_a_slot() {
     assert_eq!(r.stats().limit_half_open, 1);
     assert!(r.guest().conn_of(hung).is_none());
 }
+
+/// An idle timeout shorter than the host connect timeout (30 s) reaps an
+/// idle established flow when it comes due: before, the flow's only entry
+/// in the expiry heap was its connect deadline, filed when its SYN came,
+/// so `--tcp-idle-timeout 1` reaped an idle connection only after 30 s.
+#[test]
+fn a_short_tcp_idle_timeout_reaps_an_idle_flow_in_time() {
+    let (l, port) = listener();
+    let mut cfg = RelayConfig::default();
+    cfg.timeouts.tcp_idle = Duration::from_millis(200);
+    let mut r = relay(cfg);
+    let s = r
+        .guest_mut()
+        .syn(guest_port(40300), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| r.guest().conn_of(s).is_some()));
+    let _held = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+    assert_eq!(r.flow_count(), 1);
+    // Bounded: 5 s, far below the 30 s of the connect deadline.
+    let t0 = std::time::Instant::now();
+    while r.flow_count() > 0 && t0.elapsed() < Duration::from_secs(5) {
+        if let Err(e) = r.step(Some(Duration::from_millis(50))) {
+            panic!("step: {e}");
+        }
+    }
+    assert_eq!(r.flow_count(), 0, "not reaped after {:?}", t0.elapsed());
+    assert_eq!(r.stats().tcp_idle_reaped, 1);
+}
