@@ -935,6 +935,10 @@ pub fn attach_with<G: GuestStack>(
     attach_inner(args, make_guest, stop_fd, false)
 }
 
+/// How often `attach --netns PATH` looks whether PATH still leads to the
+/// namespace it serves.
+const NETNS_WATCH_EVERY: Duration = Duration::from_secs(1);
+
 fn attach_inner<G: GuestStack>(
     args: AttachArgs,
     make_guest: Box<GuestFactory<G>>,
@@ -963,6 +967,15 @@ fn attach_inner<G: GuestStack>(
         None => sb_attach::open_tap(&args.tap, !args.relay.no_offload),
     }
     .with_context(|| format!("ustack attach: cannot open TAP {}", args.tap))?;
+    // What the namespace's path stands for now, to stop once it no longer
+    // does (noted while privileges allow looking).
+    let watch = match &args.netns {
+        Some(ns) => Some(
+            crate::netns_watch::NetnsWatch::new(ns)
+                .with_context(|| format!("ustack attach: cannot watch {}", ns.display()))?,
+        ),
+        None => None,
+    };
     let mtu = tap.mtu();
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
@@ -972,7 +985,28 @@ fn attach_inner<G: GuestStack>(
     }
     let (mut relay, control) =
         Operations::relay(reg, &args.relay, hub, guest).context("ustack attach")?;
+    let watching = match watch {
+        Some(w) => {
+            let w = w
+                .start(NETNS_WATCH_EVERY)
+                .context("ustack attach: watching the namespace")?;
+            relay
+                .stop_also_on(w.fd())
+                .context("ustack attach: watching the namespace")?;
+            Some(w)
+        }
+        None => None,
+    };
     let served = relay.run_until(stop_fd, None);
+    if let (Some(w), Some(ns)) = (&watching, &args.netns) {
+        if w.fired() {
+            eprintln!(
+                "ustack attach: the namespace {} is gone: stopping",
+                ns.display()
+            );
+        }
+    }
+    drop(watching);
     drop(control);
     relay.shutdown();
     // The namespace and its TAP outlive us: tell the guest we are no

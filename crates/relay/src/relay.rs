@@ -654,6 +654,12 @@ impl<G: GuestStack> Relay<G> {
         removed
     }
 
+    /// Stop [`Relay::run_until`] also when `fd` is readable (as its own
+    /// stop descriptor; `fd` must outlive the relay's use of it).
+    pub fn stop_also_on(&mut self, fd: RawFd) -> io::Result<()> {
+        self.epoll.add(fd, EV_IN, TOKEN_STOP)
+    }
+
     /// Run until `stop_fd` is readable, or `max_time` has passed.
     pub fn run_until(
         &mut self,

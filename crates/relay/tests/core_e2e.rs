@@ -385,6 +385,35 @@ fn attach_serves_an_existing_namespace() {
         .all(|(i, b)| *b == body_byte(i)));
 }
 
+/// `attach` stops by itself once the namespace it serves is gone: its
+/// name deleted (`ip netns del`), as pasta does. Before, the TAP's
+/// descriptor kept the namespace alive and `attach` served it for ever.
+#[test]
+fn attach_stops_when_its_namespace_is_deleted() {
+    let name = format!("ustk-attgone-{}", std::process::id());
+    ip(&["netns", "add", &name]);
+    let ns = Netns(name);
+    ip(&["-n", &ns.0, "tuntap", "add", "mode", "tap", "name", "tap0"]);
+    ip(&["-n", &ns.0, "link", "set", "tap0", "up"]);
+    let netns = format!("/run/netns/{}", ns.0);
+    let mut server = match hardened::Attach::spawn(&["--netns", &netns, "--tap", "tap0"]) {
+        Ok(a) => a,
+        Err(e) => panic!("ustack attach: {e:#}"),
+    };
+    assert!(
+        server.ended_within(Duration::from_millis(300)).is_none(),
+        "attach ended before the namespace was deleted"
+    );
+    ip(&["netns", "del", &ns.0]);
+    std::mem::forget(ns);
+    // It looks every second: 10 s is plenty.
+    let ended = server.ended_within(Duration::from_secs(10));
+    let stopped = ended.is_some();
+    let code = ended.unwrap_or_else(|| server.stop());
+    assert!(stopped, "attach still serving 10 s after `ip netns del`");
+    assert_eq!(code, Ok(0));
+}
+
 #[test]
 fn upload_from_the_sandbox_to_host_loopback_byte_exact() {
     upload(5 << 20, &[]);
