@@ -334,7 +334,8 @@ pub struct RunArgs {
     /// virtio-net offloads (the default; see --no-offload) the guest's kernel hands
     /// ustack 64 KB TCP segments whatever the MTU, and ustack sends it 64 KB
     /// super-frames with checksums left to the kernel; 1500 mimics an Ethernet
-    /// link (what a VM or container usually has) at almost no cost.
+    /// link (what a VM or container usually has) at almost no cost. At
+    /// least 1280 (IPv6's minimum) unless --no-ipv6, then 576.
     #[arg(long, default_value_t = 65520, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(576..=65520), usize::from))]
     pub mtu: usize,
     /// Leave the host's /etc/resolv.conf visible to the command.
@@ -359,6 +360,26 @@ pub struct RunArgs {
     #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
+
+impl RunArgs {
+    /// [`RelayArgs::check`], and an MTU IPv6 can use unless IPv6 is off:
+    /// the sandbox's kernel refuses IPv6 on a link below 1280 bytes.
+    pub fn check(&self) -> Result<(), String> {
+        self.relay.check()?;
+        if !self.relay.no_ipv6 && self.mtu < IPV6_MIN_MTU {
+            return Err(format!(
+                "--mtu {} is below IPv6's minimum link MTU, {IPV6_MIN_MTU} (RFC 8200 5): \
+                 add --no-ipv6 for a smaller one",
+                self.mtu
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// RFC 8200 5: "every link in the Internet [must] have an MTU of 1280
+/// octets or greater".
+const IPV6_MIN_MTU: usize = 1280;
 
 /// `ustack attach --netns PATH | --tap NAME`
 #[derive(clap::Args, Debug, Clone)]
@@ -614,7 +635,7 @@ fn run_report_inner<G: GuestStack>(
             dns: Some(args.relay.dns6),
         }),
     };
-    args.relay.check().map_err(|e| anyhow!("ustack run: {e}"))?;
+    args.check().map_err(|e| anyhow!("ustack run: {e}"))?;
     if let Some(n) = &args.relay.name {
         ustack_ctl::check_name(n).map_err(|e| anyhow!("ustack run: {e}"))?;
     }
@@ -1160,7 +1181,9 @@ mod tests {
     }
 
     /// IPv4 choices that cannot work are refused before anything starts,
-    /// as the IPv6 ones are: before, `--gateway 10.0.2.15` (the guest's
+    /// as the IPv6 ones are (and an MTU below IPv6's minimum with IPv6
+    /// on, which failed with "configuring the TAP's IPv6 address and
+    /// route: Invalid argument"): before, `--gateway 10.0.2.15` (the guest's
     /// own address) or `--addr 10.0.2.255/24` (its prefix's broadcast
     /// address) ran with a guest that could reach nothing, `--dns
     /// 10.0.2.2` sent every DNS query to the host's 127.0.0.1:53 instead
@@ -1207,6 +1230,21 @@ mod tests {
                 Err(e) => assert!(e.contains(why), "{bad:?}: {e}"),
             }
         }
+        // IPv6 needs a link MTU of 1280 bytes at least.
+        let run_check = |v: &[&str]| -> Result<(), String> {
+            let mut all = vec!["ustack", "run"];
+            all.extend_from_slice(v);
+            all.extend_from_slice(&["--", "true"]);
+            match T::try_parse_from(&all) {
+                Ok(T { c: C::Run(r) }) => r.check(),
+                other => panic!("parse {all:?}: {other:?}"),
+            }
+        };
+        let e = run_check(&["--mtu", "1000"]).err().unwrap_or_default();
+        assert!(e.contains("--mtu 1000 is below IPv6's minimum"), "{e}");
+        assert_eq!(run_check(&["--mtu", "1000", "--no-ipv6"]), Ok(()));
+        assert_eq!(run_check(&["--mtu", "1280"]), Ok(()));
+        assert!(run_check(&["--gateway", "10.0.2.15"]).is_err());
         for good in [
             &[][..],
             &[
