@@ -797,8 +797,10 @@ impl Stack {
         {
             return Err(UdpError::InvalidAddress);
         }
-        let len = UDP_HEADER_LEN + data.len();
-        if IPV6_HEADER_LEN + len > self.iface.mtu {
+        // Larger than the MTU it goes in fragments (`Iface::send_ip6`), as
+        // `udp6_send_to`'s and IPv4's do; more than 65535 bytes of UDP
+        // cannot be said in the header.
+        if UDP_HEADER_LEN + data.len() > usize::from(u16::MAX) {
             return Err(UdpError::TooLarge);
         }
         let scratch = self.udp_datagram(*src.ip(), *dst.ip(), src.port(), dst.port(), data);
@@ -1016,6 +1018,78 @@ impl Stack {
         Ok(())
     }
 
+    /// Tell the guest that a datagram it sent from `to` to `from` cannot
+    /// be delivered: ICMP destination unreachable `code` (port
+    /// unreachable when the host's socket learned that nobody listens)
+    /// from `from`, quoting the datagram's IP and UDP headers (RFC 792,
+    /// RFC 1122 3.2.2.1: the guest's kernel finds the socket by them and
+    /// reports ECONNREFUSED on a connected one). `len` is the datagram's
+    /// payload length, for the quoted lengths; its bytes are not needed
+    /// (the quoted UDP checksum is left zero: "no checksum"). Over IPv6,
+    /// ICMPv6 with the equivalent code (RFC 4443 3.1).
+    pub fn udp_unreachable_from(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        to: SocketAddr,
+        len: usize,
+        code: DstUnreachable,
+    ) -> Result<(), IcmpError> {
+        let udp_len = UDP_HEADER_LEN + len;
+        let mut quoted = [0u8; UDP_HEADER_LEN];
+        quoted[0..2].copy_from_slice(&to.port().to_be_bytes());
+        quoted[2..4].copy_from_slice(&from.port().to_be_bytes());
+        quoted[4..6].copy_from_slice(&u16::try_from(udp_len).unwrap_or(u16::MAX).to_be_bytes());
+        match (from.ip(), to.ip()) {
+            (IpAddr::V4(f), IpAddr::V4(t)) => {
+                if !is_unicast(f) || !is_unicast(t) {
+                    return Err(IcmpError::InvalidAddress);
+                }
+                // An error the stack originates: rate-limited as its own
+                // are (RFC 1812 4.3.2.8), so that a guest's flood to
+                // closed ports is not answered datagram for datagram.
+                if !self.icmp_bucket.take(now) {
+                    self.counters.icmp.OutRateLimited += 1;
+                    return Err(IcmpError::Exhausted);
+                }
+                let repr = Icmpv4Repr::DstUnreachable {
+                    reason: code,
+                    next_hop_mtu: 0,
+                    header: quoted_header(t, f, IpProtocol::Udp, udp_len),
+                    data: &quoted,
+                };
+                self.queue_icmp_from(now, f, t, &repr)?;
+                self.counters.icmp.OutDestUnreachs += 1;
+                Ok(())
+            }
+            (IpAddr::V6(f), IpAddr::V6(t)) if is_unicast6(f) && is_unicast6(t) => {
+                // RFC 4443 2.4 (f).
+                if !self.icmp6_bucket.take(now) {
+                    self.counters.icmp6.OutRateLimited += 1;
+                    return Err(IcmpError::Exhausted);
+                }
+                let header = Ipv6Repr {
+                    src: t,
+                    dst: f,
+                    next_header: IpProtocol::Udp,
+                    payload_len: udp_len,
+                    hop_limit: DEFAULT_HOP_LIMIT,
+                    traffic_class: 0,
+                    flow_label: 0,
+                };
+                let repr = Icmpv6Repr::DstUnreachable {
+                    reason: unreachable6(code),
+                    header,
+                    data: &quoted,
+                };
+                self.queue_icmp6_from(now, f, t, &repr)?;
+                self.counters.icmp6.OutDestUnreachs += 1;
+                Ok(())
+            }
+            _ => Err(IcmpError::InvalidAddress),
+        }
+    }
+
     // ------------------------------------------------------------------
     // IPv6 input hooks (called from `ip6.rs`)
     // ------------------------------------------------------------------
@@ -1147,7 +1221,7 @@ impl Stack {
     ) -> Result<(), QueueError> {
         if !self
             .txq
-            .has_room(self.frames_bytes(payload.len() + IPV6_HEADER_LEN - 20))
+            .has_room(self.frames_bytes6(now, dst, payload.len()))
         {
             return Err(QueueError::Full);
         }

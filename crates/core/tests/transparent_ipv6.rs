@@ -272,6 +272,41 @@ fn udp_to_any_ipv6_destination_lands_on_the_catch_all_socket() {
     assert!(s.udp_send_from(now, any, b"x", v4, guest).is_err());
 }
 
+/// A datagram for the guest larger than the link MTU (1500 here) leaves
+/// in fragments (RFC 8200 4.5) that put it back together, as the IPv4
+/// catch-all's do; before, `udp_send_from` refused it with `TooLarge`.
+#[test]
+fn a_datagram_larger_than_the_mtu_goes_to_the_guest_in_fragments() {
+    use ustack_wire::ipv6ext::Ipv6FragmentRepr;
+    let (mut s, now) = world();
+    let any = s.udp_bind_any().unwrap();
+    let guest = SocketAddr::V6(SocketAddrV6::new(GUEST6, 5353, 0, 0));
+    let far = SocketAddr::V6(SocketAddrV6::new(FAR6, 53, 0, 0));
+    let data: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(s.udp_send_from(now, any, &data, far, guest), Ok(data.len()));
+    let out = flush(&mut s, now);
+    assert_eq!(out.len(), 3, "4008 bytes of UDP in 1448-byte fragments");
+    let mut whole = Vec::new();
+    for (i, (ip, body)) in out.iter().enumerate() {
+        assert_eq!((ip.src, ip.dst), (FAR6, GUEST6));
+        assert_eq!(ip.next_header, IpProtocol::IPV6_FRAG);
+        assert!(40 + body.len() <= 1500);
+        let fh = Ipv6FragmentRepr::parse(body).unwrap();
+        assert_eq!(fh.next_header, IpProtocol::Udp);
+        assert_eq!(usize::from(fh.frag_offset), whole.len());
+        assert_eq!(fh.more_frags, i < 2);
+        whole.extend_from_slice(&body[8..]);
+    }
+    let pkt = UdpPacket::new_checked(&whole[..]).unwrap();
+    let r = UdpRepr::parse(&pkt, FAR6, GUEST6, true).unwrap();
+    assert_eq!((r.src_port, r.dst_port), (53, 5353));
+    assert_eq!(pkt.payload_ref(), &data[..]);
+    assert_eq!(counter(&s, "Ip6", "FragCreates"), 3);
+    // More than a UDP length can say is refused.
+    let big = vec![0u8; 65_528];
+    assert!(s.udp_send_from(now, any, &big, far, guest).is_err());
+}
+
 #[test]
 fn echo_requests_to_any_ipv6_address_surface_and_replies_come_from_it() {
     let (mut s, now) = world();

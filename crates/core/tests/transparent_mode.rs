@@ -353,6 +353,76 @@ fn udp_to_anywhere_through_the_catch_all_socket() {
     );
 }
 
+/// The application (the relay) learns that a datagram the guest sent
+/// cannot be delivered and says so: port unreachable from the destination,
+/// quoting the datagram's IP and UDP headers, which the guest's connected
+/// socket reports as ECONNREFUSED (RFC 1122 4.1.3.3). Rate-limited as the
+/// stack's own ICMP errors.
+#[test]
+fn udp_unreachable_from_refuses_the_guests_connected_socket() {
+    let mut net = net();
+    let any = net.b.udp_bind_any().unwrap();
+    let far = SocketAddrV4::new(FAR, 9999);
+    let g = net.a.udp_bind(SocketAddrV4::new(GUEST, 5354)).unwrap();
+    net.a.udp_connect(g, far).unwrap();
+    net.a.udp_send(net.now, g, b"anyone?").unwrap();
+    net.advance(Duration::from_millis(10));
+    let mut buf = [0u8; 64];
+    let (n, src, dst) = net.b.udp_recv_from_to(any, &mut buf).unwrap();
+    assert_eq!((n, dst), (7, SocketAddr::V4(far)));
+    let before = net.log_ba.len();
+    net.b
+        .udp_unreachable_from(net.now, dst, src, n, DstUnreachable::PortUnreachable)
+        .unwrap();
+    net.advance(Duration::from_millis(10));
+    let (ip, body) = net.log_ba[before..]
+        .iter()
+        .find_map(|f| parse_ip(f))
+        .expect("an ICMP frame");
+    assert_eq!((ip.src, ip.dst), (FAR, GUEST));
+    let pkt = Icmpv4Packet::new_checked(&body[..]).unwrap();
+    let Icmpv4Repr::DstUnreachable {
+        reason,
+        header,
+        data,
+        ..
+    } = Icmpv4Repr::parse(&pkt, true).unwrap()
+    else {
+        panic!("not an unreachable")
+    };
+    assert_eq!(reason, DstUnreachable::PortUnreachable);
+    assert_eq!(
+        (header.src, header.dst, header.protocol, header.payload_len),
+        (GUEST, FAR, IpProtocol::Udp, 8 + 7)
+    );
+    // Ports, then the UDP length.
+    assert_eq!(data, &[0x14, 0xea, 0x27, 0x0f, 0, 15, 0, 0][..]);
+    assert_eq!(counter(&net.a, "Icmp", "InDestUnreachs"), 1);
+    assert_eq!(
+        net.a.udp_send(net.now, g, b"again"),
+        Err(UdpError::ConnectionRefused)
+    );
+    // Not to or from a group or the broadcast address.
+    let bcast = SocketAddr::from((Ipv4Addr::BROADCAST, 9));
+    assert!(net
+        .b
+        .udp_unreachable_from(net.now, bcast, src, 1, DstUnreachable::PortUnreachable)
+        .is_err());
+    // A flood is answered up to the ICMP error budget, then counted.
+    let mut sent = 0;
+    for _ in 0..10_000 {
+        if net
+            .b
+            .udp_unreachable_from(net.now, dst, src, 1, DstUnreachable::PortUnreachable)
+            .is_ok()
+        {
+            sent += 1;
+        }
+    }
+    assert!(sent < 10_000, "{sent}");
+    assert!(counter(&net.b, "Icmp", "OutRateLimited") > 0);
+}
+
 #[test]
 fn echo_requests_surface_and_replies_come_from_anywhere() {
     let mut net = net();

@@ -117,7 +117,9 @@ pub struct RelayArgs {
     /// limit (ulimit -n) cannot hold that many host sockets].
     #[arg(long, value_name = "N")]
     pub max_flows: Option<usize>,
-    /// Maximum half-open TCP connections (host connect pending).
+    /// Maximum half-open TCP connections (host connect pending). A guest
+    /// SYN beyond it waits up to 1 s for one to complete (at most four
+    /// per slot wait), then is refused.
     #[arg(long, default_value_t = Limits::default().max_half_open)]
     pub max_half_open: usize,
     /// Bytes buffered per flow and direction (the guest-side TCP send and
@@ -203,10 +205,58 @@ impl RelayArgs {
         self.max_flows.unwrap_or(Limits::default().max_flows)
     }
 
-    /// Options that cannot work together: the guest's IPv6 address must
-    /// not be one the engine owns, and the gateway must be on its prefix
-    /// (the guest's default route goes through it).
+    /// Options that cannot work together: the guest's address (IPv4 and
+    /// IPv6) must be a host address of its prefix and not one the engine
+    /// owns, the gateway must be another host address on that prefix (the
+    /// guest's default route goes through it), and the nameserver must be
+    /// neither (the gateway's mapping to the host's loopback would take its
+    /// queries).
     pub fn check(&self) -> Result<(), String> {
+        let a = self.addr;
+        let mask = u32::MAX
+            .checked_shl(32 - u32::from(a.prefix_len))
+            .unwrap_or(0);
+        let net = u32::from(a.addr) & mask;
+        // A unicast address of the prefix, neither its network nor its
+        // broadcast address (the prefix is at most /30).
+        let host_on_prefix = |x: Ipv4Addr| {
+            let v = u32::from(x);
+            v & mask == net && v != net && v != net | !mask
+        };
+        let unicast = |x: Ipv4Addr| {
+            !(x.is_unspecified() || x.is_multicast() || x.is_broadcast() || x.is_loopback())
+        };
+        if !unicast(a.addr) || !host_on_prefix(a.addr) {
+            return Err(format!(
+                "--addr {} is not a host address of {}/{}",
+                a.addr,
+                Ipv4Addr::from(net),
+                a.prefix_len
+            ));
+        }
+        if self.gateway == a.addr {
+            return Err(format!("--gateway {} is the guest's address", self.gateway));
+        }
+        if !host_on_prefix(self.gateway) {
+            return Err(format!(
+                "--gateway {} is not a host address on the guest's prefix {}/{}",
+                self.gateway,
+                Ipv4Addr::from(net),
+                a.prefix_len
+            ));
+        }
+        if self.dns == a.addr {
+            return Err(format!("--dns {} is the guest's address", self.dns));
+        }
+        if self.dns == self.gateway {
+            return Err(format!(
+                "--dns {} is the gateway's address (choose another, e.g. the default 10.0.2.3)",
+                self.dns
+            ));
+        }
+        if !unicast(self.dns) {
+            return Err(format!("--dns {} is not a unicast address", self.dns));
+        }
         if self.no_ipv6 {
             return Ok(());
         }
@@ -215,6 +265,12 @@ impl RelayArgs {
             return Err(format!(
                 "--addr6 {} is the IPv6 gateway's or nameserver's address",
                 a.addr
+            ));
+        }
+        if self.dns6 == self.gateway6 {
+            return Err(format!(
+                "--dns6 {} is the IPv6 gateway's address (choose another, e.g. the default fd00::3)",
+                self.dns6
             ));
         }
         let on_prefix = |x: Ipv6Addr| {
@@ -278,7 +334,8 @@ pub struct RunArgs {
     /// virtio-net offloads (the default; see --no-offload) the guest's kernel hands
     /// ustack 64 KB TCP segments whatever the MTU, and ustack sends it 64 KB
     /// super-frames with checksums left to the kernel; 1500 mimics an Ethernet
-    /// link (what a VM or container usually has) at almost no cost.
+    /// link (what a VM or container usually has) at almost no cost. At
+    /// least 1280 (IPv6's minimum) unless --no-ipv6, then 576.
     #[arg(long, default_value_t = 65520, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(576..=65520), usize::from))]
     pub mtu: usize,
     /// Leave the host's /etc/resolv.conf visible to the command.
@@ -297,14 +354,32 @@ pub struct RunArgs {
     pub run_as: Option<String>,
     #[command(flatten)]
     pub relay: RelayArgs,
-    /// The command (default: $SHELL or /bin/sh).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    /// The command (default: $SHELL or /bin/sh). Every word from its
+    /// first on is the command's, options included; a word before it that
+    /// looks like an option must be one of `run`'s (after `--`, anything).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub cmd: Vec<OsString>,
 }
+
+impl RunArgs {
+    /// [`RelayArgs::check`], and an MTU IPv6 can use unless IPv6 is off:
+    /// the sandbox's kernel refuses IPv6 on a link below 1280 bytes.
+    pub fn check(&self) -> Result<(), String> {
+        self.relay.check()?;
+        if !self.relay.no_ipv6 && self.mtu < IPV6_MIN_MTU {
+            return Err(format!(
+                "--mtu {} is below IPv6's minimum link MTU, {IPV6_MIN_MTU} (RFC 8200 5): \
+                 add --no-ipv6 for a smaller one",
+                self.mtu
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// RFC 8200 5: "every link in the Internet [must] have an MTU of 1280
+/// octets or greater".
+const IPV6_MIN_MTU: usize = 1280;
 
 /// `ustack attach --netns PATH | --tap NAME`
 #[derive(clap::Args, Debug, Clone)]
@@ -560,7 +635,7 @@ fn run_report_inner<G: GuestStack>(
             dns: Some(args.relay.dns6),
         }),
     };
-    args.relay.check().map_err(|e| anyhow!("ustack run: {e}"))?;
+    args.check().map_err(|e| anyhow!("ustack run: {e}"))?;
     if let Some(n) = &args.relay.name {
         ustack_ctl::check_name(n).map_err(|e| anyhow!("ustack run: {e}"))?;
     }
@@ -881,6 +956,10 @@ pub fn attach_with<G: GuestStack>(
     attach_inner(args, make_guest, stop_fd, false)
 }
 
+/// How often `attach --netns PATH` looks whether PATH still leads to the
+/// namespace it serves.
+const NETNS_WATCH_EVERY: Duration = Duration::from_secs(1);
+
 fn attach_inner<G: GuestStack>(
     args: AttachArgs,
     make_guest: Box<GuestFactory<G>>,
@@ -909,6 +988,15 @@ fn attach_inner<G: GuestStack>(
         None => sb_attach::open_tap(&args.tap, !args.relay.no_offload),
     }
     .with_context(|| format!("ustack attach: cannot open TAP {}", args.tap))?;
+    // What the namespace's path stands for now, to stop once it no longer
+    // does (noted while privileges allow looking).
+    let watch = match &args.netns {
+        Some(ns) => Some(
+            crate::netns_watch::NetnsWatch::new(ns)
+                .with_context(|| format!("ustack attach: cannot watch {}", ns.display()))?,
+        ),
+        None => None,
+    };
     let mtu = tap.mtu();
     let (dev, hub) = wrap_pcap(tap, &args.relay.pcap).context("cannot open the pcap file")?;
     let guest = make_guest(dev, &args.relay, mtu).context("ustack attach: guest-side engine")?;
@@ -918,7 +1006,28 @@ fn attach_inner<G: GuestStack>(
     }
     let (mut relay, control) =
         Operations::relay(reg, &args.relay, hub, guest).context("ustack attach")?;
+    let watching = match watch {
+        Some(w) => {
+            let w = w
+                .start(NETNS_WATCH_EVERY)
+                .context("ustack attach: watching the namespace")?;
+            relay
+                .stop_also_on(w.fd())
+                .context("ustack attach: watching the namespace")?;
+            Some(w)
+        }
+        None => None,
+    };
     let served = relay.run_until(stop_fd, None);
+    if let (Some(w), Some(ns)) = (&watching, &args.netns) {
+        if w.fired() {
+            eprintln!(
+                "ustack attach: the namespace {} is gone: stopping",
+                ns.display()
+            );
+        }
+    }
+    drop(watching);
     drop(control);
     relay.shutdown();
     // The namespace and its TAP outlive us: tell the guest we are no
@@ -1069,5 +1178,126 @@ mod tests {
         assert!(matches!(t, Ok(T { c: C::Attach(_) })));
         assert!(T::try_parse_from(["ustack", "run", "-p", "nope", "--", "true"]).is_err());
         assert!(T::try_parse_from(["ustack", "run", "--addr", "10.0.2.15/33"]).is_err());
+    }
+
+    /// IPv4 choices that cannot work are refused before anything starts,
+    /// as the IPv6 ones are (and an MTU below IPv6's minimum with IPv6
+    /// on, which failed with "configuring the TAP's IPv6 address and
+    /// route: Invalid argument"): before, `--gateway 10.0.2.15` (the guest's
+    /// own address) or `--addr 10.0.2.255/24` (its prefix's broadcast
+    /// address) ran with a guest that could reach nothing, `--dns
+    /// 10.0.2.2` sent every DNS query to the host's 127.0.0.1:53 instead
+    /// of its resolver (the gateway's mapping came first), and `--gateway
+    /// 10.9.9.9` failed deep in the sandbox's set-up ("adding the default
+    /// route: Network is unreachable").
+    #[test]
+    fn inconsistent_ipv4_addresses_are_refused() {
+        let check = |v: &[&str]| -> Result<(), String> {
+            let mut all = vec!["ustack", "run"];
+            all.extend_from_slice(v);
+            all.extend_from_slice(&["--", "true"]);
+            match T::try_parse_from(&all) {
+                Ok(T { c: C::Run(r) }) => r.relay.check(),
+                other => panic!("parse {all:?}: {other:?}"),
+            }
+        };
+        for (bad, why) in [
+            (
+                &["--gateway", "10.0.2.15"][..],
+                "--gateway 10.0.2.15 is the guest's",
+            ),
+            (
+                &["--gateway", "10.9.9.9"],
+                "--gateway 10.9.9.9 is not a host address on",
+            ),
+            (&["--gateway", "10.0.2.255"], "--gateway 10.0.2.255 is not"),
+            (&["--gateway", "10.0.2.0"], "--gateway 10.0.2.0 is not"),
+            (&["--addr", "10.0.2.255/24"], "--addr 10.0.2.255 is not"),
+            (&["--addr", "10.0.2.0/24"], "--addr 10.0.2.0 is not"),
+            (&["--addr", "0.0.0.0/24"], "--addr 0.0.0.0 is not"),
+            (&["--addr", "224.0.0.5/24"], "--addr 224.0.0.5 is not"),
+            (&["--addr", "127.0.0.5/8"], "--addr 127.0.0.5 is not"),
+            (&["--dns", "10.0.2.15"], "--dns 10.0.2.15 is the guest's"),
+            (&["--dns", "10.0.2.2"], "--dns 10.0.2.2 is the gateway's"),
+            (&["--dns", "0.0.0.0"], "--dns 0.0.0.0 is not"),
+            (
+                &["--dns6", "fd00::2"],
+                "--dns6 fd00::2 is the IPv6 gateway's",
+            ),
+        ] {
+            match check(bad) {
+                Ok(()) => panic!("{bad:?} accepted"),
+                Err(e) => assert!(e.contains(why), "{bad:?}: {e}"),
+            }
+        }
+        // IPv6 needs a link MTU of 1280 bytes at least.
+        let run_check = |v: &[&str]| -> Result<(), String> {
+            let mut all = vec!["ustack", "run"];
+            all.extend_from_slice(v);
+            all.extend_from_slice(&["--", "true"]);
+            match T::try_parse_from(&all) {
+                Ok(T { c: C::Run(r) }) => r.check(),
+                other => panic!("parse {all:?}: {other:?}"),
+            }
+        };
+        let e = run_check(&["--mtu", "1000"]).err().unwrap_or_default();
+        assert!(e.contains("--mtu 1000 is below IPv6's minimum"), "{e}");
+        assert_eq!(run_check(&["--mtu", "1000", "--no-ipv6"]), Ok(()));
+        assert_eq!(run_check(&["--mtu", "1280"]), Ok(()));
+        assert!(run_check(&["--gateway", "10.0.2.15"]).is_err());
+        for good in [
+            &[][..],
+            &[
+                "--addr",
+                "192.168.5.10/24",
+                "--gateway",
+                "192.168.5.1",
+                "--dns",
+                "192.168.5.3",
+            ],
+            // A nameserver off the prefix (reached through the gateway).
+            &["--dns", "1.1.1.1"],
+            &["--addr", "10.0.0.2/30", "--gateway", "10.0.0.1"],
+            &["--no-ipv6", "--dns6", "fd00::2"],
+        ] {
+            assert_eq!(check(good), Ok(()), "{good:?}");
+        }
+    }
+
+    /// An option `run` does not know is an error, as for every other
+    /// subcommand, not the command to run: `ustack run --mtu9000 -- curl`
+    /// used to try to execute `--mtu9000` and fail with "No such file or
+    /// directory" (exit 127). After the first word of the command every
+    /// word is the command's, options included; after `--` too.
+    #[test]
+    fn an_unknown_option_is_an_error_not_the_command() {
+        for v in [
+            &["ustack", "run", "--bogus", "--", "true"][..],
+            &["ustack", "run", "--bogus"],
+            &["ustack", "run", "-x", "true"],
+            &["ustack", "run", "--mtu9000", "--", "curl"],
+        ] {
+            let t = T::try_parse_from(v);
+            let err = t.err().map(|e| e.kind());
+            assert_eq!(err, Some(clap::error::ErrorKind::UnknownArgument), "{v:?}");
+        }
+        let cmd = |v: &[&str]| match T::try_parse_from(v) {
+            Ok(T { c: C::Run(r) }) => r.cmd,
+            other => panic!("parse {v:?}: {other:?}"),
+        };
+        assert_eq!(
+            cmd(&["ustack", "run", "ls", "-l", "--all"]),
+            ["ls", "-l", "--all"]
+        );
+        assert_eq!(
+            cmd(&["ustack", "run", "--stats", "--", "--weird-name", "-v"]),
+            ["--weird-name", "-v"]
+        );
+        assert_eq!(
+            cmd(&["ustack", "run", "-p", "8080:80", "sh", "-c", "exit 3"]),
+            ["sh", "-c", "exit 3"]
+        );
+        assert_eq!(cmd(&["ustack", "run", "--", "-"]), ["-"]);
+        assert!(cmd(&["ustack", "run", "--stats"]).is_empty());
     }
 }

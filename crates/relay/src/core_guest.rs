@@ -636,6 +636,20 @@ impl GuestStack for CoreGuest {
             .map_err(|e| io::Error::new(e.errno_kind(), e.to_string()))
     }
 
+    fn udp_unreachable(
+        &mut self,
+        now: Instant,
+        dst: SocketAddr,
+        guest: SocketAddr,
+        len: usize,
+        how: Unreachable,
+    ) {
+        let t = self.core_now(now);
+        let _ = self
+            .stack
+            .udp_unreachable_from(t, dst, guest, len, code(how));
+    }
+
     fn icmp_echo_recv(&mut self, buf: &mut [u8]) -> Option<EchoRequest> {
         let r = self.stack.icmp_echo_request_recv(buf)?;
         Some(EchoRequest {

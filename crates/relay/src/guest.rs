@@ -237,6 +237,20 @@ pub trait GuestStack {
         data: &[u8],
     ) -> io::Result<()>;
 
+    /// Tell the guest that the datagram it sent from `guest` to `dst`
+    /// (`len` bytes of payload) cannot be delivered: ICMP destination
+    /// unreachable `how` from `dst`, quoting the datagram's headers, so
+    /// that a connected socket in the guest gets ECONNREFUSED (or
+    /// EHOSTUNREACH, ...) as it would from a real host.
+    fn udp_unreachable(
+        &mut self,
+        now: Instant,
+        dst: SocketAddr,
+        guest: SocketAddr,
+        len: usize,
+        how: Unreachable,
+    );
+
     /// Next ICMP echo request from the guest (to any address), data copied into `buf`.
     fn icmp_echo_recv(&mut self, buf: &mut [u8]) -> Option<EchoRequest>;
     /// Send an echo reply to the guest from `from`.

@@ -23,6 +23,7 @@ pub mod dns;
 pub mod guest;
 pub mod harden;
 pub mod limits;
+pub mod netns_watch;
 pub mod portfwd;
 mod relay;
 pub mod stats;

@@ -2,13 +2,15 @@
 //! through ordinary host sockets driven by one epoll loop.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::guest::{ConnError, ConnId, EchoRequest, GuestStack, Refusal, SynId, Unreachable};
+use crate::guest::{
+    ConnError, ConnId, EchoRequest, GuestStack, PendingSyn, Refusal, SynId, Unreachable,
+};
 use crate::limits::{Limits, Timeouts, TokenBucket};
 use crate::portfwd::{PortForward, Proto};
 use crate::stats::Stats;
@@ -84,6 +86,12 @@ const SCRATCH: usize = 64 * 1024;
 /// Rounds of "guest to host, host to guest" per pump of one flow before
 /// other flows get their turn (the flow stays dirty if it could go on).
 const PUMP_PASSES: usize = 8;
+/// How long a guest SYN that found every half-open slot taken waits for
+/// one to free up before it is refused (the guest's first SYN
+/// retransmission comes after 1 s).
+const SYN_WAIT: Duration = Duration::from_secs(1);
+/// How many SYNs may wait so, per half-open slot.
+const SYN_WAIT_PER_SLOT: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TcpPhase {
@@ -147,6 +155,10 @@ enum Kind {
     Udp {
         guest: SocketAddr,
         dst: SocketAddr,
+        /// Payload length of the latest datagram relayed to the host: the
+        /// one an ICMP error the host socket reports most likely answers
+        /// (quoted in the unreachable the guest gets for it).
+        last_len: usize,
     },
     /// Inbound UDP forward: replies go out of listener `listener` to `peer`.
     UdpIn {
@@ -203,6 +215,9 @@ pub struct Relay<G: GuestStack> {
     stats: Stats,
     bucket: TokenBucket,
     half_open: usize,
+    /// Guest SYNs waiting for a half-open slot, oldest first, each with
+    /// the time it is refused if none has freed up by then.
+    syn_wait: VecDeque<(PendingSyn, Instant)>,
     next_id: u64,
     scratch: Vec<u8>,
     /// An echo request on its way to a ping socket (header and data).
@@ -230,7 +245,7 @@ pub struct Relay<G: GuestStack> {
     host_addrs: Vec<IpAddr>,
 }
 
-/// Most port forwards a relay holds (added and removed ones together).
+/// Most port-forward listeners a relay holds at once.
 const MAX_FORWARDS: usize = 4096;
 
 /// The bound (and, for TCP, listening) host sockets for `fwd`, each with
@@ -284,6 +299,18 @@ fn is_dns(cfg: &RelayConfig, ip: IpAddr) -> bool {
     }
 }
 
+/// What a host UDP socket's error tells the guest: ICMP destination
+/// unreachable with this code, or nothing (not an ICMP error).
+fn udp_unreachable_for(e: &io::Error) -> Option<Unreachable> {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => Some(Unreachable::Port),
+        Some(libc::ENETUNREACH) => Some(Unreachable::Net),
+        Some(libc::EHOSTUNREACH) | Some(libc::EHOSTDOWN) => Some(Unreachable::Host),
+        Some(libc::EACCES) | Some(libc::EPERM) => Some(Unreachable::AdminProhibited),
+        _ => None,
+    }
+}
+
 fn unreachable_for(e: &io::Error) -> Refusal {
     match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => Refusal::Reset,
@@ -331,6 +358,7 @@ impl<G: GuestStack> Relay<G> {
             stats: Stats::default(),
             bucket,
             half_open: 0,
+            syn_wait: VecDeque::new(),
             next_id: FIRST_FLOW,
             scratch: vec![0; SCRATCH],
             echo_out: Vec::new(),
@@ -405,14 +433,30 @@ impl<G: GuestStack> Relay<G> {
         if let Some(spec) = remove {
             let f: PortForward = spec.parse()?;
             if !self.remove_forward(&f) {
-                return Err(format!(
-                    "no port forward on host port {}/{}",
-                    f.host_port,
-                    match f.proto {
-                        Proto::Tcp => "tcp",
-                        Proto::Udp => "udp",
-                    }
-                ));
+                let proto = match f.proto {
+                    Proto::Tcp => "tcp",
+                    Proto::Udp => "udp",
+                };
+                // Name what is there, so that a wrong guest port is told
+                // apart from a wrong host port.
+                let there: Vec<String> = self
+                    .listeners
+                    .iter()
+                    .flatten()
+                    .filter(|l| l.fwd.proto == f.proto && l.fwd.host_port == f.host_port)
+                    .map(|l| l.fwd.to_string())
+                    .collect();
+                return Err(if there.is_empty() {
+                    format!("no port forward on host port {}/{proto}", f.host_port)
+                } else {
+                    let mut there = there;
+                    there.dedup();
+                    format!(
+                        "no port forward {f}; host port {}/{proto} forwards {}",
+                        f.host_port,
+                        there.join(", ")
+                    )
+                });
             }
         }
         Ok(self
@@ -453,7 +497,7 @@ impl<G: GuestStack> Relay<G> {
             .filter_map(|f| {
                 let (local, peer, host) = match &f.kind {
                     // Its own connected host socket.
-                    Kind::Udp { guest, dst } => (*dst, *guest, f.sock.as_ref().map(host_of)),
+                    Kind::Udp { guest, dst, .. } => (*dst, *guest, f.sock.as_ref().map(host_of)),
                     // Inbound through a forward: replies leave by the listener.
                     Kind::UdpIn {
                         listener,
@@ -553,34 +597,46 @@ impl<G: GuestStack> Relay<G> {
                 format!("port forward {fwd}: host port already forwarded"),
             ));
         }
-        if self.listeners.len() >= MAX_FORWARDS {
+        // Listeners in force; a removed one leaves its slot (and epoll
+        // token) free for the next.
+        if self.listeners.iter().flatten().count() >= MAX_FORWARDS {
             return Err(io::Error::other(format!(
                 "port forward {fwd}: at most {MAX_FORWARDS} forwards per run"
             )));
         }
         let mut first = None;
         for (sock, guest_v6) in open_listeners(&fwd)? {
-            let token = TOKEN_LISTENER0 + self.listeners.len() as u64;
+            let idx = match self.listeners.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    self.listeners.push(None);
+                    self.listeners.len() - 1
+                }
+            };
+            let token = TOKEN_LISTENER0 + idx as u64;
             self.epoll.add(sock.as_raw_fd(), EV_IN, token)?;
             let a = sys::local_addr(&sock)?;
             first.get_or_insert(a);
-            self.listeners.push(Some(Listener {
-                fwd,
-                sock,
-                guest_v6,
-            }));
+            if let Some(slot) = self.listeners.get_mut(idx) {
+                *slot = Some(Listener {
+                    fwd,
+                    sock,
+                    guest_v6,
+                });
+            }
         }
         first.ok_or_else(|| io::Error::other(format!("port forward {fwd}: nothing to bind")))
     }
 
-    /// Remove the port forward listening on `fwd`'s host port (and
-    /// protocol; and host address when `fwd` names one other than an
-    /// unspecified one): every socket it listens on. Connections it made
-    /// stay. False if there is none.
+    /// Remove the port forward listening on `fwd`'s host port to its
+    /// guest port (and protocol; and host address when `fwd` names one
+    /// other than an unspecified one): every socket it listens on.
+    /// Connections it made stay. False if there is none.
     pub fn remove_forward(&mut self, fwd: &PortForward) -> bool {
         let hit = |l: &Listener| {
             l.fwd.proto == fwd.proto
                 && l.fwd.host_port == fwd.host_port
+                && l.fwd.guest_port == fwd.guest_port
                 && match fwd.host_ip {
                     None => true,
                     Some(ip) => ip.is_unspecified() || l.fwd.host_ip == Some(ip),
@@ -596,6 +652,12 @@ impl<G: GuestStack> Relay<G> {
             }
         }
         removed
+    }
+
+    /// Stop [`Relay::run_until`] also when `fd` is readable (as its own
+    /// stop descriptor; `fd` must outlive the relay's use of it).
+    pub fn stop_also_on(&mut self, fd: RawFd) -> io::Result<()> {
+        self.epoll.add(fd, EV_IN, TOKEN_STOP)
     }
 
     /// Run until `stop_fd` is readable, or `max_time` has passed.
@@ -707,6 +769,9 @@ impl<G: GuestStack> Relay<G> {
         if let Some(Reverse((at, _))) = self.expiry.peek() {
             timeout = timeout.min(at.saturating_duration_since(now));
         }
+        if let Some((_, at)) = self.syn_wait.front() {
+            timeout = timeout.min(at.saturating_duration_since(now));
+        }
         timeout
     }
 
@@ -737,6 +802,7 @@ impl<G: GuestStack> Relay<G> {
         } else {
             self.guest.flush(now)?;
         }
+        self.serve_syn_wait(now);
         while let Some(syn) = self.guest.tcp_next_syn() {
             self.on_syn(now, syn);
         }
@@ -1012,7 +1078,40 @@ impl<G: GuestStack> Relay<G> {
 
     // ---------------------------------------------------------------- TCP
 
-    fn on_syn(&mut self, now: Instant, syn: crate::guest::PendingSyn) {
+    /// A new guest SYN: opened at once while a half-open slot is free
+    /// (and none waits before it), else it waits for one (`SYN_WAIT`, at
+    /// most `SYN_WAIT_PER_SLOT` per slot): a burst of connects beyond the
+    /// limit, to hosts that answer, is served as slots free up within the
+    /// next iterations instead of being reset.
+    fn on_syn(&mut self, now: Instant, syn: PendingSyn) {
+        let l = &self.cfg.limits;
+        let full = self.half_open >= l.max_half_open || !self.syn_wait.is_empty();
+        if full
+            && self.flows.len() < l.max_flows
+            && self.syn_wait.len() < l.max_half_open.saturating_mul(SYN_WAIT_PER_SLOT)
+            && self.map_dst(syn.dst).is_ok()
+        {
+            self.syn_wait.push_back((syn, now + SYN_WAIT));
+            return;
+        }
+        self.open_syn(now, syn);
+    }
+
+    /// Open the waiting SYNs that have a half-open slot now, oldest first;
+    /// refuse those that waited `SYN_WAIT` in vain (counted as the
+    /// half-open limit's).
+    fn serve_syn_wait(&mut self, now: Instant) {
+        while let Some(&(syn, deadline)) = self.syn_wait.front() {
+            if self.half_open < self.cfg.limits.max_half_open || deadline <= now {
+                self.syn_wait.pop_front();
+                self.open_syn(now, syn);
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn open_syn(&mut self, now: Instant, syn: PendingSyn) {
         let target = match self.map_dst(syn.dst) {
             Ok(t) => t,
             Err(how) => {
@@ -1232,6 +1331,9 @@ impl<G: GuestStack> Relay<G> {
                     *last_active = now;
                 }
                 self.conn_flow.insert(conn, id);
+                // The idle deadline may come before the connect deadline
+                // the flow was filed at.
+                self.file_expiry(id);
                 self.mark_dirty(id);
             }
             Err(_) => {
@@ -1271,6 +1373,9 @@ impl<G: GuestStack> Relay<G> {
                 t.phase = TcpPhase::Established;
                 self.half_open = self.half_open.saturating_sub(1);
                 self.stats.tcp_opened += 1;
+                // As for an outbound flow: the idle deadline may come first.
+                let at = flow.last_active + self.cfg.timeouts.tcp_idle;
+                self.expiry.push(Reverse((at, id)));
             } else if st.error.is_some() || st.closed {
                 self.abort_flow(now, id, false);
                 return;
@@ -1517,7 +1622,7 @@ impl<G: GuestStack> Relay<G> {
                     self.half_open = self.half_open.saturating_sub(1);
                 }
             }
-            Kind::Udp { guest, dst } => {
+            Kind::Udp { guest, dst, .. } => {
                 self.udp_index.remove(&(*guest, *dst));
             }
             Kind::UdpIn {
@@ -1631,8 +1736,9 @@ impl<G: GuestStack> Relay<G> {
         }
         let target = match self.map_dst(dst) {
             Ok(t) => t,
-            Err(_) => {
+            Err(how) => {
                 self.stats.udp_errors += 1;
+                self.guest.udp_unreachable(now, dst, src, data.len(), how);
                 return;
             }
         };
@@ -1646,8 +1752,11 @@ impl<G: GuestStack> Relay<G> {
                 return;
             }
         };
-        if sys::connect(&sock, target).is_err() {
+        if let Err(e) = sys::connect(&sock, target) {
             self.stats.udp_errors += 1;
+            if let Some(how) = udp_unreachable_for(&e) {
+                self.guest.udp_unreachable(now, dst, src, data.len(), how);
+            }
             return;
         }
         let id = self.alloc_id();
@@ -1659,7 +1768,11 @@ impl<G: GuestStack> Relay<G> {
         self.flows.insert(
             id,
             Flow {
-                kind: Kind::Udp { guest: src, dst },
+                kind: Kind::Udp {
+                    guest: src,
+                    dst,
+                    last_len: data.len(),
+                },
                 sock: Some(sock),
                 started: now,
                 last_active: now,
@@ -1674,11 +1787,18 @@ impl<G: GuestStack> Relay<G> {
         let Some(flow) = self.flows.get_mut(&id) else {
             return;
         };
-        let r = match &flow.kind {
-            Kind::Udp { dst, .. } => {
+        let mut ends = None;
+        let r = match &mut flow.kind {
+            Kind::Udp {
+                dst,
+                guest,
+                last_len,
+            } => {
                 if is_dns(&self.cfg, dst.ip()) {
                     self.stats.dns_queries += 1;
                 }
+                *last_len = data.len();
+                ends = Some((*dst, *guest));
                 flow.sock.as_ref().map(|s| sys::send(s, data))
             }
             Kind::UdpIn { listener, peer, .. } => self
@@ -1694,7 +1814,15 @@ impl<G: GuestStack> Relay<G> {
                 self.stats.bytes_guest_to_host += data.len() as u64;
                 flow.last_active = now;
             }
-            _ => self.stats.udp_errors += 1,
+            // An ICMP error for an earlier datagram, reported by this send
+            // (which it made fail): the guest hears of it all the same.
+            Some(Err(e)) => {
+                self.stats.udp_errors += 1;
+                if let (Some((dst, guest)), Some(how)) = (ends, udp_unreachable_for(&e)) {
+                    self.guest.udp_unreachable(now, dst, guest, data.len(), how);
+                }
+            }
+            None => self.stats.udp_errors += 1,
         }
     }
 
@@ -1703,10 +1831,18 @@ impl<G: GuestStack> Relay<G> {
             let Some(flow) = self.flows.get_mut(&id) else {
                 return;
             };
-            let (Kind::Udp { guest, dst }, Some(sock)) = (&flow.kind, &flow.sock) else {
+            let (
+                Kind::Udp {
+                    guest,
+                    dst,
+                    last_len,
+                },
+                Some(sock),
+            ) = (&flow.kind, &flow.sock)
+            else {
                 return;
             };
-            let (guest, dst) = (*guest, *dst);
+            let (guest, dst, last_len) = (*guest, *dst, *last_len);
             let mut buf = std::mem::take(&mut self.scratch);
             let r = sys::recv(sock, &mut buf);
             let mut again = false;
@@ -1723,9 +1859,14 @@ impl<G: GuestStack> Relay<G> {
                     again = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                // ICMP errors (port unreachable...) surface here; count them.
-                Err(_) => {
+                // ICMP errors (port unreachable...) surface here: count
+                // them and pass them on, so that the guest's connected
+                // socket fails as it would against the host itself.
+                Err(e) => {
                     self.stats.udp_errors += 1;
+                    if let Some(how) = udp_unreachable_for(&e) {
+                        self.guest.udp_unreachable(now, dst, guest, last_len, how);
+                    }
                     again = true;
                 }
             }

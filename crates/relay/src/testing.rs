@@ -65,6 +65,8 @@ pub struct FakeGuest {
     pub echo_in: VecDeque<(EchoRequest, Vec<u8>)>,
     pub echo_replies: Vec<(IpAddr, IpAddr, u16, u16, Vec<u8>)>,
     pub unreachables: Vec<(EchoRequest, Unreachable)>,
+    /// Datagrams reported undeliverable: (destination, guest, length, how).
+    pub udp_unreachables: Vec<(SocketAddr, SocketAddr, usize, Unreachable)>,
     /// Inbound connects are established at once unless this is false.
     pub refuse_inbound: bool,
     /// Send buffer per connection (bytes queued for the guest and not yet
@@ -358,6 +360,16 @@ impl GuestStack for FakeGuest {
         self.echo_replies
             .push((from, to, ident, seq, data.to_vec()));
         Ok(())
+    }
+    fn udp_unreachable(
+        &mut self,
+        _now: Instant,
+        dst: SocketAddr,
+        guest: SocketAddr,
+        len: usize,
+        how: Unreachable,
+    ) {
+        self.udp_unreachables.push((dst, guest, len, how));
     }
     fn icmp_echo_unreachable(
         &mut self,

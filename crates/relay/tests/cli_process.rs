@@ -1,6 +1,7 @@
 //! `ustack run` as a process, the way a user runs it: stdin/stdout/stderr
-//! and the exit status of the command, `--stats` on stderr, `--pcap`, and no
-//! CMD = `$SHELL` (or /bin/sh) reading its script from stdin.
+//! and the exit status of the command, `--stats` on stderr, `--pcap`, no
+//! CMD = `$SHELL` (or /bin/sh) reading its script from stdin, and no
+//! process of the command's outliving it.
 //!
 //! No libtest harness (`harness = false`): this binary is also the `ustack
 //! run` under test. Invoked as `cli_process --ustack-run-child ARGS...` it
@@ -212,12 +213,111 @@ fn pcap_captures_the_guest_side() -> Result<(), String> {
     Ok(())
 }
 
+/// The PID a command wrote to `f`, once it has (bounded: 20 s).
+fn pid_in(f: &TempFile) -> Option<libc::pid_t> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Some(p) = std::fs::read_to_string(f.as_path())
+            .ok()
+            .filter(|t| t.ends_with('\n'))
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return Some(p);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Whether process `pid` still exists; killed (SIGKILL) if it does, so
+/// that a failing case leaves nothing behind.
+fn still_there(pid: libc::pid_t) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks; SIGKILL to a process this
+    // test's command started.
+    unsafe {
+        if libc::kill(pid, 0) == 0 {
+            libc::kill(pid, libc::SIGKILL);
+            return true;
+        }
+    }
+    false
+}
+
+/// What the command leaves behind in the sandbox dies with it: a
+/// background server when the command exits, a daemon that left the
+/// session when ustack is sent SIGTERM (before, both went on running, cut
+/// off from any network, keeping the sandbox's namespace alive).
+fn nothing_outlives_the_command() -> Result<(), String> {
+    let f = TempFile::new("bg.pid");
+    // (Its output elsewhere: holding the pipes, it would keep
+    // `ustack_run` reading them until it ended.)
+    let script = format!(
+        "sleep 1000 >/dev/null 2>&1 & echo $! > {}; exit 7",
+        f.path()
+    );
+    let out = ustack_run(&["--", "sh", "-c", &script], b"", &[]);
+    let pid = pid_in(&f).ok_or("the command wrote no PID")?;
+    if out.status.code() != Some(7) {
+        still_there(pid);
+        return Err(format!(
+            "exit status {:?}: {}",
+            out.status,
+            text(&out.stderr)
+        ));
+    }
+    if still_there(pid) {
+        return Err(format!(
+            "the background sleep ({pid}) outlived `ustack run`"
+        ));
+    }
+
+    let f = TempFile::new("daemon.pid");
+    let script = format!("setsid sleep 1000 & echo $! > {}; wait", f.path());
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args([CHILD_FLAG, "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn: {e}"))?;
+    let Some(pid) = pid_in(&f) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("the command wrote no PID".into());
+    };
+    // SAFETY: signalling the child process we spawned.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let gone = !still_there(pid);
+    if status.and_then(|s| s.code()) != Some(143) {
+        return Err(format!("after SIGTERM: status {status:?}"));
+    }
+    if !gone {
+        return Err(format!(
+            "the daemon ({pid}) outlived `ustack run` stopped by SIGTERM"
+        ));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(CHILD_FLAG) {
         return child_main(argv.into_iter().skip(2).collect());
     }
-    let cases: [(&str, Case); 3] = [
+    let cases: [(&str, Case); 4] = [
         (
             "no_cmd_starts_shell_from_env_reading_stdin",
             no_cmd_starts_shell_from_env_reading_stdin,
@@ -227,6 +327,7 @@ fn main() -> ExitCode {
             stats_summary_on_stderr_at_exit,
         ),
         ("pcap_captures_the_guest_side", pcap_captures_the_guest_side),
+        ("nothing_outlives_the_command", nothing_outlives_the_command),
     ];
     // Honour a name filter like libtest does (`cargo test --test cli_process NAME`).
     let filter: Option<&String> = argv.iter().skip(1).find(|a| !a.starts_with('-'));

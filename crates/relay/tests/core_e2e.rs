@@ -8,7 +8,7 @@
 //! `common/hardened.rs`.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -18,7 +18,7 @@ use ustack_relay::cli::RunReport;
 
 mod common;
 use common::hardened::{self, HardenedRun};
-use common::{body_byte, dns_server, http_server, TempFile};
+use common::{body_byte, dns_server, http_server, Helper, TempFile};
 
 fn ustack_run(v: &[&str]) -> i32 {
     match hardened::run(v) {
@@ -117,6 +117,97 @@ fn closed_host_port_is_refused_fast() {
     let code = ustack_run(&["--", "curl", "-s", "--max-time", "10", &url]);
     assert_eq!(code, 7, "curl: couldn't connect (connection refused)");
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// A datagram to a host port nobody listens on: the guest's connected
+/// socket gets ECONNREFUSED from the ICMP port unreachable the relay
+/// passes on, as against the host itself, over IPv4 and IPv6, and so does
+/// one to the nameserver on a port other than 53 (before, nothing came
+/// back: `recv` waited for its timeout, and a resolver pointed at a dead
+/// upstream waited out every retry).
+#[test]
+fn udp_to_a_closed_host_port_is_refused_at_once() {
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free UDP port")
+        .port();
+    let port6 = UdpSocket::bind("[::1]:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free UDP port on [::1]")
+        .port();
+    let py = format!(
+        "import socket, sys, time\n\
+         for fam, dst in ((socket.AF_INET, ('10.0.2.2', {port})), (socket.AF_INET6, ('fd00::2', {port6})),\n\
+         \x20                (socket.AF_INET, ('10.0.2.3', 54))):\n\
+         \x20   s = socket.socket(fam, socket.SOCK_DGRAM)\n\
+         \x20   s.settimeout(5)\n\
+         \x20   s.connect(dst)\n\
+         \x20   s.send(b'anyone?')\n\
+         \x20   try:\n\
+         \x20       s.recv(100)\n\
+         \x20       sys.exit(1)\n\
+         \x20   except ConnectionRefusedError:\n\
+         \x20       pass\n\
+         \x20   except socket.timeout:\n\
+         \x20       sys.exit(2)\n"
+    );
+    let t0 = Instant::now();
+    let r = ustack_run_report(&["--", "python3", "-c", &py]);
+    assert_eq!(
+        r.code, 0,
+        "python3 exit status (1: an answer, 2: no refusal)"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    assert_eq!(r.engine_counter("IcmpOutDestUnreachs"), 2);
+    assert_eq!(r.engine_counter("Icmp6OutDestUnreachs"), 1);
+}
+
+/// 500 connects at once from the sandbox to a server on the host's
+/// loopback, beyond the 256 half-open slots: every one connects (before,
+/// 15 to 57 of them were reset, the limit being hit before any host
+/// connect could be seen to complete).
+#[test]
+fn a_burst_of_connects_beyond_the_half_open_limit_all_connect() {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    // SAFETY: re-listening on our own listening socket only changes its backlog.
+    let rc = unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 1024) };
+    assert_eq!(rc, 0, "listen");
+    l.set_nonblocking(true).expect("nonblocking");
+    let _acceptor = Helper::spawn(move |stop| {
+        let mut held = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            match l.accept() {
+                Ok((c, _)) => held.push(c),
+                Err(_) => thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    });
+    let py = format!(
+        "import socket, select, sys, time\n\
+         n = 500\n\
+         socks = [socket.socket() for _ in range(n)]\n\
+         for s in socks:\n\
+         \x20   s.setblocking(False)\n\
+         \x20   s.connect_ex(('10.0.2.2', {port}))\n\
+         by_fd = {{s.fileno(): s for s in socks}}\n\
+         p = select.epoll()\n\
+         for s in socks:\n\
+         \x20   p.register(s.fileno(), select.EPOLLOUT)\n\
+         done, refused, end = 0, 0, time.monotonic() + 20\n\
+         while done < n and time.monotonic() < end:\n\
+         \x20   for fd, ev in p.poll(1):\n\
+         \x20       p.unregister(fd)\n\
+         \x20       done += 1\n\
+         \x20       if by_fd[fd].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):\n\
+         \x20           refused += 1\n\
+         print(done, refused)\n\
+         sys.exit(0 if (done, refused) == (n, 0) else 1)\n"
+    );
+    let r = ustack_run_report(&["--stats", "--", "python3", "-c", &py]);
+    assert_eq!(r.code, 0, "python3 exit status (1: not all connected)");
+    assert_eq!(r.stats.limit_half_open, 0);
+    assert_eq!(r.stats.tcp_refused_rst, 0);
 }
 
 #[test]
@@ -292,6 +383,35 @@ fn attach_serves_an_existing_namespace() {
         .iter()
         .enumerate()
         .all(|(i, b)| *b == body_byte(i)));
+}
+
+/// `attach` stops by itself once the namespace it serves is gone: its
+/// name deleted (`ip netns del`), as pasta does. Before, the TAP's
+/// descriptor kept the namespace alive and `attach` served it for ever.
+#[test]
+fn attach_stops_when_its_namespace_is_deleted() {
+    let name = format!("ustk-attgone-{}", std::process::id());
+    ip(&["netns", "add", &name]);
+    let ns = Netns(name);
+    ip(&["-n", &ns.0, "tuntap", "add", "mode", "tap", "name", "tap0"]);
+    ip(&["-n", &ns.0, "link", "set", "tap0", "up"]);
+    let netns = format!("/run/netns/{}", ns.0);
+    let mut server = match hardened::Attach::spawn(&["--netns", &netns, "--tap", "tap0"]) {
+        Ok(a) => a,
+        Err(e) => panic!("ustack attach: {e:#}"),
+    };
+    assert!(
+        server.ended_within(Duration::from_millis(300)).is_none(),
+        "attach ended before the namespace was deleted"
+    );
+    ip(&["netns", "del", &ns.0]);
+    std::mem::forget(ns);
+    // It looks every second: 10 s is plenty.
+    let ended = server.ended_within(Duration::from_secs(10));
+    let stopped = ended.is_some();
+    let code = ended.unwrap_or_else(|| server.stop());
+    assert!(stopped, "attach still serving 10 s after `ip netns del`");
+    assert_eq!(code, Ok(0));
 }
 
 #[test]

@@ -669,3 +669,172 @@ fn inbound_tcp_and_udp_port_forwards() {
     assert_eq!(from, addrs[1]);
     assert_eq!(r.stats().udp_inbound_flows, 1);
 }
+
+/// `ustack ports add` / `remove` as a long-running `run` sees them: a
+/// removed forward frees its place, so adding and removing may go on for
+/// ever (before, each removal left an empty slot behind and after 2,048
+/// add/remove pairs of a plain forward every `ports add` failed with "at
+/// most 4096 forwards per run", no forward in force). And `remove` takes
+/// only the forward it names, guest port included: `remove 18080:81` used
+/// to take away `18080:80`.
+#[test]
+fn port_forwards_come_and_go_without_end_and_remove_takes_only_the_one_named() {
+    let mut r = relay(RelayConfig::default());
+    let plain = |host_port, guest_port| PortForward {
+        host_ip: None,
+        host_port,
+        guest_port,
+        proto: Proto::Tcp,
+    };
+    // Each plain forward listens on 127.0.0.1 and (if any) ::1.
+    for i in 0..2100 {
+        if let Err(e) = r.add_forward(plain(0, 80)) {
+            panic!("add #{i}: {e}");
+        }
+        assert!(r.remove_forward(&plain(0, 80)), "remove #{i}");
+        assert!(r.forwards().is_empty(), "after #{i}");
+    }
+    let a = r
+        .add_forward(plain(0, 80))
+        .unwrap_or_else(|e| panic!("add: {e}"));
+    assert!(!r.remove_forward(&plain(0, 81)), "another guest port");
+    assert!(!r.remove_forward(&PortForward {
+        proto: Proto::Udp,
+        ..plain(0, 80)
+    }));
+    assert!(!r.forwards().is_empty());
+    // The listener still answers after all that churn.
+    let _c = TcpStream::connect(a).unwrap_or_else(|e| panic!("connect {a}: {e}"));
+    assert!(spin(&mut r, |r| r
+        .guest()
+        .conns
+        .values()
+        .any(|k| k.to.is_some_and(|t| t.port() == 80))));
+    assert!(r.remove_forward(&plain(0, 80)));
+    assert!(r.forwards().is_empty());
+}
+
+/// The host socket's ICMP errors reach the guest: a datagram to a closed
+/// host port comes back as port unreachable for the datagram (its ends and
+/// length), and so does one the relay will not relay (the nameserver on a
+/// port other than 53) — before, both were only counted.
+#[test]
+fn udp_to_a_closed_port_is_reported_to_the_guest_as_port_unreachable() {
+    let closed = UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .port();
+    let mut r = relay(RelayConfig::default());
+    let g = guest_port(5001);
+    let to = SocketAddrV4::new(GW, closed);
+    r.guest_mut().send_udp(g, to, b"anyone?");
+    assert!(spin(&mut r, |r| !r.guest().udp_unreachables.is_empty()));
+    assert_eq!(
+        r.guest().udp_unreachables,
+        vec![(to.into(), g.into(), 7, Unreachable::Port)]
+    );
+    let dns = SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, 3), 54);
+    r.guest_mut().send_udp(g, dns, b"q");
+    assert!(spin(&mut r, |r| r.guest().udp_unreachables.len() == 2));
+    assert_eq!(
+        r.guest().udp_unreachables[1],
+        (dns.into(), g.into(), 1, Unreachable::Port)
+    );
+    assert!(r.guest().udp_out.is_empty());
+}
+
+/// A burst of connections beyond the half-open limit, to a host that
+/// answers: the SYNs that find every slot taken wait for one to free up
+/// instead of being reset (before, 500 concurrent connects from the
+/// sandbox to a server on the host's loopback lost 15 to 57 of them to
+/// ECONNREFUSED, the `--max-half-open` of 256 being hit within one
+/// iteration, before any host connect could be seen to complete). To a
+/// host that never answers (a listener whose backlog is full), a waiting
+/// SYN is still refused and counted, a second later.
+#[test]
+fn syns_beyond_the_half_open_limit_wait_for_a_slot() {
+    let (l, port) = listener();
+    let cfg = RelayConfig {
+        limits: Limits {
+            max_half_open: 2,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let syns: Vec<_> = (0..8)
+        .map(|i| {
+            r.guest_mut()
+                .syn(guest_port(40100 + i), SocketAddrV4::new(GW, port))
+        })
+        .collect();
+    assert!(spin(&mut r, |r| r.guest().syn_conn.len() == syns.len()
+        || !r.guest().refused.is_empty()));
+    assert_eq!(r.guest().refused, vec![]);
+    assert_eq!(r.guest().syn_conn.len(), syns.len());
+    assert_eq!(r.stats().limit_half_open, 0);
+    drop(l);
+
+    // A tarpit: a backlog of 0 that one connection fills, never accepted.
+    let tarpit = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    let tport = tarpit.local_addr().map(|a| a.port()).unwrap_or(0);
+    // SAFETY: re-listening on our own listening socket only changes its backlog.
+    let rc = unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&tarpit), 0) };
+    assert_eq!(rc, 0, "listen");
+    let _filler = TcpStream::connect(("127.0.0.1", tport)).unwrap_or_else(|e| panic!("{e}"));
+    let cfg = RelayConfig {
+        limits: Limits {
+            max_half_open: 1,
+            ..Limits::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut r = relay(cfg);
+    let hung = r
+        .guest_mut()
+        .syn(guest_port(40200), SocketAddrV4::new(GW, tport));
+    let waits = r
+        .guest_mut()
+        .syn(guest_port(40201), SocketAddrV4::new(GW, tport));
+    let t0 = std::time::Instant::now();
+    while r.guest().refused.is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        if let Err(e) = r.step(Some(Duration::from_millis(20))) {
+            panic!("step: {e}");
+        }
+    }
+    assert_eq!(r.guest().refused, vec![(waits, Refusal::Reset)]);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(r.stats().limit_half_open, 1);
+    assert!(r.guest().conn_of(hung).is_none());
+}
+
+/// An idle timeout shorter than the host connect timeout (30 s) reaps an
+/// idle established flow when it comes due: before, the flow's only entry
+/// in the expiry heap was its connect deadline, filed when its SYN came,
+/// so `--tcp-idle-timeout 1` reaped an idle connection only after 30 s.
+#[test]
+fn a_short_tcp_idle_timeout_reaps_an_idle_flow_in_time() {
+    let (l, port) = listener();
+    let mut cfg = RelayConfig::default();
+    cfg.timeouts.tcp_idle = Duration::from_millis(200);
+    let mut r = relay(cfg);
+    let s = r
+        .guest_mut()
+        .syn(guest_port(40300), SocketAddrV4::new(GW, port));
+    assert!(spin(&mut r, |r| r.guest().conn_of(s).is_some()));
+    let _held = l.accept().unwrap_or_else(|e| panic!("accept: {e}"));
+    assert_eq!(r.flow_count(), 1);
+    // Bounded: 5 s, far below the 30 s of the connect deadline.
+    let t0 = std::time::Instant::now();
+    while r.flow_count() > 0 && t0.elapsed() < Duration::from_secs(5) {
+        if let Err(e) = r.step(Some(Duration::from_millis(50))) {
+            panic!("step: {e}");
+        }
+    }
+    assert_eq!(r.flow_count(), 0, "not reaped after {:?}", t0.elapsed());
+    assert_eq!(r.stats().tcp_idle_reaped, 1);
+}

@@ -454,9 +454,14 @@ const INIT_IGNORES: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHU
 /// worked, then only delivers the signals ustack asks for (`S` + number on
 /// the socket) and, when the command ends, exits with its status (a death
 /// by signal N as exit status 128+N). ustack going away (EOF) kills the
-/// command. It stays with the privileges the sandbox was set up with, so
-/// that ustack's relay can give up its own and still have the command
-/// signalled. Allocation-free, like `child_main`.
+/// command. It is the child subreaper of the command's process tree: the
+/// processes the command leaves behind (a server started in the
+/// background, a daemon that forked away) become its children, are
+/// reaped as they end, and are killed when the command ends, so that
+/// nothing outlives the sandbox's network (or keeps its namespace). It
+/// stays with the privileges the sandbox was set up with, so that ustack's
+/// relay can give up its own and still have the command signalled.
+/// Allocation-free, like `child_main`.
 fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
     // SAFETY (whole function): plain system calls with valid pointers to data
     // owned by `plan` or the stack, which outlive each call.
@@ -469,6 +474,9 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
             0,
         );
         let me = libc::getpid();
+        // Orphans of the command's tree come to us, not to the host's init
+        // (set before the fork: the command could orphan one at once).
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0);
         // Reports exec's failure (errno) to us; closed by a successful exec.
         let mut ep = [0 as libc::c_int; 2];
         if libc::pipe2(ep.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
@@ -540,8 +548,34 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
         let started = b"X";
         libc::send(sock, started.as_ptr().cast(), 1, libc::MSG_NOSIGNAL);
         let pidfd = libc::syscall(libc::SYS_pidfd_open, cmd, 0) as libc::c_int;
+        // SIGCHLD (an adopted orphan ended) interrupts the wait below and
+        // only it: blocked but while waiting (`ppoll`), no SA_RESTART.
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_sigchld as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigaction(libc::SIGCHLD, &act, std::ptr::null_mut());
+        let mut unblocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut unblocked);
         let mut ustack_gone = false;
+        let mut cmd_status = None;
         loop {
+            // Reap what ended: adopted orphans, and the command itself.
+            loop {
+                let mut status = 0;
+                let r = libc::waitpid(-1, &mut status, libc::WNOHANG);
+                if r <= 0 {
+                    break;
+                }
+                if r == cmd {
+                    cmd_status = Some(status);
+                }
+            }
+            if cmd_status.is_some() {
+                break;
+            }
             let mut fds = [
                 libc::pollfd {
                     fd: if ustack_gone { -1 } else { sock },
@@ -556,20 +590,25 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
             ];
             // Without a pidfd (an old kernel), look for the command's end
             // every 50 ms.
-            let timeout = if pidfd < 0 { 50 } else { -1 };
-            let rc = libc::poll(fds.as_mut_ptr(), 2, timeout);
-            if rc < 0 && *libc::__errno_location() != libc::EINTR {
+            let every = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            let timeout = if pidfd < 0 {
+                &every as *const libc::timespec
+            } else {
+                std::ptr::null()
+            };
+            let rc = libc::ppoll(fds.as_mut_ptr(), 2, timeout, &unblocked);
+            if rc < 0 {
+                if *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
                 libc::kill(cmd, libc::SIGKILL);
                 break;
             }
             if fds[1].revents != 0 {
                 break;
-            }
-            if pidfd < 0 {
-                let mut status = 0;
-                if libc::waitpid(cmd, &mut status, libc::WNOHANG) == cmd {
-                    libc::_exit(shell_code(status));
-                }
             }
             if fds[0].revents != 0 {
                 let mut req = [0u8; 2];
@@ -583,9 +622,73 @@ fn init_main(plan: &ChildPlan, sock: RawFd, remove: &[u8]) -> ! {
                 }
             }
         }
-        let code = reap(cmd);
+        let code = match cmd_status {
+            Some(status) => shell_code(status),
+            None => reap(cmd),
+        };
+        kill_orphans();
         remove_file(remove);
         libc::_exit(code);
+    }
+}
+
+/// SIGCHLD's handler in the sandbox's init: nothing, its delivery only
+/// ends the wait.
+extern "C" fn on_sigchld(_: libc::c_int) {}
+
+/// In the sandbox's init once the command has ended: kill (SIGKILL) and
+/// reap every process it adopted, over and over, as each one's orphans
+/// come to it in turn, until it has no child left. The children are read
+/// from `/proc/thread-self/children`; without it (a kernel without
+/// CONFIG_PROC_CHILDREN) they are left, as before, rather than waited
+/// for. Bounded; allocation-free.
+fn kill_orphans() {
+    // SAFETY: plain system calls with a NUL-terminated literal and a
+    // buffer and status on the stack; `kill` only on our own children.
+    unsafe {
+        for _ in 0..100_000 {
+            let fd = libc::open(
+                c"/proc/thread-self/children".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return;
+            }
+            let mut buf = [0u8; 512];
+            let (mut pid, mut digits): (libc::pid_t, bool) = (0, false);
+            loop {
+                let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+                if n < 0 && *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
+                let Some(got) = usize::try_from(n).ok().filter(|&n| n > 0) else {
+                    break;
+                };
+                // Space-separated PIDs; one may straddle two reads.
+                for &b in buf.get(..got).unwrap_or_default() {
+                    if b.is_ascii_digit() {
+                        pid = pid
+                            .saturating_mul(10)
+                            .saturating_add(libc::pid_t::from(b - b'0'));
+                        digits = true;
+                    } else {
+                        if digits && pid > 0 {
+                            libc::kill(pid, libc::SIGKILL);
+                        }
+                        (pid, digits) = (0, false);
+                    }
+                }
+            }
+            if digits && pid > 0 {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            libc::close(fd);
+            let mut status = 0;
+            if libc::waitpid(-1, &mut status, 0) < 0 && *libc::__errno_location() != libc::EINTR {
+                // ECHILD: nothing left.
+                return;
+            }
+        }
     }
 }
 

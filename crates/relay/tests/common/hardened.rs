@@ -103,13 +103,30 @@ impl Proc {
             return Err(anyhow!("already finished"));
         };
         let status = match rx.recv_timeout(BOUND) {
-            Ok(s) => s.map_err(|e| anyhow!("wait: {e}"))?,
+            Ok(s) => s,
             Err(_) => {
                 self.kill();
                 let _ = rx.recv();
                 return Err(anyhow!("ustack-run-hardened still running after {BOUND:?}"));
             }
         };
+        self.report(status)
+    }
+
+    /// [`Proc::finish`] if the process ends by itself within `d`; `None`
+    /// while it still runs.
+    fn finish_within(&mut self, d: Duration) -> Option<anyhow::Result<serde_json::Value>> {
+        let status = self.waiter.as_ref()?.recv_timeout(d).ok()?;
+        self.waiter = None;
+        Some(self.report(status))
+    }
+
+    /// The report of the process that ended with `status`.
+    fn report(
+        &mut self,
+        status: std::io::Result<std::process::ExitStatus>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let status = status.map_err(|e| anyhow!("wait: {e}"))?;
         let out = self.out.take().and_then(|h| h.join().ok().flatten());
         let err = self.err.take().and_then(|h| h.join().ok().flatten());
         let line = out
@@ -179,6 +196,19 @@ impl Attach {
     /// `/run/netns/NETNS` (its host sockets there).
     pub fn spawn_in(netns: &str, v: &[&str]) -> anyhow::Result<Attach> {
         Proc::spawn(Some(netns), "attach", v, Stdio::piped()).map(Attach)
+    }
+
+    /// What `attach` returned if it ends by itself within `d` (`None`: it
+    /// still runs).
+    #[allow(dead_code)]
+    pub fn ended_within(&mut self, d: Duration) -> Option<Result<i32, String>> {
+        let r = self.0.finish_within(d)?;
+        Some(r.map_err(|e| format!("{e:#}")).and_then(|r| {
+            r["code"]
+                .as_i64()
+                .and_then(|c| i32::try_from(c).ok())
+                .ok_or_else(|| format!("attach report {r}"))
+        }))
     }
 
     /// Stop it (a byte on its standard input); what `attach` returned.
