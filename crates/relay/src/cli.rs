@@ -727,6 +727,16 @@ fn run_report_inner<G: GuestStack>(
         let drain = args.relay.relay_config().timeouts.exit_drain;
         served = relay.drain(drain).map(|()| crate::relay::Stop::StopFd);
     }
+    // The command deleted its own interface (it may: the namespace is its
+    // own). That ends its network, not a failure of ours: say so, and let
+    // the command's own status stand.
+    if matches!(&served, Err(e) if e.raw_os_error() == Some(libc::EBADFD)) {
+        eprintln!(
+            "ustack run: the sandbox's interface {} was deleted; the command has no network any more",
+            args.tap
+        );
+        served = Ok(crate::relay::Stop::StopFd);
+    }
     let code = sandbox.wait().context("waiting for the command")?;
     drop(control);
     relay.shutdown();

@@ -312,12 +312,32 @@ fn nothing_outlives_the_command() -> Result<(), String> {
     Ok(())
 }
 
+/// The command deletes its own interface: that ends its network, and
+/// `run` says so, but the command's exit status stands (no "relay
+/// failed", no status 1), whether the relay notices before the command
+/// ends or only while draining after it.
+fn a_deleted_interface_ends_the_network_not_the_command() -> Result<(), String> {
+    let out = ustack_run(
+        &["--", "sh", "-c", "ip link del eth0 || exit 9; exit 7"],
+        b"",
+        &[],
+    );
+    let err = text(&out.stderr);
+    if out.status.code() != Some(7)
+        || !err.contains("the sandbox's interface eth0 was deleted")
+        || err.contains("relay failed")
+    {
+        return Err(format!("status {:?}, stderr {err:?}", out.status));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(CHILD_FLAG) {
         return child_main(argv.into_iter().skip(2).collect());
     }
-    let cases: [(&str, Case); 4] = [
+    let cases: [(&str, Case); 5] = [
         (
             "no_cmd_starts_shell_from_env_reading_stdin",
             no_cmd_starts_shell_from_env_reading_stdin,
@@ -328,6 +348,10 @@ fn main() -> ExitCode {
         ),
         ("pcap_captures_the_guest_side", pcap_captures_the_guest_side),
         ("nothing_outlives_the_command", nothing_outlives_the_command),
+        (
+            "a_deleted_interface_ends_the_network_not_the_command",
+            a_deleted_interface_ends_the_network_not_the_command,
+        ),
     ];
     // Honour a name filter like libtest does (`cargo test --test cli_process NAME`).
     let filter: Option<&String> = argv.iter().skip(1).find(|a| !a.starts_with('-'));
