@@ -494,8 +494,19 @@ pub fn ss(a: SsArgs) -> Result<i32> {
     // IPv6 ones are longer than IPv4's 21 characters), at least 22.
     let lw = rows.iter().map(|s| s.local.len() + 1).fold(22, usize::max);
     let pw = rows.iter().map(|s| s.peer.len() + 1).fold(22, usize::max);
+    // ss(8) names each row's protocol in a first column when it shows more
+    // than one (`ss -tua`): a connected UDP socket (run's relayed flow) is
+    // ESTAB as a TCP connection is.
+    let netid = |p: &str| {
+        if want_tcp && a.udp {
+            format!("{p:<6}")
+        } else {
+            String::new()
+        }
+    };
     println!(
-        "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
+        "{}{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
+        netid("Netid"),
         "State",
         "Recv-Q",
         "Send-Q",
@@ -514,8 +525,13 @@ pub fn ss(a: SsArgs) -> Result<i32> {
             }
         }
         println!(
-            "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{extra}",
-            s.state, s.recv_q, s.send_q, s.local, s.peer
+            "{}{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{extra}",
+            netid(&s.proto),
+            s.state,
+            s.recv_q,
+            s.send_q,
+            s.local,
+            s.peer
         );
         if a.info {
             if let Some(l) = detail_line(s) {
@@ -540,18 +556,33 @@ pub struct NstatArgs {
     pub zeros: bool,
     /// Do not update the history (the next `nstat` shows increments since
     /// the previous one still).
-    #[arg(short = 's', long = "no-update")]
+    #[arg(short = 's', long = "no-update", visible_alias = "noupdate")]
     pub no_update: bool,
+    /// Update the history without printing anything (as nstat's `-n`:
+    /// `nstat -n; ...; nstat` shows what `...` did).
+    #[arg(short = 'n', long = "nooutput", conflicts_with_all = ["no_update", "watch"])]
+    pub no_output: bool,
+    /// Reset the history: print values since the stack started (as `-a`)
+    /// and take them as the history (as nstat's `-r`).
+    #[arg(short = 'r', long = "reset", conflicts_with = "no_update")]
+    pub reset: bool,
+    /// Print JSON (as nstat's `-j`; the same as `--json`).
+    #[arg(short = 'j')]
+    pub json_short: bool,
     /// Print increments every SECS seconds until interrupted.
     #[arg(long, value_name = "SECS")]
     pub watch: Option<f64>,
-    /// Counter names to show (`*` matches any text: `Tcp*`, `*Retrans*`).
+    /// Counter names to show (`*` matches any text: `Tcp*`, `*Retrans*`;
+    /// case does not matter, as in nstat).
     #[arg(value_name = "PATTERN")]
     pub patterns: Vec<String>,
 }
 
-/// Does `name` match shell-like `pat` (`*` only)?
+/// Does `name` match shell-like `pat` (`*` only), ignoring ASCII case as
+/// nstat's `fnmatch(..., FNM_CASEFOLD)` does?
 fn glob(pat: &str, name: &str) -> bool {
+    let (pat, name) = (pat.to_ascii_lowercase(), name.to_ascii_lowercase());
+    let (pat, name) = (pat.as_str(), name.as_str());
     let parts: Vec<&str> = pat.split('*').collect();
     if parts.len() == 1 {
         return pat == name;
@@ -581,16 +612,21 @@ pub fn nstat(a: NstatArgs) -> Result<i32> {
         }
     }
     let mut c = connect(&a.sel)?;
+    let json = a.sel.json || a.json_short;
+    let absolute = a.absolute || a.reset;
     loop {
         let update = !a.no_update || a.watch.is_some();
         let Response::Counters { counters } = call(&mut c, &Request::Counters { update })? else {
             bail!("unexpected answer from stack {:?}", c.name());
         };
+        if a.no_output {
+            return Ok(0);
+        }
         let rows: Vec<(String, u64)> = counters
             .iter()
             .filter(|e| a.patterns.is_empty() || a.patterns.iter().any(|p| glob(p, &e.name)))
             .map(|e| {
-                let v = if a.absolute {
+                let v = if absolute {
                     e.value
                 } else {
                     e.value.wrapping_sub(e.previous)
@@ -599,7 +635,7 @@ pub fn nstat(a: NstatArgs) -> Result<i32> {
             })
             .filter(|(_, v)| a.zeros || *v != 0)
             .collect();
-        if a.sel.json {
+        if json {
             let m: serde_json::Map<String, serde_json::Value> =
                 rows.into_iter().map(|(k, v)| (k, v.into())).collect();
             print_json(&m)?;
@@ -629,6 +665,12 @@ pub struct SysctlArgs {
     /// `-w`; without it `NAME=VALUE` changes one too.
     #[arg(short = 'w', long = "write")]
     pub write: bool,
+    /// Print values only, without names (as sysctl(8)'s `-n`).
+    #[arg(short = 'n', long = "values")]
+    pub values_only: bool,
+    /// Do not print the values a change set (as sysctl(8)'s `-q`).
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
     /// `NAME` to read, `NAME=VALUE` to change (all changes apply together,
     /// or none if one is refused). Names as Linux's: `net.ipv4.tcp_wmem`
     /// (or `net/ipv4/tcp_wmem`).
@@ -665,7 +707,9 @@ pub fn sysctl(a: SysctlArgs) -> Result<i32> {
             })
             .collect();
         if let Response::Sysctl { values: v } = call(&mut c, &Request::SysctlSet { assignments })? {
-            values.extend(v);
+            if !a.quiet {
+                values.extend(v);
+            }
         }
     }
     if !gets.is_empty() || a.all {
@@ -684,7 +728,11 @@ pub fn sysctl(a: SysctlArgs) -> Result<i32> {
         return print_json(&m).map(|_| 0);
     }
     for (k, v) in values {
-        println!("{k} = {v}");
+        if a.values_only {
+            println!("{v}");
+        } else {
+            println!("{k} = {v}");
+        }
     }
     Ok(0)
 }
@@ -1122,5 +1170,9 @@ mod tests {
         assert!(glob("*Opens", "TcpActiveOpens"));
         assert!(!glob("Ip*", "TcpActiveOpens"));
         assert!(glob("TcpActiveOpens", "TcpActiveOpens"));
+        // nstat matches without regard to case.
+        assert!(glob("tcp*", "TcpActiveOpens"));
+        assert!(glob("TCPEXT*timeouts", "TcpExtTCPTimeouts"));
+        assert!(!glob("tcpext*", "TcpActiveOpens"));
     }
 }
