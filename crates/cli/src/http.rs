@@ -70,10 +70,10 @@ impl<S: Read + Write> Conn<S> {
     /// `Ok(None)` on a clean EOF before any byte of a new message.
     fn read_head(&mut self) -> io::Result<Option<String>> {
         loop {
-            if let Some(pos) = find(self.buffered(), b"\r\n\r\n") {
+            if let Some((pos, end)) = head_end(self.buffered()) {
                 let head =
                     String::from_utf8_lossy(self.buffered().get(..pos).unwrap_or(&[])).into_owned();
-                self.start += pos + 4;
+                self.start += end;
                 return Ok(Some(head));
             }
             if self.buffered().len() >= MAX_HEAD {
@@ -171,6 +171,39 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Where a message head in `buf` ends: `(head_len, consumed)`, the head
+/// being `buf[..head_len]` and the empty line that ends it running to
+/// `consumed`. Lines end with CRLF or, as RFC 9112 2.2 allows ("a
+/// recipient MAY recognize a single LF as a line terminator and ignore any
+/// preceding CR"), a bare LF.
+fn head_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut from = 0;
+    while let Some(i) = buf.get(from..)?.iter().position(|&b| b == b'\n') {
+        let lf = from + i;
+        match buf.get(lf + 1..) {
+            Some([b'\n', ..]) => return Some((lf, lf + 2)),
+            Some([b'\r', b'\n', ..]) => return Some((lf, lf + 3)),
+            _ => from = lf + 1,
+        }
+    }
+    None
+}
+
+/// How many bytes of empty lines (CRLF or LF) start `buf`: RFC 9112 2.2,
+/// "a server that is expecting to receive and parse a request-line SHOULD
+/// ignore at least one empty line (CRLF) received prior to the
+/// request-line".
+fn leading_empty_lines(buf: &[u8]) -> usize {
+    let mut n = 0;
+    loop {
+        match buf.get(n..) {
+            Some([b'\n', ..]) => n += 1,
+            Some([b'\r', b'\n', ..]) => n += 2,
+            _ => return n,
+        }
+    }
+}
+
 /// A parsed message head: first line and headers.
 struct Head {
     first: String,
@@ -179,7 +212,8 @@ struct Head {
 
 impl Head {
     fn parse(text: &str) -> Option<Head> {
-        let mut lines = text.split("\r\n");
+        // Lines end with CRLF or a bare LF (see `head_end`).
+        let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
         let first = lines.next()?.to_string();
         let mut headers = Vec::new();
         for line in lines {
@@ -447,6 +481,12 @@ impl HttpSession {
                 close,
             )
         } else {
+            // RFC 9112 3.2.2: "a server MUST accept the absolute-form in
+            // requests": its path is what is routed.
+            let target = match target.strip_prefix("http://") {
+                Some(rest) => rest.find('/').map_or("/", |i| rest.get(i..).unwrap_or("/")),
+                None => target,
+            };
             match route(target) {
                 None => simple_response(
                     404,
@@ -494,11 +534,12 @@ impl HttpSession {
         loop {
             match self.state {
                 HttpState::Head => {
-                    if let Some(pos) = find(self.buffered(), b"\r\n\r\n") {
+                    self.start += leading_empty_lines(self.buffered());
+                    if let Some((pos, end)) = head_end(self.buffered()) {
                         let head =
                             String::from_utf8_lossy(self.buffered().get(..pos).unwrap_or(&[]))
                                 .into_owned();
-                        self.start += pos + 4;
+                        self.start += end;
                         self.on_head(&head, page);
                         continue;
                     }
@@ -912,6 +953,57 @@ mod tests {
         assert!(out.ends_with("counters here\n"));
         let out = raw(addr, "GET /bytes/12x HTTP/1.0\r\n\r\n");
         assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    }
+
+    #[test]
+    fn bare_lf_lines_and_absolute_targets_are_served() {
+        // RFC 9112 2.2: "a recipient MAY recognize a single LF as a line
+        // terminator and ignore any preceding CR", which is what
+        // `printf 'GET / HTTP/1.0\n\n' | nc` sends (it waited forever);
+        // 3.2.2: "a server MUST accept the absolute-form in requests" (it
+        // answered 404).
+        let (addr, _h) = server();
+        // What came back within 10 s (the server used to wait for a CRLF
+        // forever).
+        let raw = |addr: SocketAddrV4, req: &str| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            s.write_all(req.as_bytes()).unwrap();
+            let mut out = Vec::new();
+            let r = s.read_to_end(&mut out);
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(r.is_ok(), "{req:?}: no end of answer ({r:?}): {out}");
+            out
+        };
+        let out = raw(addr, "GET /bytes/3 HTTP/1.0\n\n");
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.contains("Content-Length: 3\r\n"), "{out}");
+        let out = raw(
+            addr,
+            "GET /bytes/2 HTTP/1.1\nHost: x\r\nConnection: close\n\r\n",
+        );
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.contains("Content-Length: 2\r\n"), "{out}");
+        // Pipelined, bare LF, with the empty line a client may send first
+        // (RFC 9112 2.2: "SHOULD ignore at least one empty line").
+        let out = raw(
+            addr,
+            "\r\nGET /bytes/1 HTTP/1.1\nHost: x\n\nGET /bytes/4 HTTP/1.1\nHost: x\nConnection: close\n\n",
+        );
+        assert_eq!(out.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{out}");
+        assert!(out.contains("Content-Length: 4\r\n"), "{out}");
+        let out = raw(
+            addr,
+            "GET http://10.77.0.2/bytes/5?x=1 HTTP/1.1\r\nHost: 10.77.0.2\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.contains("Content-Length: 5\r\n"), "{out}");
+        let out = raw(
+            addr,
+            "GET http://10.77.0.2 HTTP/1.1\r\nHost: 10.77.0.2\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.ends_with("counters here\n"), "{out}");
     }
 
     #[test]
