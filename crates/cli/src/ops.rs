@@ -883,6 +883,42 @@ fn frame_line(ts_s: u32, ts_us: u32, frame: &[u8], len: u32) -> String {
     }
 }
 
+/// Write what the ring holds (at most `want` frames) to `out` as pcap
+/// records, or as one line per frame without `out`, and consume it: the
+/// frames written, or None when the output is gone (a closed pipe).
+fn drain(
+    ring: &mut RingReader,
+    out: Option<&mut Box<dyn std::io::Write>>,
+    want: u64,
+) -> std::result::Result<Option<u64>, String> {
+    use std::io::Write as _;
+    let p = ring.pending(want)?;
+    if p.frames == 0 {
+        return Ok(Some(0));
+    }
+    let r = match out {
+        Some(o) => {
+            // The records go from the ring to the file in one or two writes.
+            let (x, y) = ring.slices(&p);
+            o.write_all(x)
+                .and_then(|()| o.write_all(y))
+                .and_then(|()| o.flush())
+        }
+        None => {
+            let mut so = std::io::stdout().lock();
+            ring.records(&p).iter().try_for_each(|rec| {
+                let w = |i: usize| u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
+                writeln!(so, "{}", frame_line(w(0), w(4), &rec[16..], w(12)))
+            })
+        }
+    };
+    if r.is_err() {
+        return Ok(None);
+    }
+    ring.consume(&p);
+    Ok(Some(p.frames))
+}
+
 pub fn capture(a: CaptureArgs) -> Result<i32> {
     use std::io::Write as _;
     crate::signals::block_termination()?;
@@ -954,37 +990,18 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
         }
         let closed = ring.closed();
         dropped = ring.dropped();
-        let p = ring
-            .pending(want)
-            .map_err(|e| anyhow!("stack {:?}: {e}", c.name()))?;
-        if p.frames > 0 {
-            let r = match out.as_mut() {
-                Some(o) => {
-                    // The records go from the ring to the file in one or two writes.
-                    let (x, y) = ring.slices(&p);
-                    o.write_all(x)
-                        .and_then(|()| o.write_all(y))
-                        .and_then(|()| o.flush())
-                }
-                None => {
-                    let mut so = std::io::stdout().lock();
-                    ring.records(&p).iter().try_for_each(|rec| {
-                        let w = |i: usize| {
-                            u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]])
-                        };
-                        writeln!(so, "{}", frame_line(w(0), w(4), &rec[16..], w(12)))
-                    })
-                }
-            };
-            if r.is_err() {
+        let n = match drain(&mut ring, out.as_mut(), want)
+            .map_err(|e| anyhow!("stack {:?}: {e}", c.name()))?
+        {
+            Some(n) => n,
+            None => {
                 broken_pipe = true;
                 break;
             }
-            ring.consume(&p);
-            got += p.frames;
-            if a.count.is_some_and(|n| got >= n) {
-                break;
-            }
+        };
+        got += n;
+        if a.count.is_some_and(|n| got >= n) {
+            break;
         }
         // Tell the stack the reader is alive (it stops an abandoned capture).
         if alive.elapsed() >= Duration::from_secs(1) {
@@ -996,11 +1013,11 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
             }
             alive = Instant::now();
         }
-        if closed && p.frames == 0 {
+        if closed && n == 0 {
             eprintln!("ustack capture: the stack stopped the capture");
             break;
         }
-        if p.frames == 0 {
+        if n == 0 {
             // Poll every millisecond while frames come, less often (up to
             // every 20 ms) while none do; the stack wakes us only when half
             // the ring waits.
@@ -1013,11 +1030,33 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
             break;
         }
     }
+    // Stopped by a signal (or the stack): what the stack recorded until
+    // now is in the ring still, and so is what it records until it hears
+    // the stop. Both go to the output, as tcpdump writes what it captured
+    // before Ctrl-C.
+    let mut stopped = false;
+    for _ in 0..2 {
+        if broken_pipe || a.count.is_some_and(|n| got >= n) || !ring.is_ours() {
+            break;
+        }
+        let want = a.count.map_or(u64::MAX, |n| n.saturating_sub(got));
+        match drain(&mut ring, out.as_mut(), want) {
+            Ok(Some(n)) => got += n,
+            Ok(None) => broken_pipe = true,
+            Err(e) => eprintln!("ustack capture: stack {:?}: {e}", c.name()),
+        }
+        if !stopped {
+            let _ = c.call(&Request::CaptureStop);
+            stopped = true;
+        }
+    }
     // The stack's count, as of now (a stopped capture's ring is kept a while).
     if ring.is_ours() {
         dropped = ring.dropped();
     }
-    let _ = c.call(&Request::CaptureStop);
+    if !stopped {
+        let _ = c.call(&Request::CaptureStop);
+    }
     if let Some(mut o) = out {
         let _ = o.flush();
     }
