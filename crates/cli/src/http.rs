@@ -629,6 +629,13 @@ impl std::str::FromStr for Url {
         let rest = s
             .strip_prefix("http://")
             .ok_or_else(|| format!("'{s}': only http:// URLs are supported"))?;
+        // RFC 3986 has no space or control character in a URL; sent as
+        // they are they would break the request line (or add a header).
+        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "{s:?}: a space or control character in the URL (write a space as %20)"
+            ));
+        }
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -905,6 +912,18 @@ mod tests {
         assert!("http://[fd77::zz]/".parse::<Url>().is_err());
         assert!("http://[fd77::1]x/".parse::<Url>().is_err());
         assert!("http://[fd77::1]:70000/".parse::<Url>().is_err());
+        // A space or a control character would break the request line
+        // (`GET /a b HTTP/1.1` was sent as it was): refused, as curl does.
+        for bad in [
+            "http://10.0.0.1/a b",
+            "http://10.0.0.1/a\tb",
+            "http://10.0.0.1/\r\nX: y",
+        ] {
+            let e = bad.parse::<Url>().expect_err(bad);
+            assert!(e.contains("space or control character"), "{bad:?}: {e}");
+        }
+        let u: Url = "http://10.0.0.1/a%20b".parse().unwrap();
+        assert_eq!(u.path, "/a%20b");
     }
 
     #[test]
