@@ -160,6 +160,9 @@ pub struct SsArgs {
     /// Extended: orphaned sockets and, in `ustack run`, the host socket.
     #[arg(short = 'e', long = "extended")]
     pub extended: bool,
+    /// No header line (as `ss -H`: `ss -Htn | wc -l` counts connections).
+    #[arg(short = 'H', long = "no-header")]
+    pub no_header: bool,
     /// IPv4 sockets only (as `ss -4`).
     #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
     pub ipv4: bool,
@@ -206,6 +209,9 @@ fn state_name(v: &str) -> Result<String> {
         "listening" | "listen" => "LISTEN",
         "closed" => "UNCONN",
         "connected" => "connected",
+        "synchronized" => "synchronized",
+        "bucket" => "bucket",
+        "big" => "big",
         "all" => "all",
         _ => bail!("unknown state {v:?} in filter"),
     };
@@ -364,9 +370,18 @@ fn keep(s: &SocketEntry, a: &SsArgs, terms: &[Term]) -> bool {
     // ss counts an unconnected UDP socket as listening (`ss -ul`).
     let listening = s.state == "LISTEN" || s.state == "UNCONN";
     let by_state = match state_terms.next() {
-        Some(first) => std::iter::once(first)
-            .chain(state_terms)
-            .any(|n| n == "all" || n == s.state || (n == "connected" && !listening)),
+        Some(first) => std::iter::once(first).chain(state_terms).any(|n| {
+            // ss(8)'s groups: connected = not listening or closed;
+            // synchronized = connected but SYN-SENT; bucket = the
+            // minisockets (SYN-RECV, TIME-WAIT); big = all but those.
+            let bucket = s.state == "SYN-RECV" || s.state == "TIME-WAIT";
+            n == "all"
+                || n == s.state
+                || (n == "connected" && !listening)
+                || (n == "synchronized" && !listening && s.state != "SYN-SENT")
+                || (n == "bucket" && bucket)
+                || (n == "big" && !bucket)
+        }),
         None => a.all || (a.listening == listening),
     };
     by_state
@@ -504,16 +519,18 @@ pub fn ss(a: SsArgs) -> Result<i32> {
             String::new()
         }
     };
-    println!(
-        "{}{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
-        netid("Netid"),
-        "State",
-        "Recv-Q",
-        "Send-Q",
-        "Local Address:Port",
-        "Peer Address:Port",
-        if a.extended { "  Process" } else { "" }
-    );
+    if !a.no_header {
+        println!(
+            "{}{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
+            netid("Netid"),
+            "State",
+            "Recv-Q",
+            "Send-Q",
+            "Local Address:Port",
+            "Peer Address:Port",
+            if a.extended { "  Process" } else { "" }
+        );
+    }
     for s in rows {
         let mut extra = String::new();
         if a.extended {
@@ -1200,6 +1217,59 @@ mod tests {
         for n in 0..f6.len() {
             let _ = frame_line(0, 0, &f6[..n], n as u32);
         }
+    }
+
+    #[test]
+    fn state_groups_as_ss() {
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            a: SsArgs,
+        }
+        let args = |s: &str| {
+            <W as clap::Parser>::try_parse_from(std::iter::once("ss").chain(s.split(' ')))
+                .expect("args")
+                .a
+        };
+        let row = |state: &str| SocketEntry {
+            proto: "tcp".into(),
+            state: state.into(),
+            recv_q: 0,
+            send_q: 0,
+            local: "10.0.0.2:80".into(),
+            peer: "10.0.0.1:4000".into(),
+            orphan: false,
+            info: None,
+            host: None,
+        };
+        let states = [
+            "LISTEN",
+            "SYN-SENT",
+            "SYN-RECV",
+            "ESTAB",
+            "TIME-WAIT",
+            "CLOSE-WAIT",
+        ];
+        let kept = |filter: &str| -> Vec<&str> {
+            let a = args(filter);
+            let terms = parse_filter(&a.filter).expect("filter");
+            states
+                .iter()
+                .copied()
+                .filter(|st| keep(&row(st), &a, &terms))
+                .collect()
+        };
+        assert_eq!(
+            kept("state synchronized"),
+            ["SYN-RECV", "ESTAB", "TIME-WAIT", "CLOSE-WAIT"]
+        );
+        assert_eq!(kept("state bucket"), ["SYN-RECV", "TIME-WAIT"]);
+        assert_eq!(
+            kept("state big"),
+            ["LISTEN", "SYN-SENT", "ESTAB", "CLOSE-WAIT"]
+        );
+        assert_eq!(kept("state connected").len(), 5);
+        assert!(args("-H").no_header);
     }
 
     #[test]
