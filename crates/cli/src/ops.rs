@@ -763,8 +763,8 @@ pub struct CaptureArgs {
     /// The device to capture on (each stack has one; `any` is accepted).
     #[arg(short = 'i', value_name = "DEV")]
     pub interface: Option<String>,
-    /// Stop after N frames.
-    #[arg(short = 'c', value_name = "N")]
+    /// Stop after N frames (at least 1, as tcpdump's -c).
+    #[arg(short = 'c', value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Bytes kept of each frame.
     #[arg(short = 's', value_name = "SNAPLEN", default_value_t = 65535,
@@ -1270,6 +1270,22 @@ mod tests {
         );
         assert_eq!(kept("state connected").len(), 5);
         assert!(args("-H").no_header);
+    }
+
+    #[test]
+    fn capture_count_is_at_least_one() {
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            a: CaptureArgs,
+        }
+        let parse = |s: &[&str]| {
+            <W as clap::Parser>::try_parse_from(std::iter::once("capture").chain(s.iter().copied()))
+        };
+        // `-c 0` started a capture that stopped at once, "0 frames
+        // captured"; tcpdump refuses it.
+        assert!(parse(&["-c", "0"]).is_err());
+        assert_eq!(parse(&["-c", "1"]).expect("ok").a.count, Some(1));
     }
 
     #[test]
