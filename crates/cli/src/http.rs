@@ -268,6 +268,23 @@ impl Head {
     }
 }
 
+/// A request line's method, target and whether it is HTTP/1.1 (else
+/// 1.0); else the status and body to refuse it with.
+fn request_line(first: &str) -> Result<(&str, &str, bool), (u16, &'static str)> {
+    let mut parts = first.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err((400, "malformed request line\n"));
+    };
+    match version {
+        "HTTP/1.1" => Ok((method, target, true)),
+        "HTTP/1.0" => Ok((method, target, false)),
+        v if v.starts_with("HTTP/") => Err((505, "only HTTP/1.x\n")),
+        _ => Err((400, "malformed request line\n")),
+    }
+}
+
 /// What the server does with one request.
 enum Route {
     Page,
@@ -424,17 +441,9 @@ impl HttpSession {
         let Some(head) = Head::parse(head_text) else {
             return self.fail(400, "malformed request\n", false);
         };
-        let mut parts = head.first.split(' ');
-        let (Some(method), Some(target), Some(version), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return self.fail(400, "malformed request line\n", false);
-        };
-        let http11 = match version {
-            "HTTP/1.1" => true,
-            "HTTP/1.0" => false,
-            v if v.starts_with("HTTP/") => return self.fail(505, "only HTTP/1.x\n", false),
-            _ => return self.fail(400, "malformed request line\n", false),
+        let (method, target, http11) = match request_line(&head.first) {
+            Ok(l) => l,
+            Err((status, body)) => return self.fail(status, body, false),
         };
         let head_only = method == "HEAD";
         // RFC 9112 9.3: "A server that does not support persistent connections
@@ -542,6 +551,25 @@ impl HttpSession {
                         self.start += end;
                         self.on_head(&head, page);
                         continue;
+                    }
+                    // A whole request line that cannot be served is
+                    // answered at once: a client that sent none (HTTP/0.9's
+                    // `GET /`) would never send the empty line that ends
+                    // a head.
+                    let line = self
+                        .buffered()
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .and_then(|i| self.buffered().get(..i));
+                    if let Some(line) = line {
+                        let line = String::from_utf8_lossy(line);
+                        if let Err((status, body)) =
+                            request_line(line.strip_suffix('\r').unwrap_or(&line))
+                        {
+                            self.served += 1;
+                            self.fail(status, body, false);
+                            continue;
+                        }
                     }
                     if self.buffered().len() >= MAX_HEAD {
                         self.fail(400, "request head too long\n", false);
@@ -1023,6 +1051,40 @@ mod tests {
             "GET http://10.77.0.2 HTTP/1.1\r\nHost: 10.77.0.2\r\nConnection: close\r\n\r\n",
         );
         assert!(out.ends_with("counters here\n"), "{out}");
+    }
+
+    #[test]
+    fn a_bad_request_line_is_answered_without_waiting_for_headers() {
+        // `GET /` and Enter in telnet or nc (HTTP/0.9's form, no version)
+        // waited forever for the empty line that ends a head: a request
+        // line that cannot be served is answered as soon as it is whole.
+        let (addr, _h) = server();
+        for (line, status) in [
+            ("GET /\r\n", "400 Bad Request"),
+            ("GET /\n", "400 Bad Request"),
+            ("GET / HTTP/2.0\r\n", "505 HTTP Version Not Supported"),
+            ("garbage\r\n", "400 Bad Request"),
+        ] {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            s.write_all(line.as_bytes()).unwrap();
+            // The client does not close: the answer must come anyway.
+            let mut out = Vec::new();
+            let r = s.read_to_end(&mut out);
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(r.is_ok(), "{line:?}: no answer ({r:?})");
+            assert!(
+                out.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+                "{line:?}: {out}"
+            );
+        }
+        // A good request line still waits for its headers.
+        let out = raw(
+            addr,
+            "GET /bytes/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
     }
 
     #[test]
