@@ -219,9 +219,11 @@ fn state_name(v: &str) -> Result<String> {
 }
 
 fn parse_filter(words: &[String]) -> Result<Vec<Term>> {
-    // Accept `sport = :80`, `sport == :80`, `sport eq :80` and `sport=:80`.
+    // Accept `sport = :80`, `sport == :80`, `sport eq :80` and `sport=:80`,
+    // as separate arguments or as one (`ss 'sport = :80'`, as ss(8) joins
+    // its arguments).
     let mut toks: Vec<String> = vec![];
-    for w in words {
+    for w in words.iter().flat_map(|w| w.split_whitespace()) {
         for (i, part) in w.splitn(2, '=').enumerate() {
             if i == 1 {
                 toks.push("=".into());
@@ -789,7 +791,8 @@ pub struct CaptureArgs {
 
 fn parse_capture_filter(words: &[String]) -> Result<ustack_ctl::CaptureSpec> {
     let mut f = ustack_ctl::CaptureSpec::default();
-    let mut it = words.iter().map(String::as_str);
+    // Separate words or one quoted expression (`'tcp and port 80'`).
+    let mut it = words.iter().flat_map(|w| w.split_whitespace());
     while let Some(w) = it.next() {
         match w {
             "and" | "&&" => {}
@@ -1135,6 +1138,24 @@ mod tests {
             parse_filter(&w("dport=:443")).expect("ok"),
             vec![Term::Dport(443)]
         );
+        // The filter quoted as one argument, as ss(8) is usually given it
+        // (`ss -tn 'sport = :22'`): it was "unknown filter \"sport \"".
+        assert_eq!(
+            parse_filter(&["sport = :7".to_string()]).expect("ok"),
+            vec![Term::Sport(7)]
+        );
+        assert_eq!(
+            parse_filter(&[
+                "state established  dst 10.0.0.1".to_string(),
+                "dport == :80".to_string()
+            ])
+            .expect("ok"),
+            vec![
+                Term::State("ESTAB".into()),
+                Term::Dst("10.0.0.1".into()),
+                Term::Dport(80)
+            ]
+        );
         assert!(parse_filter(&w("sport")).is_err());
         assert!(parse_filter(&w("bogus 1")).is_err());
         assert!(parse_filter(&w("state nonsense")).is_err());
@@ -1195,6 +1216,10 @@ mod tests {
         assert_eq!(f.family.as_deref(), Some("ip6"));
         assert_eq!(f.proto.as_deref(), Some("icmp6"));
         assert_eq!(f.host, Some("fd77::2".parse().expect("addr")));
+        // One quoted argument, as tcpdump's expression usually is
+        // (`ustack capture 'tcp and port 80'`): it was "unknown word".
+        let f = parse_capture_filter(&["tcp and port 80".to_string()]).expect("ok");
+        assert_eq!((f.proto.as_deref(), f.port), (Some("tcp"), Some(80)));
         assert!(parse_capture_filter(&w("ip ip6")).is_err());
         assert!(parse_capture_filter(&w("port")).is_err());
         assert!(parse_capture_filter(&w("host nonsense")).is_err());
