@@ -160,6 +160,9 @@ pub struct SsArgs {
     /// Extended: orphaned sockets and, in `ustack run`, the host socket.
     #[arg(short = 'e', long = "extended")]
     pub extended: bool,
+    /// A summary of the stack's sockets instead of a list (as `ss -s`).
+    #[arg(short = 's', long = "summary")]
+    pub summary: bool,
     /// No header line (as `ss -H`: `ss -Htn | wc -l` counts connections).
     #[arg(short = 'H', long = "no-header")]
     pub no_header: bool,
@@ -486,12 +489,60 @@ fn human_bps(b: u64) -> String {
     }
 }
 
+/// `ss -s`'s summary of `socks`, with its layout: the TCP line counts
+/// every TCP socket, the transport table those neither closed nor in
+/// TIME-WAIT (as ss(8) counts hashed sockets), each by family (a
+/// dual-stack socket is IPv6). This stack has no raw sockets and its
+/// fragments are not sockets: no RAW or FRAG line.
+fn summary(socks: &[SocketEntry]) -> String {
+    let tcp: Vec<&SocketEntry> = socks.iter().filter(|s| s.proto == "tcp").collect();
+    let udp: Vec<&SocketEntry> = socks.iter().filter(|s| s.proto == "udp").collect();
+    let count = |st: &str| tcp.iter().filter(|s| s.state == st).count();
+    let (estab, closed, tw) = (count("ESTAB"), count("CLOSED"), count("TIME-WAIT"));
+    let orphaned = tcp.iter().filter(|s| s.orphan).count();
+    let by_family = |v: &[&&SocketEntry]| {
+        let six = v.iter().filter(|s| is_ipv6_row(s)).count();
+        (v.len(), v.len() - six, six)
+    };
+    let live: Vec<&&SocketEntry> = tcp
+        .iter()
+        .filter(|s| s.state != "CLOSED" && s.state != "TIME-WAIT")
+        .collect();
+    let udp_all: Vec<&&SocketEntry> = udp.iter().collect();
+    let (u, u4, u6) = by_family(&udp_all);
+    let (t, t4, t6) = by_family(&live);
+    let mut o = String::new();
+    let _ = writeln!(o, "Total: {}", tcp.len() + udp.len());
+    let _ = writeln!(
+        o,
+        "TCP:   {} (estab {estab}, closed {closed}, orphaned {orphaned}, timewait {tw})",
+        tcp.len()
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Transport Total     IP        IPv6");
+    for (name, (n, four, six)) in [
+        ("UDP", (u, u4, u6)),
+        ("TCP", (t, t4, t6)),
+        ("INET", (u + t, u4 + t4, u6 + t6)),
+    ] {
+        let _ = writeln!(o, "{name}\t  {n:<9} {four:<9} {six:<9}");
+    }
+    o
+}
+
 pub fn ss(a: SsArgs) -> Result<i32> {
     let terms = parse_filter(&a.filter)?;
     let mut c = connect(&a.sel)?;
     let Response::Sockets { sockets } = call(&mut c, &Request::Sockets { detail: a.info })? else {
         bail!("unexpected answer from stack {:?}", c.name());
     };
+    if a.summary {
+        if a.sel.json {
+            bail!("ss -s has no --json form (ss --json lists the sockets)");
+        }
+        print!("{}", summary(&sockets));
+        return Ok(0);
+    }
     // TCP unless -u alone (UDP: serve's sockets, run's relayed flows).
     let want_tcp = a.tcp || !a.udp;
     let rows: Vec<&SocketEntry> = sockets
@@ -1295,6 +1346,40 @@ mod tests {
         );
         assert_eq!(kept("state connected").len(), 5);
         assert!(args("-H").no_header);
+    }
+
+    #[test]
+    fn summary_as_ss_s() {
+        let row = |proto: &str, state: &str, local: &str, orphan: bool| SocketEntry {
+            proto: proto.into(),
+            state: state.into(),
+            recv_q: 0,
+            send_q: 0,
+            local: local.into(),
+            peer: "*:*".into(),
+            orphan,
+            info: None,
+            host: None,
+        };
+        let socks = vec![
+            row("tcp", "LISTEN", "*:80", false),
+            row("tcp", "ESTAB", "[::ffff:10.0.0.2]:80", false),
+            row("tcp", "ESTAB", "10.0.0.2:4000", false),
+            row("tcp", "TIME-WAIT", "10.0.0.2:4001", false),
+            row("tcp", "FIN-WAIT-1", "[fd77::2]:80", true),
+            row("udp", "UNCONN", "10.0.0.2:7", false),
+            row("udp", "UNCONN", "[::]:7", false),
+        ];
+        assert_eq!(
+            summary(&socks),
+            "Total: 7\n\
+             TCP:   5 (estab 2, closed 0, orphaned 1, timewait 1)\n\
+             \n\
+             Transport Total     IP        IPv6\n\
+             UDP\t  2         1         1        \n\
+             TCP\t  4         1         3        \n\
+             INET\t  6         2         4        \n"
+        );
     }
 
     #[test]
