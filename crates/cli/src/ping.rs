@@ -35,6 +35,9 @@ pub struct PingArgs {
     pub host: IpAddr,
 }
 
+/// Requests in flight at most (half the 16-bit sequence space).
+const MAX_IN_FLIGHT: usize = 1 << 15;
+
 /// The longest a wait for replies goes without looking for SIGINT/SIGTERM.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
@@ -88,6 +91,14 @@ pub fn run(args: PingArgs) -> Result<i32> {
         let now = Instant::now();
         let more = args.count.is_none_or(|c| sent < c);
         if more && now >= next_send && (!interval.is_zero() || in_flight.is_empty()) {
+            // Sequence numbers are 16 bits: with this many in flight the
+            // oldest is given up on before its number comes round again
+            // (and a tiny -i with a long -W holds no more than this).
+            if in_flight.len() >= MAX_IN_FLIGHT {
+                if let Some((s, _, _)) = in_flight.pop_front() {
+                    println!("no reply from {host} for icmp_seq={s}");
+                }
+            }
             sent += 1;
             match up.net.echo_request(host, seq, &payload) {
                 Ok(at) => in_flight.push_back((seq, at, now + timeout)),
