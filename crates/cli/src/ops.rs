@@ -51,8 +51,23 @@ pub struct PsArgs {
 pub fn ps(a: PsArgs) -> Result<i32> {
     let mut infos = vec![];
     let mut errors = vec![];
-    for name in ustack_ctl::list() {
-        match Client::connect(&name).and_then(|mut c| c.info()) {
+    // Every stack is asked at once: one that does not answer (stopped
+    // with SIGSTOP, or stuck) costs its 10 s once, not once per stack.
+    let answers: Vec<std::result::Result<ustack_ctl::StackInfo, String>> =
+        std::thread::scope(|sc| {
+            let asks: Vec<_> = ustack_ctl::list()
+                .into_iter()
+                .map(|name| sc.spawn(move || Client::connect(&name).and_then(|mut c| c.info())))
+                .collect();
+            asks.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a query thread panicked".into()))
+                })
+                .collect()
+        });
+    for a in answers {
+        match a {
             Ok(i) => infos.push(i),
             Err(e) => errors.push(e),
         }

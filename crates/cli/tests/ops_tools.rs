@@ -337,3 +337,72 @@ fn capture_stopped_by_ctrl_c_right_after_traffic_keeps_every_frame() {
     }
     srv.stop_clean();
 }
+
+/// Wait (at most 10 s) until process `pid` is stopped (state `T`).
+fn wait_stopped(pid: u32) {
+    let t0 = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        // "PID (COMM) STATE ...": the state follows the last ')'.
+        let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start());
+        if state.is_some_and(|r| r.starts_with('T')) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{pid} not stopped: {stat}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGCONT `pid` when dropped, also when the test fails.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.0) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+}
+
+#[test]
+fn ps_waits_for_stuck_stacks_once_not_once_each() {
+    // Two stacks that do not answer (stopped with SIGSTOP) used to cost
+    // ps its 10 s wait for each, one after the other.
+    let (ns1, ns2) = (NetNs::new(), NetNs::new());
+    let names = [
+        format!("stuck1-{}", unique()),
+        format!("stuck2-{}", unique()),
+    ];
+    let s1 = Serve::start(&ns1, &["--name", &names[0]]);
+    let s2 = Serve::start(&ns2, &["--name", &names[1]]);
+    let mut resume = Vec::new();
+    for s in [&s1, &s2] {
+        let pid = s.proc.child.id();
+        // SAFETY: signalling our own child.
+        assert_eq!(
+            unsafe { libc::kill(libc::pid_t::try_from(pid).expect("pid"), libc::SIGSTOP) },
+            0
+        );
+        resume.push(Resume(pid));
+        wait_stopped(pid);
+    }
+    let t0 = Instant::now();
+    let out = ustack(&["ps"]);
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for n in &names {
+        assert!(
+            err.contains(&format!("stack {n:?} did not answer")),
+            "{err}"
+        );
+    }
+    assert!(took < Duration::from_secs(15), "ps took {took:?}: {err}");
+    drop(resume);
+    s1.stop_clean();
+    s2.stop_clean();
+}
