@@ -346,7 +346,16 @@ enum HttpState {
     Body { left: u64 },
     /// Sending the response prepared in `out` (and the `/bytes/N` body).
     Send,
+    /// An error answer is out and our side shut: discarding what the
+    /// client still sends (at most `left` bytes more) until it closes, so
+    /// that our close is no reset that could destroy the answer before
+    /// the client reads it (nginx's "lingering close").
+    Linger { left: u64 },
 }
+
+/// The most a client still sending after an error answer may send before
+/// the connection is closed anyway (then with a reset).
+const LINGER_BYTES: u64 = 1 << 20;
 
 /// One HTTP/1.1 server connection as a state machine: it makes as much
 /// progress as the stream allows and stops at `WouldBlock`, so the same
@@ -366,6 +375,9 @@ pub struct HttpSession {
     pattern: services::Pattern,
     /// Close after this response.
     close: bool,
+    /// The response is an error answer to a request not read whole: shut
+    /// our side and linger after it (see [`HttpState::Linger`]).
+    linger: bool,
     state: HttpState,
     served: u64,
 }
@@ -386,6 +398,7 @@ impl HttpSession {
             out_pos: 0,
             pattern: services::Pattern::default(),
             close: false,
+            linger: false,
             state: HttpState::Head,
             served: 0,
         }
@@ -432,6 +445,7 @@ impl HttpSession {
         self.out_pos = 0;
         self.pattern = services::Pattern::default();
         self.close = true;
+        self.linger = true;
         self.state = HttpState::Send;
     }
 
@@ -535,7 +549,7 @@ impl HttpSession {
     /// Make as much progress as `stream` allows: `Ok(Some(requests))` when
     /// the connection is finished (the client closed it or asked to),
     /// `Ok(None)` when the stream said `WouldBlock`.
-    pub fn drive<S: Read + Write>(
+    pub fn drive<S: Read + Write + services::Skip>(
         &mut self,
         stream: &mut S,
         page: &dyn Fn() -> String,
@@ -631,10 +645,32 @@ impl HttpSession {
                     stream.flush()?;
                     self.out = Vec::new();
                     self.out_pos = 0;
+                    if self.linger {
+                        stream.shutdown_write()?;
+                        self.buf = Vec::new();
+                        (self.start, self.end) = (0, 0);
+                        self.state = HttpState::Linger { left: LINGER_BYTES };
+                        continue;
+                    }
                     if self.close {
                         return Ok(Some(self.served));
                     }
                     self.state = HttpState::Head;
+                }
+                HttpState::Linger { left } => {
+                    let mut scratch = [0u8; 4096];
+                    match stream.skip(&mut scratch) {
+                        Ok(0) => return Ok(Some(self.served)),
+                        Ok(n) if n as u64 >= left => return Ok(Some(self.served)),
+                        Ok(n) => {
+                            self.state = HttpState::Linger {
+                                left: left - n as u64,
+                            }
+                        }
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) if would_block(&e) => return Ok(None),
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
@@ -873,7 +909,7 @@ mod tests {
     /// Serve HTTP requests on one connection until the client closes it or asks to.
     /// `page` renders the body of `/`. Returns the number of requests answered.
     /// A read timeout on a blocking stream ends it with `WouldBlock`.
-    fn serve_connection<S: Read + Write>(
+    fn serve_connection<S: Read + Write + services::Skip>(
         mut stream: S,
         page: &dyn Fn() -> String,
     ) -> io::Result<u64> {
@@ -1085,6 +1121,39 @@ mod tests {
             "GET /bytes/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         );
         assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    }
+
+    #[test]
+    fn an_error_answer_reaches_a_client_still_sending() {
+        // A head past the limit (a 40 kB cookie) from a client that sends
+        // it all before reading: the 400 used to be followed at once by a
+        // close with the rest unread, which is a reset, and the client
+        // saw "connection reset" instead of the answer.
+        let (addr, _h) = server();
+        for round in 0..5 {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            let mut w = s.try_clone().unwrap();
+            let writer = thread::spawn(move || {
+                let mut req = b"GET / HTTP/1.1\r\nHost: x\r\nCookie: ".to_vec();
+                req.extend(std::iter::repeat_n(b'a', 40_000));
+                req.extend_from_slice(b"\r\n\r\n");
+                let r = w.write_all(&req);
+                let _ = w.shutdown(std::net::Shutdown::Write);
+                r
+            });
+            let mut out = Vec::new();
+            let r = s.read_to_end(&mut out);
+            let sent = writer.join().unwrap();
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(r.is_ok(), "round {round}: {r:?} (sent: {sent:?}): {out}");
+            assert!(sent.is_ok(), "round {round}: {sent:?}: {out}");
+            assert!(
+                out.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+                "round {round}: {out}"
+            );
+        }
     }
 
     #[test]
