@@ -414,6 +414,17 @@ fn keep(s: &SocketEntry, a: &SsArgs, terms: &[Term]) -> bool {
         })
 }
 
+/// Whether `terms` select exactly one state (one `state` term naming a
+/// state, not a group such as `connected`).
+fn single_state(terms: &[Term]) -> bool {
+    let mut states = terms.iter().filter_map(|t| match t {
+        Term::State(n) => Some(n.as_str()),
+        _ => None,
+    });
+    let groups = ["connected", "synchronized", "bucket", "big", "all"];
+    matches!((states.next(), states.next()), (Some(n), None) if !groups.contains(&n))
+}
+
 fn detail_line(s: &SocketEntry) -> Option<String> {
     let d = s.info.as_ref()?;
     let mut l = String::new();
@@ -587,11 +598,21 @@ pub fn ss(a: SsArgs) -> Result<i32> {
             String::new()
         }
     };
+    // ss(8) leaves the State column out when the filter selects one state
+    // (`ss -tn state established`): scripts count its columns.
+    let one_state = single_state(&terms);
+    let state = |st: &str| {
+        if one_state {
+            String::new()
+        } else {
+            format!("{st:<11} ")
+        }
+    };
     if !a.no_header {
         println!(
-            "{}{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
+            "{}{}{:>7} {:>7} {:>lw$} {:>pw$}{}",
             netid("Netid"),
-            "State",
+            state("State"),
             "Recv-Q",
             "Send-Q",
             "Local Address:Port",
@@ -610,9 +631,9 @@ pub fn ss(a: SsArgs) -> Result<i32> {
             }
         }
         println!(
-            "{}{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{extra}",
+            "{}{}{:>7} {:>7} {:>lw$} {:>pw$}{extra}",
             netid(&s.proto),
-            s.state,
+            state(&s.state),
             s.recv_q,
             s.send_q,
             s.local,
@@ -1361,6 +1382,21 @@ mod tests {
         );
         assert_eq!(kept("state connected").len(), 5);
         assert!(args("-H").no_header);
+        // One state selected: no State column, as ss(8).
+        let w = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert!(single_state(
+            &parse_filter(&w("state established")).expect("ok")
+        ));
+        assert!(single_state(
+            &parse_filter(&w("state time-wait sport = :80")).expect("ok")
+        ));
+        assert!(!single_state(
+            &parse_filter(&w("state connected")).expect("ok")
+        ));
+        assert!(!single_state(
+            &parse_filter(&w("state established state listening")).expect("ok")
+        ));
+        assert!(!single_state(&parse_filter(&w("sport = :80")).expect("ok")));
     }
 
     #[test]
