@@ -70,10 +70,10 @@ impl<S: Read + Write> Conn<S> {
     /// `Ok(None)` on a clean EOF before any byte of a new message.
     fn read_head(&mut self) -> io::Result<Option<String>> {
         loop {
-            if let Some(pos) = find(self.buffered(), b"\r\n\r\n") {
+            if let Some((pos, end)) = head_end(self.buffered()) {
                 let head =
                     String::from_utf8_lossy(self.buffered().get(..pos).unwrap_or(&[])).into_owned();
-                self.start += pos + 4;
+                self.start += end;
                 return Ok(Some(head));
             }
             if self.buffered().len() >= MAX_HEAD {
@@ -171,6 +171,39 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
+/// Where a message head in `buf` ends: `(head_len, consumed)`, the head
+/// being `buf[..head_len]` and the empty line that ends it running to
+/// `consumed`. Lines end with CRLF or, as RFC 9112 2.2 allows ("a
+/// recipient MAY recognize a single LF as a line terminator and ignore any
+/// preceding CR"), a bare LF.
+fn head_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut from = 0;
+    while let Some(i) = buf.get(from..)?.iter().position(|&b| b == b'\n') {
+        let lf = from + i;
+        match buf.get(lf + 1..) {
+            Some([b'\n', ..]) => return Some((lf, lf + 2)),
+            Some([b'\r', b'\n', ..]) => return Some((lf, lf + 3)),
+            _ => from = lf + 1,
+        }
+    }
+    None
+}
+
+/// How many bytes of empty lines (CRLF or LF) start `buf`: RFC 9112 2.2,
+/// "a server that is expecting to receive and parse a request-line SHOULD
+/// ignore at least one empty line (CRLF) received prior to the
+/// request-line".
+fn leading_empty_lines(buf: &[u8]) -> usize {
+    let mut n = 0;
+    loop {
+        match buf.get(n..) {
+            Some([b'\n', ..]) => n += 1,
+            Some([b'\r', b'\n', ..]) => n += 2,
+            _ => return n,
+        }
+    }
+}
+
 /// A parsed message head: first line and headers.
 struct Head {
     first: String,
@@ -179,7 +212,8 @@ struct Head {
 
 impl Head {
     fn parse(text: &str) -> Option<Head> {
-        let mut lines = text.split("\r\n");
+        // Lines end with CRLF or a bare LF (see `head_end`).
+        let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
         let first = lines.next()?.to_string();
         let mut headers = Vec::new();
         for line in lines {
@@ -231,6 +265,23 @@ impl Head {
             }
         }
         Ok(found)
+    }
+}
+
+/// A request line's method, target and whether it is HTTP/1.1 (else
+/// 1.0); else the status and body to refuse it with.
+fn request_line(first: &str) -> Result<(&str, &str, bool), (u16, &'static str)> {
+    let mut parts = first.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err((400, "malformed request line\n"));
+    };
+    match version {
+        "HTTP/1.1" => Ok((method, target, true)),
+        "HTTP/1.0" => Ok((method, target, false)),
+        v if v.starts_with("HTTP/") => Err((505, "only HTTP/1.x\n")),
+        _ => Err((400, "malformed request line\n")),
     }
 }
 
@@ -295,7 +346,16 @@ enum HttpState {
     Body { left: u64 },
     /// Sending the response prepared in `out` (and the `/bytes/N` body).
     Send,
+    /// An error answer is out and our side shut: discarding what the
+    /// client still sends (at most `left` bytes more) until it closes, so
+    /// that our close is no reset that could destroy the answer before
+    /// the client reads it (nginx's "lingering close").
+    Linger { left: u64 },
 }
+
+/// The most a client still sending after an error answer may send before
+/// the connection is closed anyway (then with a reset).
+const LINGER_BYTES: u64 = 1 << 20;
 
 /// One HTTP/1.1 server connection as a state machine: it makes as much
 /// progress as the stream allows and stops at `WouldBlock`, so the same
@@ -315,6 +375,9 @@ pub struct HttpSession {
     pattern: services::Pattern,
     /// Close after this response.
     close: bool,
+    /// The response is an error answer to a request not read whole: shut
+    /// our side and linger after it (see [`HttpState::Linger`]).
+    linger: bool,
     state: HttpState,
     served: u64,
 }
@@ -335,6 +398,7 @@ impl HttpSession {
             out_pos: 0,
             pattern: services::Pattern::default(),
             close: false,
+            linger: false,
             state: HttpState::Head,
             served: 0,
         }
@@ -381,6 +445,7 @@ impl HttpSession {
         self.out_pos = 0;
         self.pattern = services::Pattern::default();
         self.close = true;
+        self.linger = true;
         self.state = HttpState::Send;
     }
 
@@ -390,17 +455,9 @@ impl HttpSession {
         let Some(head) = Head::parse(head_text) else {
             return self.fail(400, "malformed request\n", false);
         };
-        let mut parts = head.first.split(' ');
-        let (Some(method), Some(target), Some(version), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return self.fail(400, "malformed request line\n", false);
-        };
-        let http11 = match version {
-            "HTTP/1.1" => true,
-            "HTTP/1.0" => false,
-            v if v.starts_with("HTTP/") => return self.fail(505, "only HTTP/1.x\n", false),
-            _ => return self.fail(400, "malformed request line\n", false),
+        let (method, target, http11) = match request_line(&head.first) {
+            Ok(l) => l,
+            Err((status, body)) => return self.fail(status, body, false),
         };
         let head_only = method == "HEAD";
         // RFC 9112 9.3: "A server that does not support persistent connections
@@ -447,6 +504,12 @@ impl HttpSession {
                 close,
             )
         } else {
+            // RFC 9112 3.2.2: "a server MUST accept the absolute-form in
+            // requests": its path is what is routed.
+            let target = match target.strip_prefix("http://") {
+                Some(rest) => rest.find('/').map_or("/", |i| rest.get(i..).unwrap_or("/")),
+                None => target,
+            };
             match route(target) {
                 None => simple_response(
                     404,
@@ -486,7 +549,7 @@ impl HttpSession {
     /// Make as much progress as `stream` allows: `Ok(Some(requests))` when
     /// the connection is finished (the client closed it or asked to),
     /// `Ok(None)` when the stream said `WouldBlock`.
-    pub fn drive<S: Read + Write>(
+    pub fn drive<S: Read + Write + services::Skip>(
         &mut self,
         stream: &mut S,
         page: &dyn Fn() -> String,
@@ -494,13 +557,33 @@ impl HttpSession {
         loop {
             match self.state {
                 HttpState::Head => {
-                    if let Some(pos) = find(self.buffered(), b"\r\n\r\n") {
+                    self.start += leading_empty_lines(self.buffered());
+                    if let Some((pos, end)) = head_end(self.buffered()) {
                         let head =
                             String::from_utf8_lossy(self.buffered().get(..pos).unwrap_or(&[]))
                                 .into_owned();
-                        self.start += pos + 4;
+                        self.start += end;
                         self.on_head(&head, page);
                         continue;
+                    }
+                    // A whole request line that cannot be served is
+                    // answered at once: a client that sent none (HTTP/0.9's
+                    // `GET /`) would never send the empty line that ends
+                    // a head.
+                    let line = self
+                        .buffered()
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .and_then(|i| self.buffered().get(..i));
+                    if let Some(line) = line {
+                        let line = String::from_utf8_lossy(line);
+                        if let Err((status, body)) =
+                            request_line(line.strip_suffix('\r').unwrap_or(&line))
+                        {
+                            self.served += 1;
+                            self.fail(status, body, false);
+                            continue;
+                        }
                     }
                     if self.buffered().len() >= MAX_HEAD {
                         self.fail(400, "request head too long\n", false);
@@ -562,10 +645,32 @@ impl HttpSession {
                     stream.flush()?;
                     self.out = Vec::new();
                     self.out_pos = 0;
+                    if self.linger {
+                        stream.shutdown_write()?;
+                        self.buf = Vec::new();
+                        (self.start, self.end) = (0, 0);
+                        self.state = HttpState::Linger { left: LINGER_BYTES };
+                        continue;
+                    }
                     if self.close {
                         return Ok(Some(self.served));
                     }
                     self.state = HttpState::Head;
+                }
+                HttpState::Linger { left } => {
+                    let mut scratch = [0u8; 4096];
+                    match stream.skip(&mut scratch) {
+                        Ok(0) => return Ok(Some(self.served)),
+                        Ok(n) if n as u64 >= left => return Ok(Some(self.served)),
+                        Ok(n) => {
+                            self.state = HttpState::Linger {
+                                left: left - n as u64,
+                            }
+                        }
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) if would_block(&e) => return Ok(None),
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
@@ -588,6 +693,13 @@ impl std::str::FromStr for Url {
         let rest = s
             .strip_prefix("http://")
             .ok_or_else(|| format!("'{s}': only http:// URLs are supported"))?;
+        // RFC 3986 has no space or control character in a URL; sent as
+        // they are they would break the request line (or add a header).
+        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "{s:?}: a space or control character in the URL (write a space as %20)"
+            ));
+        }
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -797,7 +909,7 @@ mod tests {
     /// Serve HTTP requests on one connection until the client closes it or asks to.
     /// `page` renders the body of `/`. Returns the number of requests answered.
     /// A read timeout on a blocking stream ends it with `WouldBlock`.
-    fn serve_connection<S: Read + Write>(
+    fn serve_connection<S: Read + Write + services::Skip>(
         mut stream: S,
         page: &dyn Fn() -> String,
     ) -> io::Result<u64> {
@@ -864,6 +976,18 @@ mod tests {
         assert!("http://[fd77::zz]/".parse::<Url>().is_err());
         assert!("http://[fd77::1]x/".parse::<Url>().is_err());
         assert!("http://[fd77::1]:70000/".parse::<Url>().is_err());
+        // A space or a control character would break the request line
+        // (`GET /a b HTTP/1.1` was sent as it was): refused, as curl does.
+        for bad in [
+            "http://10.0.0.1/a b",
+            "http://10.0.0.1/a\tb",
+            "http://10.0.0.1/\r\nX: y",
+        ] {
+            let e = bad.parse::<Url>().expect_err(bad);
+            assert!(e.contains("space or control character"), "{bad:?}: {e}");
+        }
+        let u: Url = "http://10.0.0.1/a%20b".parse().unwrap();
+        assert_eq!(u.path, "/a%20b");
     }
 
     #[test]
@@ -912,6 +1036,124 @@ mod tests {
         assert!(out.ends_with("counters here\n"));
         let out = raw(addr, "GET /bytes/12x HTTP/1.0\r\n\r\n");
         assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    }
+
+    #[test]
+    fn bare_lf_lines_and_absolute_targets_are_served() {
+        // RFC 9112 2.2: "a recipient MAY recognize a single LF as a line
+        // terminator and ignore any preceding CR", which is what
+        // `printf 'GET / HTTP/1.0\n\n' | nc` sends (it waited forever);
+        // 3.2.2: "a server MUST accept the absolute-form in requests" (it
+        // answered 404).
+        let (addr, _h) = server();
+        // What came back within 10 s (the server used to wait for a CRLF
+        // forever).
+        let raw = |addr: SocketAddrV4, req: &str| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            s.write_all(req.as_bytes()).unwrap();
+            let mut out = Vec::new();
+            let r = s.read_to_end(&mut out);
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(r.is_ok(), "{req:?}: no end of answer ({r:?}): {out}");
+            out
+        };
+        let out = raw(addr, "GET /bytes/3 HTTP/1.0\n\n");
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.contains("Content-Length: 3\r\n"), "{out}");
+        let out = raw(
+            addr,
+            "GET /bytes/2 HTTP/1.1\nHost: x\r\nConnection: close\n\r\n",
+        );
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.contains("Content-Length: 2\r\n"), "{out}");
+        // Pipelined, bare LF, with the empty line a client may send first
+        // (RFC 9112 2.2: "SHOULD ignore at least one empty line").
+        let out = raw(
+            addr,
+            "\r\nGET /bytes/1 HTTP/1.1\nHost: x\n\nGET /bytes/4 HTTP/1.1\nHost: x\nConnection: close\n\n",
+        );
+        assert_eq!(out.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{out}");
+        assert!(out.contains("Content-Length: 4\r\n"), "{out}");
+        let out = raw(
+            addr,
+            "GET http://10.77.0.2/bytes/5?x=1 HTTP/1.1\r\nHost: 10.77.0.2\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+        assert!(out.contains("Content-Length: 5\r\n"), "{out}");
+        let out = raw(
+            addr,
+            "GET http://10.77.0.2 HTTP/1.1\r\nHost: 10.77.0.2\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.ends_with("counters here\n"), "{out}");
+    }
+
+    #[test]
+    fn a_bad_request_line_is_answered_without_waiting_for_headers() {
+        // `GET /` and Enter in telnet or nc (HTTP/0.9's form, no version)
+        // waited forever for the empty line that ends a head: a request
+        // line that cannot be served is answered as soon as it is whole.
+        let (addr, _h) = server();
+        for (line, status) in [
+            ("GET /\r\n", "400 Bad Request"),
+            ("GET /\n", "400 Bad Request"),
+            ("GET / HTTP/2.0\r\n", "505 HTTP Version Not Supported"),
+            ("garbage\r\n", "400 Bad Request"),
+        ] {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            s.write_all(line.as_bytes()).unwrap();
+            // The client does not close: the answer must come anyway.
+            let mut out = Vec::new();
+            let r = s.read_to_end(&mut out);
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(r.is_ok(), "{line:?}: no answer ({r:?})");
+            assert!(
+                out.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+                "{line:?}: {out}"
+            );
+        }
+        // A good request line still waits for its headers.
+        let out = raw(
+            addr,
+            "GET /bytes/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    }
+
+    #[test]
+    fn an_error_answer_reaches_a_client_still_sending() {
+        // A head past the limit (a 40 kB cookie) from a client that sends
+        // it all before reading: the 400 used to be followed at once by a
+        // close with the rest unread, which is a reset, and the client
+        // saw "connection reset" instead of the answer.
+        let (addr, _h) = server();
+        for round in 0..5 {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            let mut w = s.try_clone().unwrap();
+            let writer = thread::spawn(move || {
+                let mut req = b"GET / HTTP/1.1\r\nHost: x\r\nCookie: ".to_vec();
+                req.extend(std::iter::repeat_n(b'a', 40_000));
+                req.extend_from_slice(b"\r\n\r\n");
+                let r = w.write_all(&req);
+                let _ = w.shutdown(std::net::Shutdown::Write);
+                r
+            });
+            let mut out = Vec::new();
+            let r = s.read_to_end(&mut out);
+            let sent = writer.join().unwrap();
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(r.is_ok(), "round {round}: {r:?} (sent: {sent:?}): {out}");
+            assert!(sent.is_ok(), "round {round}: {sent:?}: {out}");
+            assert!(
+                out.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+                "round {round}: {out}"
+            );
+        }
     }
 
     #[test]

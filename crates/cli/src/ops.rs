@@ -51,8 +51,23 @@ pub struct PsArgs {
 pub fn ps(a: PsArgs) -> Result<i32> {
     let mut infos = vec![];
     let mut errors = vec![];
-    for name in ustack_ctl::list() {
-        match Client::connect(&name).and_then(|mut c| c.info()) {
+    // Every stack is asked at once: one that does not answer (stopped
+    // with SIGSTOP, or stuck) costs its 10 s once, not once per stack.
+    let answers: Vec<std::result::Result<ustack_ctl::StackInfo, String>> =
+        std::thread::scope(|sc| {
+            let asks: Vec<_> = ustack_ctl::list()
+                .into_iter()
+                .map(|name| sc.spawn(move || Client::connect(&name).and_then(|mut c| c.info())))
+                .collect();
+            asks.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a query thread panicked".into()))
+                })
+                .collect()
+        });
+    for a in answers {
+        match a {
             Ok(i) => infos.push(i),
             Err(e) => errors.push(e),
         }
@@ -160,6 +175,12 @@ pub struct SsArgs {
     /// Extended: orphaned sockets and, in `ustack run`, the host socket.
     #[arg(short = 'e', long = "extended")]
     pub extended: bool,
+    /// A summary of the stack's sockets instead of a list (as `ss -s`).
+    #[arg(short = 's', long = "summary")]
+    pub summary: bool,
+    /// No header line (as `ss -H`: `ss -Htn | wc -l` counts connections).
+    #[arg(short = 'H', long = "no-header")]
+    pub no_header: bool,
     /// IPv4 sockets only (as `ss -4`).
     #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
     pub ipv4: bool,
@@ -206,6 +227,9 @@ fn state_name(v: &str) -> Result<String> {
         "listening" | "listen" => "LISTEN",
         "closed" => "UNCONN",
         "connected" => "connected",
+        "synchronized" => "synchronized",
+        "bucket" => "bucket",
+        "big" => "big",
         "all" => "all",
         _ => bail!("unknown state {v:?} in filter"),
     };
@@ -213,9 +237,11 @@ fn state_name(v: &str) -> Result<String> {
 }
 
 fn parse_filter(words: &[String]) -> Result<Vec<Term>> {
-    // Accept `sport = :80`, `sport == :80`, `sport eq :80` and `sport=:80`.
+    // Accept `sport = :80`, `sport == :80`, `sport eq :80` and `sport=:80`,
+    // as separate arguments or as one (`ss 'sport = :80'`, as ss(8) joins
+    // its arguments).
     let mut toks: Vec<String> = vec![];
-    for w in words {
+    for w in words.iter().flat_map(|w| w.split_whitespace()) {
         for (i, part) in w.splitn(2, '=').enumerate() {
             if i == 1 {
                 toks.push("=".into());
@@ -364,9 +390,18 @@ fn keep(s: &SocketEntry, a: &SsArgs, terms: &[Term]) -> bool {
     // ss counts an unconnected UDP socket as listening (`ss -ul`).
     let listening = s.state == "LISTEN" || s.state == "UNCONN";
     let by_state = match state_terms.next() {
-        Some(first) => std::iter::once(first)
-            .chain(state_terms)
-            .any(|n| n == "all" || n == s.state || (n == "connected" && !listening)),
+        Some(first) => std::iter::once(first).chain(state_terms).any(|n| {
+            // ss(8)'s groups: connected = not listening or closed;
+            // synchronized = connected but SYN-SENT; bucket = the
+            // minisockets (SYN-RECV, TIME-WAIT); big = all but those.
+            let bucket = s.state == "SYN-RECV" || s.state == "TIME-WAIT";
+            n == "all"
+                || n == s.state
+                || (n == "connected" && !listening)
+                || (n == "synchronized" && !listening && s.state != "SYN-SENT")
+                || (n == "bucket" && bucket)
+                || (n == "big" && !bucket)
+        }),
         None => a.all || (a.listening == listening),
     };
     by_state
@@ -377,6 +412,17 @@ fn keep(s: &SocketEntry, a: &SsArgs, terms: &[Term]) -> bool {
             Term::Src(w) => addr_matches(&s.local, w),
             Term::Dst(w) => addr_matches(&s.peer, w),
         })
+}
+
+/// Whether `terms` select exactly one state (one `state` term naming a
+/// state, not a group such as `connected`).
+fn single_state(terms: &[Term]) -> bool {
+    let mut states = terms.iter().filter_map(|t| match t {
+        Term::State(n) => Some(n.as_str()),
+        _ => None,
+    });
+    let groups = ["connected", "synchronized", "bucket", "big", "all"];
+    matches!((states.next(), states.next()), (Some(n), None) if !groups.contains(&n))
 }
 
 fn detail_line(s: &SocketEntry) -> Option<String> {
@@ -469,12 +515,60 @@ fn human_bps(b: u64) -> String {
     }
 }
 
+/// `ss -s`'s summary of `socks`, with its layout: the TCP line counts
+/// every TCP socket, the transport table those neither closed nor in
+/// TIME-WAIT (as ss(8) counts hashed sockets), each by family (a
+/// dual-stack socket is IPv6). This stack has no raw sockets and its
+/// fragments are not sockets: no RAW or FRAG line.
+fn summary(socks: &[SocketEntry]) -> String {
+    let tcp: Vec<&SocketEntry> = socks.iter().filter(|s| s.proto == "tcp").collect();
+    let udp: Vec<&SocketEntry> = socks.iter().filter(|s| s.proto == "udp").collect();
+    let count = |st: &str| tcp.iter().filter(|s| s.state == st).count();
+    let (estab, closed, tw) = (count("ESTAB"), count("CLOSED"), count("TIME-WAIT"));
+    let orphaned = tcp.iter().filter(|s| s.orphan).count();
+    let by_family = |v: &[&&SocketEntry]| {
+        let six = v.iter().filter(|s| is_ipv6_row(s)).count();
+        (v.len(), v.len() - six, six)
+    };
+    let live: Vec<&&SocketEntry> = tcp
+        .iter()
+        .filter(|s| s.state != "CLOSED" && s.state != "TIME-WAIT")
+        .collect();
+    let udp_all: Vec<&&SocketEntry> = udp.iter().collect();
+    let (u, u4, u6) = by_family(&udp_all);
+    let (t, t4, t6) = by_family(&live);
+    let mut o = String::new();
+    let _ = writeln!(o, "Total: {}", tcp.len() + udp.len());
+    let _ = writeln!(
+        o,
+        "TCP:   {} (estab {estab}, closed {closed}, orphaned {orphaned}, timewait {tw})",
+        tcp.len()
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Transport Total     IP        IPv6");
+    for (name, (n, four, six)) in [
+        ("UDP", (u, u4, u6)),
+        ("TCP", (t, t4, t6)),
+        ("INET", (u + t, u4 + t4, u6 + t6)),
+    ] {
+        let _ = writeln!(o, "{name}\t  {n:<9} {four:<9} {six:<9}");
+    }
+    o
+}
+
 pub fn ss(a: SsArgs) -> Result<i32> {
     let terms = parse_filter(&a.filter)?;
     let mut c = connect(&a.sel)?;
     let Response::Sockets { sockets } = call(&mut c, &Request::Sockets { detail: a.info })? else {
         bail!("unexpected answer from stack {:?}", c.name());
     };
+    if a.summary {
+        if a.sel.json {
+            bail!("ss -s has no --json form (ss --json lists the sockets)");
+        }
+        print!("{}", summary(&sockets));
+        return Ok(0);
+    }
     // TCP unless -u alone (UDP: serve's sockets, run's relayed flows).
     let want_tcp = a.tcp || !a.udp;
     let rows: Vec<&SocketEntry> = sockets
@@ -494,15 +588,38 @@ pub fn ss(a: SsArgs) -> Result<i32> {
     // IPv6 ones are longer than IPv4's 21 characters), at least 22.
     let lw = rows.iter().map(|s| s.local.len() + 1).fold(22, usize::max);
     let pw = rows.iter().map(|s| s.peer.len() + 1).fold(22, usize::max);
-    println!(
-        "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{}",
-        "State",
-        "Recv-Q",
-        "Send-Q",
-        "Local Address:Port",
-        "Peer Address:Port",
-        if a.extended { "  Process" } else { "" }
-    );
+    // ss(8) names each row's protocol in a first column when it shows more
+    // than one (`ss -tua`): a connected UDP socket (run's relayed flow) is
+    // ESTAB as a TCP connection is.
+    let netid = |p: &str| {
+        if want_tcp && a.udp {
+            format!("{p:<6}")
+        } else {
+            String::new()
+        }
+    };
+    // ss(8) leaves the State column out when the filter selects one state
+    // (`ss -tn state established`): scripts count its columns.
+    let one_state = single_state(&terms);
+    let state = |st: &str| {
+        if one_state {
+            String::new()
+        } else {
+            format!("{st:<11} ")
+        }
+    };
+    if !a.no_header {
+        println!(
+            "{}{}{:>7} {:>7} {:>lw$} {:>pw$}{}",
+            netid("Netid"),
+            state("State"),
+            "Recv-Q",
+            "Send-Q",
+            "Local Address:Port",
+            "Peer Address:Port",
+            if a.extended { "  Process" } else { "" }
+        );
+    }
     for s in rows {
         let mut extra = String::new();
         if a.extended {
@@ -514,8 +631,13 @@ pub fn ss(a: SsArgs) -> Result<i32> {
             }
         }
         println!(
-            "{:<11} {:>7} {:>7} {:>lw$} {:>pw$}{extra}",
-            s.state, s.recv_q, s.send_q, s.local, s.peer
+            "{}{}{:>7} {:>7} {:>lw$} {:>pw$}{extra}",
+            netid(&s.proto),
+            state(&s.state),
+            s.recv_q,
+            s.send_q,
+            s.local,
+            s.peer
         );
         if a.info {
             if let Some(l) = detail_line(s) {
@@ -540,18 +662,33 @@ pub struct NstatArgs {
     pub zeros: bool,
     /// Do not update the history (the next `nstat` shows increments since
     /// the previous one still).
-    #[arg(short = 's', long = "no-update")]
+    #[arg(short = 's', long = "no-update", visible_alias = "noupdate")]
     pub no_update: bool,
+    /// Update the history without printing anything (as nstat's `-n`:
+    /// `nstat -n; ...; nstat` shows what `...` did).
+    #[arg(short = 'n', long = "nooutput", conflicts_with_all = ["no_update", "watch"])]
+    pub no_output: bool,
+    /// Reset the history: print values since the stack started (as `-a`)
+    /// and take them as the history (as nstat's `-r`).
+    #[arg(short = 'r', long = "reset", conflicts_with = "no_update")]
+    pub reset: bool,
+    /// Print JSON (as nstat's `-j`; the same as `--json`).
+    #[arg(short = 'j')]
+    pub json_short: bool,
     /// Print increments every SECS seconds until interrupted.
     #[arg(long, value_name = "SECS")]
     pub watch: Option<f64>,
-    /// Counter names to show (`*` matches any text: `Tcp*`, `*Retrans*`).
+    /// Counter names to show (`*` matches any text: `Tcp*`, `*Retrans*`;
+    /// case does not matter, as in nstat).
     #[arg(value_name = "PATTERN")]
     pub patterns: Vec<String>,
 }
 
-/// Does `name` match shell-like `pat` (`*` only)?
+/// Does `name` match shell-like `pat` (`*` only), ignoring ASCII case as
+/// nstat's `fnmatch(..., FNM_CASEFOLD)` does?
 fn glob(pat: &str, name: &str) -> bool {
+    let (pat, name) = (pat.to_ascii_lowercase(), name.to_ascii_lowercase());
+    let (pat, name) = (pat.as_str(), name.as_str());
     let parts: Vec<&str> = pat.split('*').collect();
     if parts.len() == 1 {
         return pat == name;
@@ -581,16 +718,21 @@ pub fn nstat(a: NstatArgs) -> Result<i32> {
         }
     }
     let mut c = connect(&a.sel)?;
+    let json = a.sel.json || a.json_short;
+    let absolute = a.absolute || a.reset;
     loop {
         let update = !a.no_update || a.watch.is_some();
         let Response::Counters { counters } = call(&mut c, &Request::Counters { update })? else {
             bail!("unexpected answer from stack {:?}", c.name());
         };
+        if a.no_output {
+            return Ok(0);
+        }
         let rows: Vec<(String, u64)> = counters
             .iter()
             .filter(|e| a.patterns.is_empty() || a.patterns.iter().any(|p| glob(p, &e.name)))
             .map(|e| {
-                let v = if a.absolute {
+                let v = if absolute {
                     e.value
                 } else {
                     e.value.wrapping_sub(e.previous)
@@ -599,7 +741,7 @@ pub fn nstat(a: NstatArgs) -> Result<i32> {
             })
             .filter(|(_, v)| a.zeros || *v != 0)
             .collect();
-        if a.sel.json {
+        if json {
             let m: serde_json::Map<String, serde_json::Value> =
                 rows.into_iter().map(|(k, v)| (k, v.into())).collect();
             print_json(&m)?;
@@ -629,6 +771,12 @@ pub struct SysctlArgs {
     /// `-w`; without it `NAME=VALUE` changes one too.
     #[arg(short = 'w', long = "write")]
     pub write: bool,
+    /// Print values only, without names (as sysctl(8)'s `-n`).
+    #[arg(short = 'n', long = "values")]
+    pub values_only: bool,
+    /// Do not print the values a change set (as sysctl(8)'s `-q`).
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
     /// `NAME` to read, `NAME=VALUE` to change (all changes apply together,
     /// or none if one is refused). Names as Linux's: `net.ipv4.tcp_wmem`
     /// (or `net/ipv4/tcp_wmem`).
@@ -665,7 +813,9 @@ pub fn sysctl(a: SysctlArgs) -> Result<i32> {
             })
             .collect();
         if let Response::Sysctl { values: v } = call(&mut c, &Request::SysctlSet { assignments })? {
-            values.extend(v);
+            if !a.quiet {
+                values.extend(v);
+            }
         }
     }
     if !gets.is_empty() || a.all {
@@ -684,7 +834,11 @@ pub fn sysctl(a: SysctlArgs) -> Result<i32> {
         return print_json(&m).map(|_| 0);
     }
     for (k, v) in values {
-        println!("{k} = {v}");
+        if a.values_only {
+            println!("{v}");
+        } else {
+            println!("{k} = {v}");
+        }
     }
     Ok(0)
 }
@@ -698,8 +852,8 @@ pub struct CaptureArgs {
     /// The device to capture on (each stack has one; `any` is accepted).
     #[arg(short = 'i', value_name = "DEV")]
     pub interface: Option<String>,
-    /// Stop after N frames.
-    #[arg(short = 'c', value_name = "N")]
+    /// Stop after N frames (at least 1, as tcpdump's -c).
+    #[arg(short = 'c', value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Bytes kept of each frame.
     #[arg(short = 's', value_name = "SNAPLEN", default_value_t = 65535,
@@ -724,7 +878,8 @@ pub struct CaptureArgs {
 
 fn parse_capture_filter(words: &[String]) -> Result<ustack_ctl::CaptureSpec> {
     let mut f = ustack_ctl::CaptureSpec::default();
-    let mut it = words.iter().map(String::as_str);
+    // Separate words or one quoted expression (`'tcp and port 80'`).
+    let mut it = words.iter().flat_map(|w| w.split_whitespace());
     while let Some(w) = it.next() {
         match w {
             "and" | "&&" => {}
@@ -835,6 +990,42 @@ fn frame_line(ts_s: u32, ts_us: u32, frame: &[u8], len: u32) -> String {
     }
 }
 
+/// Write what the ring holds (at most `want` frames) to `out` as pcap
+/// records, or as one line per frame without `out`, and consume it: the
+/// frames written, or None when the output is gone (a closed pipe).
+fn drain(
+    ring: &mut RingReader,
+    out: Option<&mut Box<dyn std::io::Write>>,
+    want: u64,
+) -> std::result::Result<Option<u64>, String> {
+    use std::io::Write as _;
+    let p = ring.pending(want)?;
+    if p.frames == 0 {
+        return Ok(Some(0));
+    }
+    let r = match out {
+        Some(o) => {
+            // The records go from the ring to the file in one or two writes.
+            let (x, y) = ring.slices(&p);
+            o.write_all(x)
+                .and_then(|()| o.write_all(y))
+                .and_then(|()| o.flush())
+        }
+        None => {
+            let mut so = std::io::stdout().lock();
+            ring.records(&p).iter().try_for_each(|rec| {
+                let w = |i: usize| u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
+                writeln!(so, "{}", frame_line(w(0), w(4), &rec[16..], w(12)))
+            })
+        }
+    };
+    if r.is_err() {
+        return Ok(None);
+    }
+    ring.consume(&p);
+    Ok(Some(p.frames))
+}
+
 pub fn capture(a: CaptureArgs) -> Result<i32> {
     use std::io::Write as _;
     crate::signals::block_termination()?;
@@ -906,37 +1097,18 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
         }
         let closed = ring.closed();
         dropped = ring.dropped();
-        let p = ring
-            .pending(want)
-            .map_err(|e| anyhow!("stack {:?}: {e}", c.name()))?;
-        if p.frames > 0 {
-            let r = match out.as_mut() {
-                Some(o) => {
-                    // The records go from the ring to the file in one or two writes.
-                    let (x, y) = ring.slices(&p);
-                    o.write_all(x)
-                        .and_then(|()| o.write_all(y))
-                        .and_then(|()| o.flush())
-                }
-                None => {
-                    let mut so = std::io::stdout().lock();
-                    ring.records(&p).iter().try_for_each(|rec| {
-                        let w = |i: usize| {
-                            u32::from_le_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]])
-                        };
-                        writeln!(so, "{}", frame_line(w(0), w(4), &rec[16..], w(12)))
-                    })
-                }
-            };
-            if r.is_err() {
+        let n = match drain(&mut ring, out.as_mut(), want)
+            .map_err(|e| anyhow!("stack {:?}: {e}", c.name()))?
+        {
+            Some(n) => n,
+            None => {
                 broken_pipe = true;
                 break;
             }
-            ring.consume(&p);
-            got += p.frames;
-            if a.count.is_some_and(|n| got >= n) {
-                break;
-            }
+        };
+        got += n;
+        if a.count.is_some_and(|n| got >= n) {
+            break;
         }
         // Tell the stack the reader is alive (it stops an abandoned capture).
         if alive.elapsed() >= Duration::from_secs(1) {
@@ -948,11 +1120,11 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
             }
             alive = Instant::now();
         }
-        if closed && p.frames == 0 {
+        if closed && n == 0 {
             eprintln!("ustack capture: the stack stopped the capture");
             break;
         }
-        if p.frames == 0 {
+        if n == 0 {
             // Poll every millisecond while frames come, less often (up to
             // every 20 ms) while none do; the stack wakes us only when half
             // the ring waits.
@@ -965,11 +1137,33 @@ pub fn capture(a: CaptureArgs) -> Result<i32> {
             break;
         }
     }
+    // Stopped by a signal (or the stack): what the stack recorded until
+    // now is in the ring still, and so is what it records until it hears
+    // the stop. Both go to the output, as tcpdump writes what it captured
+    // before Ctrl-C.
+    let mut stopped = false;
+    for _ in 0..2 {
+        if broken_pipe || a.count.is_some_and(|n| got >= n) || !ring.is_ours() {
+            break;
+        }
+        let want = a.count.map_or(u64::MAX, |n| n.saturating_sub(got));
+        match drain(&mut ring, out.as_mut(), want) {
+            Ok(Some(n)) => got += n,
+            Ok(None) => broken_pipe = true,
+            Err(e) => eprintln!("ustack capture: stack {:?}: {e}", c.name()),
+        }
+        if !stopped {
+            let _ = c.call(&Request::CaptureStop);
+            stopped = true;
+        }
+    }
     // The stack's count, as of now (a stopped capture's ring is kept a while).
     if ring.is_ours() {
         dropped = ring.dropped();
     }
-    let _ = c.call(&Request::CaptureStop);
+    if !stopped {
+        let _ = c.call(&Request::CaptureStop);
+    }
     if let Some(mut o) = out {
         let _ = o.flush();
     }
@@ -1031,6 +1225,24 @@ mod tests {
             parse_filter(&w("dport=:443")).expect("ok"),
             vec![Term::Dport(443)]
         );
+        // The filter quoted as one argument, as ss(8) is usually given it
+        // (`ss -tn 'sport = :22'`): it was "unknown filter \"sport \"".
+        assert_eq!(
+            parse_filter(&["sport = :7".to_string()]).expect("ok"),
+            vec![Term::Sport(7)]
+        );
+        assert_eq!(
+            parse_filter(&[
+                "state established  dst 10.0.0.1".to_string(),
+                "dport == :80".to_string()
+            ])
+            .expect("ok"),
+            vec![
+                Term::State("ESTAB".into()),
+                Term::Dst("10.0.0.1".into()),
+                Term::Dport(80)
+            ]
+        );
         assert!(parse_filter(&w("sport")).is_err());
         assert!(parse_filter(&w("bogus 1")).is_err());
         assert!(parse_filter(&w("state nonsense")).is_err());
@@ -1091,6 +1303,10 @@ mod tests {
         assert_eq!(f.family.as_deref(), Some("ip6"));
         assert_eq!(f.proto.as_deref(), Some("icmp6"));
         assert_eq!(f.host, Some("fd77::2".parse().expect("addr")));
+        // One quoted argument, as tcpdump's expression usually is
+        // (`ustack capture 'tcp and port 80'`): it was "unknown word".
+        let f = parse_capture_filter(&["tcp and port 80".to_string()]).expect("ok");
+        assert_eq!((f.proto.as_deref(), f.port), (Some("tcp"), Some(80)));
         assert!(parse_capture_filter(&w("ip ip6")).is_err());
         assert!(parse_capture_filter(&w("port")).is_err());
         assert!(parse_capture_filter(&w("host nonsense")).is_err());
@@ -1116,11 +1332,133 @@ mod tests {
     }
 
     #[test]
+    fn state_groups_as_ss() {
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            a: SsArgs,
+        }
+        let args = |s: &str| {
+            <W as clap::Parser>::try_parse_from(std::iter::once("ss").chain(s.split(' ')))
+                .expect("args")
+                .a
+        };
+        let row = |state: &str| SocketEntry {
+            proto: "tcp".into(),
+            state: state.into(),
+            recv_q: 0,
+            send_q: 0,
+            local: "10.0.0.2:80".into(),
+            peer: "10.0.0.1:4000".into(),
+            orphan: false,
+            info: None,
+            host: None,
+        };
+        let states = [
+            "LISTEN",
+            "SYN-SENT",
+            "SYN-RECV",
+            "ESTAB",
+            "TIME-WAIT",
+            "CLOSE-WAIT",
+        ];
+        let kept = |filter: &str| -> Vec<&str> {
+            let a = args(filter);
+            let terms = parse_filter(&a.filter).expect("filter");
+            states
+                .iter()
+                .copied()
+                .filter(|st| keep(&row(st), &a, &terms))
+                .collect()
+        };
+        assert_eq!(
+            kept("state synchronized"),
+            ["SYN-RECV", "ESTAB", "TIME-WAIT", "CLOSE-WAIT"]
+        );
+        assert_eq!(kept("state bucket"), ["SYN-RECV", "TIME-WAIT"]);
+        assert_eq!(
+            kept("state big"),
+            ["LISTEN", "SYN-SENT", "ESTAB", "CLOSE-WAIT"]
+        );
+        assert_eq!(kept("state connected").len(), 5);
+        assert!(args("-H").no_header);
+        // One state selected: no State column, as ss(8).
+        let w = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert!(single_state(
+            &parse_filter(&w("state established")).expect("ok")
+        ));
+        assert!(single_state(
+            &parse_filter(&w("state time-wait sport = :80")).expect("ok")
+        ));
+        assert!(!single_state(
+            &parse_filter(&w("state connected")).expect("ok")
+        ));
+        assert!(!single_state(
+            &parse_filter(&w("state established state listening")).expect("ok")
+        ));
+        assert!(!single_state(&parse_filter(&w("sport = :80")).expect("ok")));
+    }
+
+    #[test]
+    fn summary_as_ss_s() {
+        let row = |proto: &str, state: &str, local: &str, orphan: bool| SocketEntry {
+            proto: proto.into(),
+            state: state.into(),
+            recv_q: 0,
+            send_q: 0,
+            local: local.into(),
+            peer: "*:*".into(),
+            orphan,
+            info: None,
+            host: None,
+        };
+        let socks = vec![
+            row("tcp", "LISTEN", "*:80", false),
+            row("tcp", "ESTAB", "[::ffff:10.0.0.2]:80", false),
+            row("tcp", "ESTAB", "10.0.0.2:4000", false),
+            row("tcp", "TIME-WAIT", "10.0.0.2:4001", false),
+            row("tcp", "FIN-WAIT-1", "[fd77::2]:80", true),
+            row("udp", "UNCONN", "10.0.0.2:7", false),
+            row("udp", "UNCONN", "[::]:7", false),
+        ];
+        assert_eq!(
+            summary(&socks),
+            "Total: 7\n\
+             TCP:   5 (estab 2, closed 0, orphaned 1, timewait 1)\n\
+             \n\
+             Transport Total     IP        IPv6\n\
+             UDP\t  2         1         1        \n\
+             TCP\t  4         1         3        \n\
+             INET\t  6         2         4        \n"
+        );
+    }
+
+    #[test]
+    fn capture_count_is_at_least_one() {
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            a: CaptureArgs,
+        }
+        let parse = |s: &[&str]| {
+            <W as clap::Parser>::try_parse_from(std::iter::once("capture").chain(s.iter().copied()))
+        };
+        // `-c 0` started a capture that stopped at once, "0 frames
+        // captured"; tcpdump refuses it.
+        assert!(parse(&["-c", "0"]).is_err());
+        assert_eq!(parse(&["-c", "1"]).expect("ok").a.count, Some(1));
+    }
+
+    #[test]
     fn globs_match_counter_names() {
         assert!(glob("Tcp*", "TcpActiveOpens"));
         assert!(glob("*Retrans*", "TcpRetransSegs"));
         assert!(glob("*Opens", "TcpActiveOpens"));
         assert!(!glob("Ip*", "TcpActiveOpens"));
         assert!(glob("TcpActiveOpens", "TcpActiveOpens"));
+        // nstat matches without regard to case.
+        assert!(glob("tcp*", "TcpActiveOpens"));
+        assert!(glob("TCPEXT*timeouts", "TcpExtTCPTimeouts"));
+        assert!(!glob("tcpext*", "TcpActiveOpens"));
     }
 }

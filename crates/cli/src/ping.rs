@@ -1,5 +1,6 @@
 //! `ustack ping`: ICMP echo from ustack, printed like ping(8).
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -13,14 +14,17 @@ use crate::signals;
 pub struct PingArgs {
     #[command(flatten)]
     pub net: NetArgs,
-    /// Stop after sending COUNT requests [default: until interrupted].
-    #[arg(short = 'c', long = "count", value_name = "COUNT")]
+    /// Stop after sending COUNT requests (at least 1) [default: until
+    /// interrupted].
+    #[arg(short = 'c', long = "count", value_name = "COUNT",
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub count: Option<u32>,
     /// Payload bytes per request (ICMP data; 8 bytes of ICMP header are
-    /// added). Over IPv6 the packet must fit the MTU (no fragments yet).
+    /// added; larger than the MTU allows, the request is fragmented).
     #[arg(short = 's', long = "size", default_value_t = 56, value_parser = clap::value_parser!(u16).range(0..=65507))]
     pub size: u16,
-    /// Seconds between requests.
+    /// Seconds between requests, whether the replies came or not, as
+    /// ping(8) (0: the next as soon as the reply or the timeout comes).
     #[arg(short = 'i', long = "interval", default_value_t = 1.0)]
     pub interval: f64,
     /// Seconds to wait for each reply.
@@ -30,6 +34,12 @@ pub struct PingArgs {
     /// fd77::1, the kernel side's default; names are not resolved).
     pub host: IpAddr,
 }
+
+/// Requests in flight at most (half the 16-bit sequence space).
+const MAX_IN_FLIGHT: usize = 1 << 15;
+
+/// The longest a wait for replies goes without looking for SIGINT/SIGTERM.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 fn secs(what: &str, v: f64) -> Result<Duration> {
     if !v.is_finite() || !(0.0..=3600.0).contains(&v) {
@@ -64,48 +74,96 @@ pub fn run(args: PingArgs) -> Result<i32> {
             up.tap,
         ),
     }
+    let host = args.host;
     let start = Instant::now();
     let mut sent = 0u32;
     let mut received = 0u32;
     let mut rtts: Vec<f64> = Vec::new();
-    let mut interrupted = false;
     let mut seq: u16 = 1;
-    while args.count.is_none_or(|c| sent < c) {
-        let t0 = Instant::now();
-        sent += 1;
-        match up.net.ping(args.host, seq, &payload, timeout) {
-            Ok(Some(r)) => {
-                received += 1;
-                let ms = r.rtt.as_secs_f64() * 1e3;
-                rtts.push(ms);
-                println!(
-                    "{} bytes from {}: icmp_seq={} ttl={} time={:.3} ms",
-                    r.reply.len + 8,
-                    r.reply.from,
-                    r.reply.seq,
-                    r.reply.ttl,
-                    ms
-                );
+    // Requests in flight: sequence number, the stack's time it left, and
+    // when to give up on it. As ping(8), a request leaves every interval
+    // whether the previous one was answered or not (an interval of 0:
+    // once nothing is in flight), and Ctrl-C stops it at once, also while
+    // replies are awaited.
+    let mut in_flight: VecDeque<(u16, ustack_net::core::time::Instant, Instant)> = VecDeque::new();
+    let mut next_send = Instant::now();
+    loop {
+        let now = Instant::now();
+        let more = args.count.is_none_or(|c| sent < c);
+        if more && now >= next_send && (!interval.is_zero() || in_flight.is_empty()) {
+            // Sequence numbers are 16 bits: with this many in flight the
+            // oldest is given up on before its number comes round again
+            // (and a tiny -i with a long -W holds no more than this).
+            if in_flight.len() >= MAX_IN_FLIGHT {
+                if let Some((s, _, _)) = in_flight.pop_front() {
+                    println!("no reply from {host} for icmp_seq={s}");
+                }
             }
-            Ok(None) => println!("no reply from {} for icmp_seq={seq}", args.host),
-            Err(e) => println!("{}: icmp_seq={seq}: {e}", args.host),
+            sent += 1;
+            match up.net.echo_request(host, seq, &payload) {
+                Ok(at) => in_flight.push_back((seq, at, now + timeout)),
+                Err(e) => println!("{host}: icmp_seq={seq}: {e}"),
+            }
+            seq = seq.wrapping_add(1);
+            next_send = now + interval;
+            continue;
         }
-        seq = seq.wrapping_add(1);
-        if args.count.is_some_and(|c| sent >= c) {
+        while let Some(&(s, _, give_up)) = in_flight.front() {
+            if give_up > now {
+                break;
+            }
+            println!("no reply from {host} for icmp_seq={s}");
+            in_flight.pop_front();
+        }
+        if !more && in_flight.is_empty() {
             break;
         }
-        let left = interval.saturating_sub(t0.elapsed());
-        if signals::wait_termination(Some(left)).is_some() {
-            interrupted = true;
+        // Wait for the next event: a reply, a request due, a request given
+        // up on, or a signal (looked for at least every SIGNAL_CHECK).
+        let mut until = now + SIGNAL_CHECK;
+        if more && (!interval.is_zero() || in_flight.is_empty()) {
+            until = until.min(next_send);
+        }
+        if let Some(&(_, _, give_up)) = in_flight.front() {
+            until = until.min(give_up);
+        }
+        let wait = until.saturating_duration_since(now);
+        let signal_wait = if in_flight.is_empty() {
+            wait
+        } else {
+            match up.net.echo_reply(host, None, wait) {
+                Ok(Some(r)) => {
+                    // A reply to a request given up on, or a duplicate, is
+                    // not counted.
+                    if let Some(i) = in_flight.iter().position(|f| f.0 == r.seq) {
+                        let (_, at, _) = in_flight.remove(i).unwrap_or((r.seq, r.at, now));
+                        received += 1;
+                        let ms = r.at.saturating_duration_since(at).as_secs_f64() * 1e3;
+                        rtts.push(ms);
+                        println!(
+                            "{} bytes from {}: icmp_seq={} ttl={} time={:.3} ms",
+                            r.len + 8,
+                            r.from,
+                            r.seq,
+                            r.ttl,
+                            ms
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    println!("{host}: {e}");
+                    break;
+                }
+            }
+            Duration::ZERO
+        };
+        if signals::wait_termination(Some(signal_wait)).is_some() {
             break;
         }
-    }
-    // A signal that came during the last wait for a reply.
-    if !interrupted && signals::wait_termination(Some(Duration::ZERO)).is_some() {
-        tracing::debug!("interrupted");
     }
     let elapsed = start.elapsed();
-    println!("\n--- {} ping statistics ---", args.host);
+    println!("\n--- {host} ping statistics ---");
     let loss = if sent == 0 {
         0.0
     } else {

@@ -21,11 +21,21 @@ pub trait Skip: Read {
     fn skip(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
         self.read(scratch)
     }
+
+    /// Send nothing more (a FIN after what is queued), reading on: for a
+    /// close that must not be a reset while the peer still sends. The
+    /// default, for streams without one, does nothing.
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Skip for &ustack_net::TcpStream {
     fn skip(&mut self, _scratch: &mut [u8]) -> io::Result<usize> {
         self.read_with(|a, b| a.len() + b.len())
+    }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
     }
 }
 
@@ -33,9 +43,16 @@ impl Skip for ustack_net::TcpStream {
     fn skip(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
         (&*self).skip(scratch)
     }
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        (&*self).shutdown_write()
+    }
 }
 
-impl Skip for std::net::TcpStream {}
+impl Skip for std::net::TcpStream {
+    fn shutdown_write(&mut self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+}
 
 /// Whether a read or write error means "try again later".
 fn would_block(e: &io::Error) -> bool {

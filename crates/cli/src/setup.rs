@@ -85,11 +85,11 @@ pub struct NetArgs {
     pub gateway: Option<Ipv4Addr>,
     /// ustack's static IPv6 address and on-link prefix (repeatable),
     /// besides the link-local one it forms from its MAC.
-    #[arg(long, value_name = "A/P", default_value = "fd77::2/64")]
+    #[arg(long, value_name = "A/P", default_value = "fd77::2/64", value_parser = parse_cidr6)]
     pub addr6: Vec<Ipv6Cidr>,
     /// IPv6 address and prefix given to the kernel side of the TAP
     /// (added without duplicate address detection, usable at once).
-    #[arg(long, value_name = "A/P", default_value = "fd77::1/64")]
+    #[arg(long, value_name = "A/P", default_value = "fd77::1/64", value_parser = parse_cidr6)]
     pub host_addr6: Ipv6Cidr,
     /// No IPv6 addresses on either side (ustack keeps only its link-local
     /// address; services listen on IPv4 only).
@@ -326,19 +326,7 @@ pub fn bring_up(args: &NetArgs, default_tap: &str) -> Result<Up> {
 
 /// [`bring_up`] with the stack's resource limits given.
 pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Result<Up> {
-    if args.addr.addr == args.host_addr.addr {
-        bail!(
-            "--addr and --host-addr are both {}: ustack and the kernel need different addresses",
-            args.addr.addr
-        );
-    }
-    if !args.addr.contains(args.host_addr.addr) {
-        tracing::warn!(
-            "--host-addr {} is outside --addr {}: they cannot talk directly",
-            args.host_addr,
-            args.addr
-        );
-    }
+    check_addresses(args)?;
     let name = args.tap.clone().unwrap_or_else(|| default_tap.to_string());
     if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(' ') {
         bail!("'{name}' is not a valid interface name (1 to 15 characters, no '/' or spaces)");
@@ -420,6 +408,73 @@ pub fn bring_up_with(args: &NetArgs, default_tap: &str, limits: Limits) -> Resul
     let mut up = start_stack(args, name, Box::new(tap), limits)?;
     up.host_addr6 = host_addr6;
     Ok(up)
+}
+
+/// Refuse addresses the link cannot work with, before anything is
+/// created: ustack and the kernel side sharing an address (IPv4 or IPv6),
+/// a gateway off the link or ustack's own address (Linux refuses both as
+/// a route's next hop). Warn about a kernel side outside ustack's prefix.
+pub fn check_addresses(args: &NetArgs) -> Result<()> {
+    if args.addr.addr == args.host_addr.addr {
+        bail!(
+            "--addr and --host-addr are both {}: ustack and the kernel need different addresses",
+            args.addr.addr
+        );
+    }
+    if !args.addr.contains(args.host_addr.addr) {
+        tracing::warn!(
+            "--host-addr {} is outside --addr {}: they cannot talk directly",
+            args.host_addr,
+            args.addr
+        );
+    }
+    if let Some(g) = args.gateway {
+        if g == args.addr.addr {
+            bail!("--gateway {g} is ustack's own address (--addr): a gateway is another host");
+        }
+        if !args.addr.contains(g) {
+            bail!(
+                "--gateway {g} is outside --addr {}: ustack could not reach it (a gateway is on the link)",
+                args.addr
+            );
+        }
+    }
+    if !args.no_ipv6 {
+        let host6 = args.host_addr6.address;
+        if args.addr6.iter().any(|a| a.address == host6) {
+            bail!(
+                "--addr6 and --host-addr6 are both {host6}: ustack and the kernel need different addresses"
+            );
+        }
+        if !args.addr6.iter().any(|a| a.contains(host6)) {
+            tracing::warn!(
+                "--host-addr6 {} is outside every --addr6 prefix: they cannot talk directly",
+                args.host_addr6
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `--addr6`/`--host-addr6`: `ADDRESS/PREFIX` (a bare address is /128),
+/// with messages that say what is wrong.
+fn parse_cidr6(s: &str) -> Result<Ipv6Cidr, String> {
+    let (a, p) = match s.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (s, None),
+    };
+    let addr: std::net::Ipv6Addr = a
+        .parse()
+        .map_err(|_| format!("'{a}' is not an IPv6 address (in '{s}')"))?;
+    let prefix = match p {
+        None => 128,
+        Some(p) => p
+            .parse::<u8>()
+            .ok()
+            .filter(|p| *p <= 128)
+            .ok_or_else(|| format!("'{p}' is not a prefix length 0..=128 (in '{s}')"))?,
+    };
+    Ipv6Cidr::new(addr, prefix).map_err(|e| format!("'{s}': {e}"))
 }
 
 /// Whether `ip` can be reached on the link configured by `args` (IPv4:
@@ -652,6 +707,54 @@ mod tests {
         assert!(e.contains("--no-ipv6"), "{e}");
         assert!(parse(&["--no-ipv6", "--addr6", "fd00::2/64"]).is_err());
         assert!(parse(&["--no-ipv6", "--host-addr6", "fd00::1/64"]).is_err());
+    }
+
+    #[test]
+    fn addresses_the_link_cannot_use_are_refused_before_any_work() {
+        // As for IPv4, ustack and the kernel cannot share an IPv6 address
+        // (both answered Neighbor Solicitations for it); a gateway must
+        // be on the link and not ustack itself (Linux: "Nexthop has
+        // invalid gateway"); a prefix length past 128 is named as such
+        // (it was "malformed packet").
+        let e = |args: &[&str]| {
+            check_addresses(&parse(args).unwrap())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(check_addresses(&parse(&[]).unwrap()).is_ok());
+        assert!(check_addresses(&parse(&["--gateway", "10.77.0.1"]).unwrap()).is_ok());
+        let m = e(&["--addr", "10.77.0.1/24"]);
+        assert!(
+            m.contains("--addr and --host-addr are both 10.77.0.1"),
+            "{m}"
+        );
+        let m = e(&["--host-addr6", "fd77::2/64"]);
+        assert!(
+            m.contains("--addr6 and --host-addr6 are both fd77::2"),
+            "{m}"
+        );
+        let m = e(&["--gateway", "10.99.0.1"]);
+        assert!(
+            m.contains("--gateway 10.99.0.1 is outside --addr 10.77.0.2/24"),
+            "{m}"
+        );
+        let m = e(&["--gateway", "10.77.0.2"]);
+        assert!(
+            m.contains("--gateway 10.77.0.2 is ustack's own address"),
+            "{m}"
+        );
+        // --no-ipv6: no IPv6 address to compare.
+        assert!(check_addresses(&parse(&["--no-ipv6"]).unwrap()).is_ok());
+        let m = parse(&["--addr6", "fd77::2/129"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(m.contains("'129' is not a prefix length 0..=128"), "{m}");
+        let m = parse(&["--host-addr6", "fd77::zz/64"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(m.contains("'fd77::zz' is not an IPv6 address"), "{m}");
     }
 
     #[test]

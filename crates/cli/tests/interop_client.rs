@@ -199,3 +199,71 @@ fn errors_people_understand() {
         );
     }
 }
+
+#[test]
+fn get_leaves_the_output_file_alone_unless_it_succeeds_and_dash_is_stdout() {
+    // `-o FILE` was created (truncated) before connecting: a refused
+    // connection or a 404 left FILE empty, an existing one destroyed;
+    // `-o -` made a file named "-" where curl and wget write to stdout.
+    let ns = NetNs::new();
+    let dir = TempDir::new("getout");
+    std::fs::write(dir.join("page.txt"), b"the page\n").unwrap();
+    let _srv = http_server(&ns, dir.path(), 8080);
+    let get = |args: &[&str]| {
+        let tap = format!("ut{}", unique());
+        Command::new(BIN)
+            .args(["get", "--tap", &tap, "--netns", &ns.name])
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ustack get")
+    };
+    let kept = dir.join("kept.txt");
+    std::fs::write(&kept, b"precious\n").unwrap();
+    let fresh = dir.join("fresh.txt");
+    for url in [
+        format!("http://{KERNEL_IP}:8081/"),
+        format!("http://{KERNEL_IP}:8080/missing"),
+    ] {
+        let out = get(&["-o", kept.to_str().unwrap(), &url]);
+        assert_eq!(out.status.code(), Some(1), "{url}");
+        assert_eq!(std::fs::read(&kept).unwrap(), b"precious\n", "{url}");
+        let out = get(&["-o", fresh.to_str().unwrap(), &url]);
+        assert_eq!(out.status.code(), Some(1), "{url}");
+        assert!(
+            !fresh.exists(),
+            "{url}: a failed get left {}",
+            fresh.display()
+        );
+    }
+    // Success replaces the file, also with a shorter body.
+    let out = get(&[
+        "-o",
+        kept.to_str().unwrap(),
+        &format!("http://{KERNEL_IP}:8080/page.txt"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&kept).unwrap(), b"the page\n");
+    // `-o -` is stdout.
+    let out = get(&["-o", "-", &format!("http://{KERNEL_IP}:8080/page.txt")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"the page\n");
+    assert!(!dir.join("-").exists(), "a file named -");
+    // A directory that does not exist still fails before any network work.
+    let out = get(&[
+        "-o",
+        "/nonexistent-dir/x",
+        &format!("http://{KERNEL_IP}:8080/page.txt"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot create"));
+}

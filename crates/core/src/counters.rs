@@ -137,6 +137,32 @@ counter_group!(
     SyncookiesFailed,
 });
 
+/// The counters of [`TcpCounters`] that Linux keeps in its TCP MIB (the
+/// `Tcp:` line of `/proc/net/snmp`); every other one is a `TcpExt:`
+/// counter of `/proc/net/netstat` (`TcpExtTCPTimeouts`, `TcpExtDelayedACKs`).
+const TCP_MIB: &[&str] = &[
+    "ActiveOpens",
+    "PassiveOpens",
+    "AttemptFails",
+    "EstabResets",
+    "CurrEstab",
+    "InSegs",
+    "OutSegs",
+    "RetransSegs",
+    "InErrs",
+    "OutRsts",
+    "InCsumErrors",
+];
+
+/// The group Linux's `nstat` names TCP counter `name` under.
+fn tcp_group(name: &str) -> &'static str {
+    if TCP_MIB.contains(&name) {
+        "Tcp"
+    } else {
+        TcpStackCounters::GROUP
+    }
+}
+
 /// All counters of one stack.
 #[derive(Debug, Clone, Default)]
 pub struct Counters {
@@ -168,7 +194,7 @@ impl Counters {
             .tcp
             .counters_list()
             .into_iter()
-            .map(|(n, v)| ("Tcp", n, v));
+            .map(|(n, v)| (tcp_group(n), n, v));
         let ext = self
             .tcp_ext
             .iter()
@@ -201,5 +227,56 @@ impl Counters {
         self.iter()
             .find(|(g, n, _)| *g == group && *n == name)
             .map(|(_, _, v)| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `Tcp:` line of Linux's `/proc/net/snmp` (RFC 4022's MIB): every
+    /// other TCP counter is in `TcpExt:` (`/proc/net/netstat`), so nstat
+    /// prints `TcpExtTCPTimeouts`, never `TcpTCPTimeouts`.
+    const LINUX_TCP_MIB: &[&str] = &[
+        "RtoAlgorithm",
+        "RtoMin",
+        "RtoMax",
+        "MaxConn",
+        "ActiveOpens",
+        "PassiveOpens",
+        "AttemptFails",
+        "EstabResets",
+        "CurrEstab",
+        "InSegs",
+        "OutSegs",
+        "RetransSegs",
+        "InErrs",
+        "OutRsts",
+        "InCsumErrors",
+    ];
+
+    #[test]
+    fn tcp_counters_outside_the_mib_are_tcpext_as_in_linux() {
+        let c = Counters::default();
+        let names: Vec<String> = c.iter().map(|(g, n, _)| format!("{g}{n}")).collect();
+        for (g, n, _) in c.iter() {
+            if g == "Tcp" {
+                assert!(LINUX_TCP_MIB.contains(&n), "Tcp{n} is TcpExt{n} in Linux");
+            }
+        }
+        for want in [
+            "TcpActiveOpens",
+            "TcpRetransSegs",
+            "TcpExtTCPTimeouts",
+            "TcpExtDelayedACKs",
+            "TcpExtPAWSEstab",
+            "TcpExtTCPKeepAlive",
+            "TcpExtOutOfWindowIcmps",
+            "TcpExtListenDrops",
+        ] {
+            assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+        }
+        assert_eq!(c.get("TcpExt", "TCPTimeouts"), Some(0));
+        assert_eq!(c.get("Tcp", "TCPTimeouts"), None);
     }
 }

@@ -145,10 +145,10 @@ fn idle_connections_sleep_until_their_own_deadline() {
     let at = n.b.poll_at().expect("a keep-alive deadline");
     assert_eq!(at, now + Duration::from_secs(20));
     let before = n.b.tcp_sched_stats().dispatches;
-    let ka_before = counter(&n.b, "Tcp", "TCPKeepAlive");
+    let ka_before = counter(&n.b, "TcpExt", "TCPKeepAlive");
     n.now = at;
     n.pump();
-    assert_eq!(counter(&n.b, "Tcp", "TCPKeepAlive"), ka_before + 1);
+    assert_eq!(counter(&n.b, "TcpExt", "TCPKeepAlive"), ka_before + 1);
     let spent = n.b.tcp_sched_stats().dispatches - before;
     assert!(
         spent <= 3,

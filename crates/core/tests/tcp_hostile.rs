@@ -222,8 +222,8 @@ fn challenge_acks_are_rate_limited_per_connection() {
     }
     let sent = acks_from_b(&n, from);
     assert_eq!(sent, 1, "one challenge ACK per 500 ms, not one per segment");
-    let counted = stack_util::counter(&n.b, "Tcp", "TCPChallengeACK");
-    let skipped = stack_util::counter(&n.b, "Tcp", "TCPACKSkippedChallenge");
+    let counted = stack_util::counter(&n.b, "TcpExt", "TCPChallengeACK");
+    let skipped = stack_util::counter(&n.b, "TcpExt", "TCPACKSkippedChallenge");
     assert_eq!((counted, skipped), (1, (rsts + syns - 1) as u64));
     // The connection survived all of it, and half a second later it
     // answers again.
@@ -239,7 +239,7 @@ fn challenge_acks_are_rate_limited_per_connection() {
     };
     n.inject_to_b(&frame_a_to_b(&seg));
     assert_eq!(acks_from_b(&n, from), 1);
-    assert_eq!(stack_util::counter(&n.b, "Tcp", "TCPChallengeACK"), 2);
+    assert_eq!(stack_util::counter(&n.b, "TcpExt", "TCPChallengeACK"), 2);
     assert_eq!(stack_util::counter(&n.b, "Tcp", "CurrEstab"), 1);
 }
 
@@ -275,7 +275,7 @@ fn acks_for_unsent_data_are_answered_at_the_challenge_rate() {
     }
     assert_eq!(acks_from_b(&n, from), 1, "one answer per 500 ms");
     assert_eq!(
-        stack_util::counter(&n.b, "Tcp", "TCPACKSkippedChallenge"),
+        stack_util::counter(&n.b, "TcpExt", "TCPACKSkippedChallenge"),
         29
     );
     assert_eq!(stack_util::counter(&n.b, "Tcp", "CurrEstab"), 1);
@@ -317,10 +317,10 @@ fn challenge_acks_are_rate_limited_stack_wide() {
         (5..=14).contains(&first),
         "at most 3/2 of the limit in one second: {first}"
     );
-    let skipped = stack_util::counter(&n.b, "Tcp", "TCPACKSkippedChallenge");
+    let skipped = stack_util::counter(&n.b, "TcpExt", "TCPACKSkippedChallenge");
     assert_eq!(skipped, 60 - first as u64);
     assert_eq!(
-        stack_util::counter(&n.b, "Tcp", "TCPChallengeACK"),
+        stack_util::counter(&n.b, "TcpExt", "TCPChallengeACK"),
         first as u64
     );
     // A second later (and past each connection's 500 ms): a new budget.

@@ -85,7 +85,7 @@ fn serve(mut c: TcpStream, name: &str, p: &dyn Provider) -> std::io::Result<()> 
     // Read the request head (bounded).
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 512];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+    while !head_ended(&head) && head.len() < 8192 {
         let n = c.read(&mut buf)?;
         if n == 0 {
             break;
@@ -121,6 +121,12 @@ fn serve(mut c: TcpStream, name: &str, p: &dyn Provider) -> std::io::Result<()> 
     c.write_all(out.as_bytes())
 }
 
+/// Whether `head` holds a whole request head: an empty line after the
+/// request line, its line ends CRLF or a bare LF (RFC 9112 2.2).
+fn head_ended(head: &[u8]) -> bool {
+    head.windows(2).any(|w| w == b"\n\n") || head.windows(3).any(|w| w == b"\n\r\n")
+}
+
 /// `TcpActiveOpens` → `tcp_active_opens`.
 fn snake(name: &str) -> String {
     let mut s = String::with_capacity(name.len() + 8);
@@ -128,7 +134,11 @@ fn snake(name: &str) -> String {
     for (i, &ch) in b.iter().enumerate() {
         if ch.is_ascii_uppercase() {
             let prev_lower = i > 0 && (b[i - 1].is_ascii_lowercase() || b[i - 1].is_ascii_digit());
-            let next_lower = b.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            // An acronym's last capital starts the next word ("TCPTimeouts"),
+            // unless one lower-case letter is all that follows: a plural
+            // or a version ("ACKs", "MLDv2").
+            let next_lower = b.get(i + 1).is_some_and(|n| n.is_ascii_lowercase())
+                && b.get(i + 2).is_some_and(|n| n.is_ascii_lowercase());
             let prev_upper = i > 0 && b[i - 1].is_ascii_uppercase();
             if i > 0 && (prev_lower || (prev_upper && next_lower)) {
                 s.push('_');
@@ -176,11 +186,26 @@ mod tests {
             "tcp_ext_tcp_req_q_full_drop"
         );
         assert_eq!(snake("RelayBytesGuestToHost"), "relay_bytes_guest_to_host");
+        // A plural acronym stays one word (it was delayed_ac_ks).
+        assert_eq!(snake("TcpExtDelayedACKs"), "tcp_ext_delayed_acks");
+        assert_eq!(snake("TcpExtTCPTimeouts"), "tcp_ext_tcp_timeouts");
+        assert_eq!(snake("Icmp6InMLDv2Reports"), "icmp6_in_mldv2_reports");
         let r = render(
             "a\"b",
             &[("TcpCurrEstab".into(), 3), ("TcpInSegs".into(), 7)],
         );
         assert!(r.contains("# TYPE ustack_tcp_curr_estab gauge\n"));
         assert!(r.contains("ustack_tcp_in_segs_total{stack=\"a\\\"b\"} 7\n"));
+    }
+
+    #[test]
+    fn a_request_head_ends_at_an_empty_line_of_crlf_or_lf() {
+        // `printf 'GET /metrics HTTP/1.0\n\n' | nc` got no answer: the
+        // head was read until CRLF CRLF, which never came, then the read
+        // timed out and the connection closed without a response.
+        assert!(head_ended(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert!(head_ended(b"GET /metrics HTTP/1.0\n\n"));
+        assert!(head_ended(b"GET /metrics HTTP/1.0\nHost: x\r\n\r\n"));
+        assert!(!head_ended(b"GET /metrics HTTP/1.0\r\nHost: x\r\n"));
     }
 }

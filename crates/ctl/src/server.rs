@@ -462,8 +462,11 @@ fn answer_plain(r: &Request, p: &Arc<dyn Provider>, state: &Mutex<State>) -> Res
         Request::Info => {
             let socks = p.sockets(false);
             st.info.devices = p.devices();
-            st.info.tcp_sockets = socks.len();
-            st.info.established = socks.iter().filter(|s| s.state == "ESTAB").count();
+            // `ps`'s TCP and ESTAB columns: TCP sockets only (a connected
+            // UDP socket, or `run`'s relayed UDP flow, is ESTAB too).
+            let tcp = || socks.iter().filter(|s| s.proto == "tcp");
+            st.info.tcp_sockets = tcp().count();
+            st.info.established = tcp().filter(|s| s.state == "ESTAB").count();
             Response::Info(st.info.clone())
         }
         Request::Sockets { detail } => Response::Sockets {

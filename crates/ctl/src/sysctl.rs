@@ -102,8 +102,67 @@ pub fn get(t: &Tunables, name: &str) -> Option<String> {
     })
 }
 
+/// The largest number of seconds Linux takes for a tunable it keeps in
+/// jiffies as an `int` (`proc_dointvec_jiffies`: `INT_MAX / HZ`), with
+/// `HZ` 1000.
+const MAX_JIFFIES_SECS: u64 = i32::MAX as u64 / 1000;
+
+/// The range Linux's `/proc/sys` handler takes for each number of a
+/// numeric tunable (`net/ipv4/sysctl_net_ipv4.c`): a value outside it is
+/// refused with `EINVAL` there, so it is refused here too, rather than
+/// clamped or taken whole. None for the tunables that are not numbers or
+/// whose own parser already holds Linux's range (`tcp_ecn`, `ip_default_ttl`).
+fn linux_range(name: &str) -> Option<(u64, u64)> {
+    let int = i32::MAX as u64;
+    Some(match name {
+        // proc_dou8vec_minmax without bounds.
+        "tcp_timestamps"
+        | "tcp_sack"
+        | "tcp_window_scaling"
+        | "tcp_synack_retries"
+        | "tcp_retries2"
+        | "tcp_keepalive_probes"
+        | "tcp_rfc1337"
+        | "tcp_slow_start_after_idle" => (0, 255),
+        // 1 to MAX_TCP_SYNCNT.
+        "tcp_syn_retries" => (1, 127),
+        // Each of the three numbers: proc_dointvec_minmax from 1.
+        "tcp_rmem" | "tcp_wmem" => (1, int),
+        "tcp_fin_timeout" | "tcp_keepalive_time" | "tcp_keepalive_intvl" => (0, MAX_JIFFIES_SECS),
+        // proc_douintvec_minmax up to UINT_MAX / HZ.
+        "tcp_probe_interval" => (0, u64::from(u32::MAX) / 1000),
+        "tcp_challenge_ack_limit" | "tcp_probe_threshold" | "tcp_base_mss" => (0, int),
+        _ => return None,
+    })
+}
+
+/// Refuse a number outside Linux's range for `name` (short form).
+fn check_linux_range(t: &Tunables, name: &str, value: &str) -> Result<(), String> {
+    let Some((lo, hi)) = linux_range(name) else {
+        return Ok(());
+    };
+    // Unparseable text is left to `apply`, which names it a bad value.
+    let out_of_range = value
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok())
+        .any(|v| v < lo || v > hi);
+    if out_of_range {
+        return Err(format!(
+            "bad value {value:?} for {PREFIX}{name}: Linux takes {lo} to {hi}{} (now {:?})",
+            if matches!(name, "tcp_rmem" | "tcp_wmem") {
+                " for each of min, default and max"
+            } else {
+                ""
+            },
+            get(t, name).unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
 /// Apply every assignment to a copy of `t`: the new tunables, or the first
-/// refusal (then nothing changes).
+/// refusal (then nothing changes). A number outside the range Linux takes
+/// for the tunable is refused, as Linux refuses it.
 pub fn set(t: &Tunables, assignments: &[(String, String)]) -> Result<Tunables, String> {
     let mut n = t.clone();
     for (name, value) in assignments {
@@ -111,10 +170,17 @@ pub fn set(t: &Tunables, assignments: &[(String, String)]) -> Result<Tunables, S
         if get(t, &s).is_none() {
             return Err(format!("unknown tunable {PREFIX}{s}"));
         }
+        check_linux_range(t, &s, value)?;
         apply(&mut n, &s, value).map_err(|e| match e {
             SysctlError::BadValue { name, value } => {
                 format!(
-                    "bad value {value:?} for {PREFIX}{name} (now {:?})",
+                    "bad value {value:?} for {PREFIX}{name}{} (now {:?})",
+                    match name.as_str() {
+                        "tcp_congestion_control" =>
+                            ": this stack has cubic, cubic-hystart++ and reno",
+                        "tcp_rmem" | "tcp_wmem" => ": give min, default and max",
+                        _ => "",
+                    },
                     get(t, &name).unwrap_or_default()
                 )
             }
@@ -151,6 +217,55 @@ mod tests {
         let ttl = set(&t, &[("net.ipv4.ip_default_ttl".into(), "33".into())]).expect("1..=255");
         assert_eq!(get(&ttl, "ip_default_ttl").as_deref(), Some("33"));
         assert!(set(&t, &[("ip_default_ttl".into(), "0".into())]).is_err());
+    }
+
+    #[test]
+    fn values_linux_refuses_are_refused_not_clamped() {
+        let t = Tunables::default();
+        for (name, value) in [
+            // Linux: 1 to 127 (MAX_TCP_SYNCNT); was clamped to 1 and 127.
+            ("tcp_syn_retries", "0"),
+            ("tcp_syn_retries", "128"),
+            // u8 tunables; were clamped to 255 or taken whole.
+            ("tcp_synack_retries", "256"),
+            ("tcp_retries2", "1000"),
+            ("tcp_keepalive_probes", "256"),
+            ("tcp_sack", "256"),
+            // Each of the three at least 1 and an int; was taken and
+            // clamped to 2048 (tcp_rmem's maximum) or kept at 100 GB.
+            ("tcp_rmem", "0 0 0"),
+            ("tcp_rmem", "4096 131072 99999999999"),
+            ("tcp_wmem", "4096 0 4194304"),
+            // Seconds Linux keeps in jiffies as an int (HZ 1000).
+            ("tcp_fin_timeout", "99999999999"),
+            ("tcp_keepalive_time", "2147484"),
+            ("tcp_keepalive_intvl", "2147484"),
+            ("tcp_probe_interval", "4294968"),
+            ("tcp_challenge_ack_limit", "2147483648"),
+        ] {
+            let e = set(&t, &[(name.into(), value.into())])
+                .expect_err(&format!("{name}={value} must be refused"));
+            assert!(
+                e.contains(&format!("net.ipv4.{name}")) && e.contains("Linux takes"),
+                "{name}={value}: {e}"
+            );
+        }
+        // The bounds themselves are taken, as Linux takes them.
+        for (name, value) in [
+            ("tcp_syn_retries", "1"),
+            ("tcp_syn_retries", "127"),
+            ("tcp_synack_retries", "255"),
+            ("tcp_rmem", "1 1 2147483647"),
+            ("tcp_fin_timeout", "2147483"),
+            ("tcp_keepalive_intvl", "1"),
+            ("tcp_probe_interval", "4294967"),
+            ("tcp_challenge_ack_limit", "2147483647"),
+        ] {
+            set(&t, &[(name.into(), value.into())])
+                .unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+        }
+        let t2 = set(&t, &[("tcp_syn_retries".into(), "127".into())]).expect("in range");
+        assert_eq!(get(&t2, "tcp_syn_retries").as_deref(), Some("127"));
     }
 
     #[test]

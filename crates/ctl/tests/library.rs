@@ -76,3 +76,34 @@ fn a_library_stack_is_operated_after_one_call() {
     assert!(!ustack_ctl::list().contains(&name), "still listed");
     assert!(Client::connect(&name).is_err());
 }
+
+#[test]
+fn ps_counts_tcp_sockets_only_in_its_tcp_column() {
+    // `ustack ps` prints `tcp_sockets` under TCP and `established` under
+    // ESTAB: a UDP socket (serve's echo, run's relayed flows, which are
+    // ESTAB when connected) is neither.
+    let (port, _peer) = pair(Impairments::none(), Impairments::none(), 8);
+    let ip = Ipv4Addr::new(10, 42, 0, 1);
+    let net = Net::start(config(ip, 2), Box::new(port), RuntimeOptions::default())
+        .expect("start the stack");
+    let _l = TcpListener::bind(&net, SocketAddrV4::new(ip, 8080)).expect("listen");
+    let _u = ustack_net::UdpSocket::bind(&net, SocketAddrV4::new(ip, 7)).expect("udp");
+    let connected = ustack_net::UdpSocket::bind(&net, SocketAddrV4::new(ip, 5353)).expect("udp");
+    connected
+        .connect(SocketAddrV4::new(Ipv4Addr::new(10, 42, 0, 2), 53))
+        .expect("connect");
+    let name = format!("libps-{}", std::process::id());
+    let _ctl = Control::for_net(&name, &net, "mem0").expect("register");
+    let mut c = Client::connect(&name).expect("connect");
+    let socks = match c.call(&Request::Sockets { detail: false }) {
+        Ok(Response::Sockets { sockets }) => sockets,
+        other => panic!("sockets: {other:?}"),
+    };
+    assert!(
+        socks.iter().any(|s| s.proto == "udp" && s.state == "ESTAB"),
+        "{socks:?}"
+    );
+    let info = c.info().expect("info");
+    assert_eq!(info.tcp_sockets, 1, "{socks:?}");
+    assert_eq!(info.established, 0, "{socks:?}");
+}

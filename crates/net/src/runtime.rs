@@ -1461,6 +1461,28 @@ impl Net {
         timeout: Duration,
     ) -> io::Result<Option<PingReply>> {
         let dst = dst.into();
+        let sent_at = self.echo_request(dst, seq, payload)?;
+        match self.echo_reply(dst, Some(seq), timeout)? {
+            Some(reply) => {
+                let rtt = reply.at.saturating_duration_since(sent_at);
+                Ok(Some(PingReply { reply, rtt }))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Send one ICMP echo request to `dst` (ICMPv6 for an IPv6 address)
+    /// with this stack's echo identifier, without waiting for the reply:
+    /// the stack's time when it was sent (a reply's `at` minus it is the
+    /// round trip). Its reply is taken with [`Net::echo_reply`], so that a
+    /// caller may have several requests in flight, as ping(8) has.
+    pub fn echo_request(
+        &self,
+        dst: impl Into<std::net::IpAddr>,
+        seq: u16,
+        payload: &[u8],
+    ) -> io::Result<Instant> {
+        let dst = dst.into();
         let ident = self.inner.ping_ident;
         let sent_at = self.shared().op(|s, now, _tx| {
             match dst {
@@ -1469,7 +1491,19 @@ impl Net {
             }
             .map(|()| now)
         });
-        let sent_at = sent_at.map_err(|e| e.into_io())?;
+        sent_at.map_err(|e| e.into_io())
+    }
+
+    /// Wait up to `timeout` for an echo reply from `from` to one of this
+    /// stack's requests ([`Net::echo_request`]): the one numbered `seq`,
+    /// or any if `seq` is None. `Ok(None)` = none in time.
+    pub fn echo_reply(
+        &self,
+        from: std::net::IpAddr,
+        seq: Option<u16>,
+        timeout: Duration,
+    ) -> io::Result<Option<EchoReply>> {
+        let ident = self.inner.ping_ident;
         let r = self.shared().block_on(
             Interest::Any,
             false,
@@ -1477,17 +1511,16 @@ impl Net {
             io::ErrorKind::TimedOut,
             |g, _| {
                 g.collect_echo_replies();
-                match g.take_echo(|r| r.ident == ident && r.seq == seq && r.from == dst) {
+                match g.take_echo(|r| {
+                    r.ident == ident && seq.is_none_or(|s| r.seq == s) && r.from == from
+                }) {
                     Some(reply) => Poll::Ready(Ok(reply)),
                     None => Poll::Pending,
                 }
             },
         );
         match r {
-            Ok(reply) => {
-                let rtt = reply.at.saturating_duration_since(sent_at);
-                Ok(Some(PingReply { reply, rtt }))
-            }
+            Ok(reply) => Ok(Some(reply)),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(None),
             Err(e) => Err(e),
         }

@@ -954,7 +954,7 @@ const ENGINE_MUST_MOVE: &[&str] = &[
     "UdpInCsumErrors",
     "TcpInErrs",
     "TcpInCsumErrors",
-    "TcpTCPWinProbe",
+    "TcpExtTCPWinProbe",
     "LinkInNotForUs",
     "LinkInUnknownEthertype",
     "LinkArpInvalid",

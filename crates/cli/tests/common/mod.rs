@@ -193,9 +193,12 @@ impl ChildGuard {
 }
 
 impl Drop for ChildGuard {
+    /// SIGTERM first (at most 10 s, then SIGKILL), so that a `ustack`
+    /// left running by a failing test stops as it would and removes its
+    /// control endpoint's file from /dev/shm.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
+            self.stop();
         }
         let _ = self.child.wait();
     }
