@@ -541,7 +541,7 @@ fn packet_too_big_lowers_the_mss_of_the_connection_and_retransmits() {
     n.a.receive(n.now, &f, &mut |_| {});
     assert_eq!(n.a.tcp_info(cl).unwrap().smss, 1440);
     assert_eq!(n.a.path_mtu6(n.now, B6), None);
-    assert_eq!(c(&n.a, "Tcp", "OutOfWindowIcmps"), 1);
+    assert_eq!(c(&n.a, "TcpExt", "OutOfWindowIcmps"), 1);
     // A valid one: the MSS follows the path (1300 - 60), what no longer
     // fits is sent again at once, and the path MTU is remembered.
     let f = ptb_to_a(1300, &pkt);

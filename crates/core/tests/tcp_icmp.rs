@@ -66,7 +66,7 @@ fn icmp_quoting_a_sequence_number_we_did_not_send_is_ignored() {
         let st = n.a.tcp_status(c).unwrap();
         assert_eq!(st.state, State::SynSent, "seq {seq:#x} must be ignored");
         assert_eq!(st.pending_error, None);
-        assert_eq!(counter(&n.a, "Tcp", "OutOfWindowIcmps"), k as u64 + 1);
+        assert_eq!(counter(&n.a, "TcpExt", "OutOfWindowIcmps"), k as u64 + 1);
     }
     // A short quote without the sequence number proves nothing either.
     let f = icmp_to_a(&syn_ip, DstUnreachable::PortUnreachable, 0, &syn[..4]);
@@ -80,7 +80,7 @@ fn icmp_quoting_a_sequence_number_we_did_not_send_is_ignored() {
     let mut buf = [0u8; 1];
     assert_eq!(n.a.tcp_recv(c, &mut buf), Err(TcpError::ConnectionRefused));
     assert_eq!(
-        counter(&n.a, "Tcp", "OutOfWindowIcmps"),
+        counter(&n.a, "TcpExt", "OutOfWindowIcmps"),
         guesses.len() as u64
     );
     // Like Linux's tcp_done: a connection that fails while opening counts.
@@ -136,11 +136,11 @@ fn out_of_window_frag_needed_leaves_the_mss_alone() {
         after.iter().any(|&l| l > 1200),
         "the MSS must not shrink: {after:?}"
     );
-    assert_eq!(counter(&n.a, "Tcp", "OutOfWindowIcmps"), 1);
+    assert_eq!(counter(&n.a, "TcpExt", "OutOfWindowIcmps"), 1);
     // The genuine one (quoting SND.UNA) lowers it.
     let f = icmp_to_a(&ip, DstUnreachable::FragRequired, 576, &data[..8]);
     n.a.receive(n.now, &f, &mut |_| {});
-    assert_eq!(counter(&n.a, "Tcp", "OutOfWindowIcmps"), 1);
+    assert_eq!(counter(&n.a, "TcpExt", "OutOfWindowIcmps"), 1);
     n.log_ab.clear();
     n.advance(Duration::from_secs(4));
     let after = sizes(&n);
