@@ -744,6 +744,34 @@ fn rtt_sampled_on_every_ack_without_timestamps() {
     );
 }
 
+#[test]
+fn rtt_sampled_in_microseconds_with_timestamps() {
+    // Linux (`tcp_ack_update_rtt`) takes the send-time sample, in
+    // microseconds, before the TSecr one, which counts whole milliseconds:
+    // on a 300 µs path the smoothed RTT must read about 300 µs, not 0 or
+    // 1 ms. Timestamps on (the default) on both ends; two full segments
+    // (1448 bytes each beside the timestamp option) a round, acknowledged
+    // at once; the clock stepped 100 µs at a time.
+    let mut n = net_with(cfg(), cfg(), 0);
+    n.ab.imp.delay = Duration::from_micros(150);
+    n.ba.imp.delay = Duration::from_micros(150);
+    n.establish();
+    assert!(n.a.conn().info().timestamps);
+    for _ in 0..20 {
+        n.a.conn().send(&[5u8; 2 * 1448]).unwrap();
+        for _ in 0..30 {
+            let t = n.now + Duration::from_micros(100);
+            n.run_until(t);
+        }
+        read_all(n.b.conn());
+    }
+    let srtt = n.a.conn().srtt().expect("sampled");
+    assert!(
+        srtt >= Duration::from_micros(250) && srtt <= Duration::from_micros(600),
+        "srtt {srtt:?} on a 300 µs path"
+    );
+}
+
 /// Urgent data (RFC 9293 3.8.5, Linux semantics): the octet before the
 /// urgent pointer is out of band; reads stop at it and skip it, `splice`'s
 /// read stops there for good, `MSG_OOB` reads it once.

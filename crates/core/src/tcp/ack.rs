@@ -238,13 +238,20 @@ impl Connection {
                     rack.check_reordering(low, fack, mss);
                 }
             }
-            // RTT measurement: RFC 7323 4.1 from TSecr, else, as Linux
-            // does (`tcp_ack_update_rtt`), on every ACK from the send time
-            // of the oldest segment it newly acknowledges, never a
-            // retransmitted one (Karn); the one timed segment as a
-            // fallback.
+            // RTT measurement, in Linux's order (`tcp_ack_update_rtt`): on
+            // every ACK, from the send time of the oldest segment it newly
+            // acknowledges, in microseconds, unless a retransmitted one is
+            // among them (Karn); else from TSecr (RFC 7323 4.1), which
+            // counts whole milliseconds (a sub-millisecond path would read
+            // as 0 or 1 ms); the one timed segment as the last resort.
             let mut sampled = false;
-            if let Some(ecr) = ecr {
+            if let (Some(t), false) = (first_ackt, rtx_acked) {
+                let d = now.saturating_duration_since(t);
+                self.rtx.rtt.sample(d);
+                self.rtx.rack.on_rtt_sample(d);
+                sampled = true;
+            }
+            if let (false, Some(ecr)) = (sampled, ecr) {
                 let ms = self.ts_now(now).wrapping_sub(ecr);
                 if ms < 60_000 {
                     let d = Duration::from_millis(u64::from(ms));
@@ -252,12 +259,6 @@ impl Connection {
                     self.rtx.rack.on_rtt_sample(d);
                     sampled = true;
                 }
-            }
-            if let (false, Some(t), false) = (sampled, first_ackt, rtx_acked) {
-                let d = now.saturating_duration_since(t);
-                self.rtx.rtt.sample(d);
-                self.rtx.rack.on_rtt_sample(d);
-                sampled = true;
             }
             if let Some((seq, t)) = self.rtx.rtt_probe {
                 if ack.gt(seq) {
