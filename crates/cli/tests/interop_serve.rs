@@ -461,17 +461,20 @@ fn services_run_on_the_stack_thread_or_their_own() {
         let ns = NetNs::new();
         let args: &[&str] = if own { &["--services-thread"] } else { &[] };
         let srv = Serve::start(&ns, args);
+        let addr = SocketAddrV4::new(USTACK_IP, 7);
+        ns.spawn(move || echo_transfer(addr, 8 << 20, 0x7ead))
+            .join()
+            .expect("echo client");
+        udp_echo_ok(&ns, "udp on either thread");
+        // Read after the services have served (a thread takes its name as
+        // it starts, so right after the banner a new one may still carry
+        // the process's).
         let names = thread_names(srv.proc.child.id());
         assert_eq!(
             names.iter().any(|n| n == "serve"),
             own,
             "threads with {args:?}: {names:?}"
         );
-        let addr = SocketAddrV4::new(USTACK_IP, 7);
-        ns.spawn(move || echo_transfer(addr, 8 << 20, 0x7ead))
-            .join()
-            .expect("echo client");
-        udp_echo_ok(&ns, "udp on either thread");
         let page = status_page(&ns);
         assert!(counter_on(&page, "TcpPassiveOpens") >= 2, "{page}");
         srv.stop_clean();
