@@ -959,14 +959,62 @@ impl Stack {
             quoted.copy_from_slice(h);
         }
         self.scratch = scratch;
+        let header = quoted_header(to, from, IpProtocol::Icmp, req.buffer_len());
+        self.queue_unreachable(now, from, to, code, header, &quoted)
+    }
+
+    /// Send ICMP destination unreachable `code` from `from` to `to`,
+    /// quoting `header` (the datagram `to` sent to `from`) and `data`.
+    fn queue_unreachable(
+        &mut self,
+        now: Instant,
+        from: Ipv4Addr,
+        to: Ipv4Addr,
+        code: DstUnreachable,
+        header: Ipv4Repr,
+        data: &[u8],
+    ) -> Result<(), IcmpError> {
         let repr = Icmpv4Repr::DstUnreachable {
             reason: code,
             next_hop_mtu: 0,
-            header: quoted_header(to, from, IpProtocol::Icmp, req.buffer_len()),
-            data: &quoted,
+            header,
+            data,
         };
         self.queue_icmp_from(now, from, to, &repr)?;
         self.counters.icmp.OutDestUnreachs += 1;
+        Ok(())
+    }
+
+    /// ICMPv6 destination unreachable with `code`'s equivalent from `from`
+    /// to `to`, quoting the IPv6 header of the packet `to` sent to `from`
+    /// (`next_header`, `payload_len`) and `data`.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_unreachable6(
+        &mut self,
+        now: Instant,
+        from: Ipv6Addr,
+        to: Ipv6Addr,
+        code: DstUnreachable,
+        next_header: IpProtocol,
+        payload_len: usize,
+        data: &[u8],
+    ) -> Result<(), IcmpError> {
+        let header = Ipv6Repr {
+            src: to,
+            dst: from,
+            next_header,
+            payload_len,
+            hop_limit: DEFAULT_HOP_LIMIT,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let repr = Icmpv6Repr::DstUnreachable {
+            reason: unreachable6(code),
+            header,
+            data,
+        };
+        self.queue_icmp6_from(now, from, to, &repr)?;
+        self.counters.icmp6.OutDestUnreachs += 1;
         Ok(())
     }
 
@@ -999,23 +1047,8 @@ impl Stack {
             &mut Icmpv6Packet::new_unchecked(&mut quoted[..]),
         );
         quoted.truncate(room);
-        let header = Ipv6Repr {
-            src: to,
-            dst: from,
-            next_header: IpProtocol::ICMPV6,
-            payload_len: req.buffer_len(),
-            hop_limit: DEFAULT_HOP_LIMIT,
-            traffic_class: 0,
-            flow_label: 0,
-        };
-        let repr = Icmpv6Repr::DstUnreachable {
-            reason: unreachable6(code),
-            header,
-            data: &quoted,
-        };
-        self.queue_icmp6_from(now, from, to, &repr)?;
-        self.counters.icmp6.OutDestUnreachs += 1;
-        Ok(())
+        let len = req.buffer_len();
+        self.queue_unreachable6(now, from, to, code, IpProtocol::ICMPV6, len, &quoted)
     }
 
     /// Tell the guest that a datagram it sent from `to` to `from` cannot
@@ -1052,15 +1085,8 @@ impl Stack {
                     self.counters.icmp.OutRateLimited += 1;
                     return Err(IcmpError::Exhausted);
                 }
-                let repr = Icmpv4Repr::DstUnreachable {
-                    reason: code,
-                    next_hop_mtu: 0,
-                    header: quoted_header(t, f, IpProtocol::Udp, udp_len),
-                    data: &quoted,
-                };
-                self.queue_icmp_from(now, f, t, &repr)?;
-                self.counters.icmp.OutDestUnreachs += 1;
-                Ok(())
+                let header = quoted_header(t, f, IpProtocol::Udp, udp_len);
+                self.queue_unreachable(now, f, t, code, header, &quoted)
             }
             (IpAddr::V6(f), IpAddr::V6(t)) if is_unicast6(f) && is_unicast6(t) => {
                 // RFC 4443 2.4 (f).
@@ -1068,23 +1094,7 @@ impl Stack {
                     self.counters.icmp6.OutRateLimited += 1;
                     return Err(IcmpError::Exhausted);
                 }
-                let header = Ipv6Repr {
-                    src: t,
-                    dst: f,
-                    next_header: IpProtocol::Udp,
-                    payload_len: udp_len,
-                    hop_limit: DEFAULT_HOP_LIMIT,
-                    traffic_class: 0,
-                    flow_label: 0,
-                };
-                let repr = Icmpv6Repr::DstUnreachable {
-                    reason: unreachable6(code),
-                    header,
-                    data: &quoted,
-                };
-                self.queue_icmp6_from(now, f, t, &repr)?;
-                self.counters.icmp6.OutDestUnreachs += 1;
-                Ok(())
+                self.queue_unreachable6(now, f, t, code, IpProtocol::Udp, udp_len, &quoted)
             }
             _ => Err(IcmpError::InvalidAddress),
         }
