@@ -14,24 +14,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn ustack(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ustack")
-}
-
-fn json(args: &[&str]) -> serde_json::Value {
-    let out = ustack(args);
-    assert!(
-        out.status.success(),
-        "ustack {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
-}
-
 fn rows(v: &serde_json::Value) -> Vec<(String, String, String)> {
     v.as_array()
         .expect("array")

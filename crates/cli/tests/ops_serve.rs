@@ -5,43 +5,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddrV4;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-fn ustack(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run ustack")
-}
-
-/// Run; the command must succeed.
-fn ustack_ok(args: &[&str]) -> Output {
-    let out = ustack(args);
-    assert!(
-        out.status.success(),
-        "ustack {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Run and parse `--json` output; the command must succeed.
-fn json(args: &[&str]) -> Value {
-    let out = ustack(args);
-    assert!(
-        out.status.success(),
-        "ustack {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "ustack {args:?}: not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
-}
 
 /// A TCP port free on 127.0.0.1 now.
 fn free_port() -> u16 {

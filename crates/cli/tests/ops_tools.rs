@@ -6,31 +6,11 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddrV4;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
-
-fn ustack(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run ustack")
-}
-
-fn stdout_ok(args: &[&str]) -> String {
-    let out = ustack(args);
-    assert!(
-        out.status.success(),
-        "ustack {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn json(args: &[&str]) -> Value {
-    let text = stdout_ok(args);
-    serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("ustack {args:?}: not JSON ({e}): {text}"))
-}
 
 /// One request on a new connection to serve's HTTP port from `ns`, the
 /// whole answer (within 10 s).

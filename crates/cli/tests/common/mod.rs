@@ -27,6 +27,38 @@ pub const USTACK_IP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
 pub const KERNEL_IP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1);
 pub const BIN: &str = env!("CARGO_BIN_EXE_ustack");
 
+/// `ustack ARGS` from this process's namespace (stdin closed): its output.
+pub fn ustack(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ustack")
+}
+
+/// [`ustack`], which must succeed.
+pub fn ustack_ok(args: &[&str]) -> Output {
+    let out = ustack(args);
+    assert!(
+        out.status.success(),
+        "ustack {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// [`ustack_ok`]'s standard output, as text.
+pub fn stdout_ok(args: &[&str]) -> String {
+    String::from_utf8_lossy(&ustack_ok(args).stdout).into_owned()
+}
+
+/// [`ustack_ok`]'s standard output parsed as JSON (`--json` output).
+pub fn json(args: &[&str]) -> serde_json::Value {
+    let text = stdout_ok(args);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("ustack {args:?}: not JSON ({e}): {text}"))
+}
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A unique short suffix: pid (mod 10^6) and a per-process counter.
