@@ -656,37 +656,6 @@ fn fetch(ns: &NetNs, n: u64) -> f64 {
     curl_bytes(ns, n, 120)
 }
 
-/// `ustack capture --stack STACK -c COUNT -w FILE FILTER...`, returned once
-/// its banner says it listens, with its stderr.
-fn start_capture(
-    stack: &str,
-    file: &str,
-    count: u32,
-    filter: &[&str],
-) -> (ChildGuard, std::process::ChildStderr) {
-    let mut cap = ChildGuard {
-        child: Command::new(BIN)
-            .args([
-                "capture",
-                "--stack",
-                stack,
-                "-c",
-                &count.to_string(),
-                "-w",
-                file,
-            ])
-            .args(filter)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn ustack capture"),
-    };
-    let mut err = cap.child.stderr.take().expect("stderr");
-    let mut banner = [0u8; 22];
-    err.read_exact(&mut banner).expect("capture banner");
-    assert_eq!(&banner, b"ustack capture: listen");
-    (cap, err)
-}
-
 /// Wait (at most 20 s) for a capture started with `-c count` to stop,
 /// check its summary, and read its file with `tcpdump -nr`: one line per
 /// frame, `count` of them.
@@ -731,7 +700,7 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     let file_s = file.to_string_lossy().to_string();
 
     // A capture of port 80 into a file, while curl fetches a page.
-    let (cap, err) = start_capture(&name, &file_s, 6, &["tcp", "and", "port", "80"]);
+    let (cap, err) = start_capture(&name, &file_s, Some(6), &["tcp", "and", "port", "80"]);
     // ICMP does not pass the filter; the HTTP exchange does.
     let _ = ns
         .cmd("ping")
@@ -752,7 +721,7 @@ fn capture_writes_pcap_tcpdump_reads_and_a_stalled_reader_loses_frames_not_speed
     let (cap6, err6) = start_capture(
         &name,
         &file6,
-        6,
+        Some(6),
         &["ip6", "and", "tcp", "and", "port", "80"],
     );
     fetch(&ns, 1000);
@@ -837,7 +806,7 @@ fn capture_from_a_live_hardened_run_reads_the_ring() {
     // Synchronise on the stack's control endpoint answering.
     wait_answering(&name, &mut run, Duration::from_secs(20));
     let port_s = port.to_string();
-    let (cap, err) = start_capture(&name, &file_s, 20, &["tcp", "and", "port", &port_s]);
+    let (cap, err) = start_capture(&name, &file_s, Some(20), &["tcp", "and", "port", &port_s]);
     std::fs::OpenOptions::new()
         .write(true)
         .open(&fifo)

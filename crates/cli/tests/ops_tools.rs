@@ -280,19 +280,8 @@ fn capture_stopped_by_ctrl_c_right_after_traffic_keeps_every_frame() {
     let dir = TempDir::new("capint");
     for round in 0..3 {
         let file = dir.join(&format!("c{round}.pcap"));
-        let mut cap = ChildGuard {
-            child: Command::new(BIN)
-                .args(["capture", "--stack", &name, "-w"])
-                .arg(&file)
-                .args(["port", "80"])
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn ustack capture"),
-        };
-        let mut err = cap.child.stderr.take().expect("stderr");
-        let mut banner = [0u8; 22];
-        err.read_exact(&mut banner).expect("capture banner");
-        assert_eq!(&banner, b"ustack capture: listen");
+        let (mut cap, mut err) =
+            start_capture(&name, &file.to_string_lossy(), None, &["port", "80"]);
         // The whole answer came back, to the server's FIN: the stack
         // recorded each of its frames before it sent it.
         let answer = http_raw(&ns, "GET /bytes/1000 HTTP/1.0\r\n\r\n");

@@ -230,17 +230,7 @@ fn started_by_root_the_relay_runs_as_nobody_and_root_still_operates_it() {
     let pcap_dir = TempDir::new("priv");
     let pcap = pcap_dir.join(&format!("{name}.pcap"));
     let pcap_s = pcap.to_string_lossy().to_string();
-    let mut cap = ChildGuard {
-        child: Command::new(BIN)
-            .args(["capture", "--stack", &name, "-c", "1", "-w", &pcap_s])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn ustack capture"),
-    };
-    let mut cap_err = cap.child.stderr.take().expect("stderr");
-    let mut banner = [0u8; 22];
-    cap_err.read_exact(&mut banner).expect("capture banner");
-    assert_eq!(&banner, b"ustack capture: listen");
+    let (mut cap, mut cap_err) = start_capture(&name, &pcap_s, Some(1), &[]);
     run.send("x");
     let t0 = Instant::now();
     let cap_status = loop {

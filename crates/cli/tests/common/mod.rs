@@ -52,6 +52,34 @@ pub fn stdout_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&ustack_ok(args).stdout).into_owned()
 }
 
+/// `ustack capture --stack STACK [-c COUNT] -w FILE FILTER...`, once it
+/// has said it listens: the capture and its stderr (the rest of it).
+pub fn start_capture(
+    stack: &str,
+    file: &str,
+    count: Option<u32>,
+    filter: &[&str],
+) -> (ChildGuard, std::process::ChildStderr) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["capture", "--stack", stack]);
+    if let Some(c) = count {
+        cmd.args(["-c", &c.to_string()]);
+    }
+    let mut cap = ChildGuard {
+        child: cmd
+            .args(["-w", file])
+            .args(filter)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ustack capture"),
+    };
+    let mut err = cap.child.stderr.take().expect("stderr");
+    let mut banner = [0u8; 22];
+    err.read_exact(&mut banner).expect("capture banner");
+    assert_eq!(&banner, b"ustack capture: listen");
+    (cap, err)
+}
+
 /// [`ustack_ok`]'s standard output parsed as JSON (`--json` output).
 pub fn json(args: &[&str]) -> serde_json::Value {
     let text = stdout_ok(args);
