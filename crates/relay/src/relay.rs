@@ -311,6 +311,32 @@ fn udp_unreachable_for(e: &io::Error) -> Option<Unreachable> {
     }
 }
 
+/// `ports remove f` found nothing to remove among the listeners'
+/// forwards `here`: say so, naming what `f`'s host port does forward, so
+/// that a wrong guest port is told apart from a wrong host port. A
+/// forward listens on 127.0.0.1 and ::1, in slots that need not be next
+/// to each other (slots are reused): each is named once.
+fn no_such_forward<'a>(f: &PortForward, here: impl Iterator<Item = &'a PortForward>) -> String {
+    let proto = match f.proto {
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+    };
+    let there: std::collections::BTreeSet<String> = here
+        .filter(|h| h.proto == f.proto && h.host_port == f.host_port)
+        .map(|h| h.to_string())
+        .collect();
+    if there.is_empty() {
+        format!("no port forward on host port {}/{proto}", f.host_port)
+    } else {
+        let there: Vec<String> = there.into_iter().collect();
+        format!(
+            "no port forward {f}; host port {}/{proto} forwards {}",
+            f.host_port,
+            there.join(", ")
+        )
+    }
+}
+
 fn unreachable_for(e: &io::Error) -> Refusal {
     match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => Refusal::Reset,
@@ -433,30 +459,8 @@ impl<G: GuestStack> Relay<G> {
         if let Some(spec) = remove {
             let f: PortForward = spec.parse()?;
             if !self.remove_forward(&f) {
-                let proto = match f.proto {
-                    Proto::Tcp => "tcp",
-                    Proto::Udp => "udp",
-                };
-                // Name what is there, so that a wrong guest port is told
-                // apart from a wrong host port.
-                let there: Vec<String> = self
-                    .listeners
-                    .iter()
-                    .flatten()
-                    .filter(|l| l.fwd.proto == f.proto && l.fwd.host_port == f.host_port)
-                    .map(|l| l.fwd.to_string())
-                    .collect();
-                return Err(if there.is_empty() {
-                    format!("no port forward on host port {}/{proto}", f.host_port)
-                } else {
-                    let mut there = there;
-                    there.dedup();
-                    format!(
-                        "no port forward {f}; host port {}/{proto} forwards {}",
-                        f.host_port,
-                        there.join(", ")
-                    )
-                });
+                let here = self.listeners.iter().flatten().map(|l| &l.fwd);
+                return Err(no_such_forward(&f, here));
             }
         }
         Ok(self
@@ -2106,5 +2110,41 @@ impl<G: GuestStack> Relay<G> {
 impl<G: GuestStack> Drop for Relay<G> {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_forward_names_what_its_host_port_forwards_once() {
+        let fwd = |host_port, guest_port| PortForward {
+            host_ip: None,
+            host_port,
+            guest_port,
+            proto: Proto::Tcp,
+        };
+        // 18080:80's two listeners (127.0.0.1, ::1) in slots apart, with
+        // another forward of host port 18080 (on another address) and one
+        // of another port between them.
+        let other = PortForward {
+            host_ip: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))),
+            ..fwd(18080, 90)
+        };
+        let here = [fwd(18080, 80), fwd(9000, 90), other, fwd(18080, 80)];
+        let m = no_such_forward(&fwd(18080, 81), here.iter());
+        let mut named = [fwd(18080, 80).to_string(), other.to_string()];
+        named.sort();
+        assert_eq!(
+            m,
+            format!(
+                "no port forward {}; host port 18080/tcp forwards {}",
+                fwd(18080, 81),
+                named.join(", ")
+            )
+        );
+        let m = no_such_forward(&fwd(7, 7), here.iter());
+        assert_eq!(m, "no port forward on host port 7/tcp");
     }
 }
