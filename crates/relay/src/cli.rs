@@ -23,7 +23,7 @@ use crate::dns;
 use crate::guest::GuestStack;
 use crate::limits::{Limits, Timeouts};
 use crate::portfwd::PortForward;
-use crate::relay::{Relay, RelayConfig};
+use crate::relay::{Relay, RelayConfig, Stop};
 use crate::stats::Stats;
 
 /// An IPv4 address with prefix length, `A.B.C.D/N`.
@@ -721,21 +721,20 @@ fn run_report_inner<G: GuestStack>(
         Err(e) => return Err(e).context("ustack run: cannot start the command"),
     }
     let mut served = relay.run_until(Some(sandbox.exit_fd()), None);
-    if served.is_ok() {
+    if matches!(served, Ok(Stop::StopFd)) {
         // The command is gone, but its kernel may still be sending what its
         // closed sockets had queued (the end of an upload, FINs).
         let drain = args.relay.relay_config().timeouts.exit_drain;
-        served = relay.drain(drain).map(|()| crate::relay::Stop::StopFd);
+        served = relay.drain(drain);
     }
     // The command deleted its own interface (it may: the namespace is its
     // own). That ends its network, not a failure of ours: say so, and let
     // the command's own status stand.
-    if matches!(&served, Err(e) if e.raw_os_error() == Some(libc::EBADFD)) {
+    if matches!(served, Ok(Stop::GuestGone)) {
         eprintln!(
             "ustack run: the sandbox's interface {} was deleted; the command has no network any more",
             args.tap
         );
-        served = Ok(crate::relay::Stop::StopFd);
     }
     let code = sandbox.wait().context("waiting for the command")?;
     drop(control);
@@ -1029,6 +1028,9 @@ fn attach_inner<G: GuestStack>(
         None => None,
     };
     let served = relay.run_until(stop_fd, None);
+    if matches!(served, Ok(Stop::GuestGone)) {
+        eprintln!("ustack attach: TAP {} was deleted: stopping", args.tap);
+    }
     if let (Some(w), Some(ns)) = (&watching, &args.netns) {
         if w.fired() {
             eprintln!(

@@ -198,6 +198,15 @@ pub enum Stop {
     StopFd,
     /// The iteration/time bound was reached.
     Bound,
+    /// The guest's device is gone for good: its interface was deleted
+    /// (reads of the TAP answer `EBADFD`). Nothing more can be relayed.
+    GuestGone,
+}
+
+/// Whether an error of the relay's step says the guest's device is gone
+/// for good (a TAP whose interface was deleted answers `EBADFD`).
+fn guest_gone(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EBADFD)
 }
 
 /// The relay over a guest-side stack `G`.
@@ -664,7 +673,8 @@ impl<G: GuestStack> Relay<G> {
         self.epoll.add(fd, EV_IN, TOKEN_STOP)
     }
 
-    /// Run until `stop_fd` is readable, or `max_time` has passed.
+    /// Run until `stop_fd` is readable, `max_time` has passed, or the
+    /// guest's device is gone ([`Stop::GuestGone`]).
     pub fn run_until(
         &mut self,
         stop_fd: Option<RawFd>,
@@ -688,6 +698,7 @@ impl<G: GuestStack> Relay<G> {
             match self.step(Some(timeout)) {
                 Ok(true) => break Ok(Stop::StopFd),
                 Ok(false) => {}
+                Err(e) if guest_gone(&e) => break Ok(Stop::GuestGone),
                 Err(e) => break Err(e),
             }
         };
@@ -893,21 +904,27 @@ impl<G: GuestStack> Relay<G> {
     /// Keep serving (at most `max`) until every TCP flow has finished on
     /// the guest side: the guest sent its FIN (or reset) and everything it
     /// sent was written to the host. Used after the command exited: its
-    /// kernel still sends what closed sockets had queued.
-    pub fn drain(&mut self, max: Duration) -> io::Result<()> {
+    /// kernel still sends what closed sockets had queued. `Stop::Bound`
+    /// when done (or `max` passed), [`Stop::GuestGone`] if the guest's
+    /// device went away meanwhile.
+    pub fn drain(&mut self, max: Duration) -> io::Result<Stop> {
         let start = Instant::now();
         loop {
             if self.guest_side_finished() {
-                return Ok(());
+                return Ok(Stop::Bound);
             }
             let left = max.saturating_sub(start.elapsed());
             if left.is_zero() {
-                return Ok(());
+                return Ok(Stop::Bound);
             }
             let timeout = left
                 .min(Duration::from_millis(50))
                 .min(self.next_timeout(Instant::now()));
-            self.step(Some(timeout))?;
+            match self.step(Some(timeout)) {
+                Ok(_) => {}
+                Err(e) if guest_gone(&e) => return Ok(Stop::GuestGone),
+                Err(e) => return Err(e),
+            }
         }
     }
 

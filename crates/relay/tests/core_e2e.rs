@@ -414,6 +414,32 @@ fn attach_stops_when_its_namespace_is_deleted() {
     assert_eq!(code, Ok(0));
 }
 
+/// Its TAP deleted (`ip link del` in the namespace): attach says so and
+/// stops with status 0, as when its namespace goes, instead of "relay
+/// failed: File descriptor in bad state".
+#[test]
+fn attach_stops_when_its_tap_is_deleted() {
+    let name = format!("ustk-attdel-{}", std::process::id());
+    ip(&["netns", "add", &name]);
+    let ns = Netns(name);
+    ip(&["-n", &ns.0, "tuntap", "add", "mode", "tap", "name", "tap0"]);
+    ip(&["-n", &ns.0, "link", "set", "tap0", "up"]);
+    let netns = format!("/run/netns/{}", ns.0);
+    let mut server = match hardened::Attach::spawn(&["--netns", &netns, "--tap", "tap0"]) {
+        Ok(a) => a,
+        Err(e) => panic!("ustack attach: {e:#}"),
+    };
+    ip(&["-n", &ns.0, "link", "del", "tap0"]);
+    let ended = server.ended_within(Duration::from_secs(10));
+    let stopped = ended.is_some();
+    let code = ended.unwrap_or_else(|| server.stop());
+    assert!(
+        stopped,
+        "attach still serving 10 s after its TAP was deleted"
+    );
+    assert_eq!(code, Ok(0));
+}
+
 #[test]
 fn upload_from_the_sandbox_to_host_loopback_byte_exact() {
     upload(5 << 20, &[]);
